@@ -1,0 +1,153 @@
+"""Shared output plumbing: atomic files, batched Parquet writers, stable hashes.
+
+Every artefact kbtrace writes goes through here, so a failed or interrupted run
+never leaves a half-written file that looks complete: data is written to
+``<name>.<pid>.tmp`` and renamed over the final name only on success.
+Parquet files are written deterministically (no created_by timestamp drift,
+fixed compression, fixed row-group size) so identical inputs give
+byte-identical files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+__all__ = [
+    "atomic_path",
+    "write_json",
+    "write_table",
+    "BatchWriter",
+    "stable_hash",
+    "file_hash",
+]
+
+ROW_GROUP_SIZE = 65_536
+_PQ_OPTS: dict[str, Any] = {
+    "compression": "zstd",
+    "use_dictionary": True,
+    "write_statistics": True,
+    "store_schema": True,
+}
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary sibling path; rename it onto ``path`` if the block succeeds."""
+    final = Path(path)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_json(path: str | os.PathLike[str], obj: Any) -> None:
+    """Write ``obj`` as sorted, indented JSON atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def write_table(path: str | os.PathLike[str], table: pa.Table) -> None:
+    """Write a whole Arrow table to Parquet atomically and deterministically."""
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, row_group_size=ROW_GROUP_SIZE, **_PQ_OPTS)
+
+
+class BatchWriter:
+    """Columnar recorder: append per-column values, flush a RecordBatch every N rows.
+
+    Usage::
+
+        w = BatchWriter(path, schema.HOPS)
+        w.append_row(op_id, hop, ...)          # positional, in schema order
+        w.close()                               # flush + atomic rename
+
+    Memory stays bounded by ``batch_rows`` rows. ``abort()`` discards the
+    temporary file (call it from ``finally`` when the run failed).
+    """
+
+    __slots__ = ("_schema", "_final", "_tmp", "_writer", "_cols", "_n", "_batch_rows", "rows")
+
+    def __init__(self, path: str | os.PathLike[str], schema: pa.Schema,
+                 batch_rows: int = ROW_GROUP_SIZE) -> None:
+        self._schema = schema
+        self._final = Path(path)
+        self._final.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = self._final.with_name(f".{self._final.name}.{os.getpid()}.tmp")
+        self._writer = pq.ParquetWriter(self._tmp, schema, **_PQ_OPTS)
+        self._cols: list[list[Any]] = [[] for _ in schema]
+        self._n = 0
+        self._batch_rows = batch_rows
+        self.rows = 0
+
+    @property
+    def columns(self) -> list[list[Any]]:
+        """Per-column lists in schema order; append to them directly, then call ``commit(n)``."""
+        return self._cols
+
+    def append_row(self, *values: Any) -> None:
+        for col, v in zip(self._cols, values, strict=True):
+            col.append(v)
+        self.commit(1)
+
+    def commit(self, n: int) -> None:
+        """Declare that ``n`` rows were appended to ``columns``; flush when the batch is full."""
+        self._n += n
+        self.rows += n
+        if self._n >= self._batch_rows:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._n == 0:
+            return
+        arrays = [pa.array(col, type=f.type) if not pa.types.is_dictionary(f.type)
+                  else pa.array(col, type=pa.string()).dictionary_encode().cast(f.type)
+                  for col, f in zip(self._cols, self._schema, strict=True)]
+        self._writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=self._schema),
+                                 row_group_size=ROW_GROUP_SIZE)
+        self._cols = [[] for _ in self._schema]
+        self._n = 0
+
+    def close(self) -> None:
+        self.flush()
+        self._writer.close()
+        os.replace(self._tmp, self._final)
+
+    def abort(self) -> None:
+        with contextlib.suppress(Exception):
+            self._writer.close()
+        if self._tmp.exists():
+            self._tmp.unlink()
+
+
+def stable_hash(*parts: Any) -> str:
+    """sha256 (hex, 16 chars) over JSON-serialisable parts, key-sorted."""
+    h = hashlib.sha256()
+    for p in parts:
+        if isinstance(p, bytes):
+            h.update(p)
+        else:
+            h.update(json.dumps(p, sort_keys=True, separators=(",", ":"), default=str).encode())
+        h.update(b"\x00")
+    return h.hexdigest()[:16]
+
+
+def file_hash(path: str | os.PathLike[str]) -> str:
+    """sha256 (hex, 16 chars) of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]

@@ -1,0 +1,78 @@
+"""One exception hierarchy for every user-facing failure.
+
+Every error a user can cause (bad YAML, unknown node id, a kernel that overflows
+TCM, a trace that does not fit a topology, a schema version mismatch, ...) is a
+``KbtraceError`` subclass carrying one actionable line: *what* went wrong,
+*where* (file, YAML path, kernel/program/line, node id) and *how to fix it*.
+The CLI prints ``str(err)`` and exits non-zero; it never shows a traceback for
+these. Internal bugs stay ordinary exceptions (and do show a traceback).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "KbtraceError",
+    "TopologyError",
+    "AddressError",
+    "RoutingError",
+    "CaptureError",
+    "DeadlockError",
+    "SanitizerError",
+    "ReplayError",
+    "InvariantError",
+    "SchemaError",
+    "AnalysisError",
+    "VerifyError",
+]
+
+
+class KbtraceError(Exception):
+    """Base class of every error kbtrace reports to a user."""
+
+    exit_code: int = 2
+
+
+class TopologyError(KbtraceError):
+    """A topology YAML is malformed or inconsistent (raised by compile_topology)."""
+
+
+class AddressError(KbtraceError):
+    """A physical address is malformed (MBZ bits, reserved kind) or out of capacity."""
+
+
+class RoutingError(KbtraceError):
+    """No route exists between two nodes, or a node id is unknown."""
+
+
+class CaptureError(KbtraceError):
+    """A kernel or host program misbehaved during capture."""
+
+
+class DeadlockError(CaptureError):
+    """Every program is blocked; the message lists each program's blocking call."""
+
+
+class SanitizerError(CaptureError):
+    """A sanitizer caught an illegal access (TCM overflow, unallocated address, ...)."""
+
+
+class ReplayError(KbtraceError):
+    """A trace cannot be replayed on a topology (placement mismatch, bad option, ...)."""
+
+
+class InvariantError(ReplayError):
+    """A physical invariant was violated during replay (a model bug, not a user error)."""
+
+
+class SchemaError(KbtraceError):
+    """A Parquet/JSON artefact does not match the schema this kbtrace version reads."""
+
+
+class AnalysisError(KbtraceError):
+    """A query, report, diff or export could not be produced."""
+
+
+class VerifyError(AnalysisError):
+    """Phase-2 numeric verification found a mismatch (or could not run)."""
+
+    exit_code = 1

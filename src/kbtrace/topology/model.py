@@ -1,0 +1,79 @@
+"""The compiled, frozen topology: nodes, directed links, routes, parameters.
+
+Produced only by ``compile_topology`` (which validates everything); every other
+stage trusts it. Nodes and links have dense integer ids (``idx``) for hot paths
+and dotted string ids for humans, logs, hop rows and SQL.
+
+Node id grammar (dotted scopes)::
+
+    host                                  fabric.switch0
+    sip{S}.io{I}.pcie_ep|io_noc|io_cpu    sip{S}.io{I}.ucie{k}   sip{S}.io{I}.ucie{k}.conn{c}
+    sip{S}.cube{C}.r{R}c{C}               (routers)
+    sip{S}.cube{C}.ucie_{n|s|e|w}         sip{S}.cube{C}.ucie_{n|s|e|w}.conn{c}
+    sip{S}.cube{C}.hbm_ctrl.pe{P}         sip{S}.cube{C}.sram   sip{S}.cube{C}.m_cpu
+    sip{S}.cube{C}.pe{P}.pe_cpu|scheduler|dma|fetch_store|gemm|math|tcm|ipcq
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Node", "Link", "PeCoord", "Route"]
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    idx: int
+    id: str
+    kind: str            # one of schema.NODE_KINDS
+    sip: int | None
+    cube: int | None
+    pe: int | None
+    overhead_ns: float
+    x_mm: float = 0.0
+    y_mm: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    idx: int
+    src: int             # node idx
+    dst: int             # node idx
+    kind: str            # one of schema.LINK_KINDS
+    bw_gbps: float       # 0 = command-only
+    distance_mm: float
+    latency_ns: float    # distance_mm * ns_per_mm
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class PeCoord:
+    """A PE's place in the tray; the order is (sip, cube, pe)."""
+    sip: int
+    cube: int
+    pe: int
+
+    def __str__(self) -> str:
+        return f"sip{self.sip}.cube{self.cube}.pe{self.pe}"
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A deterministic path: ``nodes[i] --links[i]--> nodes[i+1]``.
+
+    ``overhead_ns`` sums the overheads of every node on the path except the
+    source (the source's own cost is charged by the component that issues the
+    transfer); ``wire_ns`` sums link propagation; ``bottleneck_gbps`` is the
+    minimum bandwidth of the payload-carrying links.
+    """
+    nodes: tuple[int, ...]
+    links: tuple[int, ...]
+    overhead_ns: float
+    wire_ns: float
+    bottleneck_gbps: float
+    commit_ns_per_burst: float = 0.0   # HBM commit of the last burst when the route ends at HBM
+
+    def lower_bound_ns(self, nbytes: int) -> float:
+        """``Σ overhead + Σ distance·ns_per_mm + nbytes / bottleneck + HBM commit``."""
+        drain = nbytes / self.bottleneck_gbps if nbytes > 0 and self.bottleneck_gbps > 0 else 0.0
+        commit = self.commit_ns_per_burst if nbytes > 0 else 0.0
+        return self.overhead_ns + self.wire_ns + drain + commit
