@@ -190,6 +190,9 @@ OPS = _schema("ops", "One row per captured op, in capture order (launch, program
     _f("src_line", pa.int32(), "-", "kernel source line of the call", nullable=True),
     _f("extra_json", pa.string(), "-", "rare extras as JSON (epilogue list, tile_shape, ...)",
        nullable=True),
+    _f("out_digest", pa.uint64(), "-",
+       "64-bit digest of the op's result in the capture-order golden execution "
+       "(verify names the first op whose replay-order result differs)", nullable=True),
 ])
 
 MEMORY = _schema("memory", "Initial contents of deployed tensors and reference outputs.", [
