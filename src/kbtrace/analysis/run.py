@@ -1,0 +1,194 @@
+"""Open a run (or a directory of runs) as a DuckDB connection with the SQL library loaded.
+
+``open_run(path)`` checks every Parquet file's schema version, creates the base views
+``ops``, ``op_timing``, ``hops``, ``nodes``, ``links`` and ``runs`` over the files
+(nothing is copied into memory), then the documented views of ``analysis/sql``.
+A directory holding several run directories opens as a run set: ``op_timing``,
+``hops`` and ``runs`` then span every run and carry a ``run_id`` column.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kbtrace import schema
+from kbtrace.analysis.sqllib import load_views
+from kbtrace.errors import AnalysisError
+
+__all__ = ["Run", "open_run", "find_trace_dir", "read_run_json", "DEFAULT_WINDOWS"]
+
+DEFAULT_WINDOWS = 20
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_RUN_FILES = {"op_timing": schema.OP_TIMING, "hops": schema.HOPS,
+              "nodes": schema.NODES, "links": schema.LINKS}
+
+
+def _q(path: Path) -> str:
+    return "'" + str(path).replace("'", "''") + "'"
+
+
+def read_run_json(run_dir: Path) -> dict[str, Any]:
+    p = run_dir / "run.json"
+    if not p.is_file():
+        raise AnalysisError(f"{run_dir}: not a run directory (no run.json); "
+                            "pass the directory written by `kbtrace replay`")
+    info = json.loads(p.read_text())
+    schema.check_version(info.get("schema_version"), str(p))
+    return info
+
+
+def find_trace_dir(run_dir: Path, info: dict[str, Any]) -> Path | None:
+    """The trace a run was replayed from: run.json trace_dir (absolute, relative to the run, or cwd)."""
+    if (run_dir / "ops.parquet").is_file():
+        return run_dir
+    td = info.get("trace_dir")
+    if not td:
+        return None
+    for cand in (Path(td), run_dir / td, Path.cwd() / td):
+        if (cand / "ops.parquet").is_file():
+            return cand.resolve()
+    return None
+
+
+def _checked(path: Path, expected: pa.Schema) -> Path:
+    if not path.is_file():
+        raise AnalysisError(f"{path}: missing; re-run `kbtrace replay` to regenerate the run")
+    schema.check_schema(pq.read_schema(path), expected, str(path))
+    return path
+
+
+class Run:
+    """A replayed run opened for analysis: ``run.sql(q)`` / ``run.pl(view)`` return polars frames.
+
+    Attributes: ``path`` (run dir), ``info`` (run.json), ``trace_dir`` (or None),
+    ``con`` (the DuckDB connection; use it directly for relations).
+    """
+
+    def __init__(self, path: Path, info: dict[str, Any], trace_dir: Path | None,
+                 con: duckdb.DuckDBPyConnection, run_dirs: tuple[Path, ...]) -> None:
+        self.path = path
+        self.info = info
+        self.trace_dir = trace_dir
+        self.con = con
+        self.run_dirs = run_dirs
+
+    # -- queries
+    def sql(self, query: str) -> pl.DataFrame:
+        """Run SQL over the views; return a polars DataFrame."""
+        try:
+            return self.con.sql(query).pl()
+        except duckdb.Error as exc:
+            raise AnalysisError(f"SQL failed: {str(exc).splitlines()[0]}") from exc
+
+    def arrow(self, query: str) -> pa.Table:
+        try:
+            return self.con.sql(query).to_arrow_table()
+        except duckdb.Error as exc:
+            raise AnalysisError(f"SQL failed: {str(exc).splitlines()[0]}") from exc
+
+    def pl(self, view: str) -> pl.DataFrame:
+        """A whole view (``run.pl("hops")``) as a polars DataFrame."""
+        if not _IDENT.match(view):
+            raise AnalysisError(f"{view!r} is not a view name; use run.sql() for queries")
+        return self.sql(f"SELECT * FROM {view}")
+
+    def views(self) -> list[str]:
+        rows = self.con.sql("SELECT view_name FROM duckdb_views() WHERE NOT internal "
+                            "ORDER BY view_name").fetchall()
+        return [r[0] for r in rows]
+
+    def set_windows(self, n: int) -> None:
+        """Number of equal windows used by ``utilisation_windows``."""
+        if n < 1:
+            raise AnalysisError(f"n_windows must be >= 1, got {n}")
+        self.con.execute(f"CREATE OR REPLACE TABLE _config AS SELECT {int(n)} AS n_windows")
+
+    @property
+    def makespan_ns(self) -> float:
+        v = (self.con.sql("SELECT makespan_ns FROM _span").fetchall() or [None])[0]
+        return float(v[0]) if v and v[0] is not None else 0.0
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.path)!r}, makespan_ns={self.info.get('makespan_ns')})"
+
+
+def _runs_table(dirs: list[Path], infos: list[dict[str, Any]]) -> pa.Table:
+    keys = ("run_id", "trace_hash", "topology", "topology_hash", "fidelity", "makespan_ns",
+            "events", "ops", "hops", "wall_s", "schema_version", "kbtrace_version")
+    cols: dict[str, list[Any]] = {"run_dir": [str(d) for d in dirs], "name": [d.name for d in dirs]}
+    for k in keys:
+        vals = [i.get(k) for i in infos]
+        cols[k] = [None if v is None else (float(v) if k in ("makespan_ns", "wall_s") else
+                                           int(v) if k in ("events", "ops", "hops") else str(v))
+                   for v in vals]
+    cols["options_json"] = [json.dumps(i.get("options", {}), sort_keys=True) for i in infos]
+    return pa.table(cols)
+
+
+def open_run(path: str | os.PathLike[str], *, n_windows: int = DEFAULT_WINDOWS) -> Run:
+    """Open a run directory (or a directory of run directories) for SQL/polars analysis.
+
+    >>> run = open_run("data/runs/gemm")                       # doctest: +SKIP
+    >>> run.sql("SELECT * FROM hotspots ORDER BY rank LIMIT 5")  # doctest: +SKIP
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise AnalysisError(f"{root}: no such run directory; pass a directory written by "
+                            "`kbtrace replay` (it holds run.json)")
+    if (root / "run.json").is_file():
+        dirs = [root]
+    else:
+        dirs = sorted(p for p in root.iterdir() if (p / "run.json").is_file())
+        if not dirs:
+            raise AnalysisError(f"{root}: neither a run directory (no run.json) nor a "
+                                "directory of runs; pass a directory written by `kbtrace replay`")
+    infos = [read_run_json(d) for d in dirs]
+    con = duckdb.connect()
+    con.execute("SET threads TO 1")  # deterministic row order inside views, small runs
+    multi = len(dirs) > 1 or root != dirs[0]
+    for table, sch in _RUN_FILES.items():
+        files = [_checked(d / f"{table}.parquet", sch) for d in dirs]
+        if table in ("nodes", "links"):  # one topology per view: the first run's
+            con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet({_q(files[0])})")
+        elif multi:
+            lst = "[" + ", ".join(_q(f) for f in files) + "]"
+            con.execute(
+                f"CREATE VIEW {table} AS SELECT * EXCLUDE (filename), "
+                f"parse_dirname(filename, 'system') AS run_name FROM read_parquet({lst}, filename=true)")
+        else:
+            con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet({_q(files[0])})")
+    trace_dir = find_trace_dir(dirs[0], infos[0])
+    if trace_dir is not None:
+        ops = _checked(trace_dir / "ops.parquet", schema.OPS)
+        con.execute(f"CREATE VIEW ops AS SELECT * FROM read_parquet({_q(ops)})")
+    else:
+        con.register("_ops_empty", schema.OPS.empty_table())
+        con.execute("CREATE VIEW ops AS SELECT * FROM _ops_empty")
+    con.register("_runs_arrow", _runs_table(dirs, infos))
+    con.execute("CREATE VIEW runs AS SELECT * FROM _runs_arrow")
+    con.execute(f"CREATE TABLE _config AS SELECT {int(n_windows)} AS n_windows")
+    if not multi:
+        load_views(con)
+    return Run(root, infos[0], trace_dir, con, tuple(dirs))

@@ -1,0 +1,175 @@
+"""SQL golden tests: every public view of kbtrace/analysis/sql on the hand-made synthetic run.
+
+Expected rows are worked out by hand from kbtrace.analysis.synthetic (makespan 180 ns).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kbtrace.analysis.run import open_run
+from kbtrace.analysis.sqllib import catalogue_markdown, view_docs
+from kbtrace.analysis.synthetic import write_synthetic_run
+from kbtrace.errors import AnalysisError, SchemaError
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    r = open_run(write_synthetic_run(tmp_path_factory.mktemp("synth")))
+    yield r
+    r.close()
+
+
+def rows(run, q):
+    return [tuple(round(v, 6) if isinstance(v, float) else v for v in r)
+            for r in run.con.sql(q).fetchall()]
+
+
+def test_base_views_and_makespan(run):
+    assert {"ops", "op_timing", "hops", "nodes", "links", "runs"} <= set(run.views())
+    assert run.makespan_ns == 180.0
+    assert run.pl("hops").height == 17
+    assert rows(run, "SELECT name, makespan_ns, run_id FROM runs") == [("run", 180.0, "synth0000")]
+
+
+def test_utilisation(run):
+    got = rows(run, "SELECT resource_kind, resource_id, n_hops, busy_ns, busy_sum_ns, queue_ns, "
+                    "util FROM utilisation WHERE n_hops > 0 ORDER BY resource_kind, resource_idx")
+    p = "sip0.cube0."
+    assert got == [
+        ("link", f"{p}pe0.dma->{p}r0", 2, 18.0, 18.0, 2.0, 0.1),
+        ("link", f"{p}r0->{p}pe0.dma", 2, 20.0, 20.0, 0.0, 0.111111),
+        ("link", f"{p}pe1.dma->{p}r0", 2, 20.0, 20.0, 0.0, 0.111111),
+        ("link", f"{p}r0->{p}pe1.dma", 1, 10.0, 10.0, 0.0, 0.055556),
+        ("link", f"{p}pe0.ipcq->{p}pe1.ipcq", 1, 15.0, 15.0, 0.0, 0.083333),
+        ("node", f"{p}pe0.fetch_store", 1, 10.0, 10.0, 0.0, 0.055556),
+        ("node", f"{p}pe0.gemm", 1, 50.0, 50.0, 0.0, 0.277778),
+        ("node", f"{p}pe1.fetch_store", 1, 5.0, 5.0, 0.0, 0.027778),
+        ("node", f"{p}pe1.math", 1, 25.0, 25.0, 0.0, 0.138889),
+        ("node", f"{p}pe1.ipcq", 1, 5.0, 5.0, 0.0, 0.027778),
+        ("node", f"{p}hbm_ctrl.pe0", 4, 75.0, 75.0, 25.0, 0.416667),
+    ]
+    # every resource, used or not, is within [0, 1]
+    assert rows(run, "SELECT count(*), min(util), max(util) <= 1 FROM utilisation") == [(21, 0.0, True)]
+
+
+def test_utilisation_engine(run):
+    got = rows(run, "SELECT engine, kind, n_ops, busy_ns, util FROM utilisation_engine ORDER BY engine")
+    p = "sip0.cube0."
+    assert got == [
+        (f"{p}pe0.dma", "dma", 2, 80.0, 0.444444), (f"{p}pe0.gemm", "gemm", 1, 60.0, 0.333333),
+        (f"{p}pe0.ipcq", "ipcq", 1, 20.0, 0.111111), (f"{p}pe0.pe_cpu", "pe_cpu", 1, 15.0, 0.083333),
+        (f"{p}pe1.dma", "dma", 2, 90.0, 0.5), (f"{p}pe1.ipcq", "ipcq", 1, 60.0, 0.333333),
+        (f"{p}pe1.math", "math", 1, 30.0, 0.166667),
+    ]
+
+
+def test_utilisation_windows_and_between(run):
+    run.set_windows(4)
+    try:
+        got = rows(run, "SELECT win, t0_ns, t1_ns, busy_ns, util FROM utilisation_windows "
+                        "WHERE resource_id = 'sip0.cube0.hbm_ctrl.pe0' ORDER BY win")
+        assert got == [(0, 0.0, 45.0, 35.0, 0.777778), (1, 45.0, 90.0, 25.0, 0.555556),
+                       (2, 90.0, 135.0, 0.0, 0.0), (3, 135.0, 180.0, 15.0, 0.333333)]
+        assert rows(run, "SELECT count(*), max(util) <= 1 FROM utilisation_windows") == [(44, True)]
+    finally:
+        run.set_windows(20)
+    got = rows(run, "SELECT resource_id, busy_ns, util FROM utilisation_between(0, 60) "
+                    "WHERE resource_kind = 'node' AND busy_ns > 0 ORDER BY resource_idx")
+    assert got == [("sip0.cube0.pe0.fetch_store", 10.0, 0.166667),
+                   ("sip0.cube0.pe0.gemm", 10.0, 0.166667),
+                   ("sip0.cube0.hbm_ctrl.pe0", 45.0, 0.75)]  # [10,50] + [55,60]
+
+
+def test_stage_breakdown_pe_adds_up(run):
+    got = rows(run, "SELECT pe, stage, time_ns FROM stage_breakdown_pe WHERE time_ns > 0 "
+                    "ORDER BY pe, stage")
+    assert got == [
+        (0, "dma_read", 40.0), (0, "fetch", 10.0), (0, "gemm", 50.0), (0, "idle", 5.0),
+        (0, "ipcq", 15.0),
+        (1, "dma_read", 60.0), (1, "dma_write", 30.0), (1, "fetch", 5.0), (1, "ipcq", 60.0),
+        (1, "math", 25.0),
+    ]
+    assert rows(run, "SELECT pe, sum(time_ns), any_value(span_ns), count(*) FROM stage_breakdown_pe "
+                     "GROUP BY pe ORDER BY pe") == [(0, 120.0, 120.0, 9), (1, 180.0, 180.0, 9)]
+
+
+def test_stage_breakdown_kind(run):
+    got = rows(run, "SELECT kind, stage, n_ops, time_ns, queue_ns, share FROM stage_breakdown_kind "
+                    "ORDER BY kind, stage")
+    assert got == [
+        ("composite", "fetch", 1, 10.0, 0.0, 0.166667), ("composite", "gemm", 1, 50.0, 0.0, 0.833333),
+        ("load", "dma_read", 3, 140.0, 22.0, 1.0),
+        ("math", "fetch", 1, 5.0, 0.0, 0.166667), ("math", "math", 1, 25.0, 0.0, 0.833333),
+        ("recv", "ipcq", 1, 60.0, 0.0, 1.0), ("send", "ipcq", 1, 20.0, 0.0, 1.0),
+        ("store", "dma_write", 1, 30.0, 5.0, 1.0),
+    ]
+
+
+def test_hotspots(run):
+    got = rows(run, "SELECT rank, resource_id, n_hops, n_queued, queue_ns, max_queue_ns, "
+                    "queue_share FROM hotspots ORDER BY rank")
+    assert got == [(1, "sip0.cube0.hbm_ctrl.pe0", 4, 2, 25.0, 20.0, 0.925926),
+                   (2, "sip0.cube0.pe0.dma->sip0.cube0.r0", 2, 1, 2.0, 2.0, 0.074074)]
+
+
+def test_overlap(run):
+    got = rows(run, "SELECT pe, span_ns, compute_ns, comm_ns, overlap_ns, comm_hidden, compute_share "
+                    "FROM overlap ORDER BY pe")
+    assert got == [(0, 120.0, 60.0, 95.0, 40.0, 0.421053, 0.5),
+                   (1, 180.0, 30.0, 150.0, 0.0, 0.0, 0.166667)]
+
+
+def test_critical_path_equals_makespan(run):
+    got = rows(run, "SELECT step, op_id, pe, kind, edge, pred_op_id, t_from_ns, contrib_ns "
+                    "FROM critical_path ORDER BY step")
+    assert got == [
+        (0, 0, 0, "load", "start", None, 0.0, 40.0),
+        (1, 1, 0, "composite", "dep", 0, 40.0, 60.0),
+        (2, 4, 0, "send", "dep", 1, 100.0, 20.0),
+        (3, 6, 1, "recv", "ipcq", 4, 120.0, 0.0),
+        (4, 7, 1, "math", "dep", 6, 120.0, 30.0),
+        (5, 8, 1, "store", "dep", 7, 150.0, 30.0),
+    ]
+    assert rows(run, "SELECT sum(contrib_ns) FROM critical_path") == [(180.0,)]
+    # resource edges: both loads that queued behind op0 name it as their releaser
+    assert rows(run, "SELECT op_id, pred_op_id, edge FROM _crit_pred WHERE edge = 'resource' "
+                     "ORDER BY op_id") == [(2, 0, "resource"), (5, 0, "resource")]
+
+
+def test_every_view_documented():
+    docs = view_docs()
+    names = {d.name for d in docs}
+    assert {"utilisation", "utilisation_engine", "utilisation_windows", "utilisation_between",
+            "stage_breakdown_pe", "stage_breakdown_kind", "hotspots", "overlap",
+            "critical_path"} <= names
+    for d in docs:
+        assert d.summary and d.columns, d.name
+        assert all(u for _, u, _ in d.columns), d.name
+    md = catalogue_markdown()
+    assert "#### `critical_path` (view)" in md and "| `contrib_ns` | ns |" in md
+    assert "#### `_hop_ctx`" not in md
+
+
+def test_view_columns_match_docs(run):
+    for d in view_docs():
+        if d.is_macro or d.name == "_hop_ctx":
+            continue
+        cols = [c[0] for c in run.con.sql(f"DESCRIBE {d.name}").fetchall()]
+        documented = []
+        for c, _, _ in d.columns:
+            documented.extend(x.strip() for x in c.split(","))
+        assert documented == cols, d.name
+
+
+def test_schema_version_mismatch(tmp_path):
+    import pyarrow.parquet as pq
+
+    run_dir = write_synthetic_run(tmp_path)
+    t = pq.read_table(run_dir / "hops.parquet")
+    t = t.replace_schema_metadata({**t.schema.metadata, b"kbtrace.schema_version": b"9.0"})
+    pq.write_table(t, run_dir / "hops.parquet")
+    with pytest.raises(SchemaError, match="written with schema 9.0"):
+        open_run(run_dir)
+    with pytest.raises(AnalysisError, match="no run.json"):
+        open_run(tmp_path / "trace")
