@@ -80,6 +80,7 @@ class UcieParams:
     connections: int = P(4, "-", "connections per port")
     conn_bw_gbps: float = P(128.0, "GB/s", "bandwidth per connection")
     seam_mm: float = P(1.0, "mm", "die-to-die seam length")
+    conn_distance_mm: float = P(0.5, "mm", "router <-> connection <-> endpoint bridge wire length (kbtrace default)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +93,7 @@ class IoChipletParams:
     ucie_overhead_ns: float = P(8.0, "ns", "IO-chiplet UCIe endpoint overhead")
     noc_bw_gbps: float = P(256.0, "GB/s", "PCIe EP / IO_CPU <-> io_noc bandwidth")
     distance_mm: float = P(2.0, "mm", "IO UCIe <-> shoreline cube UCIe distance")
+    noc_distance_mm: float = P(1.0, "mm", "wire length of io_noc links (pcie_ep/io_cpu/conn <-> io_noc; kbtrace default)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +103,9 @@ class SipParams:
     cube_mesh_h: int = P(4, "-", "cube rows of the SIP's cube mesh")
     cube_pitch_mm: float = P(12.0, "mm", "cube centre spacing (drawing + distances; kbtrace default)")
     ucie: UcieParams = _sub(UcieParams)
-    io_chiplets: list = P([{"side": "W"}], "-", "IO chiplets, a list of IoChipletParams mappings")
+    io_chiplets: tuple = P((IoChipletParams(),), "-",
+                           "IO chiplets: a list of mappings with the io_chiplets[] keys below "
+                           "(1..5 chiplets, dies 16..20; at most 2 per side)")
 
 
 # ----------------------------------------------------------------------------- cube
@@ -111,7 +115,7 @@ class MeshParams:
     """The cube NoC: a router mesh with XY routing and a central HBM exclusion zone."""
     rows: int = P(6, "-", "router rows")
     cols: int = P(6, "-", "router columns")
-    hbm_zone: list = P([[2, 2], [2, 3], [3, 2], [3, 3]], "-", "[row, col] slots with no router")
+    hbm_zone: tuple = P(((2, 2), (2, 3), (3, 2), (3, 3)), "-", "[row, col] slots with no router")
     pitch_mm: float = P(1.5, "mm", "router spacing (kbtrace default)")
     router_overhead_ns: float = P(2.0, "ns", "per-router switching overhead (ADR-0019 proposal)")
     link_bw_gbps: float = P(256.0, "GB/s", "router <-> router link bandwidth")
@@ -121,7 +125,7 @@ class MeshParams:
 class PeLinkParams:
     """Where the PEs attach to the cube mesh and how."""
     count: int = P(8, "-", "PEs per cube (<= 16, 4 address bits)")
-    routers: list = P([[0, 0], [0, 5], [1, 0], [1, 5], [4, 0], [4, 5], [5, 0], [5, 5]], "-",
+    routers: tuple = P(((0, 0), (0, 5), (1, 0), (1, 5), (4, 0), (4, 5), (5, 0), (5, 5)), "-",
                       "[row, col] of the router each PE attaches to (corners, ADR-0053)")
     bw_gbps: float = P(256.0, "GB/s", "PE DMA <-> router bandwidth")
     distance_mm: float = P(0.5, "mm", "PE <-> router distance (kbtrace default)")
@@ -137,13 +141,14 @@ class HbmParams:
     capacity_gb: int = P(48, "GB", "HBM capacity per cube, split evenly over PE slices")
     overhead_ns: float = P(0.0, "ns", "controller per-transaction overhead")
     switch_penalty_ns: float = P(0.0, "ns", "read/write turnaround penalty per PC")
-    router_bw_gbps: float = P(256.0, "GB/s", "router <-> hbm_ctrl link bandwidth")
+    router_bw_gbps: float = P(256.0, "GB/s", "router <-> hbm_ctrl link bandwidth (x efficiency at build time, ADR-0004)")
+    distance_mm: float = P(0.5, "mm", "router <-> hbm_ctrl distance (kbtrace default; keeps every hop > 0 ns)")
 
 
 @dataclass(frozen=True, slots=True)
 class SramParams:
     """Cube-shared SRAM scratchpad on the NoC."""
-    router: list = P([2, 0], "-", "[row, col] of the router the SRAM attaches to")
+    router: tuple = P((2, 0), "-", "[row, col] of the router the SRAM attaches to")
     banks: int = P(4, "-", "parallel banks (links to the router)")
     bank_bw_gbps: float = P(128.0, "GB/s", "bandwidth per bank")
     size_mb: int = P(32, "MB", "capacity (address window is 32 MB)")
@@ -153,7 +158,7 @@ class SramParams:
 @dataclass(frozen=True, slots=True)
 class MCpuParams:
     """Per-cube management CPU (launch fan-out, completion aggregation)."""
-    router: list = P([3, 0], "-", "[row, col] of the router M_CPU attaches to")
+    router: tuple = P((3, 0), "-", "[row, col] of the router M_CPU attaches to")
     overhead_ns: float = P(5.0, "ns", "command-processing overhead")
 
 
@@ -264,6 +269,7 @@ class PeParams:
     tcm: TcmParams = _sub(TcmParams)
     tile: TileParams = _sub(TileParams)
     ipcq: IpcqParams = _sub(IpcqParams)
+    link_distance_mm: float = P(0.2, "mm", "wire length of pe_internal links (kbtrace default; keeps every hop > 0 ns)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,6 +291,9 @@ def iter_params(cls: type = TopologyParams, prefix: str = "") -> list[tuple[str,
         val = getattr(inst, f.name)
         if is_dataclass(val):
             rows.extend(iter_params(type(val), path + "."))
+        elif isinstance(val, tuple) and val and is_dataclass(val[0]):
+            rows.append((path, val, f.metadata.get("unit", ""), f.metadata.get("doc", "")))
+            rows.extend(iter_params(type(val[0]), path + "[]."))
         else:
             rows.append((path, val, f.metadata.get("unit", ""), f.metadata.get("doc", "")))
     return rows

@@ -1,0 +1,340 @@
+"""YAML text + overrides -> validated ``TopologyParams`` (phase 1 of compile).
+
+Every user error is raised here as one ``TopologyError`` line naming the file,
+the YAML path, the bad value and the fix. Later phases trust the result.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import math
+from dataclasses import fields, is_dataclass
+from typing import Any
+
+import yaml
+
+from kbtrace.errors import TopologyError
+from kbtrace.topology import address
+from kbtrace.topology.params import IoChipletParams, TopologyParams
+
+__all__ = ["load_yaml", "apply_overrides", "build_params", "SIP_TOPOLOGIES", "SIDES"]
+
+SIP_TOPOLOGIES = ("ring_1d", "torus_2d", "mesh_2d")
+SIDES = ("N", "S", "E", "W")
+#: fields holding [row, col] router coordinates or lists of them
+_COORD = {"router"}
+_COORD_LISTS = {"hbm_zone", "routers"}
+
+
+def load_yaml(text: str, where: str) -> dict[str, Any]:
+    """Parse YAML; malformed text -> TopologyError with line/column."""
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        pos = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise TopologyError(f"{where}: malformed YAML at {pos}: {problem}; fix the syntax there") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise TopologyError(f"{where}: top level must be a mapping with keys name/system/sip/cube/pe, "
+                            f"got {type(raw).__name__}")
+    return raw
+
+
+def _suggest(key: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(key, choices, n=1, cutoff=0.5)
+    return f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(choices)}"
+
+
+def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any] | None, where: str) -> dict[str, Any]:
+    """Return a copy of ``raw`` with dotted-path overrides (``cube.mesh.link_bw_gbps``) applied."""
+    if not overrides:
+        return raw
+    out = copy.deepcopy(raw)
+    for key in sorted(overrides):
+        value = overrides[key]
+        cls: Any = TopologyParams
+        node = out
+        parts = key.split(".")
+        for i, part in enumerate(parts):
+            names = [f.name for f in fields(cls)]
+            if part not in names:
+                done = ".".join(parts[:i]) or "top level"
+                raise TopologyError(f"{where}: override {key!r}: unknown key {part!r} under {done}; "
+                                    f"{_suggest(part, names)}")
+            fld = next(f for f in fields(cls) if f.name == part)
+            sub = getattr(cls(), part)
+            if i == len(parts) - 1:
+                if is_dataclass(sub):
+                    raise TopologyError(f"{where}: override {key!r} names a section; "
+                                        f"set one of its keys, e.g. {key}.{fields(sub)[0].name}")
+                if isinstance(value, str) and fld.type != "str":
+                    value = yaml.safe_load(value)
+                node[part] = value
+            else:
+                if not is_dataclass(sub):
+                    raise TopologyError(f"{where}: override {key!r}: {'.'.join(parts[:i + 1])} "
+                                        "is a value, not a section")
+                nxt = node.setdefault(part, {})
+                if not isinstance(nxt, dict):
+                    nxt = node[part] = {}
+                node, cls = nxt, type(sub)
+    return out
+
+
+# ----------------------------------------------------------------------------- typed build
+
+def build_params(raw: dict[str, Any], where: str) -> TopologyParams:
+    """Check keys and types, build the frozen params, then check semantics."""
+    params = _build(TopologyParams, raw, "", where)
+    _validate(params, where)
+    return params
+
+
+def _build(cls: Any, raw: Any, path: str, where: str) -> Any:
+    if not isinstance(raw, dict):
+        raise TopologyError(f"{where}: {path or 'top level'} must be a mapping, got {raw!r}")
+    flds = {f.name: f for f in fields(cls)}
+    for key in raw:
+        if key not in flds:
+            raise TopologyError(f"{where}: {path}{key}: unknown key; {_suggest(str(key), list(flds))}")
+    default = cls()
+    kwargs: dict[str, Any] = {}
+    for name, fld in flds.items():
+        if name not in raw:
+            continue
+        val, p = raw[name], f"{path}{name}"
+        dflt = getattr(default, name)
+        if is_dataclass(dflt):
+            kwargs[name] = _build(type(dflt), val if val is not None else {}, p + ".", where)
+        elif name == "io_chiplets":
+            if not isinstance(val, list) or not val:
+                raise TopologyError(f"{where}: {p} = {val!r}: must be a non-empty list of mappings; "
+                                    "e.g. [{side: W}]")
+            kwargs[name] = tuple(_build(IoChipletParams, v, f"{p}[{i}].", where) for i, v in enumerate(val))
+        elif name in _COORD:
+            kwargs[name] = _coord(val, p, where)
+        elif name in _COORD_LISTS:
+            if not isinstance(val, list):
+                raise TopologyError(f"{where}: {p} = {val!r}: must be a list of [row, col] pairs")
+            kwargs[name] = tuple(_coord(v, f"{p}[{i}]", where) for i, v in enumerate(val))
+        else:
+            kwargs[name] = _scalar(val, fld.type, p, where)
+    return cls(**kwargs)
+
+
+def _coord(val: Any, path: str, where: str) -> tuple[int, int]:
+    if (not isinstance(val, (list, tuple)) or len(val) != 2
+            or not all(isinstance(x, int) and not isinstance(x, bool) for x in val)):
+        raise TopologyError(f"{where}: {path} = {val!r}: must be a [row, col] pair of integers")
+    return (val[0], val[1])
+
+
+def _scalar(val: Any, typ: str, path: str, where: str) -> Any:
+    if typ == "float":
+        if isinstance(val, bool) or not isinstance(val, (int, float)) or not math.isfinite(val):
+            raise TopologyError(f"{where}: {path} = {val!r}: must be a number")
+        return float(val)
+    if typ == "int":
+        if isinstance(val, bool) or not isinstance(val, int):
+            raise TopologyError(f"{where}: {path} = {val!r}: must be an integer")
+        return val
+    if typ == "str":
+        if not isinstance(val, str):
+            raise TopologyError(f"{where}: {path} = {val!r}: must be a string")
+        return val
+    raise AssertionError(f"unhandled parameter type {typ} at {path}")  # pragma: no cover
+
+
+# ----------------------------------------------------------------------------- semantics
+
+def _leaves(obj: Any, path: str = ""):
+    for f in fields(obj):
+        val = getattr(obj, f.name)
+        if is_dataclass(val):
+            yield from _leaves(val, f"{path}{f.name}.")
+        elif f.name == "io_chiplets":
+            for i, io in enumerate(val):
+                yield from _leaves(io, f"{path}{f.name}[{i}].")
+        else:
+            yield f"{path}{f.name}", f.name, val
+
+
+def _fail(where: str, path: str, val: Any, why: str) -> TopologyError:
+    return TopologyError(f"{where}: {path} = {val!r}: {why}")
+
+
+def _validate(p: TopologyParams, where: str) -> None:  # noqa: C901 - a flat list of rules
+    for path, name, val in _leaves(p):
+        if name.endswith("_gbps") and val <= 0:
+            raise _fail(where, path, val, "bandwidth must be > 0; use a positive GB/s value")
+        if (name.endswith(("_ns", "_mm", "_cycles")) or name in ("capacity_gb",)) and val < 0:
+            raise _fail(where, path, val, "must be >= 0; use a non-negative value")
+        if name.endswith("_ghz") and val <= 0:
+            raise _fail(where, path, val, "clock must be > 0 GHz")
+        if name in ("count", "connections", "rows", "cols", "banks", "pcs_per_pe", "burst_bytes",
+                    "mac_rows", "mac_cols", "simd_lanes", "read_channels", "write_channels",
+                    "n_slots", "slot_bytes", "credit_bytes", "m", "k", "n", "size_kb", "size_mb",
+                    "cube_mesh_w", "cube_mesh_h") and val < 1:
+            raise _fail(where, path, val, "must be >= 1")
+    s, sip = p.system, p.sip
+    if s.ns_per_mm <= 0:
+        raise _fail(where, "system.ns_per_mm", s.ns_per_mm, "must be > 0 (no zero-latency wires, ADR-0002 D4)")
+    if s.sips.count > address.MAX_SIPS:
+        raise _fail(where, "system.sips.count", s.sips.count, "at most 16 SIPs (4 address bits); use <= 16")
+    if s.sips.topology not in SIP_TOPOLOGIES:
+        raise _fail(where, "system.sips.topology", s.sips.topology, f"use one of {', '.join(SIP_TOPOLOGIES)}")
+    if s.sips.topology != "ring_1d":
+        w, h = sip_grid(p)
+        if w * h != s.sips.count:
+            raise _fail(where, "system.sips.w", s.sips.w,
+                        f"a {w}x{h} SIP grid does not hold {s.sips.count} SIPs; set system.sips.w * h = count")
+    n_cubes = sip.cube_mesh_w * sip.cube_mesh_h
+    if n_cubes > address.MAX_CUBES:
+        raise _fail(where, "sip.cube_mesh_w", sip.cube_mesh_w,
+                    f"{sip.cube_mesh_w}x{sip.cube_mesh_h} = {n_cubes} cubes; at most 16 per SIP (die ids 0..15)")
+    _validate_io(p, where)
+    _validate_cube(p, where)
+    _validate_pe(p, where)
+
+
+def _validate_io(p: TopologyParams, where: str) -> None:
+    ios = p.sip.io_chiplets
+    if len(ios) > address.IO_DIE_COUNT:
+        raise _fail(where, "sip.io_chiplets", len(ios), "at most 5 IO chiplets per SIP (dies 16..20)")
+    per_side: dict[str, int] = {}
+    for i, io in enumerate(ios):
+        if io.side not in SIDES:
+            raise _fail(where, f"sip.io_chiplets[{i}].side", io.side, "use one of N, S, E, W")
+        per_side[io.side] = per_side.get(io.side, 0) + 1
+        edge = p.sip.cube_mesh_w if io.side in "NS" else p.sip.cube_mesh_h
+        if per_side[io.side] > min(2, edge):
+            raise _fail(where, f"sip.io_chiplets[{i}].side", io.side,
+                        f"at most {min(2, edge)} IO chiplets on one shoreline; move it to another side")
+
+
+def _validate_cube(p: TopologyParams, where: str) -> None:
+    mesh, pes, hbm = p.cube.mesh, p.cube.pes, p.cube.hbm
+    zone = set(mesh.hbm_zone)
+
+    def on_mesh(path: str, rc: tuple[int, int], what: str) -> None:
+        r, c = rc
+        if not (0 <= r < mesh.rows and 0 <= c < mesh.cols):
+            raise _fail(where, path, list(rc), f"{what} is off the {mesh.rows}x{mesh.cols} mesh; "
+                        f"use 0 <= row < {mesh.rows}, 0 <= col < {mesh.cols}")
+        if rc in zone:
+            raise _fail(where, path, list(rc), f"{what} sits in the HBM zone (no router there); "
+                        "pick a router slot outside cube.mesh.hbm_zone")
+
+    for i, rc in enumerate(mesh.hbm_zone):
+        r, c = rc
+        if not (0 <= r < mesh.rows and 0 <= c < mesh.cols):
+            raise _fail(where, f"cube.mesh.hbm_zone[{i}]", list(rc), "off the mesh; remove it")
+    if len(zone) >= mesh.rows * mesh.cols:
+        raise _fail(where, "cube.mesh.hbm_zone", len(zone), "leaves no router; shrink the zone")
+    if pes.count > address.MAX_PES:
+        raise _fail(where, "cube.pes.count", pes.count, "at most 16 PEs per cube (4 address bits); use <= 16")
+    if pes.count > len(pes.routers):
+        raise _fail(where, "cube.pes.count", pes.count,
+                    f"{pes.count} PEs do not fit: cube.pes.routers lists {len(pes.routers)} router slots; "
+                    f"use count <= {len(pes.routers)} or add slots")
+    for i in range(pes.count):
+        on_mesh(f"cube.pes.routers[{i}]", pes.routers[i], f"PE {i}'s router")
+    on_mesh("cube.sram.router", p.cube.sram.router, "the SRAM router")
+    on_mesh("cube.m_cpu.router", p.cube.m_cpu.router, "the M_CPU router")
+    _check_connected(p, where)
+    for name, val in (("pcs_per_pe", hbm.pcs_per_pe), ("burst_bytes", hbm.burst_bytes)):
+        if val & (val - 1):
+            raise _fail(where, f"cube.hbm.{name}", val, "must be a power of 2 (address-bit PC selection)")
+    if not 0 < hbm.efficiency <= 1:
+        raise _fail(where, "cube.hbm.efficiency", hbm.efficiency, "must be in (0, 1]")
+    if hbm.capacity_gb * (1 << 30) > address.HBM_WINDOW_BYTES:
+        raise _fail(where, "cube.hbm.capacity_gb", hbm.capacity_gb, "exceeds the 128 GB HBM window; use <= 128")
+    if hbm.capacity_gb < 1:
+        raise _fail(where, "cube.hbm.capacity_gb", hbm.capacity_gb, "must be >= 1")
+    if p.cube.sram.size_mb * (1 << 20) > address.SRAM_BYTES:
+        raise _fail(where, "cube.sram.size_mb", p.cube.sram.size_mb, "exceeds the 32 MB SRAM window; use <= 32")
+
+
+def _check_connected(p: TopologyParams, where: str) -> None:
+    mesh = p.cube.mesh
+    slots = router_slots(p)
+    start = slots[0]
+    pool = slots_set(slots)
+    seen = {start}
+    todo = [start]
+    while todo:
+        r, c = todo.pop()
+        for nb in ((r - 1, c), (r + 1, c), (r, c - 1), (r, c + 1)):
+            if nb in pool and nb not in seen:
+                seen.add(nb)
+                todo.append(nb)
+    if len(seen) != len(slots):
+        lost = sorted(set(slots) - seen)[0]
+        raise _fail(where, "cube.mesh.hbm_zone", [list(z) for z in mesh.hbm_zone],
+                    f"splits the router mesh (r{lost[0]}c{lost[1]} unreachable); shrink the zone")
+    for side in SIDES:
+        if not edge_routers(p, side):
+            raise _fail(where, "cube.mesh.hbm_zone", [list(z) for z in mesh.hbm_zone],
+                        f"leaves no router on the {side} edge for UCIe; shrink the zone")
+
+
+def _validate_pe(p: TopologyParams, where: str) -> None:
+    tcm = p.pe.tcm
+    budget_kb = address.PE_SUB_UNITS[address.PE_TCM][1] // 1024
+    if tcm.size_kb > budget_kb:
+        raise _fail(where, "pe.tcm.size_kb", tcm.size_kb, f"exceeds the {budget_kb} KB PE_TCM address budget")
+    if tcm.scratch_kb > tcm.size_kb:
+        raise _fail(where, "pe.tcm.scratch_kb", tcm.scratch_kb, f"exceeds pe.tcm.size_kb = {tcm.size_kb}")
+    if p.pe.ipcq.buffer_kind not in ("tcm", "sram", "hbm"):
+        raise _fail(where, "pe.ipcq.buffer_kind", p.pe.ipcq.buffer_kind, "use one of tcm, sram, hbm")
+
+
+# ----------------------------------------------------------------------------- geometry helpers
+
+def sip_grid(p: TopologyParams) -> tuple[int, int]:
+    """(w, h) of the SIP grid for 2D inter-SIP patterns (0 -> derive a square-ish grid)."""
+    n, w, h = p.system.sips.count, p.system.sips.w, p.system.sips.h
+    if w and h:
+        return w, h
+    if w:
+        return w, math.ceil(n / w)
+    if h:
+        return math.ceil(n / h), h
+    w = max(1, round(math.sqrt(n)))
+    return w, math.ceil(n / w)
+
+
+def router_slots(p: TopologyParams) -> list[tuple[int, int]]:
+    """Router (row, col) slots in row-major order, HBM zone excluded."""
+    zone = set(p.cube.mesh.hbm_zone)
+    return [(r, c) for r in range(p.cube.mesh.rows) for c in range(p.cube.mesh.cols) if (r, c) not in zone]
+
+
+def slots_set(slots: list[tuple[int, int]]) -> frozenset[tuple[int, int]]:
+    return frozenset(slots)
+
+
+def edge_routers(p: TopologyParams, side: str) -> list[tuple[int, int]]:
+    """Routers on one cube edge, in order along the edge (W->E for N/S, N->S for E/W)."""
+    rows, cols = p.cube.mesh.rows, p.cube.mesh.cols
+    zone = set(p.cube.mesh.hbm_zone)
+    if side == "N":
+        cand = [(0, c) for c in range(cols)]
+    elif side == "S":
+        cand = [(rows - 1, c) for c in range(cols)]
+    elif side == "W":
+        cand = [(r, 0) for r in range(rows)]
+    else:
+        cand = [(r, cols - 1) for r in range(rows)]
+    return [rc for rc in cand if rc not in zone]
+
+
+def ucie_conn_routers(p: TopologyParams, side: str) -> list[tuple[int, int]]:
+    """Router of each UCIe connection of a port: spread evenly along the edge."""
+    edge = edge_routers(p, side)
+    n = p.sip.ucie.connections
+    return [edge[min(len(edge) - 1, int((i + 0.5) * len(edge) / n))] for i in range(n)]

@@ -1,0 +1,327 @@
+"""``compile_topology`` and the frozen ``Topology`` it returns.
+
+Phases: read YAML -> apply overrides -> validate into ``TopologyParams``
+(``_spec``) -> build nodes/links (``_build``) -> freeze. The compiled object
+is pickled under ``$KBTRACE_CACHE_DIR`` (default ``~/.cache/kbtrace/topology``)
+keyed by sha256(YAML text, overrides, kbtrace version, compiler version);
+editing the YAML changes the key, so a stale entry is never used.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import pickle
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from kbtrace import __version__, schema
+from kbtrace._io import atomic_path, stable_hash
+from kbtrace.errors import AddressError, RoutingError, TopologyError
+from kbtrace.topology import address
+from kbtrace.topology._build import PE_COMPONENTS, Graph, build_graph
+from kbtrace.topology._route import Router
+from kbtrace.topology._spec import apply_overrides, build_params, load_yaml
+from kbtrace.topology.model import Link, Node, PeCoord, Route
+from kbtrace.topology.params import TopologyParams
+
+__all__ = ["Topology", "compile_topology", "cache_dir", "CACHE_STATS", "COMPILER_VERSION"]
+
+#: bump when the compiled form changes for the same YAML (invalidates caches)
+COMPILER_VERSION = "1"
+
+#: process-wide cache counters (tests assert a second compile hits the cache)
+CACHE_STATS = {"hits": 0, "misses": 0}
+
+_PE_SUB_NODE = {0: "pe_cpu", 1: "math", 2: "ipcq", 3: "pe_cpu", 4: "math", 5: "dma", 6: "tcm"}
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("KBTRACE_CACHE_DIR")
+    base = Path(env) if env else Path.home() / ".cache" / "kbtrace"
+    return base / "topology"
+
+
+class Topology:
+    """A compiled, validated, immutable topology. Build it with ``compile_topology``."""
+
+    __slots__ = ("params", "nodes", "links", "content_hash", "source", "from_cache",
+                 "_g", "_out", "_router", "_routes", "_pes", "_frozen")
+
+    def __init__(self, params: TopologyParams, g: Graph, source: str) -> None:
+        s = object.__setattr__
+        s(self, "params", params)
+        s(self, "nodes", tuple(g.nodes))
+        s(self, "links", tuple(g.links))
+        s(self, "content_hash", stable_hash(asdict(params), COMPILER_VERSION))
+        s(self, "source", source)
+        s(self, "from_cache", False)
+        s(self, "_g", g)
+        out: list[list[Link]] = [[] for _ in g.nodes]
+        for ln in g.links:
+            out[ln.src].append(ln)
+        s(self, "_out", tuple(tuple(x) for x in out))
+        s(self, "_pes", tuple(PeCoord(si, c, pe) for (si, c, pe) in sorted(g.hbm)))
+        s(self, "_router", Router(g, params))
+        s(self, "_routes", {})
+        s(self, "_frozen", True)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Topology is frozen; cannot set {name!r} (compile a new one with overrides)")
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"params": self.params, "g": self._g, "source": self.source}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        Topology.__init__(self, state["params"], state["g"], state["source"])
+
+    def __repr__(self) -> str:
+        return (f"Topology({self.params.name!r}, sips={self.n_sips}, cubes/sip={self.cubes_per_sip}, "
+                f"pes/cube={self.pes_per_cube}, nodes={len(self.nodes)}, links={len(self.links)})")
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def n_sips(self) -> int:
+        return self.params.system.sips.count
+
+    @property
+    def cubes_per_sip(self) -> int:
+        return self.params.sip.cube_mesh_w * self.params.sip.cube_mesh_h
+
+    @property
+    def pes_per_cube(self) -> int:
+        return self.params.cube.pes.count
+
+    @property
+    def n_io_chiplets(self) -> int:
+        return len(self.params.sip.io_chiplets)
+
+    @property
+    def pes(self) -> tuple[PeCoord, ...]:
+        return self._pes
+
+    @property
+    def hbm_slice_bytes(self) -> int:
+        return self.params.cube.hbm.capacity_gb * (1 << 30) // self.pes_per_cube
+
+    @property
+    def hbm_bw_per_cube_gbps(self) -> float:
+        """Spec HBM bandwidth of one cube (PEs x PCs x PC bandwidth), before efficiency."""
+        h = self.params.cube.hbm
+        return self.pes_per_cube * h.pcs_per_pe * h.pc_bw_gbps
+
+    # ------------------------------------------------------------------ lookups
+    def node(self, node_id: str | int) -> Node:
+        if isinstance(node_id, int):
+            if not 0 <= node_id < len(self.nodes):
+                raise RoutingError(f"node index {node_id} out of range (0..{len(self.nodes) - 1})")
+            return self.nodes[node_id]
+        idx = self._g.by_id.get(node_id)
+        if idx is None:
+            close = difflib.get_close_matches(node_id, self._g.by_id, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]!r}?" if close else "see `kbtrace topo show` for the id grammar"
+            raise RoutingError(f"unknown node id {node_id!r} in topology {self.params.name!r}; {hint}")
+        return self.nodes[idx]
+
+    def out_links(self, node_idx: int) -> tuple[Link, ...]:
+        return self._out[node_idx]
+
+    def link_between(self, src: int, dst: int) -> Link:
+        idx = self._g.link_of.get((src, dst))
+        if idx is None:
+            raise RoutingError(f"no link {self.nodes[src].id} -> {self.nodes[dst].id}")
+        return self.links[idx]
+
+    def _check_pe(self, pe: PeCoord) -> None:
+        if (pe.sip, pe.cube, pe.pe) not in self._g.hbm:
+            raise RoutingError(f"PE {pe} does not exist in topology {self.params.name!r} "
+                               f"({self.n_sips} SIPs x {self.cubes_per_sip} cubes x {self.pes_per_cube} PEs)")
+
+    def pe_node(self, pe: PeCoord, component: str) -> Node:
+        if component not in PE_COMPONENTS:
+            raise RoutingError(f"unknown PE component {component!r}; use one of {', '.join(PE_COMPONENTS)}")
+        self._check_pe(pe)
+        return self.nodes[self._g.pe_comp[(pe.sip, pe.cube, pe.pe, component)]]
+
+    def hbm_ctrl(self, pe: PeCoord) -> Node:
+        self._check_pe(pe)
+        return self.nodes[self._g.hbm[(pe.sip, pe.cube, pe.pe)]]
+
+    def _cube_node(self, table: dict[tuple[int, int], int], sip: int, cube: int, what: str) -> Node:
+        idx = table.get((sip, cube))
+        if idx is None:
+            raise RoutingError(f"no {what} for sip{sip}.cube{cube}: topology has {self.n_sips} SIPs x "
+                               f"{self.cubes_per_sip} cubes")
+        return self.nodes[idx]
+
+    def sram(self, sip: int, cube: int) -> Node:
+        return self._cube_node(self._g.sram, sip, cube, "SRAM")
+
+    def m_cpu(self, sip: int, cube: int) -> Node:
+        return self._cube_node(self._g.mcpu, sip, cube, "M_CPU")
+
+    def pcie_ep(self, sip: int, io: int = 0) -> Node:
+        return self._cube_node(self._g.pcie_ep, sip, io, "PCIe EP")
+
+    def io_cpu(self, sip: int, io: int = 0) -> Node:
+        return self._cube_node(self._g.io_cpu, sip, io, "IO_CPU")
+
+    @property
+    def host(self) -> Node:
+        return self.nodes[self._g.host]
+
+    @property
+    def switch(self) -> Node:
+        return self.nodes[self._g.switch]
+
+    def router_of(self, node: str | int) -> Node | None:
+        """The cube router a cube-level node attaches to (None outside cubes)."""
+        n = self.node(node)
+        idx = self._g.attach.get(n.idx, n.idx if n.kind == "router" else None)
+        return None if idx is None else self.nodes[idx]
+
+    def router_slot(self, node: str | int) -> tuple[int, int]:
+        """(row, col) of a router node."""
+        return self._g.router_slot[self.node(node).idx]
+
+    # ------------------------------------------------------------------ routing
+    def route(self, src: str | int, dst: str | int) -> Route:
+        """Deterministic route; cached per (src, dst)."""
+        s = src if isinstance(src, int) and 0 <= src < len(self.nodes) else self.node(src).idx
+        d = dst if isinstance(dst, int) and 0 <= dst < len(self.nodes) else self.node(dst).idx
+        hit = self._routes.get((s, d))
+        if hit is not None:
+            return hit
+        path = self._router.path(s, d)
+        link_of, links, nodes = self._g.link_of, self.links, self.nodes
+        lidx = tuple(link_of[(a, b)] for a, b in zip(path, path[1:], strict=False))
+        overhead = sum(nodes[n].overhead_ns for n in path[1:])
+        wire = sum(links[i].latency_ns for i in lidx)
+        bws = [links[i].bw_gbps for i in lidx if links[i].bw_gbps > 0]
+        commit = 0.0
+        if nodes[d].kind == "hbm_ctrl":
+            h = self.params.cube.hbm
+            commit = h.burst_bytes / (h.pc_bw_gbps * h.efficiency)
+        route = Route(tuple(path), lidx, overhead, wire, min(bws) if bws else 0.0, commit)
+        self._routes[(s, d)] = route
+        return route
+
+    # ------------------------------------------------------------------ addresses
+    def resolve(self, addr: int) -> Node:
+        """Physical address -> owning node (hbm_ctrl slice, PE unit, sram, m_cpu, io_cpu, pcie_ep)."""
+        pa_ = address.decode(addr)
+        if pa_.sip >= self.n_sips:
+            raise AddressError(f"address {addr:#x}: SIP {pa_.sip} not in this topology ({self.n_sips} SIPs)")
+        g = self._g
+        if pa_.die >= address.IO_DIE_BASE:
+            io = pa_.die - address.IO_DIE_BASE
+            if io >= self.n_io_chiplets:
+                raise AddressError(f"address {addr:#x}: IO chiplet die {pa_.die} not in this topology "
+                                   f"({self.n_io_chiplets} chiplets = dies 16..{15 + self.n_io_chiplets})")
+            return self.nodes[(g.io_cpu if pa_.target == "iocpu" else g.pcie_ep)[(pa_.sip, io)]]
+        if pa_.die >= self.cubes_per_sip:
+            raise AddressError(f"address {addr:#x}: cube {pa_.die} not in this topology "
+                               f"({self.cubes_per_sip} cubes per SIP)")
+        if pa_.target == "hbm":
+            pe = pa_.offset // self.hbm_slice_bytes
+            if pe >= self.pes_per_cube:
+                raise AddressError(f"address {addr:#x}: HBM offset {pa_.offset:#x} beyond the "
+                                   f"{self.params.cube.hbm.capacity_gb} GB implemented per cube")
+            return self.nodes[g.hbm[(pa_.sip, pa_.die, pe)]]
+        if pa_.target == "pe_local":
+            assert pa_.pe is not None and pa_.sub_unit is not None
+            if pa_.pe >= self.pes_per_cube:
+                raise AddressError(f"address {addr:#x}: PE {pa_.pe} not in this topology "
+                                   f"({self.pes_per_cube} PEs per cube)")
+            if pa_.sub_unit == address.PE_TCM and pa_.offset >= self.params.pe.tcm.size_kb * 1024:
+                raise AddressError(f"address {addr:#x}: TCM offset {pa_.offset:#x} beyond "
+                                   f"pe.tcm.size_kb = {self.params.pe.tcm.size_kb}")
+            return self.nodes[g.pe_comp[(pa_.sip, pa_.die, pa_.pe, _PE_SUB_NODE[pa_.sub_unit])]]
+        if pa_.target == "cube_sram":
+            if pa_.offset >= self.params.cube.sram.size_mb << 20:
+                raise AddressError(f"address {addr:#x}: SRAM offset {pa_.offset:#x} beyond "
+                                   f"cube.sram.size_mb = {self.params.cube.sram.size_mb}")
+            return self.nodes[g.sram[(pa_.sip, pa_.die)]]
+        return self.nodes[g.mcpu[(pa_.sip, pa_.die)]]
+
+    def hbm_base(self, pe: PeCoord) -> int:
+        """Physical address of the first byte of a PE's HBM slice."""
+        self._check_pe(pe)
+        return address.hbm_addr(pe.sip, pe.cube, pe.pe * self.hbm_slice_bytes)
+
+    # ------------------------------------------------------------------ tables
+    def nodes_table(self) -> pa.Table:
+        ns = self.nodes
+        cols = [
+            pa.array([n.idx for n in ns], pa.int32()),
+            pa.array([n.id for n in ns], pa.string()),
+            _dict([n.kind for n in ns]),
+            pa.array([n.sip for n in ns], pa.int16()),
+            pa.array([n.cube for n in ns], pa.int16()),
+            pa.array([n.pe for n in ns], pa.int16()),
+            pa.array([n.overhead_ns for n in ns], pa.float64()),
+            pa.array([n.x_mm for n in ns], pa.float64()),
+            pa.array([n.y_mm for n in ns], pa.float64()),
+        ]
+        return pa.Table.from_arrays(cols, schema=schema.NODES)
+
+    def links_table(self) -> pa.Table:
+        ls, ns = self.links, self.nodes
+        cols = [
+            pa.array([ln.idx for ln in ls], pa.int32()),
+            pa.array([ln.src for ln in ls], pa.int32()),
+            pa.array([ln.dst for ln in ls], pa.int32()),
+            pa.array([ns[ln.src].id for ln in ls], pa.string()),
+            pa.array([ns[ln.dst].id for ln in ls], pa.string()),
+            _dict([ln.kind for ln in ls]),
+            pa.array([ln.bw_gbps for ln in ls], pa.float64()),
+            pa.array([ln.distance_mm for ln in ls], pa.float64()),
+            pa.array([ln.latency_ns for ln in ls], pa.float64()),
+        ]
+        return pa.Table.from_arrays(cols, schema=schema.LINKS)
+
+
+def _dict(values: list[str]) -> pa.Array:
+    return pa.array(values, pa.string()).dictionary_encode().cast(pa.dictionary(pa.int16(), pa.string()))
+
+
+# ----------------------------------------------------------------------------- compile
+
+def compile_topology(path: str | os.PathLike[str], overrides: dict[str, Any] | None = None,
+                     *, use_cache: bool = True) -> Topology:
+    """Validate and compile a topology YAML (+ dotted-key overrides); cached on disk by content."""
+    where = str(path)
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise TopologyError(f"{where}: no such topology file; see topologies/*.yaml") from None
+    except OSError as exc:
+        raise TopologyError(f"{where}: cannot read topology file ({exc.strerror})") from None
+    ov = dict(overrides or {})
+    key = stable_hash(text, sorted((k, repr(v)) for k, v in ov.items()), __version__, COMPILER_VERSION)
+    cfile = cache_dir() / f"{key}.pkl"
+    if use_cache and cfile.is_file():
+        try:
+            with open(cfile, "rb") as fh:
+                topo = pickle.load(fh)
+            if isinstance(topo, Topology):
+                object.__setattr__(topo, "source", where)
+                object.__setattr__(topo, "from_cache", True)
+                CACHE_STATS["hits"] += 1
+                return topo
+        except Exception:  # noqa: BLE001 - a corrupt cache entry is rebuilt, never trusted
+            pass
+    raw = apply_overrides(load_yaml(text, where), ov, where)
+    params = build_params(raw, where)
+    topo = Topology(params, build_graph(params, where), where)
+    CACHE_STATS["misses"] += 1
+    if use_cache:
+        try:
+            with atomic_path(cfile) as tmp:
+                tmp.write_bytes(pickle.dumps(topo, protocol=pickle.HIGHEST_PROTOCOL))
+        except OSError:
+            pass  # a read-only cache dir only costs speed
+    return topo

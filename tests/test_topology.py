@@ -1,0 +1,177 @@
+"""Topology compile + routing: the issue-2 checks on the real topology files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kbtrace import schema
+from kbtrace.errors import AddressError, RoutingError
+from kbtrace.topology import CACHE_STATS, PeCoord, address, compile_topology
+
+TOPO = Path(__file__).resolve().parents[1] / "topologies"
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("KBTRACE_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="module")
+def default():
+    return compile_topology(TOPO / "default.yaml", use_cache=False)
+
+
+@pytest.fixture(scope="module")
+def small():
+    return compile_topology(TOPO / "small.yaml", use_cache=False)
+
+
+def ids(topo, route):
+    return [topo.nodes[n].id for n in route.nodes]
+
+
+def kinds(topo, route):
+    return [topo.links[i].kind for i in route.links]
+
+
+def test_default_counts(default):
+    t = default
+    assert (t.n_sips, t.cubes_per_sip, t.pes_per_cube) == (2, 16, 8)
+    assert len(t.pes) == 256 and t.pes[0] == PeCoord(0, 0, 0) and t.pes[-1] == PeCoord(1, 15, 7)
+    assert t.hbm_bw_per_cube_gbps == 2048.0
+    assert t.hbm_slice_bytes == 6 * (1 << 30)
+    by_kind = {}
+    for n in t.nodes:
+        by_kind[n.kind] = by_kind.get(n.kind, 0) + 1
+    assert set(by_kind) == set(schema.NODE_KINDS)
+    assert by_kind["router"] == 2 * 16 * 32          # 6x6 minus 4 HBM-zone slots
+    assert by_kind["ucie"] == 2 * 16 * 4 and by_kind["ucie_conn"] == 2 * 16 * 16
+    assert by_kind["hbm_ctrl"] == by_kind["dma"] == 256
+    assert by_kind["io_ucie"] == 2 * 4                  # W shoreline of a 4x4 cube mesh
+    assert {ln.kind for ln in t.links} == set(schema.LINK_KINDS)
+    with pytest.raises(RoutingError, match="did you mean 'sip0.cube3.pe5.dma'"):
+        t.node("sip0.cube3.pe5.dmaa")
+    with pytest.raises(RoutingError):
+        t.node("sip0.cube0.r2c2")                       # HBM zone: no router
+
+
+def test_tables_match_schema(small):
+    nt, lt = small.nodes_table(), small.links_table()
+    assert nt.schema.equals(schema.NODES) and lt.schema.equals(schema.LINKS)
+    assert nt.num_rows == len(small.nodes) and lt.num_rows == len(small.links)
+    assert nt.column("node_id")[0].as_py() == "host"
+    assert lt.column("link_idx").to_pylist() == list(range(lt.num_rows))
+
+
+def test_own_slice_has_no_mesh_link(default):
+    t = default
+    pe = PeCoord(0, 3, 5)
+    r = t.route(t.pe_node(pe, "dma").idx, t.hbm_ctrl(pe).idx)
+    assert ids(t, r) == ["sip0.cube3.pe5.dma", "sip0.cube3.r4c5", "sip0.cube3.hbm_ctrl.pe5"]
+    assert kinds(t, r) == ["pe_to_router", "router_to_hbm"]
+    assert r.overhead_ns == 2.0                         # the router's switching overhead only
+    assert r.lower_bound_ns(0) > 0
+
+
+def test_mesh_links_grow_with_distance(default):
+    t = default
+    src = "sip0.cube0.pe0.dma"                           # r0c0
+    near = t.route(src, "sip0.cube0.hbm_ctrl.pe2")       # r1c0: 1 mesh hop
+    far = t.route(src, "sip0.cube0.hbm_ctrl.pe7")        # r5c5: 10 mesh hops
+    own = t.route(src, "sip0.cube0.hbm_ctrl.pe0")
+    assert kinds(t, near).count("router_mesh") == 1
+    assert kinds(t, far).count("router_mesh") == 10
+    assert "ucie" not in {t.nodes[n].kind for n in far.nodes}
+    adj = t.route(src, "sip0.cube1.hbm_ctrl.pe0")        # cube1 is east of cube0
+    assert [t.nodes[n].kind for n in adj.nodes].count("ucie") == 2
+    assert kinds(t, adj).count("ucie_mesh") == 1
+    for nbytes in (0, 4096, 65536):
+        lbs = [r.lower_bound_ns(nbytes) for r in (own, near, far, adj)]
+        assert lbs == sorted(lbs) and len(set(lbs)) == 4, lbs
+    assert own.lower_bound_ns(4096) < own.lower_bound_ns(65536)
+    assert adj.bottleneck_gbps == 128.0                  # one UCIe connection lane
+    # exact figure: 64 KiB over the 128 GB/s lane = 512 ns drain + 8 ns HBM commit + path
+    assert adj.lower_bound_ns(65536) == pytest.approx(adj.overhead_ns + adj.wire_ns + 512 + 8)
+
+
+def test_xy_order_and_hbm_zone_detour(default):
+    t = default
+    r = t.route("sip0.cube0.pe0.dma", "sip0.cube0.hbm_ctrl.pe7")
+    slots = [t.router_slot(n) for n in r.nodes if t.nodes[n].kind == "router"]
+    assert slots == [(0, c) for c in range(6)] + [(r_, 5) for r_ in range(1, 6)]   # X first, then Y
+    r = t.route("sip0.cube0.r2c0", "sip0.cube0.r3c5")   # row 2/3 blocked by the HBM zone
+    slots = [t.router_slot(n) for n in r.nodes]
+    assert (2, 2) not in slots and (3, 2) not in slots and len(slots) == 9
+
+
+def test_io_and_inter_sip_paths(default):
+    t = default
+    r = t.route("host", "sip1.cube5.hbm_ctrl.pe0")
+    k = [t.nodes[n].kind for n in r.nodes]
+    assert k[:5] == ["host", "switch", "pcie_ep", "io_noc", "io_conn"]
+    assert "io_cpu" not in k                              # memory ops bypass IO_CPU
+    launch = t.route(t.io_cpu(0).idx, t.m_cpu(0, 15).idx)
+    assert [t.nodes[n].kind for n in launch.nodes][:3] == ["io_cpu", "io_noc", "io_conn"]
+    x = t.route("sip0.cube0.pe0.dma", "sip1.cube0.hbm_ctrl.pe0")
+    xk = [t.nodes[n].kind for n in x.nodes]
+    assert xk.count("switch") == 1 and xk.count("pcie_ep") == 2
+    assert x.bottleneck_gbps == 64.0
+
+
+def test_routes_cached_and_deterministic(default, small):
+    r1 = default.route("sip0.cube0.pe1.tcm", "sip0.cube9.sram")
+    assert default.route("sip0.cube0.pe1.tcm", "sip0.cube9.sram") is r1
+    again = compile_topology(TOPO / "default.yaml", use_cache=False)
+    assert again.route("sip0.cube0.pe1.tcm", "sip0.cube9.sram") == r1
+    with pytest.raises(RoutingError):
+        small.route("sip0.cube0.pe0.dma", "sip0.cube0.pe0.dma")
+
+
+def test_lane_spread_by_source_pe(small):
+    t = small
+    lanes = {t.nodes[n].id for pe in range(8)
+             for n in t.route(f"sip0.cube0.pe{pe}.dma", "sip0.cube1.sram").nodes
+             if t.nodes[n].kind == "ucie_conn" and t.nodes[n].cube == 0}
+    assert lanes == {f"sip0.cube0.ucie_e.conn{k}" for k in range(4)}
+
+
+def test_resolve(small):
+    t = small
+    sl = t.hbm_slice_bytes
+    assert t.resolve(address.hbm_addr(0, 2, 0)).id == "sip0.cube2.hbm_ctrl.pe0"
+    assert t.resolve(address.hbm_addr(0, 2, 3 * sl + 17)).id == "sip0.cube2.hbm_ctrl.pe3"
+    assert t.resolve(address.hbm_addr(0, 2, 8 * sl - 1)).id == "sip0.cube2.hbm_ctrl.pe7"
+    assert t.resolve(t.hbm_base(PeCoord(0, 1, 6))).id == "sip0.cube1.hbm_ctrl.pe6"
+    assert t.resolve(address.pe_tcm_addr(0, 3, 4, 100)).id == "sip0.cube3.pe4.tcm"
+    assert t.resolve(address.sram_addr(0, 1, 0)).id == "sip0.cube1.sram"
+    assert t.resolve(address.mcpu_addr(0, 1, 5, 0)).id == "sip0.cube1.m_cpu"
+    assert t.resolve(address.iocpu_addr(0, 16, 2, 0)).id == "sip0.io0.io_cpu"
+    for bad in (address.hbm_addr(0, 0, 8 * sl), address.hbm_addr(1, 0, 0), address.hbm_addr(0, 4, 0),
+                address.pe_tcm_addr(0, 0, 8, 0), address.iocpu_addr(0, 17, 0, 0)):
+        with pytest.raises(AddressError):
+            t.resolve(bad)
+
+
+def test_cache_hit_and_identical_tables():
+    path = TOPO / "default.yaml"
+    h0 = CACHE_STATS["hits"]
+    a = compile_topology(path)
+    b = compile_topology(path)
+    assert not a.from_cache and b.from_cache and CACHE_STATS["hits"] == h0 + 1
+    assert a.nodes_table().equals(b.nodes_table()) and a.links_table().equals(b.links_table())
+    assert a.content_hash == b.content_hash
+    assert a.route("sip0.cube0.pe0.dma", "sip1.cube3.sram") == \
+        b.route("sip0.cube0.pe0.dma", "sip1.cube3.sram")
+
+
+def test_tiny_and_overrides():
+    t = compile_topology(TOPO / "tiny.yaml")
+    assert (t.n_sips, t.cubes_per_sip, t.pes_per_cube, len(t.pes)) == (1, 1, 2, 2)
+    o = compile_topology(TOPO / "tiny.yaml", overrides={"cube.mesh.link_bw_gbps": 128})
+    assert o.params.cube.mesh.link_bw_gbps == 128.0 and o.content_hash != t.content_hash
+    r = o.route("sip0.cube0.pe0.dma", "sip0.cube0.hbm_ctrl.pe1")
+    assert r.bottleneck_gbps == 128.0
+    with pytest.raises(AttributeError):
+        o.params = None
