@@ -25,7 +25,7 @@ import pyarrow as pa
 from kbtrace import __version__, schema
 from kbtrace._io import write_json, write_table
 
-__all__ = ["write_synthetic_run", "SYNTH_MAKESPAN_NS"]
+__all__ = ["write_synthetic_run", "make_table", "SYNTH_MAKESPAN_NS"]
 
 SYNTH_MAKESPAN_NS = 180.0
 
@@ -81,11 +81,13 @@ _HOPS = [
 ]
 
 
-def _table(sch: pa.Schema, cols: dict[str, list[Any]]) -> pa.Table:
+def make_table(sch: pa.Schema, cols: dict[str, list[Any]]) -> pa.Table:
+    """An Arrow table of ``sch`` from per-column lists; missing columns are null (lists empty)."""
     n = len(next(iter(cols.values())))
     arrays = []
     for fld in sch:
-        vals = cols.get(fld.name, [None] * n)
+        default = [[] for _ in range(n)] if pa.types.is_list(fld.type) else [None] * n
+        vals = cols.get(fld.name, default)
         if pa.types.is_dictionary(fld.type):
             arrays.append(pa.array(vals, type=pa.string()).dictionary_encode().cast(fld.type))
         else:
@@ -94,7 +96,7 @@ def _table(sch: pa.Schema, cols: dict[str, list[Any]]) -> pa.Table:
 
 
 def _nodes() -> pa.Table:
-    return _table(schema.NODES, {
+    return make_table(schema.NODES, {
         "node_idx": [n[0] for n in _NODES], "node_id": [_P + n[1] for n in _NODES],
         "kind": [n[2] for n in _NODES], "sip": [0] * len(_NODES), "cube": [0] * len(_NODES),
         "pe": [None if n[2] in ("router", "hbm_ctrl") else n[3] for n in _NODES],
@@ -104,7 +106,7 @@ def _nodes() -> pa.Table:
 
 def _links() -> pa.Table:
     ids = {n[0]: _P + n[1] for n in _NODES}
-    return _table(schema.LINKS, {
+    return make_table(schema.LINKS, {
         "link_idx": [lk[0] for lk in _LINKS], "src_idx": [lk[1] for lk in _LINKS],
         "dst_idx": [lk[2] for lk in _LINKS], "src_id": [ids[lk[1]] for lk in _LINKS],
         "dst_id": [ids[lk[2]] for lk in _LINKS], "kind": [lk[3] for lk in _LINKS],
@@ -114,7 +116,7 @@ def _links() -> pa.Table:
 
 def _ops() -> pa.Table:
     n = len(_OPS)
-    return _table(schema.OPS, {
+    return make_table(schema.OPS, {
         "op_id": [o[0] for o in _OPS], "launch": [0] * n, "program": [o[1] for o in _OPS],
         "pid0": [o[1] for o in _OPS], "pid1": [0] * n, "sip": [0] * n, "cube": [0] * n,
         "pe": [o[1] for o in _OPS], "seq": [o[2] for o in _OPS], "kind": [o[3] for o in _OPS],
@@ -130,7 +132,7 @@ def _ops() -> pa.Table:
 def _op_timing() -> pa.Table:
     ids = {n[0]: _P + n[1] for n in _NODES}
     n = len(_OPS)
-    return _table(schema.OP_TIMING, {
+    return make_table(schema.OP_TIMING, {
         "op_id": [o[0] for o in _OPS], "launch": [0] * n, "program": [o[1] for o in _OPS],
         "sip": [0] * n, "cube": [0] * n, "pe": [o[1] for o in _OPS], "seq": [o[2] for o in _OPS],
         "kind": [o[3] for o in _OPS], "name": [o[4] for o in _OPS],
@@ -146,7 +148,7 @@ def _hops() -> pa.Table:
     for c in ("t_enter_ns", "t_leave_ns", "busy_ns", "queue_ns", "crit_ns"):
         data[c] = [float(v) for v in data[c]]
     data["tile"] = [-1] * len(_HOPS)
-    return _table(schema.HOPS, data)
+    return make_table(schema.HOPS, data)
 
 
 def write_synthetic_run(root: str | os.PathLike[str]) -> Path:

@@ -1,0 +1,158 @@
+"""Analysis subcommands: run, sql, verify, diff, baseline, report, export (argument parsing only)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+__all__ = ["register"]
+
+
+def _sql(args: argparse.Namespace) -> int:
+    from kbtrace.analysis.formats import render, resolve_query, write_frame
+    from kbtrace.analysis.run import open_run
+
+    with open_run(args.run) as run:
+        df = run.sql(resolve_query(args.query))
+    if args.format == "parquet" and not args.output:
+        print("kbtrace: error: --format parquet needs -o FILE", file=sys.stderr)
+        return 2
+    if args.output:
+        write_frame(df, args.format, args.output)
+        print(f"wrote {df.height} rows to {args.output}")
+    else:
+        sys.stdout.write(render(df, args.format))
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from kbtrace.analysis.verify import verify
+
+    res = verify(args.run)
+    print(res.text())
+    return 0 if res.ok else 1
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from kbtrace.analysis.diff import diff
+
+    res = diff(args.base, args.new, fail_on=args.fail_on or [])
+    out = res.render(args.format)
+    if args.output:
+        from kbtrace._io import atomic_path
+        with atomic_path(args.output) as tmp:
+            tmp.write_text(out)
+    sys.stdout.write(out)
+    return 1 if res.failed else 0
+
+
+def _baseline_update(args: argparse.Namespace) -> int:
+    from kbtrace.analysis.baseline import update_baselines
+
+    for name, path in update_baselines(args.workloads or None, topology=args.topology,
+                                       root=args.root):
+        print(f"baseline {name}: {path}")
+    return 0
+
+
+def _baseline_check(args: argparse.Namespace) -> int:
+    from kbtrace.analysis.baseline import check_baselines
+
+    failed = False
+    for name, res in check_baselines(args.workloads or None, topology=args.topology,
+                                     root=args.root, fail_on=args.fail_on or ["makespan>2%"]):
+        print(f"== {name}: {'REGRESSION' if res.failed else 'ok'}")
+        sys.stdout.write(res.render("text"))
+        failed = failed or res.failed
+    return 1 if failed else 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from kbtrace.analysis.report import report
+
+    out = report(args.run, args.output)
+    print(f"report: {out / 'index.html'}")
+    return 0
+
+
+def _export_perfetto(args: argparse.Namespace) -> int:
+    from kbtrace.analysis.perfetto import export_perfetto
+
+    n = export_perfetto(args.run, args.output)
+    print(f"wrote {n} trace events to {args.output} (open it in https://ui.perfetto.dev)")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from kbtrace.analysis.main import run_workload
+
+    summary = run_workload(args.workload, topology=args.topology, params=args.param or [],
+                           fidelity=args.fidelity, out=args.out, verify_data=not args.no_verify,
+                           make_report=not args.no_report)
+    print(summary.text())
+    return 0 if summary.ok else 1
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from kbtrace.analysis.formats import FORMATS
+
+    p = sub.add_parser("run", help="capture + replay + verify + report one workload (main job)",
+                       description="Capture WORKLOAD.py, replay it on a topology, verify the "
+                                   "numbers, write a report; print where everything went.")
+    p.add_argument("workload", nargs="?", default=None,
+                   help="workload file (default: capture/gemm.py)")
+    p.add_argument("--topology", "-t", default=None, help="topology YAML (default: topologies/small.yaml)")
+    p.add_argument("-p", "--param", action="append", metavar="KEY=VALUE",
+                   help="workload parameter override, repeatable (-p M=512)")
+    p.add_argument("--fidelity", choices=("fast", "flit"), default="fast", help="replay fidelity")
+    p.add_argument("--out", default="data", help="output root (traces/, runs/, reports/)")
+    p.add_argument("--no-verify", action="store_true", help="skip phase-2 verification")
+    p.add_argument("--no-report", action="store_true", help="skip the HTML/PNG report")
+    p.set_defaults(func=_run)
+
+    p = sub.add_parser("sql", help="run SQL (or a saved query by name) over a run's views")
+    p.add_argument("run", help="run directory (or a directory of runs)")
+    p.add_argument("query", help="SQL text, a saved query name from analysis/ (top_hotspots), "
+                                 "or a .sql file")
+    p.add_argument("--format", "-f", choices=FORMATS, default="table")
+    p.add_argument("-o", "--output", help="write to FILE instead of stdout")
+    p.set_defaults(func=_sql)
+
+    p = sub.add_parser("verify", help="phase-2 numeric verification in replay order (exit 1 on mismatch)")
+    p.add_argument("run", help="run directory")
+    p.set_defaults(func=_verify)
+
+    p = sub.add_parser("diff", help="compare two runs or baselines op by op; thresholds set the exit code")
+    p.add_argument("base", help="baseline run or baseline directory")
+    p.add_argument("new", help="new run or baseline directory")
+    p.add_argument("--fail-on", action="append", metavar="RULE",
+                   help="regression rule, repeatable: makespan>2%%, stage.dma_read>5%%, "
+                        "util.hbm_ctrl<-10%%, ops.added>0, op.max>10%%")
+    p.add_argument("--format", "-f", choices=("text", "md", "json"), default="text")
+    p.add_argument("-o", "--output", help="also write the rendering to FILE")
+    p.set_defaults(func=_diff)
+
+    p = sub.add_parser("baseline", help="committed CI baselines under data/baselines/")
+    bsub = p.add_subparsers(dest="baseline_command", metavar="ACTION", required=True)
+    for name, fn, hlp in (("update", _baseline_update, "re-run workloads and rewrite baselines"),
+                          ("check", _baseline_check, "re-run workloads and diff against baselines")):
+        b = bsub.add_parser(name, help=hlp)
+        b.add_argument("workloads", nargs="*", help="workload names (default: every capture/*.py)")
+        b.add_argument("--topology", default=None, help="topology YAML (default: topologies/small.yaml)")
+        b.add_argument("--root", default=None, help="baseline root (default: data/baselines)")
+        if name == "check":
+            b.add_argument("--fail-on", action="append", metavar="RULE")
+        b.set_defaults(func=fn)
+
+    p = sub.add_parser("report", help="tables, PNG plots and one self-contained HTML page for a run")
+    p.add_argument("run", help="run directory")
+    p.add_argument("-o", "--output", default=None, help="report directory (default: RUN/report)")
+    p.set_defaults(func=_report)
+
+    p = sub.add_parser("export", help="export a run's timeline")
+    esub = p.add_subparsers(dest="export_format", metavar="FORMAT", required=True)
+    e = esub.add_parser("perfetto", help="Chrome trace-event JSON for ui.perfetto.dev")
+    e.add_argument("run", help="run directory")
+    e.add_argument("-o", "--output", required=True, type=Path, help="output .json file")
+    e.set_defaults(func=_export_perfetto)

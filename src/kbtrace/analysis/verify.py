@@ -1,0 +1,251 @@
+"""Phase-2 numeric verification: recompute the trace in the replay's timing order.
+
+``verify(run)`` rebuilds the memory image from the trace's ``memory.parquet``, executes
+every op with the capture stage's numpy executor (``kbtrace.capture.executor``: the one
+definition of op semantics) in the order the replay timed them, and compares
+
+* every declared output tensor with its reference (dtype tolerance table of
+  ``kbtrace.capture.dtypes``: f32 1e-5, f16 1e-3, bf16 1e-2 as rtol = atol with
+  ``|got - want| <= atol + rtol * |want|``; integers and bool exactly), and
+* every op's result digest with ``ops.out_digest`` (the capture-order golden run); the
+  first op in execution order whose digest differs is the *first diverging op*.
+
+Execution order: ``op_timing.t_start_ns``, ties broken by dependency depth (an op
+after everything it depends on: ``deps`` and, for a recv, its matching send), then
+op_id. Because the order comes from the replay, a replay that runs a consumer before
+its producer fails verification even when the kernel is right.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kbtrace import schema
+from kbtrace.errors import AnalysisError, KbtraceError
+
+__all__ = ["verify", "VerifyResult", "TensorCheck", "DivergingOp", "execution_order"]
+
+
+@dataclass(frozen=True, slots=True)
+class TensorCheck:
+    """Comparison of one declared output with its reference."""
+
+    tensor: str
+    dtype: str
+    shape: tuple[int, ...]
+    max_abs: float
+    max_rel: float
+    rtol: float
+    atol: float
+    n_bad: int
+    ok: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DivergingOp:
+    """The first op (in execution order) whose result differs from the capture run."""
+
+    op_id: int
+    kind: str
+    name: str
+    launch: int
+    program: int
+    seq: int
+    src_file: str | None
+    src_line: int | None
+    position: int          # index in the execution order
+    reason: str
+
+    def describe(self) -> str:
+        where = f"{self.src_file}:{self.src_line}" if self.src_file else "unknown source line"
+        return (f"op {self.op_id} {self.kind}/{self.name} (launch {self.launch}, program "
+                f"{self.program}, seq {self.seq}) at {where}, #{self.position} in replay order: "
+                f"{self.reason}")
+
+
+@dataclass
+class VerifyResult:
+    """Outcome of ``verify``; ``ok`` is the verdict, ``text()`` the human report."""
+
+    run_dir: Path
+    n_ops: int
+    tensors: list[TensorCheck] = field(default_factory=list)
+    first_divergence: DivergingOp | None = None
+    order_violations: list[tuple[int, int]] = field(default_factory=list)  # (op, dep) pairs
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return (self.error is None and self.first_divergence is None
+                and all(t.ok for t in self.tensors))
+
+    def text(self) -> str:
+        lines = [f"verify: {'PASS' if self.ok else 'FAIL'} ({self.n_ops} ops in replay order, "
+                 f"{len(self.tensors)} output tensors; run {self.run_dir})"]
+        if self.tensors:
+            lines.append(f"  {'tensor':<16} {'dtype':<5} {'shape':<14} {'max_abs':>10} "
+                         f"{'max_rel':>10} {'rtol/atol':>13}  result")
+            for t in self.tensors:
+                shape = "x".join(map(str, t.shape)) or "scalar"
+                lines.append(f"  {t.tensor:<16} {t.dtype:<5} {shape:<14} {t.max_abs:>10.3e} "
+                             f"{t.max_rel:>10.3e} {t.rtol:>6.0e}/{t.atol:<6.0e}  "
+                             f"{'ok' if t.ok else f'FAIL ({t.n_bad} elements)'}")
+        if self.first_divergence is not None:
+            lines.append("  first diverging op: " + self.first_divergence.describe())
+        for op, dep in self.order_violations[:5]:
+            lines.append(f"  order violation: op {op} starts before its dependency op {dep} ends")
+        if len(self.order_violations) > 5:
+            lines.append(f"  ... {len(self.order_violations) - 5} more order violations")
+        if self.error:
+            lines.append(f"  error: {self.error}")
+        return "\n".join(lines)
+
+
+def _read(path: Path, expected: pa.Schema) -> pa.Table:
+    if not path.is_file():
+        raise AnalysisError(f"{path}: missing; verify needs the run's trace "
+                            "(re-capture it or fix trace_dir in run.json)")
+    table = pq.read_table(path)
+    schema.check_schema(table.schema, expected, str(path))
+    return table
+
+
+def _depth(ops: pa.Table) -> dict[int, int]:
+    """Dependency depth of every op (deps + recv->send); ops in a cycle get a large depth."""
+    ids = ops.column("op_id").to_pylist()
+    deps = ops.column("deps").to_pylist()
+    kinds = ops.column("kind").to_pylist()
+    match = ops.column("match_op_id").to_pylist()
+    idset = set(ids)
+    preds: dict[int, list[int]] = {}
+    for i, d, k, m in zip(ids, deps, kinds, match, strict=True):
+        p = [x for x in (d or []) if x in idset]
+        if k == "recv" and m is not None and m in idset:
+            p.append(m)
+        preds[i] = p
+    succ: dict[int, list[int]] = {i: [] for i in ids}
+    indeg = {i: len(p) for i, p in preds.items()}
+    for i, p in preds.items():
+        for x in p:
+            succ[x].append(i)
+    depth = {i: 0 for i in ids}
+    q = deque(sorted(i for i in ids if indeg[i] == 0))
+    while q:
+        i = q.popleft()
+        for s in succ[i]:
+            depth[s] = max(depth[s], depth[i] + 1)
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                q.append(s)
+    big = len(ids) + 1
+    return {i: (depth[i] if indeg[i] == 0 else big) for i in ids}
+
+
+def execution_order(ops: pa.Table, op_timing: pa.Table) -> list[int]:
+    """op_ids sorted by (t_start_ns, dependency depth, op_id)."""
+    depth = _depth(ops)
+    t = dict(zip(op_timing.column("op_id").to_pylist(),
+                 op_timing.column("t_start_ns").to_pylist(), strict=True))
+    missing = [i for i in depth if i not in t]
+    if missing:
+        raise AnalysisError(f"op_timing has no row for {len(missing)} ops (first: op {missing[0]}); "
+                            "the run is incomplete, re-run `kbtrace replay`")
+    return sorted(depth, key=lambda i: (t[i], depth[i], i))
+
+
+def _order_violations(ops: pa.Table, op_timing: pa.Table) -> list[tuple[int, int]]:
+    start = dict(zip(op_timing.column("op_id").to_pylist(),
+                     op_timing.column("t_start_ns").to_pylist(), strict=True))
+    end = dict(zip(op_timing.column("op_id").to_pylist(),
+                   op_timing.column("t_end_ns").to_pylist(), strict=True))
+    out = []
+    for i, d in zip(ops.column("op_id").to_pylist(), ops.column("deps").to_pylist(), strict=True):
+        for x in d or []:
+            if x in end and i in start and start[i] < end[x]:
+                out.append((i, x))
+    return out
+
+
+def _compare(name: str, dtype: str, got: np.ndarray | None, want: np.ndarray) -> TensorCheck:
+    from kbtrace.capture.dtypes import TOLERANCE
+
+    rtol, atol = TOLERANCE.get(dtype, (0.0, 0.0))
+    shape = tuple(int(s) for s in want.shape)
+    if got is None or tuple(got.shape) != shape:
+        return TensorCheck(name, dtype, shape, float("inf"), float("inf"), rtol, atol,
+                           int(np.prod(shape)) if shape else 1, False)
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    diff = np.abs(g - w)
+    diff = np.where(np.isnan(g) & np.isnan(w), 0.0, diff)
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    nz = np.abs(w) > 0
+    max_abs = float(diff.max()) if diff.size else 0.0
+    max_rel = float((diff[nz] / np.abs(w[nz])).max()) if nz.any() else 0.0
+    bad = diff > atol + rtol * np.abs(w)
+    n_bad = int(np.count_nonzero(bad))
+    return TensorCheck(name, dtype, shape, max_abs, max_rel, rtol, atol, n_bad, n_bad == 0)
+
+
+def verify(run: Any) -> VerifyResult:
+    """Re-execute a run's trace in replay timing order and check outputs and per-op digests.
+
+    ``run``: a run directory path or an open ``Run``. Raises ``AnalysisError`` when the
+    inputs are missing; numeric failures are reported in the result (``ok`` False).
+    """
+    from kbtrace.analysis.run import find_trace_dir, read_run_json
+    from kbtrace.capture import executor as ex
+
+    run_dir = Path(run.path if hasattr(run, "path") else run)
+    info = read_run_json(run_dir)
+    trace_dir = find_trace_dir(run_dir, info)
+    if trace_dir is None:
+        raise AnalysisError(f"{run_dir}: trace {info.get('trace_dir')!r} not found; verify needs "
+                            "ops.parquet and memory.parquet (re-capture or fix run.json trace_dir)")
+    ops = _read(trace_dir / "ops.parquet", schema.OPS)
+    memory = _read(trace_dir / "memory.parquet", schema.MEMORY)
+    timing = _read(run_dir / "op_timing.parquet", schema.OP_TIMING)
+    order = execution_order(ops, timing)
+    result = VerifyResult(run_dir, len(order), order_violations=_order_violations(ops, timing))
+
+    rows = {op.op_id: op for op in ex.ops_from_table(ops)}
+    machine = ex.Machine()
+    ex.load_memory(memory, machine.mem)
+    for pos, op_id in enumerate(order):
+        op = rows[op_id]
+        try:
+            _, dig = machine.step(op)
+        except (KbtraceError, ValueError, KeyError, IndexError) as exc:
+            result.first_divergence = result.first_divergence or _div(op, pos, f"could not execute: {exc}")
+            result.error = f"execution stopped at op {op_id}: {exc}"
+            break
+        want = op.out_digest
+        if result.first_divergence is None and dig is not None and want is not None and dig != want:
+            result.first_divergence = _div(op, pos, f"result digest {dig:016x} != capture "
+                                                    f"{want:016x}")
+    if result.error is None:
+        outputs = ex.gather_outputs(memory, machine.mem)
+        dtypes = {r["tensor"]: r["dtype"] for r in memory.select(["tensor", "role", "dtype"]).to_pylist()
+                  if r["role"] in ("output", "reference")}
+        refs = ex.reference_outputs(memory)
+        for name in sorted(refs):
+            result.tensors.append(_compare(name, dtypes[name], outputs.get(name), refs[name]))
+        if not refs:
+            result.error = "memory.parquet declares no reference outputs; nothing to compare"
+    return result
+
+
+def _div(op: Any, pos: int, reason: str) -> DivergingOp:
+    return DivergingOp(int(op.op_id), str(op.kind), str(op.name), int(op.launch), int(op.program),
+                       int(op.seq), op.src_file, op.src_line, pos, reason)
+
+
+def verify_path(path: str | os.PathLike[str]) -> VerifyResult:
+    return verify(Path(path))

@@ -1,0 +1,133 @@
+"""Phase-2 verification on a hand-built executable trace (GEMM + IPCQ + exp), no capture/replay."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from kbtrace import schema
+from kbtrace._io import write_json, write_table
+from kbtrace.analysis.synthetic import make_table
+from kbtrace.analysis.verify import execution_order, verify
+from kbtrace.capture import executor as ex
+
+A = np.arange(16, dtype=np.float32).reshape(4, 4) / 8
+B = np.eye(4, dtype=np.float32) * 2 + 0.25
+C = A @ B
+D = np.exp(C / 8).astype(np.float32)  # exp of C/8 to keep values small
+# op_id, program, seq, kind, name, src, dst, in_addrs, deps, match, t_start, t_end
+_OPS = [
+    (0, 0, 0, "load", "load", 0x1000, 0x10000, [], [], None, 0, 10),
+    (1, 0, 1, "load", "load", 0x2000, 0x10100, [], [], None, 10, 20),
+    (2, 0, 2, "dot", "dot", None, 0x10200, [0x10000, 0x10100], [0, 1], None, 20, 30),
+    (3, 0, 3, "math", "mul", None, 0x10300, [0x10200], [2], None, 30, 35),
+    (4, 0, 4, "store", "store", 0x10200, 0x3000, [], [2], None, 35, 45),
+    (5, 0, 5, "send", "send", 0x10300, None, [], [3], 6, 35, 40),
+    (6, 1, 0, "recv", "recv", None, 0x20000, [], [], 5, 40, 45),
+    (7, 1, 1, "math", "exp", None, 0x20100, [0x20000], [6], None, 45, 55),
+    (8, 1, 2, "store", "store", 0x20100, 0x4000, [], [7], None, 55, 65),
+]
+
+
+def _ops_table(digests=None):
+    n = len(_OPS)
+    return make_table(schema.OPS, {
+        "op_id": [o[0] for o in _OPS], "launch": [0] * n, "program": [o[1] for o in _OPS],
+        "pid0": [o[1] for o in _OPS], "pid1": [0] * n, "sip": [0] * n, "cube": [0] * n,
+        "pe": [o[1] for o in _OPS], "seq": [o[2] for o in _OPS], "kind": [o[3] for o in _OPS],
+        "name": [o[4] for o in _OPS], "is_async": [False] * n,
+        "src_addr": [o[5] for o in _OPS], "dst_addr": [o[6] for o in _OPS], "nbytes": [64] * n,
+        "in_addrs": [o[7] for o in _OPS], "in_spaces": [["tcm"] * len(o[7]) for o in _OPS],
+        "in_shapes": [[[4, 4]] * len(o[7]) for o in _OPS],
+        "in_dtypes": [["f32"] * len(o[7]) for o in _OPS],
+        "scalars": [[0.125] if o[4] == "mul" else [] for o in _OPS],
+        "out_shape": [[4, 4]] * n, "out_dtype": ["f32"] * n,
+        "acc_dtype": ["f32" if o[3] == "dot" else None for o in _OPS],
+        "match_op_id": [o[9] for o in _OPS], "deps": [o[8] for o in _OPS],
+        "src_file": ["kern.py"] * n, "src_line": [100 + o[0] for o in _OPS],
+        "out_digest": [None if digests is None else digests.get(o[0]) for o in _OPS]})
+
+
+def _memory_table(a=A):
+    rows = [("A", "input", 0x1000, a), ("B", "input", 0x2000, B),
+            ("C", "output", 0x3000, np.zeros_like(C)), ("D", "output", 0x4000, np.zeros_like(D)),
+            ("C", "reference", None, C), ("D", "reference", None, D)]
+    return make_table(schema.MEMORY, {
+        "tensor": [r[0] for r in rows], "role": [r[1] for r in rows], "shard": [0] * 6,
+        "sip": [0] * 6, "cube": [0] * 6, "pe": [0] * 6, "space": ["hbm"] * 6,
+        "addr": [r[2] for r in rows], "dtype": ["f32"] * 6, "shape": [[4, 4]] * 6,
+        "offset": [[0, 0]] * 6, "global_shape": [[4, 4]] * 6, "nbytes": [64] * 6,
+        "data": [np.ascontiguousarray(r[3], dtype=np.float32).tobytes() for r in rows]})
+
+
+def _timing_table(times):
+    n = len(_OPS)
+    return make_table(schema.OP_TIMING, {
+        "op_id": [o[0] for o in _OPS], "launch": [0] * n, "program": [o[1] for o in _OPS],
+        "sip": [0] * n, "cube": [0] * n, "pe": [o[1] for o in _OPS], "seq": [o[2] for o in _OPS],
+        "kind": [o[3] for o in _OPS], "name": [o[4] for o in _OPS], "engine": ["e"] * n,
+        "t_issue_ns": [float(times[o[0]][0]) for o in _OPS],
+        "t_start_ns": [float(times[o[0]][0]) for o in _OPS],
+        "t_end_ns": [float(times[o[0]][1]) for o in _OPS], "queue_ns": [0.0] * n,
+        "nbytes": [64] * n})
+
+
+@pytest.fixture()
+def run_dir(tmp_path):
+    golden = ex.execute(_ops_table(), _memory_table())
+    trace, run = tmp_path / "trace", tmp_path / "run"
+    write_table(trace / "ops.parquet", _ops_table(golden.digests))
+    write_table(trace / "memory.parquet", _memory_table())
+    write_table(run / "op_timing.parquet", _timing_table({o[0]: (o[10], o[11]) for o in _OPS}))
+    write_json(run / "run.json", {"run_id": "v", "trace_dir": str(trace),
+                                  "schema_version": schema.SCHEMA_VERSION})
+    return run
+
+
+def test_verify_passes(run_dir):
+    res = verify(run_dir)
+    assert res.ok, res.text()
+    assert [(t.tensor, t.ok, t.max_abs) for t in res.tensors] == [("C", True, 0.0), ("D", True, 0.0)]
+    assert res.first_divergence is None and res.order_violations == []
+    assert res.text().startswith("verify: PASS (9 ops in replay order, 2 output tensors")
+
+
+def test_tie_break_by_dependency_depth(run_dir):
+    # send (op5, depth 4) and store (op4, depth 3) tie at 35 ns: store first by depth
+    ops = pq.read_table(run_dir.parent / "trace" / "ops.parquet")
+    t = pq.read_table(run_dir / "op_timing.parquet")
+    assert execution_order(ops, t) == [0, 1, 2, 3, 4, 5, 6, 7, 8]
+
+
+def test_corrupted_input_names_first_diverging_op(run_dir):
+    bad = A.copy()
+    bad[1, 2] += 1.0
+    write_table(run_dir.parent / "trace" / "memory.parquet", _memory_table(bad))
+    res = verify(run_dir)
+    assert not res.ok
+    assert res.first_divergence is not None and res.first_divergence.op_id == 0
+    c = {t.tensor: t for t in res.tensors}
+    assert not c["C"].ok and not c["D"].ok
+    assert c["C"].max_abs == pytest.approx(float(np.abs(bad @ B - C).max()))
+    assert "first diverging op: op 0 load/load (launch 0, program 0, seq 0) at kern.py:100" in res.text()
+
+
+def test_swapped_dependent_ops_fail(run_dir):
+    times = {o[0]: (o[10], o[11]) for o in _OPS}
+    times[0], times[2] = times[2], times[0]   # the dot now runs before the load of A
+    write_table(run_dir / "op_timing.parquet", _timing_table(times))
+    res = verify(run_dir)
+    assert not res.ok
+    assert res.first_divergence.op_id == 2 and res.first_divergence.position == 0
+    assert res.order_violations == [(2, 0), (2, 1)]  # dot [0,10] before both loads end
+    assert "order violation: op 2 starts before its dependency op 0 ends" in res.text()
+
+
+def test_recv_before_send_reports_instead_of_crashing(run_dir):
+    times = {o[0]: (o[10], o[11]) for o in _OPS}
+    times[6] = (1, 2)   # recv timed before its send
+    write_table(run_dir / "op_timing.parquet", _timing_table(times))
+    res = verify(run_dir)
+    assert not res.ok and res.first_divergence.op_id == 6
+    assert "could not execute" in res.first_divergence.reason
