@@ -176,7 +176,7 @@ def open_run(path: str | os.PathLike[str], *, n_windows: int = DEFAULT_WINDOWS) 
             lst = "[" + ", ".join(_q(f) for f in files) + "]"
             con.execute(
                 f"CREATE VIEW {table} AS SELECT * EXCLUDE (filename), "
-                f"parse_dirname(filename, 'system') AS run_name FROM read_parquet({lst}, filename=true)")
+                f"regexp_extract(filename, '([^/]+)/[^/]+$', 1) AS run_name FROM read_parquet({lst}, filename=true)")
         else:
             con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet({_q(files[0])})")
     trace_dir = find_trace_dir(dirs[0], infos[0])
