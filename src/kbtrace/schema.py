@@ -96,6 +96,7 @@ DTYPES = ("f32", "f16", "bf16", "i32", "i8", "bool")
 STAGES = (
     "launch", "pe_cpu", "dma_read", "fetch", "gemm", "math", "store", "dma_write",
     "ipcq", "fabric", "hbm", "sram", "pcie",
+    "scheduler",  # replay: PE scheduler command dispatch (added by the replay stage)
 )
 
 DIRECTIONS = (
@@ -193,6 +194,9 @@ OPS = _schema("ops", "One row per captured op, in capture order (launch, program
     _f("out_digest", pa.uint64(), "-",
        "64-bit digest of the op's result in the capture-order golden execution "
        "(verify names the first op whose replay-order result differs)", nullable=True),
+    _f("mem_strides", pa.list_(pa.int64()), "-",
+       "load/store: element strides of the memory-side (HBM/SRAM) view of a tile of a larger "
+       "tensor; empty = contiguous"),
 ])
 
 MEMORY = _schema("memory", "Initial contents of deployed tensors and reference outputs.", [

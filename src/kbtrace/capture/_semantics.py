@@ -1,0 +1,74 @@
+"""Semantic checks of tl.* calls: shapes, dtypes, broadcasting, axes (layer 2 of 3).
+
+Pure functions: they normalise arguments and raise ``CaptureError`` /
+``SanitizerError`` with what is wrong and how to fix it; the recorder backend
+(``program.Program``) adds the kernel/program/line prefix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from kbtrace.capture.dtypes import STORAGE
+from kbtrace.errors import CaptureError, SanitizerError
+
+__all__ = ["norm_shape", "norm_strides", "broadcast", "norm_axis", "result_dtype", "ACC_DEFAULT"]
+
+#: default accumulation dtype of dot / composite gemm per input dtype
+ACC_DEFAULT = {"f32": "f32", "f16": "f32", "bf16": "f32", "i32": "i32", "i8": "i32"}
+
+
+def norm_shape(shape: Any, what: str) -> tuple[int, ...]:
+    if isinstance(shape, (int, np.integer)):
+        shape = (shape,)
+    try:
+        out = tuple(int(s) for s in shape)
+    except TypeError:
+        raise CaptureError(f"{what}: shape must be a tuple of ints, got {shape!r}") from None
+    if any(s < 0 for s in out):
+        raise CaptureError(f"{what}: negative dimension in shape {out}")
+    return out
+
+
+def norm_strides(strides: Any, shape: tuple[int, ...], what: str) -> tuple[int, ...] | None:
+    """Element strides or None for contiguous (also when equal to C-order strides)."""
+    if strides is None:
+        return None
+    st = tuple(int(s) for s in strides)
+    if len(st) != len(shape):
+        raise CaptureError(f"{what}: strides {st} must have one entry per dimension of {shape}")
+    contig = tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape)))
+    return None if st == contig else st
+
+
+def broadcast(shapes: Sequence[tuple[int, ...]], what: str) -> tuple[int, ...]:
+    try:
+        return tuple(np.broadcast_shapes(*shapes)) if shapes else ()
+    except ValueError:
+        raise SanitizerError(f"{what}: operand shapes {', '.join(map(str, shapes))} do not "
+                             f"broadcast; make trailing dimensions equal or 1") from None
+
+
+def norm_axis(axis: int | None, ndim: int, what: str) -> int | None:
+    if axis is None:
+        return None
+    if not -ndim <= axis < ndim:
+        raise CaptureError(f"{what}: axis {axis} out of range for a {ndim}-d tensor")
+    return axis % ndim
+
+
+def result_dtype(name: str, dtypes: Sequence[str], what: str) -> str:
+    """Common dtype of a math op's tensor operands (``where``'s condition excluded)."""
+    uniq = sorted(set(dtypes))
+    if len(uniq) > 1:
+        raise SanitizerError(f"{what}: operand dtypes differ ({', '.join(dtypes)}); convert with "
+                             f"h.to(dtype) first")
+    if not uniq:
+        raise CaptureError(f"{what}: needs at least one tensor operand")
+    dt = uniq[0]
+    if dt not in STORAGE:
+        raise CaptureError(f"{what}: unknown dtype {dt!r}")
+    return dt

@@ -1,0 +1,106 @@
+"""Element dtypes of kernels and traces: storage layout, compute promotion, tolerances.
+
+Every tensor is stored as raw little-endian C-order bytes of its *storage* dtype;
+arithmetic happens in a *compute* dtype and is rounded back on store:
+
+====== ============== ============= =====================
+dtype  storage        compute       verify tolerance
+====== ============== ============= =====================
+f32    float32        float32       rtol = atol = 1e-5
+f16    float16        float32       rtol = atol = 1e-3
+bf16   uint16 (bits)  float32       rtol = atol = 1e-2
+i32    int32          int32         exact
+i8     int8           int32         exact
+bool   bool           bool          exact
+====== ============== ============= =====================
+
+bf16 values are the upper 16 bits of an IEEE float32; converting f32 -> bf16
+rounds to nearest, ties to even (NaN stays a quiet NaN).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from kbtrace.errors import CaptureError
+
+__all__ = ["STORAGE", "COMPUTE", "TOLERANCE", "itemsize", "check_dtype", "to_storage",
+           "to_compute", "from_bytes", "digest", "allclose"]
+
+STORAGE: dict[str, np.dtype] = {
+    "f32": np.dtype("<f4"), "f16": np.dtype("<f2"), "bf16": np.dtype("<u2"),
+    "i32": np.dtype("<i4"), "i8": np.dtype("i1"), "bool": np.dtype("?"),
+}
+COMPUTE: dict[str, np.dtype] = {
+    "f32": np.dtype(np.float32), "f16": np.dtype(np.float32), "bf16": np.dtype(np.float32),
+    "i32": np.dtype(np.int32), "i8": np.dtype(np.int32), "bool": np.dtype(np.bool_),
+}
+#: (rtol, atol); ints and bool compare exactly.
+TOLERANCE: dict[str, tuple[float, float]] = {
+    "f32": (1e-5, 1e-5), "f16": (1e-3, 1e-3), "bf16": (1e-2, 1e-2),
+    "i32": (0.0, 0.0), "i8": (0.0, 0.0), "bool": (0.0, 0.0),
+}
+_ITEMSIZE = {k: v.itemsize for k, v in STORAGE.items()}
+
+
+def itemsize(dtype: str) -> int:
+    return _ITEMSIZE[dtype]
+
+
+def check_dtype(dtype: object, where: str) -> str:
+    if dtype not in STORAGE:
+        raise CaptureError(f"{where}: unknown dtype {dtype!r}; use one of {', '.join(STORAGE)}")
+    return dtype  # type: ignore[return-value]
+
+
+def _f32_to_bf16(x: np.ndarray) -> np.ndarray:
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounded = (bits + (((bits >> 16) & 1) + np.uint32(0x7FFF))) >> 16
+    out = rounded.astype(np.uint16)
+    nan = np.isnan(x)
+    if nan.any():
+        out[nan] = 0x7FC0
+    return out
+
+
+def to_storage(values: np.ndarray | float | int, dtype: str) -> np.ndarray:
+    """Round compute-dtype values to the storage representation of ``dtype``."""
+    arr = np.asarray(values)
+    if dtype == "bf16":
+        return _f32_to_bf16(arr.astype(np.float32, copy=False))
+    if dtype in ("i32", "i8") and arr.dtype.kind == "f":
+        arr = np.trunc(arr)
+    return np.ascontiguousarray(arr.astype(STORAGE[dtype], copy=False))
+
+
+def to_compute(stored: np.ndarray, dtype: str) -> np.ndarray:
+    """Storage representation -> compute-dtype values (a new or shared array)."""
+    if dtype == "bf16":
+        return (stored.astype(np.uint32) << 16).view(np.float32)
+    return stored.astype(COMPUTE[dtype], copy=False)
+
+
+def from_bytes(buf: bytes | memoryview | np.ndarray, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    """Raw storage bytes -> compute-dtype array of ``shape``."""
+    arr = np.frombuffer(buf, dtype=STORAGE[dtype]).reshape(shape)
+    return to_compute(arr, dtype)
+
+
+def digest(data: bytes | np.ndarray) -> int:
+    """64-bit digest of result bytes (blake2b-64), as an unsigned int."""
+    if isinstance(data, np.ndarray):
+        data = np.ascontiguousarray(data).tobytes()
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
+def allclose(got: np.ndarray, want: np.ndarray, dtype: str) -> bool:
+    """Compare with the dtype's verify tolerance (ints/bool exactly)."""
+    rtol, atol = TOLERANCE[dtype]
+    if got.shape != want.shape:
+        return False
+    if rtol == 0.0 and atol == 0.0:
+        return bool(np.array_equal(got, want))
+    return bool(np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol,
+                            equal_nan=True))

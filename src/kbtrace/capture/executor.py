@@ -1,0 +1,307 @@
+"""The numpy data executor: the single definition of what every captured op computes.
+
+``execute(ops, memory, order)`` rebuilds the memory image from ``memory.parquet``
+(every row except role ``reference``), runs the ops of ``ops.parquet`` in the
+given op_id order (default: op_id order = capture order) and returns the
+declared outputs gathered from their shards plus a 64-bit digest of each op's
+result bytes. Capture runs the same ``Machine`` in lock-step while recording
+(so ``tl.load`` sees exactly what the executor would produce) and stores each
+digest in ``ops.out_digest``; ``kbtrace verify`` replays in timed order and
+names the first op whose digest differs.
+
+Semantics (all computed in the dtype's compute type, rounded on write, see
+``dtypes``): load/store copy bytes (``mem_strides`` = element strides of the
+memory-side view); fill writes zeros/full/arange; math ops are numpy ufuncs
+with broadcasting; reductions keep the reduced axis (size 1); softmax is
+``exp(x - max) / sum``; dot accumulates in ``acc_dtype``; composite gemm sums
+K tiles of ``tile_shape[1]`` in ``acc_dtype`` applying ``k_tile`` epilogues to
+each partial product and ``output_tile`` epilogues to the result; send
+snapshots its payload, the matching recv (``match_op_id``) writes it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from kbtrace import schema
+from kbtrace.capture.dtypes import STORAGE, digest, from_bytes, to_compute, to_storage
+from kbtrace.capture.memory import MemoryImage
+from kbtrace.errors import VerifyError
+
+__all__ = ["Op", "Machine", "ExecResult", "execute", "EPILOGUE_OPS", "UNARY", "BINARY"]
+
+OP_FIELDS: tuple[str, ...] = tuple(schema.OPS.names)
+_LIST_FIELDS = {f.name for f in schema.OPS if pa.types.is_list(f.type)}
+
+
+class Op:
+    """One ops.parquet row as an object (attribute per schema column)."""
+
+    __slots__ = OP_FIELDS
+
+    def __init__(self, **kw: Any) -> None:
+        for name in OP_FIELDS:
+            setattr(self, name, kw.pop(name, [] if name in _LIST_FIELDS else None))
+        if kw:
+            raise TypeError(f"unknown op fields {sorted(kw)}")
+
+    def values(self) -> list[Any]:
+        return [getattr(self, n) for n in OP_FIELDS]
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    c = np.asarray(0.7978845608028654, dtype=x.dtype)
+    return 0.5 * x * (1.0 + np.tanh(c * (x + np.asarray(0.044715, dtype=x.dtype) * x * x * x)))
+
+
+UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "abs": np.abs, "sigmoid": _sigmoid,
+    "cos": np.cos, "sin": np.sin, "neg": np.negative, "relu": lambda x: np.maximum(x, 0),
+    "gelu": _gelu,
+}
+BINARY: dict[str, Callable[[Any, Any], np.ndarray]] = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+    "maximum": np.maximum, "minimum": np.minimum,
+    "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+}
+_REDUCE = {"sum": np.sum, "max": np.max, "min": np.min}
+
+#: epilogue op -> required fields (tensor-valued fields are operand indices after capture)
+EPILOGUE_OPS: dict[str, tuple[str, ...]] = {
+    "bias": ("bias",), "relu": (), "scale": ("factor",), "dequant": ("scale",),
+    "sigmoid": (), "gelu": (), "clamp": ("min", "max"),
+}
+
+
+def _math(name: str, args: list[Any], axis: int | None, out_dtype: str) -> np.ndarray:
+    if name in UNARY:
+        return UNARY[name](args[0])
+    if name == "div" and out_dtype in ("i32", "i8"):
+        return np.trunc(np.true_divide(args[0], args[1]))
+    if name in BINARY:
+        return BINARY[name](args[0], args[1])
+    if name in _REDUCE:
+        return _REDUCE[name](args[0], axis=axis, keepdims=True)
+    if name == "softmax":
+        x = args[0]
+        e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+        return e / np.sum(e, axis=axis, keepdims=True)
+    if name == "fma":
+        return args[0] * args[1] + args[2]
+    if name == "clamp":
+        return np.minimum(np.maximum(args[0], args[1]), args[2])
+    if name == "where":
+        return np.where(np.asarray(args[0]).astype(bool), args[1], args[2])
+    if name == "trans":
+        return np.swapaxes(args[0], -1, -2)
+    if name == "cast":
+        return args[0]
+    raise VerifyError(f"executor: unknown math op {name!r}; re-capture with this kbtrace")
+
+
+def _apply_epilogue(x: np.ndarray, spec: dict[str, Any], operands: list[np.ndarray],
+                    k_tile: int) -> np.ndarray:
+    def val(key: str) -> Any:
+        v = spec[key]
+        if isinstance(v, dict):
+            arr = operands[v["operand"]].astype(x.dtype, copy=False)
+            if spec.get("scope") == "k_tile" and arr.ndim == 1 and arr.shape[0] != x.shape[-1]:
+                return arr[k_tile]
+            return arr
+        return np.asarray(v, dtype=x.dtype)
+    op = spec["op"]
+    if op == "bias":
+        return x + val("bias")
+    if op in ("scale",):
+        return x * val("factor")
+    if op == "dequant":
+        return x * val("scale")
+    if op == "clamp":
+        return np.minimum(np.maximum(x, val("min")), val("max"))
+    return UNARY[op](x)
+
+
+@dataclass
+class ExecResult:
+    """What ``execute`` produced: declared outputs (compute dtype) and per-op result digests."""
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)
+    digests: dict[int, int] = field(default_factory=dict)
+
+
+class Machine:
+    """Executes ops one at a time against a memory image; ``step`` returns (result, digest)."""
+
+    __slots__ = ("mem", "_inflight", "_dispatch")
+
+    def __init__(self, mem: MemoryImage | None = None) -> None:
+        self.mem = mem if mem is not None else MemoryImage()
+        self._inflight: dict[int, np.ndarray] = {}
+        self._dispatch: dict[str, Callable[[Op], np.ndarray | None]] = {
+            "load": self._load, "store": self._store, "fill": self._fill, "math": self._math_op,
+            "dot": self._dot, "composite": self._composite, "send": self._send, "recv": self._recv,
+            "wait": _none, "cycles": _none, "h2d": self._load, "d2h": self._store,
+        }
+
+    def step(self, op: Op) -> tuple[np.ndarray | None, int | None]:
+        with np.errstate(all="ignore"):
+            stored = self._dispatch[op.kind](op)
+        if stored is None:
+            return None, None
+        return stored, digest(stored)
+
+    def _operand(self, op: Op, i: int) -> np.ndarray:
+        dt = op.in_dtypes[i]
+        return to_compute(self.mem.read(op.in_addrs[i], op.in_shapes[i], dt), dt)
+
+    def _write_result(self, op: Op, values: np.ndarray) -> np.ndarray:
+        stored = to_storage(np.broadcast_to(values, tuple(op.out_shape)), op.out_dtype)
+        self.mem.write(op.dst_addr, stored)
+        return stored
+
+    def _load(self, op: Op) -> np.ndarray:
+        stored = self.mem.read(op.src_addr, op.out_shape, op.out_dtype, op.mem_strides or None)
+        self.mem.write(op.dst_addr, stored)
+        return stored
+
+    def _store(self, op: Op) -> np.ndarray:
+        stored = self.mem.read(op.src_addr, op.out_shape, op.out_dtype)
+        self.mem.write(op.dst_addr, stored, op.mem_strides or None)
+        return stored
+
+    def _fill(self, op: Op) -> np.ndarray:
+        if op.name == "arange":
+            vals = np.arange(int(op.scalars[0]), int(op.scalars[1]))
+        elif op.name == "zeros":
+            vals = np.zeros(op.out_shape)
+        else:
+            vals = np.full(op.out_shape, op.scalars[0])
+        return self._write_result(op, vals)
+
+    def _args(self, op: Op) -> list[Any]:
+        handles = [self._operand(op, i) for i in range(len(op.in_addrs))]
+        cdt = to_compute(np.zeros(0, STORAGE[op.out_dtype]), op.out_dtype).dtype
+        scalars = [np.asarray(s, dtype=cdt if cdt.kind != "b" else np.float32) for s in op.scalars]
+        pattern = json.loads(op.extra_json).get("args") if op.extra_json else None
+        if not pattern:
+            return handles + scalars
+        hi, si = iter(handles), iter(scalars)
+        return [next(hi) if c == "h" else next(si) for c in pattern]
+
+    def _math_op(self, op: Op) -> np.ndarray:
+        return self._write_result(op, _math(op.name, self._args(op), op.axis, op.out_dtype))
+
+    def _dot(self, op: Op) -> np.ndarray:
+        acc_np = to_compute(np.zeros(0, STORAGE[op.acc_dtype]), op.acc_dtype).dtype
+        a = self._operand(op, 0).astype(acc_np, copy=False)
+        b = self._operand(op, 1).astype(acc_np, copy=False)
+        out = a @ b
+        if len(op.in_addrs) > 2:
+            out = out + self._operand(op, 2).astype(acc_np, copy=False)
+        return self._write_result(op, out)
+
+    def _composite(self, op: Op) -> np.ndarray:
+        extra = json.loads(op.extra_json or "{}")
+        operands = [self._operand(op, i) for i in range(len(op.in_addrs))]
+        epi = extra.get("epilogue", [])
+        if op.name == "gemm":
+            acc_np = to_compute(np.zeros(0, STORAGE[op.acc_dtype]), op.acc_dtype).dtype
+            a, b = operands[0].astype(acc_np), operands[1].astype(acc_np)
+            tk = int(extra["tile_shape"][1])
+            acc = np.zeros((op.m, op.n), dtype=acc_np)
+            for kt, k0 in enumerate(range(0, max(op.k, 1), tk)):
+                part = a[:, k0:k0 + tk] @ b[k0:k0 + tk, :]
+                for spec in epi:
+                    if spec["scope"] == "k_tile":
+                        part = _apply_epilogue(part, spec, operands, kt)
+                acc += part
+            out = acc
+        else:
+            out = UNARY[extra["math_op"]](operands[0])
+        for spec in epi:
+            if spec["scope"] == "output_tile":
+                out = _apply_epilogue(out, spec, operands, 0)
+        return self._write_result(op, out)
+
+    def _send(self, op: Op) -> np.ndarray:
+        stored = self.mem.read(op.src_addr, op.out_shape, op.out_dtype)
+        self._inflight[op.op_id] = stored
+        return stored
+
+    def _recv(self, op: Op) -> np.ndarray:
+        stored = self._inflight.pop(op.match_op_id, None)
+        if stored is None:
+            raise VerifyError(f"executor: recv op {op.op_id} ran before its send op "
+                              f"{op.match_op_id}; the execution order must respect ops.deps")
+        self.mem.write(op.dst_addr, stored)
+        return stored
+
+
+def _none(op: Op) -> None:
+    return None
+
+
+def ops_from_table(ops: pa.Table) -> list[Op]:
+    cols = {name: ops.column(name).to_pylist() for name in OP_FIELDS if name in ops.column_names}
+    n = ops.num_rows
+    out = []
+    for i in range(n):
+        out.append(Op(**{name: col[i] for name, col in cols.items()}))
+    return out
+
+
+def load_memory(memory: pa.Table, mem: MemoryImage) -> None:
+    """Write every non-reference row of a memory table into ``mem``."""
+    for row in memory.to_pylist():
+        if row["role"] == "reference" or row["addr"] is None:
+            continue
+        arr = np.frombuffer(row["data"], dtype=STORAGE[row["dtype"]]).reshape(row["shape"])
+        mem.write(row["addr"], arr)
+
+
+def gather_outputs(memory: pa.Table, mem: MemoryImage) -> dict[str, np.ndarray]:
+    """Assemble every role=output tensor from its shards (compute dtype values)."""
+    outs: dict[str, np.ndarray] = {}
+    for row in memory.to_pylist():
+        if row["role"] != "output":
+            continue
+        dt = row["dtype"]
+        full = outs.get(row["tensor"])
+        if full is None:
+            full = outs[row["tensor"]] = np.zeros(row["global_shape"], dtype=to_compute(
+                np.zeros(0, STORAGE[dt]), dt).dtype)
+        vals = to_compute(mem.read(row["addr"], row["shape"], dt), dt)
+        idx = tuple(slice(o, o + s) for o, s in zip(row["offset"], row["shape"], strict=True))
+        full[idx] = vals
+    return outs
+
+
+def execute(ops: pa.Table, memory: pa.Table, order: Sequence[int] | None = None) -> ExecResult:
+    """Recompute a trace from its tables; ``order`` = op_ids in execution order (default op_id)."""
+    rows = ops_from_table(ops)
+    by_id = {op.op_id: op for op in rows}
+    machine = Machine()
+    load_memory(memory, machine.mem)
+    result = ExecResult()
+    seq = sorted(by_id) if order is None else order
+    for op_id in seq:
+        _, dig = machine.step(by_id[op_id])
+        if dig is not None:
+            result.digests[op_id] = dig
+    result.outputs = gather_outputs(memory, machine.mem)
+    return result
+
+
+def reference_outputs(memory: pa.Table) -> dict[str, np.ndarray]:
+    """The numpy references stored in a memory table (role=reference), compute dtype."""
+    return {row["tensor"]: from_bytes(row["data"], row["dtype"], tuple(row["global_shape"]))
+            for row in memory.to_pylist() if row["role"] == "reference"}

@@ -1,0 +1,198 @@
+"""Kernel-side values: ``TensorHandle`` (a tensor in TCM/scratch/HBM), completion and recv futures.
+
+A handle is *real* when its values are known during capture (``tl.load`` of
+memory not written by a pending op, ``tl.zeros``/``full``/``arange``, a recv of
+a real payload) and *pending* otherwise (results of dot / math / composite and
+anything derived from them). Real handles behave like numpy arrays for control
+flow (``h.item()``, ``h[0, 1]``, ``float(h)``, ``h.data``); pending ones raise
+``CaptureError`` naming the kernel, program, source line and producing op.
+
+Operators ``+ - * /``, unary ``-`` and comparisons ``< <= > >=`` record math ops
+through the active program context (a ``ContextVar``, never a global patch).
+"""
+
+from __future__ import annotations
+
+import sys
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from kbtrace.errors import CaptureError
+
+if TYPE_CHECKING:
+    from kbtrace.capture.program import Program
+
+__all__ = ["TensorHandle", "CompletionHandle", "RecvFuture", "ACTIVE", "active"]
+
+#: The program whose kernel is running in the current greenlet (each greenlet has its own context).
+ACTIVE: ContextVar[Program | None] = ContextVar("kbtrace_active_program", default=None)
+
+
+def active() -> Program:
+    prog = ACTIVE.get()
+    if prog is None:
+        raise CaptureError("tl.* called outside a kernel; call kernels through "
+                           "Workload.launch(...) and kbtrace.capture.capture(...)")
+    return prog
+
+
+class TensorHandle:
+    """A tensor value inside a kernel: shape, dtype, where it lives, who produced it."""
+
+    __slots__ = ("shape", "dtype", "space", "addr", "op_id", "op_name", "op_line", "pending",
+                 "_data", "deps", "__weakref__")
+    __array_ufunc__ = None  # make numpy defer to our reflected operators
+
+    def __init__(self, shape: tuple[int, ...], dtype: str, space: str, addr: int,
+                 op_id: int | None, op_name: str, op_line: int | None, pending: bool,
+                 data: np.ndarray | None = None, deps: tuple[int, ...] = ()) -> None:
+        self.shape, self.dtype, self.space, self.addr = shape, dtype, space, addr
+        self.op_id, self.op_name, self.op_line, self.pending = op_id, op_name, op_line, pending
+        self._data = data
+        #: op_ids a consumer of this handle depends on (producer, or last writers for refs)
+        self.deps = deps if op_id is None else (op_id,)
+
+    # ----------------------------------------------------------------- values
+    def _require(self, use: str) -> np.ndarray:
+        if self.pending or self._data is None:
+            prog = ACTIVE.get()
+            f = sys._getframe(2)
+            where = f"{f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno}"
+            who = prog.describe() if prog is not None else "host code"
+            what = ("a pending result" if self.pending else "a tensor that was not loaded "
+                    "(tl.ref)")
+            raise CaptureError(
+                f"{who}, line {where}: {use} needs the value of {what} of op "
+                f"{self.op_name!r} (op {self.op_id}, line {self.op_line}); compute results are "
+                f"only known after capture, so branch on tl.load()ed data instead")
+        return self._data
+
+    @property
+    def data(self) -> np.ndarray:
+        """The real values (compute dtype). Raises CaptureError for pending handles."""
+        return self._require("reading .data")
+
+    def item(self) -> Any:
+        return self._require("item()").item()
+
+    def tolist(self) -> Any:
+        return self._require("tolist()").tolist()
+
+    def __bool__(self) -> bool:
+        data = self._require("truth value (if/while/and/or)")
+        if data.size != 1:
+            raise CaptureError(f"truth value of a {self.shape} tensor is ambiguous; "
+                               f"use h.data.any() or h.data.all()")
+        return bool(data.reshape(()))
+
+    def __float__(self) -> float:
+        return float(self._require("float()").reshape(-1)[0])
+
+    def __int__(self) -> int:
+        return int(self._require("int()").reshape(-1)[0])
+
+    def __index__(self) -> int:
+        return int(self._require("use as an index").reshape(-1)[0])
+
+    def __getitem__(self, idx: Any) -> Any:
+        return self._require("indexing")[idx]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        data = self._require("numpy conversion")
+        return data if dtype is None else data.astype(dtype)
+
+    def __len__(self) -> int:
+        return self.shape[0] if self.shape else 1
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        from kbtrace.capture.dtypes import itemsize
+        return int(np.prod(self.shape, dtype=np.int64)) * itemsize(self.dtype)
+
+    def __repr__(self) -> str:
+        state = "pending" if self.pending else ("real" if self._data is not None else "ref")
+        return (f"TensorHandle(shape={self.shape}, dtype={self.dtype}, space={self.space}, "
+                f"addr={self.addr:#x}, op={self.op_name}#{self.op_id}, {state})")
+
+    # ----------------------------------------------------------------- ops
+    def to(self, dtype: str) -> TensorHandle:
+        return active().math("cast", [self], out_dtype=dtype)
+
+    @property
+    def T(self) -> TensorHandle:  # noqa: N802 - numpy spelling
+        return active().math("trans", [self])
+
+    def __add__(self, o: Any) -> TensorHandle:
+        return active().math("add", [self, o])
+
+    def __radd__(self, o: Any) -> TensorHandle:
+        return active().math("add", [o, self])
+
+    def __sub__(self, o: Any) -> TensorHandle:
+        return active().math("sub", [self, o])
+
+    def __rsub__(self, o: Any) -> TensorHandle:
+        return active().math("sub", [o, self])
+
+    def __mul__(self, o: Any) -> TensorHandle:
+        return active().math("mul", [self, o])
+
+    def __rmul__(self, o: Any) -> TensorHandle:
+        return active().math("mul", [o, self])
+
+    def __truediv__(self, o: Any) -> TensorHandle:
+        return active().math("div", [self, o])
+
+    def __rtruediv__(self, o: Any) -> TensorHandle:
+        return active().math("div", [o, self])
+
+    def __neg__(self) -> TensorHandle:
+        return active().math("neg", [self])
+
+    def __lt__(self, o: Any) -> TensorHandle:
+        return active().math("lt", [self, o], out_dtype="bool")
+
+    def __le__(self, o: Any) -> TensorHandle:
+        return active().math("le", [self, o], out_dtype="bool")
+
+    def __gt__(self, o: Any) -> TensorHandle:
+        return active().math("gt", [self, o], out_dtype="bool")
+
+    def __ge__(self, o: Any) -> TensorHandle:
+        return active().math("ge", [self, o], out_dtype="bool")
+
+    __hash__ = object.__hash__
+
+
+class CompletionHandle:
+    """Returned by ``tl.composite``; ``tl.wait(h)`` joins it."""
+
+    __slots__ = ("op_id", "handle_id", "waited")
+
+    def __init__(self, op_id: int, handle_id: int) -> None:
+        self.op_id, self.handle_id, self.waited = op_id, handle_id, False
+
+    def __repr__(self) -> str:
+        return f"CompletionHandle(op={self.op_id}, handle={self.handle_id})"
+
+
+class RecvFuture:
+    """Returned by ``tl.recv_async``; ``tl.wait(f)`` returns the received TensorHandle."""
+
+    __slots__ = ("direction", "shape", "dtype", "seq", "line", "handle_id", "result", "op_id")
+
+    def __init__(self, direction: str, shape: tuple[int, ...] | None, dtype: str | None,
+                 seq: int, line: int | None, handle_id: int) -> None:
+        self.direction, self.shape, self.dtype = direction, shape, dtype
+        self.seq, self.line, self.handle_id = seq, line, handle_id
+        self.result: TensorHandle | None = None
+        self.op_id: int | None = None
+
+    def __repr__(self) -> str:
+        return f"RecvFuture({self.direction}, done={self.result is not None})"

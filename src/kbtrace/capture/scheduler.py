@@ -1,0 +1,153 @@
+"""Greenlet scheduler: runs one launch's program instances cooperatively and deterministically.
+
+One greenlet per program; the scheduler greenlet (the caller) switches to
+programs from a FIFO ready queue in program order. A program runs until its
+kernel returns or it blocks (``tl.recv`` with nothing to receive, ``tl.wait``
+on a recv future not yet matched); a send that completes a waiting receive puts
+the receiver back on the queue. When the queue is empty while programs are
+still blocked, capture fails with ``DeadlockError`` listing every blocked
+program's call, direction and source line. At the end of the launch, sends
+never received are a ``SanitizerError``.
+
+IPCQ matching: program p sending on direction d reaches q = neighbors[p][d];
+the message arrives on q's direction ``reverse_direction(q, p, d)`` (the
+opposite direction if q points back that way, else the first direction of q
+pointing at p, ADR-0025) and is matched in order on the channel
+(sender, receiver, direction) by sequence number.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import greenlet
+
+from kbtrace.capture.handles import ACTIVE
+from kbtrace.capture.program import _PKG_DIR, Program
+from kbtrace.errors import CaptureError, DeadlockError, KbtraceError, SanitizerError
+
+if TYPE_CHECKING:
+    from kbtrace.capture.tracer import Tracer
+
+__all__ = ["LaunchRun", "OPPOSITE"]
+
+OPPOSITE = {"E": "W", "W": "E", "N": "S", "S": "N"}
+for _p in ("intra_", "global_"):
+    OPPOSITE.update({_p + a: _p + b for a, b in list(OPPOSITE.items())[:4]})
+
+
+class LaunchRun:
+    """State of one launch while it runs: programs, IPCQ channels, the ready queue."""
+
+    def __init__(self, tracer: Tracer, launch: int, kernel: Callable[..., Any],
+                 grid: tuple[int, int], coords: list[tuple[int, int, int]],
+                 args_for: Callable[[Program], tuple[tuple[Any, ...], dict[str, Any]]],
+                 neighbors: Mapping[int, Mapping[str, int]] | None) -> None:
+        self.tracer, self.launch, self.kernel = tracer, launch, kernel
+        self.kernel_name = getattr(kernel, "__name__", "kernel")
+        self.grid = grid
+        self.neighbors = {int(k): dict(v) for k, v in (neighbors or {}).items()}
+        self.args_for = args_for
+        self.programs: list[Program] = []
+        for idx, coord in enumerate(coords):
+            self.programs.append(Program(self, idx, idx % grid[0], idx // grid[0], coord))
+        self.channels: dict[tuple[int, str], deque[Any]] = {}
+        self.parked: dict[tuple[int, str], deque[Any]] = {}
+        self.where: dict[int, tuple[str | None, int | None]] = {}
+        self.chan_seq: dict[tuple[int, int, str], int] = {}
+        self.ready: deque[Program] = deque()
+        self.sched: Any = None
+
+    # ------------------------------------------------------------------ IPCQ
+    def peer(self, prog: Program, direction: str) -> int:
+        if direction not in OPPOSITE:
+            raise prog.fail(CaptureError, f"unknown IPCQ direction {direction!r}; use one of "
+                                          f"{', '.join(OPPOSITE)}")
+        peer = self.neighbors.get(prog.index, {}).get(direction)
+        if peer is None or not 0 <= peer < len(self.programs):
+            have = self.neighbors.get(prog.index, {})
+            raise prog.fail(CaptureError, f"program {prog.index} has no neighbour in direction "
+                                          f"{direction!r} (neighbours: {have or 'none'}); pass "
+                                          f"neighbors=ring(...)/mesh(...) to Workload.launch")
+        return peer
+
+    def reverse_direction(self, me: int, peer: int, my_dir: str) -> str:
+        nt = self.neighbors.get(peer, {})
+        opp = OPPOSITE[my_dir]
+        if nt.get(opp) == me:
+            return opp
+        for d in sorted(nt):
+            if nt[d] == me:
+                return d
+        raise CaptureError(f"kernel {self.kernel_name!r}: program {me} sends {my_dir!r} to program "
+                           f"{peer}, but program {peer} has no direction pointing back; make the "
+                           f"neighbour table symmetric")
+
+    def wake(self, prog: Program) -> None:
+        if prog.blocked is not None and not prog.queued:
+            prog.queued = True
+            self.ready.append(prog)
+
+    # ------------------------------------------------------------------ run
+    def _body(self, prog: Program) -> None:
+        ACTIVE.set(prog)
+        from kbtrace.capture import tl
+        args, kwargs = self.args_for(prog)
+        try:
+            self.kernel(tl, *args, **kwargs)
+        except KbtraceError:
+            raise
+        except Exception as exc:
+            frames = [f for f in traceback.extract_tb(exc.__traceback__)
+                      if not f.filename.startswith(_PKG_DIR)]
+            loc = f"{os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else "?"
+            raise CaptureError(f"{prog.describe()}, line {loc}: kernel raised "
+                               f"{type(exc).__name__}: {exc}") from exc
+
+    def run(self) -> None:
+        self.sched = greenlet.getcurrent()
+        for prog in self.programs:
+            prog.glet = greenlet.greenlet(self._body, parent=self.sched)
+            prog.queued = True
+            self.ready.append(prog)
+        started: set[int] = set()
+        while self.ready:
+            prog = self.ready.popleft()
+            prog.queued = False
+            if prog.index in started:
+                prog.glet.switch()
+            else:
+                started.add(prog.index)
+                prog.glet.switch(prog)
+            if prog.glet.dead:
+                prog.done = True
+        live = [p for p in self.programs if not p.done]
+        if live:
+            lines = "; ".join(
+                f"program {p.index} (sip{p.sip}.cube{p.cube}.pe{p.pe}) in {p.blocked[0]}"
+                f"({p.blocked[1]!r}) at {p.blocked[2]}:{p.blocked[3]}"
+                for p in live if p.blocked is not None)
+            raise DeadlockError(f"deadlock in launch {self.launch} (kernel {self.kernel_name!r}): "
+                                f"every live program is blocked: {lines}; every recv needs a send "
+                                f"from its neighbour issued before that neighbour blocks")
+        self._check_end()
+
+    def _check_end(self) -> None:
+        for (rx, rx_dir), q in sorted(self.channels.items()):
+            if q:
+                send = q[0][0]
+                raise SanitizerError(
+                    f"kernel {self.kernel_name!r}: send op {send.op_id} from program "
+                    f"{send.program} ({send.direction} -> program {rx}, seq {send.ipcq_seq}) at "
+                    f"{send.src_file}:{send.src_line} was never received ({len(q)} message(s) "
+                    f"left on program {rx}'s {rx_dir!r} queue); add the matching tl.recv")
+        for (_rx, rx_dir), q in sorted(self.parked.items()):
+            if q:
+                fut, prog = q[0]
+                raise SanitizerError(
+                    f"{prog.describe()}: tl.recv_async({rx_dir!r}) at line {fut.line} never "
+                    f"received a message; add the matching tl.send on the neighbour")

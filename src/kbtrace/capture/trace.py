@@ -1,0 +1,225 @@
+"""Capture driver, trace writer and reader.
+
+``capture(workload_path, topology, params, out_dir)`` phases:
+
+1. **build**   import the workload, merge parameters, run ``build(w, p)``: tensors are
+               placed and written into the memory image, launches and outputs declared;
+2. **run**     each launch on the greenlet scheduler; ops stream to ``ops.parquet``
+               while the lock-step executor fills ``out_digest``;
+3. **finalize** write ``memory.parquet`` (initial contents of every tensor shard +
+               numpy references) and last ``trace.json`` (workload, parameters, grid,
+               topology name + hash, versions, op counts, content hashes of both
+               Parquet files, reference check). Every file is written atomically; on
+               error the temporary ops file is removed and nothing is renamed.
+
+``open_trace(dir)`` checks versions, schemas and content hashes and returns a ``Trace``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kbtrace import __version__, schema
+from kbtrace._io import file_hash, write_json, write_table
+from kbtrace.capture.dtypes import allclose, to_storage
+from kbtrace.capture.executor import ExecResult, execute, gather_outputs
+from kbtrace.capture.scheduler import LaunchRun
+from kbtrace.capture.tracer import OpSink, Tracer
+from kbtrace.capture.workload import Workload, load_workload, parse_params
+from kbtrace.errors import CaptureError, SchemaError
+
+__all__ = ["capture", "open_trace", "Trace", "TRACE_FORMAT"]
+
+TRACE_FORMAT = "kbtrace-trace"
+
+
+class Trace:
+    """A trace directory: ``ops.parquet``, ``memory.parquet``, ``trace.json``."""
+
+    def __init__(self, path: str | os.PathLike[str], meta: dict[str, Any]) -> None:
+        self.path = Path(path)
+        self.meta = meta
+
+    @property
+    def ops_path(self) -> Path:
+        return self.path / "ops.parquet"
+
+    @property
+    def memory_path(self) -> Path:
+        return self.path / "memory.parquet"
+
+    @property
+    def name(self) -> str:
+        return str(self.meta["workload"])
+
+    @property
+    def op_counts(self) -> dict[str, int]:
+        return dict(self.meta["op_counts"])
+
+    @property
+    def n_ops(self) -> int:
+        return int(self.meta["n_ops"])
+
+    def ops(self) -> pa.Table:
+        return pq.read_table(self.ops_path)
+
+    def memory(self) -> pa.Table:
+        return pq.read_table(self.memory_path)
+
+    def execute(self, order: Sequence[int] | None = None) -> ExecResult:
+        """Re-run the trace with the numpy executor (``order``: op_ids, default capture order)."""
+        return execute(self.ops(), self.memory(), order)
+
+    def __repr__(self) -> str:
+        return f"Trace({str(self.path)!r}, workload={self.name!r}, ops={self.n_ops})"
+
+
+def _resolve_topology(topology: Any) -> Any:
+    if isinstance(topology, (str, os.PathLike)):
+        from kbtrace.topology import compile_topology
+        return compile_topology(topology)
+    return topology
+
+
+def _memory_table(w: Workload, refs: dict[str, np.ndarray]) -> pa.Table:
+    cols: dict[str, list[Any]] = {f.name: [] for f in schema.MEMORY}
+
+    def row(**kw: Any) -> None:
+        for k in cols:
+            cols[k].append(kw.get(k))
+
+    for t in w.tensors.values():
+        for s in t.shards:
+            idx = tuple(slice(o, o + n) for o, n in zip(s.offset, s.shape, strict=True))
+            data = np.ascontiguousarray(t.stored[idx])
+            row(tensor=t.name, role=t.role, shard=s.index, sip=s.sip, cube=s.cube, pe=s.pe,
+                space="hbm", addr=s.addr, dtype=t.dtype, shape=list(s.shape),
+                offset=list(s.offset), global_shape=list(t.shape), nbytes=data.nbytes,
+                data=data.tobytes())
+    for name, ref in refs.items():
+        t = w.tensors[name]
+        data = to_storage(ref, t.dtype)
+        row(tensor=name, role="reference", shard=0, space="hbm", dtype=t.dtype,
+            shape=list(t.shape), offset=[0] * len(t.shape), global_shape=list(t.shape),
+            nbytes=data.nbytes, data=data.tobytes())
+    arrays = [pa.array(cols[f.name], type=f.type) if not pa.types.is_dictionary(f.type)
+              else pa.array(cols[f.name], type=pa.string()).dictionary_encode().cast(f.type)
+              for f in schema.MEMORY]
+    return pa.Table.from_arrays(arrays, schema=schema.MEMORY)
+
+
+def capture(workload_path: str | os.PathLike[str], topology: Any,
+            params: Mapping[str, Any] | Sequence[str] | None = None,
+            out_dir: str | os.PathLike[str] | None = None) -> Trace:
+    """Capture a workload into a trace directory and return it (see module docstring)."""
+    path = Path(workload_path)
+    mod = load_workload(path)
+    name = str(getattr(mod, "NAME", path.stem))
+    p = parse_params(getattr(mod, "PARAMS", {}), params)
+    topo = _resolve_topology(topology)
+    out = Path(out_dir) if out_dir is not None else Path("data") / "traces" / name
+    out.mkdir(parents=True, exist_ok=True)
+    sink = OpSink(out / "ops.parquet")
+    ok = False
+    try:
+        tracer = Tracer(topo, sink)
+        w = Workload(topo, name, SimpleNamespace(**p), tracer)
+        try:
+            mod.build(w, w.params)
+        except CaptureError:
+            raise
+        except Exception as exc:
+            raise CaptureError(f"workload {name!r}: build() raised {type(exc).__name__}: {exc}") \
+                from exc
+        inputs = {n: t.value for n, t in w.tensors.items()}
+        refs = {}
+        for oname, fn in w.outputs.items():
+            want = np.asarray(fn(dict(inputs)))
+            if want.shape != w.tensors[oname].shape:
+                raise CaptureError(f"workload {name!r}: reference of {oname!r} has shape "
+                                   f"{want.shape}, tensor is {w.tensors[oname].shape}")
+            refs[oname] = want
+        launches = []
+        for li, spec in enumerate(w.launches):
+            coords = [w.coord(i % spec.grid[0], i // spec.grid[0])
+                      for i in range(spec.grid[0] * spec.grid[1])]
+
+            def args_for(prog: Any, spec: Any = spec) -> tuple[tuple[Any, ...], dict[str, Any]]:
+                c = (prog.sip, prog.cube, prog.pe)
+                return (tuple(w.resolve_arg(a, c) for a in spec.args),
+                        {k: w.resolve_arg(v, c) for k, v in spec.kwargs.items()})
+
+            run = LaunchRun(tracer, li, spec.kernel, spec.grid, coords, args_for, spec.neighbors)
+            first = tracer.next_op
+            run.run()
+            tracer.regions.remove_space("tcm")
+            launches.append({"kernel": run.kernel_name, "grid": list(spec.grid),
+                             "programs": len(coords), "first_op": first,
+                             "n_ops": tracer.next_op - first})
+        got = gather_outputs(_memory_table(w, {}), tracer.mem) if refs else {}
+        check = {}
+        for oname, want in refs.items():
+            t = w.tensors[oname]
+            stored_want = to_storage(want, t.dtype)
+            from kbtrace.capture.dtypes import to_compute
+            want_c = to_compute(stored_want, t.dtype)
+            err = float(np.max(np.abs(got[oname].astype(np.float64) - want_c.astype(np.float64)))) \
+                if want_c.size else 0.0
+            check[oname] = {"ok": allclose(got[oname], want_c, t.dtype), "max_abs_err": err,
+                            "dtype": t.dtype}
+        sink.close()
+        write_table(out / "memory.parquet", _memory_table(w, refs))
+        meta = {
+            "format": TRACE_FORMAT,
+            "kbtrace_version": __version__,
+            "schema_version": schema.SCHEMA_VERSION,
+            "workload": name,
+            "workload_file": path.name,
+            "params": p,
+            "launches": launches,
+            "topology": {"name": topo.params.name, "content_hash": topo.content_hash},
+            "n_ops": tracer.next_op,
+            "op_counts": dict(sorted(sink.counts.items())),
+            "outputs": sorted(refs),
+            "reference_check": check,
+            "content_hash": {"ops.parquet": file_hash(out / "ops.parquet"),
+                             "memory.parquet": file_hash(out / "memory.parquet")},
+        }
+        write_json(out / "trace.json", meta)
+        ok = True
+        return Trace(out, meta)
+    finally:
+        if not ok:
+            sink.abort()
+
+
+def open_trace(path: str | os.PathLike[str]) -> Trace:
+    """Open a trace directory, checking format, schema versions, schemas and content hashes."""
+    import json
+    d = Path(path)
+    mj = d / "trace.json"
+    if not mj.is_file():
+        raise SchemaError(f"{d}: no trace.json; not a trace directory (create one with "
+                          f"`kbtrace capture WORKLOAD.py -o {d}`)")
+    meta = json.loads(mj.read_text())
+    if meta.get("format") != TRACE_FORMAT:
+        raise SchemaError(f"{mj}: not a kbtrace trace (format {meta.get('format')!r})")
+    schema.check_version(meta.get("schema_version"), str(mj))
+    for fname, sch in (("ops.parquet", schema.OPS), ("memory.parquet", schema.MEMORY)):
+        fp = d / fname
+        if not fp.is_file():
+            raise SchemaError(f"{d}: {fname} missing; re-capture the workload")
+        schema.check_schema(pq.read_schema(fp), sch, str(fp))
+        want = meta.get("content_hash", {}).get(fname)
+        if want is not None and file_hash(fp) != want:
+            raise SchemaError(f"{fp}: content hash differs from trace.json (file changed or a "
+                              f"capture was interrupted); re-capture the workload")
+    return Trace(d, meta)

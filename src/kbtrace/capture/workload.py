@@ -1,0 +1,290 @@
+"""Host-side workload API: tensors, placement, launches, outputs and numpy references.
+
+A workload is a Python file (``capture/<name>.py``) defining::
+
+    PARAMS = {"M": 256, "dtype": "f32", "seed": 0}      # overridable: -p M=512
+
+    def build(w: Workload, p) -> None:                    # p.M, p.dtype, ...
+        a = w.tensor("a", (p.M, p.K), p.dtype, init=w.random(p.seed))       # PE (0,0,0) HBM
+        x = w.tensor("x", (8, 64), "f32", init=w.random(1), shard="pes")   # row i on cube 0 PE i
+        c = w.tensor("c", (p.M, p.N), p.dtype)                               # zeros
+        w.launch(kernel, grid=w.grid(), args=(a, b, c, p.M))                 # Tensor -> address
+        w.output(c, reference=lambda v: v["a"] @ v["b"])
+
+Kernel arguments that are ``Tensor`` objects become the address of the tensor,
+or for sharded tensors the address of the shard on the program's own PE.
+Program (pid0, pid1) runs on PE ``pid0`` of global cube ``pid1`` (cube-major
+over SIPs). Launches run in declaration order, each to completion.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from kbtrace.capture.dtypes import STORAGE, check_dtype, itemsize, to_compute, to_storage
+from kbtrace.capture.memory import Allocator, Region
+from kbtrace.errors import CaptureError
+
+__all__ = ["Workload", "Tensor", "Shard", "Random", "load_workload", "parse_params"]
+
+
+@dataclass(frozen=True)
+class Random:
+    """Seeded random initial values: ``uniform`` in [low, high) or ``normal`` (ints: integers)."""
+    seed: int
+    dist: str = "uniform"
+    low: float = -1.0
+    high: float = 1.0
+
+    def draw(self, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+        rng = np.random.default_rng(self.seed)
+        if dtype in ("i32", "i8"):
+            return rng.integers(int(self.low), int(self.high) + 1, size=shape).astype(np.int32)
+        if dtype == "bool":
+            return rng.integers(0, 2, size=shape).astype(bool)
+        if self.dist == "normal":
+            return rng.standard_normal(shape).astype(np.float32)
+        return rng.uniform(self.low, self.high, size=shape).astype(np.float32)
+
+
+@dataclass
+class Shard:
+    index: int
+    sip: int
+    cube: int
+    pe: int
+    addr: int
+    offset: tuple[int, ...]
+    shape: tuple[int, ...]
+
+
+@dataclass
+class Tensor:
+    """A declared tensor: its initial values (storage dtype) and its shards in HBM."""
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    stored: np.ndarray
+    shards: list[Shard] = field(default_factory=list)
+    sharded: bool = False
+    role: str = "input"
+
+    @property
+    def addr(self) -> int:
+        """Base address (unsharded tensors; for sharded ones use ``shard_addr``)."""
+        if self.sharded:
+            raise CaptureError(f"tensor {self.name!r} is sharded; use t.shard_addr(i) or pass the "
+                               f"tensor itself as a kernel argument (each program gets its shard)")
+        return self.shards[0].addr
+
+    def shard_addr(self, i: int) -> int:
+        return self.shards[i].addr
+
+    @property
+    def value(self) -> np.ndarray:
+        """Initial values in compute dtype (what references see)."""
+        return to_compute(self.stored, self.dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.stored.nbytes)
+
+
+@dataclass
+class LaunchSpec:
+    kernel: Callable[..., Any]
+    grid: tuple[int, int]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    neighbors: Mapping[int, Mapping[str, int]] | None
+
+
+class Workload:
+    """The host program's view while ``build(w, p)`` runs."""
+
+    def __init__(self, topo: Any, name: str, params: SimpleNamespace, tracer: Any) -> None:
+        self.topo, self.name, self.params = topo, name, params
+        self._tracer = tracer
+        self.tensors: dict[str, Tensor] = {}
+        self.launches: list[LaunchSpec] = []
+        self.outputs: dict[str, Callable[[dict[str, np.ndarray]], Any]] = {}
+        self._hbm: dict[tuple[int, int, int], Allocator] = {}
+        self._cubes = topo.n_sips * topo.cubes_per_sip
+
+    # ------------------------------------------------------------------ helpers
+    def grid(self, cubes: int | None = None) -> tuple[int, int]:
+        """(programs per cube, cubes): every PE of the first ``cubes`` cubes (default all)."""
+        return (self.topo.pes_per_cube, self._cubes if cubes is None else cubes)
+
+    @staticmethod
+    def random(seed: int, dist: str = "uniform", low: float = -1.0, high: float = 1.0) -> Random:
+        return Random(int(seed), dist, low, high)
+
+    def coord(self, pid0: int, pid1: int) -> tuple[int, int, int]:
+        """(sip, cube, pe) of program (pid0, pid1)."""
+        if not (0 <= pid0 < self.topo.pes_per_cube and 0 <= pid1 < self._cubes):
+            raise CaptureError(f"workload {self.name!r}: program ({pid0},{pid1}) does not fit "
+                               f"{self.topo.params.name!r} ({self.topo.pes_per_cube} PEs x "
+                               f"{self._cubes} cubes); use a smaller grid")
+        return (pid1 // self.topo.cubes_per_sip, pid1 % self.topo.cubes_per_sip, pid0)
+
+    def _alloc(self, sip: int, cube: int, pe: int, nbytes: int, label: str) -> int:
+        key = (sip, cube, pe)
+        alloc = self._hbm.get(key)
+        if alloc is None:
+            base = self._tracer.addr.hbm_addr(sip, cube, pe * self.topo.hbm_slice_bytes)
+            alloc = self._hbm[key] = Allocator(
+                base, self.topo.hbm_slice_bytes, f"HBM slice of sip{sip}.cube{cube}.pe{pe}", 256)
+        return alloc.alloc(max(nbytes, 1), label)
+
+    # ------------------------------------------------------------------ declarations
+    def tensor(self, name: str, shape: Sequence[int] | int, dtype: str = "f32", init: Any = "zeros",
+               *, pe: tuple[int, int, int] = (0, 0, 0), shard: str | None = None, axis: int = 0,
+               cube: int = 0, shard_pe: int = 0) -> Tensor:
+        """Declare and place a tensor in HBM.
+
+        ``pe=(sip, cube, pe)`` places it on one PE's HBM slice; ``shard="pes"`` splits ``axis``
+        evenly over the PEs of global cube ``cube``; ``shard="cubes"`` over all cubes (on PE
+        ``shard_pe`` of each). ``init``: "zeros", an array / nested list, or ``w.random(seed)``.
+        """
+        if name in self.tensors:
+            raise CaptureError(f"workload {self.name!r}: tensor {name!r} declared twice")
+        check_dtype(dtype, f"tensor {name!r}")
+        shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+        if isinstance(init, Random):
+            vals = init.draw(shape, dtype)
+        elif isinstance(init, str) and init == "zeros":
+            vals = np.zeros(shape, dtype=STORAGE[dtype] if dtype != "bf16" else np.float32)
+        else:
+            vals = np.asarray(init)
+            if vals.shape != shape:
+                raise CaptureError(f"tensor {name!r}: init has shape {vals.shape}, declared {shape}")
+        t = Tensor(name, shape, dtype, to_storage(vals, dtype))
+        if shard is None:
+            places = [(pe, tuple(0 for _ in shape), shape)]
+        else:
+            if shard == "pes":
+                sip, cb = cube // self.topo.cubes_per_sip, cube % self.topo.cubes_per_sip
+                owners = [(sip, cb, i) for i in range(self.topo.pes_per_cube)]
+            elif shard == "cubes":
+                owners = [(c // self.topo.cubes_per_sip, c % self.topo.cubes_per_sip, shard_pe)
+                          for c in range(self._cubes)]
+            else:
+                raise CaptureError(f"tensor {name!r}: shard must be 'pes' or 'cubes', got {shard!r}")
+            n = len(owners)
+            if shape[axis] % n:
+                raise CaptureError(f"tensor {name!r}: dim {axis} = {shape[axis]} does not split "
+                                   f"evenly over {n} {shard}; use a multiple of {n}")
+            step = shape[axis] // n
+            places = []
+            for i, own in enumerate(owners):
+                off = tuple(i * step if d == axis else 0 for d in range(len(shape)))
+                shp = tuple(step if d == axis else s for d, s in enumerate(shape))
+                places.append((own, off, shp))
+            t.sharded = True
+        for i, (own, off, shp) in enumerate(places):
+            nbytes = int(np.prod(shp, dtype=np.int64)) * itemsize(dtype)
+            label = f"tensor {name!r}" + (f" shard {i}" if t.sharded else "")
+            addr = self._alloc(*own, nbytes, label)
+            t.shards.append(Shard(i, own[0], own[1], own[2], addr, off, shp))
+            self._tracer.regions.add(Region(addr, nbytes, label, "hbm", dtype))
+            idx = tuple(slice(o, o + s) for o, s in zip(off, shp, strict=True))
+            self._tracer.mem.write(addr, np.ascontiguousarray(t.stored[idx]))
+        self.tensors[name] = t
+        return t
+
+    def launch(self, kernel: Callable[..., Any], grid: tuple[int, int] | None = None,
+               args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None,
+               neighbors: Mapping[int, Mapping[str, int]] | None = None) -> None:
+        """Run ``kernel(tl, *args, **kwargs)`` on every program of ``grid`` = (PEs, cubes)."""
+        g = tuple(int(x) for x in (grid or self.grid()))
+        if len(g) == 1:
+            g = (g[0], 1)
+        self.coord(g[0] - 1, g[1] - 1)
+        self.launches.append(LaunchSpec(kernel, (g[0], g[1]), tuple(args), dict(kwargs or {}),
+                                        neighbors))
+
+    def output(self, tensor: Tensor, reference: Callable[[dict[str, np.ndarray]], Any]) -> None:
+        """Declare ``tensor`` an output; ``reference(values)`` computes it from initial values."""
+        if tensor.name not in self.tensors:
+            raise CaptureError(f"output {tensor.name!r} is not a tensor of this workload")
+        tensor.role = "output"
+        self.outputs[tensor.name] = reference
+
+    def resolve_arg(self, arg: Any, coord: tuple[int, int, int]) -> Any:
+        if not isinstance(arg, Tensor):
+            return arg
+        if not arg.sharded:
+            return arg.shards[0].addr
+        for s in arg.shards:
+            if (s.sip, s.cube, s.pe) == coord:
+                return s.addr
+        raise CaptureError(f"tensor {arg.name!r} has no shard on sip{coord[0]}.cube{coord[1]}."
+                           f"pe{coord[2]}; pass t.shard_addr(i) explicitly")
+
+
+def load_workload(path: str | Path) -> ModuleType:
+    """Import a workload file as a fresh module (not cached in sys.modules)."""
+    path = Path(path)
+    if not path.is_file():
+        raise CaptureError(f"workload file {str(path)!r} not found; pass a path like capture/gemm.py")
+    mod_name = f"_kbtrace_workload_{path.stem}"
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        sys.modules.pop(mod_name, None)
+    if not callable(getattr(mod, "build", None)):
+        raise CaptureError(f"workload {str(path)!r} defines no build(w, p) function")
+    return mod
+
+
+def _convert(key: str, raw: str, default: Any) -> Any:
+    try:
+        if isinstance(default, bool):
+            low = raw.lower()
+            if low not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(raw)
+            return low in ("true", "1", "yes")
+        if isinstance(default, int):
+            return int(raw)
+        if isinstance(default, float):
+            return float(raw)
+    except ValueError:
+        raise CaptureError(f"parameter {key}={raw!r}: expected {type(default).__name__} like the "
+                           f"default {default!r}") from None
+    return raw
+
+
+def parse_params(defaults: Mapping[str, Any], overrides: Mapping[str, Any] | Sequence[str] | None
+                 ) -> dict[str, Any]:
+    """Merge overrides (``{"M": 256}`` or ``["M=256"]``) into defaults, typed by the defaults."""
+    out = dict(defaults)
+    if overrides is None:
+        return out
+    items: list[tuple[str, Any]] = []
+    if isinstance(overrides, Mapping):
+        items = list(overrides.items())
+    else:
+        for kv in overrides:
+            if "=" not in kv:
+                raise CaptureError(f"parameter {kv!r}: use KEY=VALUE, e.g. -p M=256")
+            k, v = kv.split("=", 1)
+            items.append((k.strip(), v.strip()))
+    for k, v in items:
+        if k not in defaults:
+            raise CaptureError(f"unknown parameter {k!r}; this workload takes "
+                               f"{', '.join(sorted(defaults)) or 'no parameters'}")
+        out[k] = _convert(k, v, defaults[k]) if isinstance(v, str) else v
+    return out
