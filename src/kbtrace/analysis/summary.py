@@ -1,0 +1,86 @@
+"""Run summaries: the compact, comparable digest of a run that diff and baselines use.
+
+A ``Summary`` holds the makespan, the exclusive stage totals (sum over PEs of
+``stage_breakdown_pe``), mean utilisation per resource kind (``utilisation``), and the
+per-op timing keyed by (launch, program, seq, kind, name). It is computed from a run
+directory, or loaded from a baseline directory (``summary.json`` + ``ops.parquet``),
+which is what ``data/baselines/<workload>/`` holds (a few KB per workload).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from kbtrace import __version__, schema
+from kbtrace._io import write_json, write_table
+from kbtrace.errors import AnalysisError
+
+__all__ = ["Summary", "summarize", "load_summary", "write_summary", "OP_KEY"]
+
+OP_KEY = ("launch", "program", "seq", "kind", "name")
+_OP_COLS = (*OP_KEY, "pe", "t_issue_ns", "t_start_ns", "t_end_ns", "queue_ns")
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What diff compares. ``ops`` has OP_KEY + pe + t_issue/t_start/t_end/queue_ns."""
+
+    source: str
+    makespan_ns: float
+    stages: dict[str, float]          # exclusive stage time summed over PEs (ns)
+    util: dict[str, float]            # mean utilisation per resource kind
+    ops: pl.DataFrame
+    meta: dict[str, Any]
+
+
+def summarize(run: Any) -> Summary:
+    """Summarise a run directory (or open Run)."""
+    from kbtrace.analysis.run import Run, open_run
+
+    owned = not isinstance(run, Run)
+    r = open_run(run) if owned else run
+    try:
+        stages = dict(r.sql("SELECT stage, sum(time_ns) AS t FROM stage_breakdown_pe "
+                            "GROUP BY stage ORDER BY stage").rows())
+        util = dict(r.sql("SELECT resource_kind || '.' || kind AS k, avg(util) AS u FROM utilisation "
+                          "GROUP BY ALL ORDER BY k").rows())
+        ops = r.sql(f"SELECT {', '.join(_OP_COLS)} FROM op_timing ORDER BY op_id")
+        ops = ops.with_columns(pl.col("kind").cast(pl.String), pl.col("name").cast(pl.String))
+        meta = {k: r.info.get(k) for k in ("run_id", "trace_hash", "topology", "topology_hash",
+                                          "fidelity", "options")}
+        return Summary(str(r.path), float(r.makespan_ns), stages, util, ops, meta)
+    finally:
+        if owned:
+            r.close()
+
+
+def write_summary(s: Summary, out: str | os.PathLike[str]) -> Path:
+    """Write a baseline directory: summary.json + ops.parquet (deterministic bytes)."""
+    out = Path(out)
+    write_table(out / "ops.parquet", s.ops.to_arrow())
+    write_json(out / "summary.json", {
+        "kind": "kbtrace.baseline", "schema_version": schema.SCHEMA_VERSION,
+        "kbtrace_version": __version__, "makespan_ns": s.makespan_ns,
+        "stages": s.stages, "util": s.util, "meta": s.meta})
+    return out
+
+
+def load_summary(path: str | os.PathLike[str]) -> Summary:
+    """A run directory or a baseline directory -> Summary."""
+    p = Path(path)
+    if (p / "summary.json").is_file() and not (p / "run.json").is_file():
+        doc = json.loads((p / "summary.json").read_text())
+        schema.check_version(doc.get("schema_version"), str(p / "summary.json"))
+        ops = pl.read_parquet(p / "ops.parquet")
+        return Summary(str(p), float(doc["makespan_ns"]), {k: float(v) for k, v in doc["stages"].items()},
+                       {k: float(v) for k, v in doc["util"].items()}, ops, doc.get("meta", {}))
+    if (p / "run.json").is_file():
+        return summarize(p)
+    raise AnalysisError(f"{p}: neither a run directory (run.json) nor a baseline (summary.json); "
+                        "pass a `kbtrace replay` output or a data/baselines/<workload> directory")
