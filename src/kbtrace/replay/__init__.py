@@ -1,0 +1,21 @@
+"""Replay stage: SimPy timing of captured traces against a compiled topology.
+
+Role: play a trace (``ops.parquet``) on a ``Topology`` and record where time goes.
+Inputs: a trace directory (or ``Trace``), a ``Topology`` (or YAML path),
+``ReplayOptions`` (fidelity ``flit`` | ``fast``, output directory).
+Outputs: a run directory with ``op_timing.parquet`` (``schema.OP_TIMING``),
+``hops.parquet`` (``schema.HOPS``), ``nodes.parquet`` / ``links.parquet`` (a copy
+of the topology tables) and ``run.json``; the ``Run`` handle.
+Phases: build -> elaborate -> run -> finalize (``engine``); components:
+``fabric`` (links, forwarding nodes; flit and fast modes), ``hbm`` (per-PE
+controller), ``pe`` (PE_CPU, scheduler, DMA, fetch/store, GEMM, MATH, TCM,
+IPCQ), ``plans`` (pure tile-plan generator), ``recorder`` (columnar outputs),
+``invariants`` (physical checks).
+"""
+
+from __future__ import annotations
+
+from kbtrace.replay.engine import replay
+from kbtrace.replay.options import FIDELITIES, ReplayOptions, Run
+
+__all__ = ["replay", "ReplayOptions", "Run", "FIDELITIES"]

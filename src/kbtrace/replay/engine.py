@@ -1,0 +1,388 @@
+"""``replay()``: build -> elaborate -> run -> finalize.
+
+build      open the trace, check it fits the topology, create the SimPy
+           environment, HBM controllers, the fabric (flit or fast), the PEs used
+           by the trace, the recorder.
+elaborate  group ops into host copies and launches (programs in program
+           order), match IPCQ sends to recvs, start the host process.
+run        step the SimPy environment to exhaustion, counting events.
+finalize   always closes the writers (aborting them on failure); on success
+           checks the physical invariants, writes ``op_timing.parquet``,
+           ``nodes.parquet``, ``links.parquet`` and ``run.json`` atomically.
+
+Tie-break rule (determinism): events at equal simulated time are processed
+in SimPy's (time, priority, insertion id) order; insertion order is itself
+deterministic because components are built in ``node_idx`` / PE order, the
+host issues work in ``op_id`` order, launches hand programs to PE_CPUs in
+(launch, program) order and every inbox is FIFO. In ``fast`` mode link and
+node reservations are granted in the order transfers start, i.e. the same
+order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import simpy
+
+from kbtrace import __version__, schema
+from kbtrace._io import file_hash, stable_hash, write_json, write_table
+from kbtrace.errors import KbtraceError, ReplayError
+from kbtrace.replay import invariants
+from kbtrace.replay.fabric import make_fabric
+from kbtrace.replay.hbm import HbmController
+from kbtrace.replay.ops import HOST_KINDS, Op, load_ops, plan_for
+from kbtrace.replay.options import ReplayOptions, Run
+from kbtrace.replay.pe import Pe, Program
+from kbtrace.replay.recorder import Recorder
+from kbtrace.topology.model import PeCoord
+
+__all__ = ["replay", "Sim"]
+
+
+def _open(trace: Any) -> tuple[Path | None, dict[str, Any], pa.Table]:
+    if hasattr(trace, "ops") and hasattr(trace, "meta"):
+        return getattr(trace, "path", None), dict(trace.meta), trace.ops()
+    from kbtrace.capture import open_trace
+    t = open_trace(trace)
+    return t.path, dict(t.meta), t.ops()
+
+
+class Sim:
+    """The shared simulation context the components talk through."""
+
+    def __init__(self, topo: Any, ops: list[Op], opts: ReplayOptions, out_dir: Path) -> None:
+        self.topo = topo
+        self.params = topo.params
+        self.ops = ops
+        self.env = simpy.Environment()
+        self.hbm = {nd.idx: HbmController(nd.idx, self.params.cube.hbm)
+                    for nd in topo.nodes if nd.kind == "hbm_ctrl"}
+        pes = sorted({PeCoord(o.sip, o.cube, o.pe) for o in ops if o.kind not in HOST_KINDS}
+                     | {PeCoord(o.peer_sip, o.peer_cube, o.peer_pe) for o in ops
+                        if o.kind in ("send", "recv") and o.peer_sip is not None})
+        alias = {}
+        for c in pes:
+            alias[topo.pe_node(c, "math").idx] = topo.pe_node(c, "gemm").idx
+        self.rec = Recorder(out_dir, len(ops), len(topo.links), opts.batch_rows, alias)
+        self.fabric = make_fabric(opts.fidelity, self.env, topo, self.rec, self.hbm)
+        self.pes = {c: Pe(self, c) for c in pes}
+        self._done = bytearray(len(ops))
+        self._waiters: dict[int, simpy.Event] = {}
+        self._ready: dict[int, simpy.Event] = {}
+        self._chan: dict[tuple[int, int, int], simpy.Container] = {}
+        self._match: dict[int, int] = {}
+        self._resolved: dict[int, int] = {}
+        self.launches: list[dict[str, float]] = []
+        self.host = topo.host.idx
+
+    # ------------------------------------------------------------------ op bookkeeping
+    def plan(self, op: Op):
+        return plan_for(op, self.params)
+
+    def done_event(self, op_id: int) -> simpy.Event:
+        ev = self._waiters.get(op_id)
+        if ev is None:
+            ev = self._waiters[op_id] = self.env.event()
+            if self._done[op_id]:
+                ev.succeed()
+        return ev
+
+    def wait_for(self, deps: list[int]) -> simpy.Event | None:
+        pend = [self.done_event(d) for d in deps if not self._done[d]]
+        if not pend:
+            return None
+        return pend[0] if len(pend) == 1 else self.env.all_of(pend)
+
+    def complete(self, op: Op, t_issue: float, t_start: float, engine: str) -> None:
+        self.rec.op_done(op.op_id, t_issue, t_start, self.env.now, engine)
+        self._done[op.op_id] = 1
+        ev = self._waiters.get(op.op_id)
+        if ev is not None and not ev.triggered:
+            ev.succeed()
+
+    def resolve(self, addr: int) -> int:
+        n = self._resolved.get(addr)
+        if n is None:
+            try:
+                n = self._resolved[addr] = self.topo.resolve(int(addr)).idx
+            except KbtraceError as e:
+                raise ReplayError(f"address {int(addr):#x} does not map onto topology "
+                                  f"{self.params.name!r}: {e}") from None
+        return n
+
+    # ------------------------------------------------------------------ memory paths
+    def hbm_read(self, op_id: int, tile: int, src: int, dst: int, addr: int, nbytes: int):
+        h = self.hbm[src]
+        t = self.env.now
+        ready = h.read(addr, nbytes, t)
+        first = min(ready)
+        self.rec.hop(op_id, tile, "hbm", src, -1, t, max(ready), nbytes / (h.bw * h.n_pcs),
+                     max(0.0, first - t - min(nbytes, h.burst) / h.bw), nbytes)
+        return self.fabric.send(op_id, tile, src, dst, nbytes, addr, ready=ready)
+
+    def dma_read(self, op_id: int, tile: int, dma: int, addr: int, nbytes: int):
+        src = self.resolve(addr)
+        yield self.fabric.command(op_id, tile, dma, src)
+        if nbytes <= 0:
+            yield self.fabric.command(op_id, tile, src, dma)
+        elif src in self.hbm:
+            yield self.hbm_read(op_id, tile, src, dma, addr, nbytes)
+        else:
+            yield self.fabric.send(op_id, tile, src, dma, nbytes, addr)
+
+    def dma_write(self, op_id: int, tile: int, dma: int, addr: int, nbytes: int):
+        dst = self.resolve(addr)
+        if nbytes > 0:
+            yield self.fabric.send(op_id, tile, dma, dst, nbytes, addr)
+        yield self.fabric.command(op_id, tile, dst, dma)
+
+    # ------------------------------------------------------------------ IPCQ
+    def peer_pe(self, op: Op) -> Pe:
+        return self.pes[PeCoord(op.peer_sip, op.peer_cube, op.peer_pe)]
+
+    def match_of(self, recv: Op) -> int:
+        return self._match[recv.op_id]
+
+    def ipcq_channel(self, send: Op) -> tuple[simpy.Container, int]:
+        p = self.params.pe.ipcq
+        key = (send.launch, send.program, send.peer_program if send.peer_program is not None else -1)
+        ch = self._chan.get(key)
+        if ch is None:
+            ch = self._chan[key] = simpy.Container(self.env, capacity=p.n_slots, init=p.n_slots)
+        k = max(1, min(p.n_slots, -(-int(send.nbytes) // p.slot_bytes)))
+        return ch, k
+
+    def ipcq_ready(self, send_id: int) -> simpy.Event:
+        ev = self._ready.get(send_id)
+        if ev is None:
+            ev = self._ready[send_id] = self.env.event()
+        return ev
+
+    def slot_access(self, op_id: int, pe: Pe, nbytes: int, write: bool):
+        """Slot write (receiver inbound) or read (recv consume) in the buffer tier."""
+        p = self.params.pe.ipcq
+        kind = p.buffer_kind
+        tier = getattr(p, kind)
+        fab = self.fabric
+        if kind in ("sram", "hbm") and nbytes > 0:
+            c = pe.coord
+            bank = (self.topo.sram(c.sip, c.cube) if kind == "sram" else self.topo.hbm_ctrl(c)).idx
+            addr = self.topo.hbm_base(c) if kind == "hbm" else 0
+            if write:
+                yield fab.send(op_id, -1, pe.n_dma, bank, nbytes, addr)
+            else:
+                yield fab.command(op_id, -1, pe.n_dma, bank)
+                if kind == "hbm":
+                    yield self.hbm_read(op_id, -1, bank, pe.n_dma, addr, nbytes)
+                else:
+                    yield fab.send(op_id, -1, bank, pe.n_dma, nbytes)
+        t0 = self.env.now
+        dur = (nbytes / tier.bw_gbps if tier.bw_gbps > 0 else 0.0) + tier.overhead_ns
+        if dur > 0:
+            yield self.env.timeout(dur)
+        self.rec.hop(op_id, -1, "ipcq", pe.n_ipcq, -1, t0, self.env.now, 0.0, 0.0, nbytes)
+
+    # ------------------------------------------------------------------ host + launches
+    def _launch_ns(self, coords: list[PeCoord]) -> tuple[float, float]:
+        """(fan-out barrier latency, completion-aggregation latency), both max over PEs."""
+        topo, cmd = self.topo, self.fabric.command_ns
+        host = self.host
+        down = up = 0.0
+        for c in coords:
+            io = topo.io_cpu(c.sip).idx
+            m = topo.m_cpu(c.sip, c.cube).idx
+            cpu = topo.pe_node(c, "pe_cpu").idx
+            down = max(down, cmd(host, io) + cmd(io, m) + cmd(m, cpu))
+            up = max(up, cmd(cpu, m) + cmd(m, io) + cmd(io, host))
+        return down, up
+
+    def host_copy(self, op: Op):
+        env, fab = self.env, self.fabric
+        t0 = env.now
+        nb = int(op.nbytes)
+        if op.kind == "h2d":
+            dst = self.resolve(op.dst_addr)
+            if nb > 0:
+                yield fab.send(op.op_id, -1, self.host, dst, nb, int(op.dst_addr))
+            yield fab.command(op.op_id, -1, dst, self.host)
+        else:
+            src = self.resolve(op.src_addr)
+            yield fab.command(op.op_id, -1, self.host, src)
+            if nb > 0 and src in self.hbm:
+                yield self.hbm_read(op.op_id, -1, src, self.host, int(op.src_addr), nb)
+            elif nb > 0:
+                yield fab.send(op.op_id, -1, src, self.host, nb, int(op.src_addr))
+        self.complete(op, t0, t0, self.topo.host.id)
+
+    def host_program(self, items: list[tuple[str, Any]]):
+        env = self.env
+        for what, item in items:
+            if what == "copy":
+                if item.deps:
+                    ev = self.wait_for(item.deps)
+                    if ev is not None:
+                        yield ev
+                yield from self.host_copy(item)
+                continue
+            launch, programs = item
+            t0 = env.now
+            coords = sorted({PeCoord(o[0].sip, o[0].cube, o[0].pe) for o in programs.values()})
+            down, up = self._launch_ns(coords)
+            yield env.timeout(down)
+            t_barrier = env.now
+            dones = []
+            for prog in sorted(programs):
+                ops = programs[prog]
+                ev = env.event()
+                dones.append(ev)
+                self.pes[PeCoord(ops[0].sip, ops[0].cube, ops[0].pe)].cpu_in.put(Program(ops, ev))
+            yield env.all_of(dones)
+            t_body = env.now
+            yield env.timeout(up)
+            self.launches.append({"launch": launch, "t_launch_ns": t0, "t_barrier_ns": t_barrier,
+                                  "t_body_end_ns": t_body, "t_done_ns": env.now})
+
+
+def _elaborate(sim: Sim) -> list[tuple[str, Any]]:
+    ops = sim.ops
+    launches: dict[int, dict[int, list[Op]]] = defaultdict(lambda: defaultdict(list))
+    first: dict[int, int] = {}
+    items: list[tuple[int, str, Any]] = []
+    by_key: dict[tuple[int, int, int, int], int] = {}
+    for o in ops:
+        if o.kind in HOST_KINDS:
+            items.append((o.op_id, "copy", o))
+            continue
+        launches[o.launch][o.program].append(o)
+        first.setdefault(o.launch, o.op_id)
+        if o.kind == "send":
+            by_key[(o.launch, o.program, o.peer_program, o.ipcq_seq)] = o.op_id
+    for lid, progs in launches.items():
+        for prog in progs.values():
+            prog.sort(key=lambda o: o.seq)
+        items.append((first[lid], "launch", (lid, progs)))
+    items.sort(key=lambda t: t[0])
+    for o in ops:
+        if o.kind == "recv":
+            sid = o.match_op_id
+            if sid is None:
+                sid = by_key.get((o.launch, o.peer_program, o.program, o.ipcq_seq))
+            if sid is None or not 0 <= sid < len(ops) or ops[sid].kind != "send":
+                raise ReplayError(f"op {o.op_id} (recv, program {o.program}, seq {o.seq}) has no "
+                                  f"matching send in the trace; re-capture the workload")
+            sim._match[o.op_id] = sid
+    return [(what, it) for _, what, it in items]
+
+
+def _check_fit(topo: Any, ops: list[Op], meta: dict[str, Any]) -> None:
+    for o in ops:
+        if o.kind in HOST_KINDS:
+            continue
+        for s, c, p in ((o.sip, o.cube, o.pe), (o.peer_sip, o.peer_cube, o.peer_pe)):
+            if s is None:
+                continue
+            if not (0 <= s < topo.n_sips and 0 <= c < topo.cubes_per_sip
+                    and 0 <= p < topo.pes_per_cube):
+                captured = meta.get("topology", {}).get("name", "?")
+                raise ReplayError(
+                    f"op {o.op_id} runs on sip{s}.cube{c}.pe{p}, which topology "
+                    f"{topo.params.name!r} ({topo.n_sips} SIP(s) x {topo.cubes_per_sip} cubes x "
+                    f"{topo.pes_per_cube} PEs) does not have; the trace was captured for "
+                    f"{captured!r}: replay it on that topology or re-capture")
+
+
+def _default_dir(trace_path: Path | None, meta: dict[str, Any], topo: Any, fid: str) -> Path:
+    name = meta.get("workload") or (trace_path.name if trace_path else "trace")
+    return Path("data") / "runs" / f"{name}-{topo.params.name}-{fid}"
+
+
+def replay(trace: Any, topology: Any, options: ReplayOptions | None = None) -> Run:
+    """Replay a trace (directory or ``Trace``) on a ``Topology`` (or YAML path); return the Run."""
+    opts = options or ReplayOptions()
+    phase = "build"
+    t_wall = time.perf_counter()
+    sim: Sim | None = None
+    ok = False
+    try:
+        if isinstance(topology, (str, Path)):
+            from kbtrace.topology import compile_topology
+            topology = compile_topology(topology)
+        trace_path, meta, table = _open(trace)
+        schema.check_schema(table.schema, schema.OPS, "ops.parquet")
+        ops = load_ops(table)
+        if any(o.op_id != i for i, o in enumerate(ops)):
+            raise ReplayError("ops.parquet: op_id is not dense from 0; re-capture the workload")
+        _check_fit(topology, ops, meta)
+        out = Path(opts.out_dir) if opts.out_dir else _default_dir(trace_path, meta, topology,
+                                                                     opts.fidelity)
+        out.mkdir(parents=True, exist_ok=True)
+        trace_hash = stable_hash(meta.get("content_hash") or
+                                 (file_hash(trace_path / "ops.parquet") if trace_path else ""))
+        sim = Sim(topology, ops, opts, out)
+        phase = "elaborate"
+        items = _elaborate(sim)
+        sim.env.process(sim.host_program(items))
+        phase = "run"
+        env = sim.env
+        events = 0
+        step = env.step
+        try:
+            while True:
+                step()
+                events += 1
+        except simpy.core.EmptySchedule:
+            pass
+        phase = "finalize"
+        unfinished = [o for o in ops if not sim._done[o.op_id]]
+        if unfinished:
+            o = unfinished[0]
+            raise ReplayError(f"{len(unfinished)} op(s) never completed (deadlock); first: op "
+                              f"{o.op_id} ({o.kind}, launch {o.launch}, program {o.program}, seq "
+                              f"{o.seq}); check its deps / IPCQ peer")
+        rec = sim.rec
+        makespan = float(env.now)
+        if opts.check_invariants:
+            invariants.check(sim, makespan)
+        rec.hops.close()
+        wall = time.perf_counter() - t_wall
+        ot = pa.table({
+            **{c: table.column(c) for c in ("op_id", "launch", "program", "sip", "cube", "pe",
+                                             "seq", "kind", "name")},
+            "engine": pa.array(rec.engine, pa.string()).dictionary_encode(),
+            "t_issue_ns": rec.t_issue, "t_start_ns": rec.t_start, "t_end_ns": rec.t_end,
+            "queue_ns": rec.queue, "nbytes": table.column("nbytes"),
+        }).sort_by("op_id")
+        ot = pa.Table.from_arrays([ot.column(f.name).cast(f.type) for f in schema.OP_TIMING],
+                                  schema=schema.OP_TIMING)
+        write_table(out / "op_timing.parquet", ot)
+        write_table(out / "nodes.parquet", topology.nodes_table())
+        write_table(out / "links.parquet", topology.links_table())
+        run_id = stable_hash(trace_hash, topology.content_hash, opts.key(), __version__)
+        write_json(out / "run.json", {
+            "run_id": run_id, "kbtrace_version": __version__,
+            "schema_version": schema.SCHEMA_VERSION, "fidelity": opts.fidelity,
+            "options": opts.key(), "makespan_ns": makespan, "events": events, "ops": len(ops),
+            "hops": rec.n_hops, "wall_s": round(wall, 3),
+            "trace": {"path": str(trace_path) if trace_path else None, "hash": trace_hash,
+                      "workload": meta.get("workload")},
+            "topology": {"path": getattr(topology, "source", None), "name": topology.params.name,
+                         "hash": topology.content_hash},
+            "launches": sim.launches,
+        })
+        ok = True
+        return Run(out, run_id, opts.fidelity, makespan, len(ops), rec.n_hops, events, wall)
+    except KbtraceError as e:
+        if str(e).startswith("replay "):
+            raise
+        raise type(e)(f"replay {phase}: {e}") from None
+    except Exception as e:
+        e.add_note(f"kbtrace replay failed in phase {phase!r}")
+        raise
+    finally:
+        if sim is not None and not ok:
+            sim.rec.hops.abort()

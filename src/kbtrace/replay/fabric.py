@@ -1,0 +1,368 @@
+"""The data fabric: links + forwarding nodes, in two fidelity modes with one interface.
+
+``Fabric.send(...)`` moves ``nbytes`` from one node to another along
+``topology.route`` and returns a SimPy event that fires when the last byte is
+committed at the destination (HBM: last pseudo-channel commit). Transfers move
+as flits of ``cube.hbm.burst_bytes``.
+
+flit (reference)
+    One standing process per directed link (its own ``simpy.Store``, never
+    shared with a node) serialises flits FIFO for ``flit_bytes / bw_gbps`` and
+    delivers each after the propagation delay. One standing process per node
+    (its own inbox ``Store``) forwards flits in arrival order and charges the
+    node's ``overhead_ns`` once per transaction, on the head flit. Flits of
+    concurrent transfers interleave at flit granularity.
+fast
+    Per transfer, in closed form: the head reaches link *j* at
+    ``max(head_arrival, node.available_at) + overhead``, starts at
+    ``max(that, link.available_at)``; the link is reserved until the tail
+    leaves, ``max(tail_arrival, start + (nbytes - last) / bw) + last / bw``.
+    Exact for a transfer alone on its path (the flit departure sequence is
+    convex, so the max-plus recursion is decided by the head and tail); under
+    contention whole transfers are served FIFO instead of interleaving.
+
+Control messages (``nbytes == 0``: read requests, write acks, launch fan-out)
+travel on a separate control channel: propagation plus node overheads, no
+bandwidth occupancy, identical in both modes. Hop rows: one per link per
+transfer (``link_idx`` set; ``t_enter`` = head reaches the link's source node,
+``t_leave`` = tail reaches the link's destination), one terminal row at the
+destination node, and one row per control message.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import simpy
+
+from kbtrace.errors import InvariantError
+from kbtrace.replay.hbm import HbmController
+
+if TYPE_CHECKING:  # pragma: no cover
+    from kbtrace.replay.recorder import Recorder
+
+__all__ = ["Fabric", "FlitFabric", "FastFabric", "Transfer", "make_fabric"]
+
+
+class Transfer:
+    """One payload movement (per-transfer state; hop timestamps per path position)."""
+    __slots__ = ("op_id", "tile", "nodes", "links", "nbytes", "n", "addr", "hbm", "done",
+                 "enter", "queue", "leave", "got", "last", "hput", "fab")
+
+    def __init__(self, fab: Fabric, op_id: int, tile: int, nodes: tuple[int, ...],
+                 links: tuple[int, ...], nbytes: int, addr: int, hbm: HbmController | None) -> None:
+        self.fab = fab
+        self.op_id = op_id
+        self.tile = tile
+        self.nodes = nodes
+        self.links = links
+        self.nbytes = nbytes
+        self.n = max(1, -(-nbytes // fab.flit_bytes))
+        self.addr = addr
+        self.hbm = hbm
+        self.done = fab.env.event()
+        L = len(links)
+        self.enter = [0.0] * (L + 1)
+        self.queue = [0.0] * (L + 1)
+        self.leave = [0.0] * L
+        self.got = 0
+        self.last = 0.0
+        self.hput = 0.0
+
+    def finish(self, t: float) -> None:
+        fab = self.fab
+        rec = fab.rec
+        op, tile, nb = self.op_id, self.tile, self.nbytes
+        nodes, links = self.nodes, self.links
+        for j, li in enumerate(links):
+            bw = fab.link_bw[li]
+            rec.hop(op, tile, fab.link_stage[li], nodes[j], li, self.enter[j], self.leave[j],
+                    nb / bw if bw > 0 else 0.0, self.queue[j], nb)
+        dst = nodes[-1]
+        hbm = self.hbm
+        busy = nb / (hbm.bw * hbm.n_pcs) if hbm is not None else 0.0
+        rec.hop(op, tile, fab.term_stage[dst], dst, -1, self.enter[-1], t, busy,
+                self.queue[-1], nb)
+        self.done.succeed(t)
+
+
+class Fabric:
+    """Shared part of both modes: routes, per-link/per-node constants, control messages."""
+
+    fidelity = "?"
+
+    def __init__(self, env: simpy.Environment, topo: Any, rec: Recorder,
+                 hbm: dict[int, HbmController]) -> None:
+        self.env = env
+        self.topo = topo
+        self.rec = rec
+        self.hbm = hbm
+        self.flit_bytes = int(topo.params.cube.hbm.burst_bytes)
+        self.link_bw = [float(lk.bw_gbps) for lk in topo.links]
+        self.link_prop = [float(lk.latency_ns) for lk in topo.links]
+        self.link_stage = ["pcie" if lk.kind == "pcie" else "fabric" for lk in topo.links]
+        self.node_ov = [float(nd.overhead_ns) for nd in topo.nodes]
+        kinds = [nd.kind for nd in topo.nodes]
+        self.term_stage = ["hbm" if k == "hbm_ctrl" else "sram" if k == "sram"
+                           else "pcie" if k in ("host", "pcie_ep") else "fabric" for k in kinds]
+        self._routes: dict[tuple[int, int], tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        self._cmd: dict[tuple[int, int], float] = {}
+
+    def route(self, src: int, dst: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        key = (src, dst)
+        r = self._routes.get(key)
+        if r is None:
+            rt = self.topo.route(src, dst)
+            r = self._routes[key] = (tuple(rt.nodes), tuple(rt.links))
+        return r
+
+    def command_ns(self, src: int, dst: int) -> float:
+        """Latency of a control message: propagation + overheads of every node but the source."""
+        key = (src, dst)
+        lat = self._cmd.get(key)
+        if lat is None:
+            nodes, links = self.route(src, dst)
+            lat = sum(self.link_prop[li] for li in links) + sum(self.node_ov[n] for n in nodes[1:])
+            self._cmd[key] = lat
+        return lat
+
+    def command(self, op_id: int, tile: int, src: int, dst: int) -> simpy.Event:
+        lat = self.command_ns(src, dst)
+        now = self.env.now
+        self.rec.hop(op_id, tile, "fabric", src, -1, now, now + lat, 0.0, 0.0, 0)
+        return self.env.timeout(lat)
+
+    def send(self, op_id: int, tile: int, src: int, dst: int, nbytes: int, addr: int = 0,
+             ready: list[float] | None = None) -> simpy.Event:
+        """Move ``nbytes`` from node ``src`` to node ``dst``; flits ready now or at ``ready``."""
+        nodes, links = self.route(src, dst)
+        x = Transfer(self, op_id, tile, nodes, links, nbytes, addr, self.hbm.get(dst))
+        if not links:
+            t = max(ready) if ready else self.env.now
+            x.enter[0] = self.env.now
+            self.env.timeout(t - self.env.now).callbacks.append(lambda _e: x.finish(t))
+            return x.done
+        self._start(x, ready)
+        return x.done
+
+    def _start(self, x: Transfer, ready: list[float] | None) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+
+class FlitFabric(Fabric):
+    """Reference mode: per-flit events through standing link and node processes."""
+
+    fidelity = "flit"
+
+    def __init__(self, env: simpy.Environment, topo: Any, rec: Recorder,
+                 hbm: dict[int, HbmController]) -> None:
+        super().__init__(env, topo, rec, hbm)
+        self.lstore = [simpy.Store(env) for _ in topo.links]
+        self.inbox = [simpy.Store(env) for _ in topo.nodes]
+        for lk in topo.links:
+            env.process(self._link_proc(lk.idx, lk.dst))
+        for nd in topo.nodes:
+            env.process(self._node_proc(nd.idx))
+
+    def _start(self, x: Transfer, ready: list[float] | None) -> None:
+        env = self.env
+        fb = self.flit_bytes
+        nb = x.nbytes
+        n = x.n
+        put = self.lstore[x.links[0]].put
+        flits = []
+        for i in range(n):
+            sz = fb if nb - i * fb > fb else nb - i * fb
+            flits.append(_Flit(x, i, max(sz, 0), x.addr + i * fb))
+        if ready is None:
+            x.enter[0] = x.hput = env.now
+            for f in flits:
+                put(f)
+            return
+        order = sorted(range(n), key=ready.__getitem__)
+        groups: list[tuple[float, list[_Flit]]] = []
+        for rank, i in enumerate(order):
+            f = flits[i]
+            f.idx = rank
+            t = ready[i]
+            if groups and groups[-1][0] == t:
+                groups[-1][1].append(f)
+            else:
+                groups.append((t, [f]))
+        x.enter[0] = x.hput = groups[0][0]
+        now = env.now
+        for t, fs in groups:
+            if t <= now:
+                for f in fs:
+                    put(f)
+            else:
+                env.timeout(t - now, fs).callbacks.append(lambda e, put=put: [put(f) for f in e.value])
+
+    def _link_proc(self, li: int, dst: int):
+        env = self.env
+        get = self.lstore[li].get
+        bw = self.link_bw[li]
+        prop = self.link_prop[li]
+        deliver = self._deliver
+        timeout = env.timeout
+        last_start = 0.0
+        while True:
+            f = yield get()
+            now = env.now
+            if now < last_start:  # pragma: no cover - SimPy time never goes back
+                raise InvariantError(f"link {li}: service start {now} < previous {last_start}")
+            last_start = now
+            x = f.x
+            if f.idx == 0:
+                x.queue[f.pos] += now - x.hput
+            if bw > 0 and f.nbytes > 0:
+                yield timeout(f.nbytes / bw)
+            if prop > 0:
+                timeout(prop, f).callbacks.append(deliver)
+            else:
+                self._arrive(f)
+
+    def _deliver(self, ev: simpy.Event) -> None:
+        self._arrive(ev.value)
+
+    def _arrive(self, f: _Flit) -> None:
+        x = f.x
+        pos = f.pos = f.pos + 1
+        now = self.env.now
+        if f.idx == 0:
+            x.enter[pos] = now
+        if f.idx == x.n - 1:
+            x.leave[pos - 1] = now
+        self.inbox[x.nodes[pos]].put(f)
+
+    def _node_proc(self, ni: int):
+        env = self.env
+        get = self.inbox[ni].get
+        ov = self.node_ov[ni]
+        lstore = self.lstore
+        while True:
+            f = yield get()
+            x = f.x
+            pos = f.pos
+            if f.idx == 0:
+                x.queue[pos] += env.now - x.enter[pos]
+                if ov > 0:
+                    yield env.timeout(ov)
+            if pos == len(x.links):
+                self._terminal(x, f)
+            else:
+                if f.idx == 0:
+                    x.hput = env.now
+                lstore[x.links[pos]].put(f)
+
+    def _terminal(self, x: Transfer, f: _Flit) -> None:
+        now = self.env.now
+        x.got += f.nbytes
+        if x.hbm is not None:
+            t = x.hbm.commit(f.addr, f.nbytes, now, 1)
+            if t > x.last:
+                x.last = t
+        elif now > x.last:
+            x.last = now
+        if f.idx == x.n - 1:
+            if x.got != x.nbytes:
+                raise InvariantError(
+                    f"transfer of op {x.op_id} to node {x.nodes[-1]}: {x.got} bytes arrived, "
+                    f"{x.nbytes} sent (bytes not conserved)")
+            t = x.last
+            if t > now:
+                self.env.timeout(t - now).callbacks.append(lambda _e: x.finish(t))
+            else:
+                x.finish(now)
+
+
+class _Flit:
+    __slots__ = ("x", "idx", "nbytes", "addr", "pos")
+
+    def __init__(self, x: Transfer, idx: int, nbytes: int, addr: int) -> None:
+        self.x = x
+        self.idx = idx
+        self.nbytes = nbytes
+        self.addr = addr
+        self.pos = 0
+
+
+class FastFabric(Fabric):
+    """Closed-form wormhole timing per transfer with per-link / per-node reservations."""
+
+    fidelity = "fast"
+
+    def __init__(self, env: simpy.Environment, topo: Any, rec: Recorder,
+                 hbm: dict[int, HbmController]) -> None:
+        super().__init__(env, topo, rec, hbm)
+        self.link_avail = [0.0] * len(topo.links)
+        self.node_avail = [0.0] * len(topo.nodes)
+
+    def _start(self, x: Transfer, ready: list[float] | None) -> None:
+        env = self.env
+        now = env.now
+        nb = x.nbytes
+        fb = self.flit_bytes
+        n = x.n
+        last = nb - (n - 1) * fb if nb > 0 else 0
+        first = fb if n > 1 else last
+        if ready is None:
+            H = T = now
+        else:
+            H, T = min(ready), max(ready)
+        nodes, links = x.nodes, x.links
+        lav, nav = self.link_avail, self.node_avail
+        bws, props, ovs = self.link_bw, self.link_prop, self.node_ov
+        enter, queue, leave = x.enter, x.queue, x.leave
+        for j, li in enumerate(links):
+            enter[j] = H
+            q = 0.0
+            if j:
+                nd = nodes[j]
+                s = nav[nd]
+                if s > H:
+                    q = s - H
+                    H = s
+                H += ovs[nd]
+                nav[nd] = H
+                if T < H:
+                    T = H
+            s = lav[li]
+            if s > H:
+                q += s - H
+                H = s
+            bw = bws[li]
+            if bw > 0 and nb > 0:
+                hd = H + first / bw
+                body = H + (nb - last) / bw
+                td = max(T, body) + last / bw
+                if n == 1:
+                    td = hd
+                lav[li] = td
+            else:
+                hd = H
+                td = T if T > H else H
+            queue[j] = q
+            p = props[li]
+            H = hd + p
+            T = td + p
+            leave[j] = T
+        dst = nodes[-1]
+        enter[-1] = H
+        s = nav[dst]
+        if s > H:
+            queue[-1] = s - H
+            H = s
+        H += ovs[dst]
+        nav[dst] = H
+        if T < H:
+            T = H
+        t = x.hbm.write_stream(x.addr, nb, H, T) if x.hbm is not None else T
+        x.got = nb
+        env.timeout(t - now).callbacks.append(lambda _e: x.finish(t))
+
+
+def make_fabric(fidelity: str, env: simpy.Environment, topo: Any, rec: Recorder,
+                hbm: dict[int, HbmController]) -> Fabric:
+    cls = {"flit": FlitFabric, "fast": FastFabric}[fidelity]
+    return cls(env, topo, rec, hbm)

@@ -1,0 +1,131 @@
+"""Physical invariants checked at the end of every replay (InvariantError on violation).
+
+1. No resource busy over 100 %: per resource (a link, or a node's engine
+   channel), busy intervals ``[t_enter + queue, t_leave]`` are merged into
+   connected windows; the busy time inside a window must not exceed
+   ``capacity * window length`` (capacity = DMA channel count, else 1), and no
+   single hop may be busier than its own interval.
+2. Bytes conserved: every transfer delivers exactly the bytes it sent (checked
+   per transfer by the fabric at the destination; flit mode counts flits).
+3. Per-resource timestamps monotone: each link/node server checks service starts
+   never go back (flit mode), reservations are monotone by construction (fast).
+4. Every IPCQ send was consumed by its matching recv.
+5. Analytical lower bounds: each load/store/h2d/d2h lasts at least the route's
+   ``lower_bound_ns`` (request leg + data leg), and the makespan is at least the
+   largest ``t_issue + lower bound`` and the last launch barrier.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from kbtrace.errors import InvariantError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from kbtrace.replay.engine import Sim
+
+__all__ = ["check", "EPS_NS"]
+
+EPS_NS = 1e-6
+
+
+def _res_name(sim: Sim, rid: int) -> tuple[str, int]:
+    topo, rec = sim.topo, sim.rec
+    if rid < rec.n_links:
+        lk = topo.links[rid]
+        return f"link {topo.nodes[lk.src].id}->{topo.nodes[lk.dst].id}", 1
+    node, stage = rec.res_names[rid - rec.n_links]
+    dma = sim.params.pe.dma
+    cap = dma.read_channels if stage == "dma_read" else dma.write_channels \
+        if stage == "dma_write" else 1
+    return f"{topo.nodes[node].id} ({stage})", cap
+
+
+def check_busy(sim: Sim) -> float:
+    """Check invariant 1; return the highest per-window utilisation seen (0..1)."""
+    rec = sim.rec
+    if not len(rec.iv_res):
+        return 0.0
+    res = np.frombuffer(rec.iv_res, dtype=np.int64)
+    s = np.frombuffer(rec.iv_start, dtype=np.float64)
+    e = np.frombuffer(rec.iv_end, dtype=np.float64)
+    b = np.frombuffer(rec.iv_busy, dtype=np.float64)
+    bad = np.nonzero(b > (e - s) + EPS_NS)[0]
+    if bad.size:
+        i = int(bad[0])
+        name, _ = _res_name(sim, int(res[i]))
+        raise InvariantError(f"{name}: busy {b[i]:.3f} ns inside a {e[i] - s[i]:.3f} ns interval "
+                             f"[{s[i]:.3f}, {e[i]:.3f}] ns (over 100%)")
+    order = np.lexsort((s, res))
+    res, s, e, b = res[order], s[order], e[order], b[order]
+    bounds = np.flatnonzero(np.diff(res)) + 1
+    starts = np.concatenate(([0], bounds))
+    ends = np.concatenate((bounds, [len(res)]))
+    worst = 0.0
+    for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
+        gs, ge, gb = s[lo:hi], e[lo:hi], b[lo:hi]
+        cm = np.maximum.accumulate(ge)
+        new = np.concatenate(([True], gs[1:] > cm[:-1] + EPS_NS))
+        cidx = np.flatnonzero(new)
+        w_start = gs[cidx]
+        w_end = np.maximum.reduceat(ge, cidx)
+        w_busy = np.add.reduceat(gb, cidx)
+        name, cap = _res_name(sim, int(res[lo]))
+        span = w_end - w_start
+        over = np.nonzero(w_busy > cap * span + EPS_NS * (hi - lo))[0]
+        if over.size:
+            j = int(over[0])
+            raise InvariantError(
+                f"{name}: busy {w_busy[j]:.3f} ns in window [{w_start[j]:.3f}, {w_end[j]:.3f}] ns "
+                f"of {span[j]:.3f} ns with capacity {cap} (over 100%)")
+        with np.errstate(divide="ignore", invalid="ignore"):
+            u = np.where(span > 0, w_busy / (cap * span), 0.0)
+        worst = max(worst, float(u.max(initial=0.0)))
+    return worst
+
+
+def check(sim: Sim, makespan: float) -> None:
+    check_busy(sim)
+    for sid, ev in sorted(sim._ready.items()):
+        if not ev.processed and sim.ops[sid].kind == "send":
+            raise InvariantError(f"IPCQ send op {sid} was never delivered")
+    consumed = set(sim._match.values())
+    for o in sim.ops:
+        if o.kind == "send" and o.op_id not in consumed:
+            raise InvariantError(f"IPCQ send op {o.op_id} (program {o.program}, seq {o.seq}) has "
+                                 f"no matching recv (unmatched send)")
+    rec, topo, fab = sim.rec, sim.topo, sim.fabric
+    lb_end = max((ln["t_barrier_ns"] for ln in sim.launches), default=0.0)
+    for o in sim.ops:
+        if o.kind not in ("load", "store", "h2d", "d2h"):
+            continue
+        nb = int(o.nbytes)
+        if o.kind in ("load", "store"):
+            dma = topo.pe_node(_coord(o), "dma").idx
+            if o.kind == "load":
+                src = sim.resolve(o.src_addr)
+                lb = topo.route(dma, src).lower_bound_ns(0) + topo.route(src, dma).lower_bound_ns(nb)
+            else:
+                dst = sim.resolve(o.dst_addr)
+                lb = topo.route(dma, dst).lower_bound_ns(nb) + topo.route(dst, dma).lower_bound_ns(0)
+        elif o.kind == "h2d":
+            dst = sim.resolve(o.dst_addr)
+            lb = topo.route(sim.host, dst).lower_bound_ns(nb)
+        else:
+            src = sim.resolve(o.src_addr)
+            lb = topo.route(src, sim.host).lower_bound_ns(nb)
+        dur = rec.t_end[o.op_id] - rec.t_issue[o.op_id]
+        if dur + 1e-6 < lb:
+            raise InvariantError(f"op {o.op_id} ({o.kind}, {nb} B) took {dur:.3f} ns, below its "
+                                 f"analytical lower bound {lb:.3f} ns ({fab.fidelity} mode)")
+        lb_end = max(lb_end, rec.t_issue[o.op_id] + lb)
+    if makespan + 1e-6 < lb_end:
+        raise InvariantError(f"makespan {makespan:.3f} ns is below the analytical lower bound "
+                             f"{lb_end:.3f} ns")
+
+
+def _coord(o):
+    from kbtrace.topology.model import PeCoord
+    return PeCoord(o.sip, o.cube, o.pe)

@@ -1,0 +1,112 @@
+"""Trace ops as replay records, and the command each op becomes on its PE.
+
+``load_ops(table)`` turns the ``ops`` Arrow table into ``Op`` records (one
+object with ``__slots__`` per op). ``plan_for(op, params)`` maps a record to
+a tile plan from the pure generator (``plans``): load / store are one DMA
+stage, fill one STORE, math one FETCH -> MATH -> STORE tile, dot and
+composite gemm the M -> N -> K GEMM plan, composite math the M -> N math
+plan. Operands already in TCM are pinned (no DMA_READ); results left in TCM
+have no DMA_WRITE.
+"""
+
+from __future__ import annotations
+
+import json
+from math import prod
+from typing import Any
+
+import pyarrow as pa
+
+from kbtrace.replay import plans as P
+from kbtrace.topology.params import TopologyParams
+
+__all__ = ["Op", "load_ops", "plan_for", "DTYPE_BYTES", "TRANSCENDENTAL", "HOST_KINDS"]
+
+DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4, "i8": 1, "bool": 1}
+TRANSCENDENTAL = frozenset({"exp", "log", "sqrt", "rsqrt", "sin", "cos", "sigmoid", "tanh",
+                            "softmax", "gelu", "silu", "erf", "pow", "div"})
+HOST_KINDS = frozenset({"h2d", "d2h"})
+
+_FIELDS = ("op_id", "launch", "program", "sip", "cube", "pe", "seq", "kind", "name", "is_async",
+           "src_space", "src_addr", "dst_space", "dst_addr", "nbytes", "in_addrs", "in_spaces",
+           "in_shapes", "in_dtypes", "out_shape", "out_dtype", "m", "n", "k", "direction",
+           "peer_program", "peer_sip", "peer_cube", "peer_pe", "ipcq_seq", "match_op_id", "deps",
+           "cycles", "extra_json")
+
+
+class Op:
+    __slots__ = _FIELDS
+
+    def __init__(self, values: tuple[Any, ...]) -> None:
+        for f, v in zip(_FIELDS, values, strict=True):
+            setattr(self, f, v)
+
+
+def load_ops(table: pa.Table) -> list[Op]:
+    """One ``Op`` per row, indexed by ``op_id`` (which the trace keeps dense from 0)."""
+    cols = [table.column(f).to_pylist() for f in _FIELDS]
+    ops = [Op(v) for v in zip(*cols, strict=True)]
+    ops.sort(key=lambda o: o.op_id)
+    return ops
+
+
+def _cycles_per_elem(name: str, p: TopologyParams) -> int:
+    return p.pe.math.transcendental_cycles if name in TRANSCENDENTAL else 1
+
+
+def _bytes(dt: str | None) -> int:
+    return DTYPE_BYTES.get(dt or "f32", 4)
+
+
+def _external(space: str | None, addr: int | None) -> int | None:
+    """The address of an operand the plan must DMA, None if it is already in TCM."""
+    return None if space in (None, "tcm") or addr is None else int(addr)
+
+
+def plan_for(op: Op, p: TopologyParams) -> P.Plan:
+    kind = op.kind
+    tile = p.pe.tile
+    if kind == "load":
+        return P.single_stage_plan(P.Stage(P.DMA_READ, int(op.src_addr or 0), int(op.nbytes)))
+    if kind == "store":
+        return P.single_stage_plan(P.Stage(P.DMA_WRITE, int(op.dst_addr or 0), int(op.nbytes)))
+    if kind == "fill":
+        elems = prod(op.out_shape or [1])
+        return P.single_stage_plan(P.Stage(P.MATH, elems, 1), P.Stage(P.STORE, int(op.nbytes)))
+    if kind == "math":
+        elems = prod(op.out_shape or [1])
+        in_bytes = sum(prod(s or [1]) * _bytes(d)
+                       for s, d in zip(op.in_shapes or [], op.in_dtypes or [], strict=False))
+        stages = [P.Stage(P.DMA_READ, a, prod(s or [1]) * _bytes(d))
+                  for a, sp, s, d in zip(op.in_addrs or [], op.in_spaces or [], op.in_shapes or [],
+                                         op.in_dtypes or [], strict=False)
+                  if _external(sp, a) is not None]
+        stages += [P.Stage(P.FETCH, in_bytes), P.Stage(P.MATH, elems, _cycles_per_elem(op.name, p)),
+                   P.Stage(P.STORE, int(op.nbytes))]
+        return P.single_stage_plan(*stages)
+    if kind in ("dot", "composite"):
+        extra = json.loads(op.extra_json) if op.extra_json else {}
+        ts = extra.get("tile_shape") or [tile.m, tile.k, tile.n]
+        in_dt = (op.in_dtypes or ["f32"])[0]
+        addrs = list(op.in_addrs or [])
+        spaces = list(op.in_spaces or [])
+        ext = [_external(spaces[i] if i < len(spaces) else None, addrs[i]) for i in range(len(addrs))]
+        out_addr = _external(op.dst_space, op.dst_addr)
+        epi = tuple(P.Epilogue(_cycles_per_elem(e.get("op", ""), p), e.get("scope", "output_tile"))
+                    for e in extra.get("epilogue", []))
+        if kind == "dot" or op.name == "gemm":
+            m, n, k = int(op.m or 0), int(op.n or 0), int(op.k or 0)
+            return P.gemm_plan(m, n, k, tile_m=int(ts[0]), tile_k=int(ts[1]), tile_n=int(ts[2]),
+                               in_bytes=_bytes(in_dt), out_bytes=_bytes(op.out_dtype),
+                               a_addr=ext[0] if ext else None,
+                               b_addr=ext[1] if len(ext) > 1 else None,
+                               c_addr=out_addr if kind == "composite" else None, epilogue=epi)
+        shape = list(op.out_shape or [1])
+        m = prod(shape[:-1]) if len(shape) > 1 else 1
+        n = shape[-1] if shape else 1
+        name = extra.get("math_op", op.name)
+        return P.math_plan(m, n, tile_m=int(ts[0]), tile_n=int(ts[2]), n_inputs=1,
+                           in_bytes=_bytes(in_dt), out_bytes=_bytes(op.out_dtype),
+                           cycles_per_elem=_cycles_per_elem(name, p),
+                           in_addrs=tuple(ext[:1]), out_addr=out_addr)
+    raise ValueError(f"op kind {kind!r} has no tile plan")

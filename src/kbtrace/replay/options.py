@@ -1,0 +1,65 @@
+"""Replay options and the ``Run`` handle returned by ``replay``."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kbtrace.errors import ReplayError
+
+__all__ = ["ReplayOptions", "Run", "FIDELITIES"]
+
+FIDELITIES = ("flit", "fast")
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayOptions:
+    """How to replay.
+
+    ``fidelity``: ``flit`` (per-flit events, the reference) or ``fast`` (closed-form
+    per-transfer wormhole timing). ``out_dir``: run directory (default
+    ``data/runs/<trace>-<topology>-<fidelity>``). ``batch_rows``: hop rows per
+    Parquet batch (bounds memory). ``check_invariants``: run the physical checks.
+    Only ``fidelity`` and ``check_invariants`` enter the run id; output location and
+    batching do not change results.
+    """
+    fidelity: str = "fast"
+    out_dir: str | None = None
+    batch_rows: int = 65_536
+    check_invariants: bool = True
+
+    def __post_init__(self) -> None:
+        if self.fidelity not in FIDELITIES:
+            raise ReplayError(f"options.fidelity: unknown fidelity {self.fidelity!r}; "
+                              f"use one of {', '.join(FIDELITIES)}")
+        if self.batch_rows < 1:
+            raise ReplayError(f"options.batch_rows: {self.batch_rows} must be >= 1")
+
+    def key(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("out_dir")
+        d.pop("batch_rows")
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """A finished replay: where it was written and its headline figures."""
+    run_dir: Path
+    run_id: str
+    fidelity: str
+    makespan_ns: float
+    ops: int
+    hops: int
+    events: int
+    wall_s: float
+
+    def op_timing(self) -> pa.Table:
+        return pq.read_table(self.run_dir / "op_timing.parquet")
+
+    def hops_table(self) -> pa.Table:
+        return pq.read_table(self.run_dir / "hops.parquet")
