@@ -173,3 +173,19 @@ def test_schema_version_mismatch(tmp_path):
         open_run(run_dir)
     with pytest.raises(AnalysisError, match="no run.json"):
         open_run(tmp_path / "trace")
+
+
+def test_critical_path_covers_launch_completion_tail(tmp_path):
+    import json
+
+    run_dir = write_synthetic_run(tmp_path)
+    meta = json.loads((run_dir / "run.json").read_text())
+    meta["makespan_ns"] = 200.0   # completion reaches the host 20 ns after the last op
+    (run_dir / "run.json").write_text(json.dumps(meta))
+    with open_run(run_dir) as r:
+        assert r.makespan_ns == 200.0
+        assert rows(r, "SELECT step, op_id, kind, edge, pred_op_id, contrib_ns FROM critical_path "
+                       "WHERE step >= 5 ORDER BY step") == [
+            (5, 8, "store", "dep", 7, 30.0), (6, None, "launch", "completion", 8, 20.0)]
+        assert rows(r, "SELECT sum(contrib_ns) FROM critical_path") == [(200.0,)]
+        assert rows(r, "SELECT max(util) <= 1 FROM utilisation") == [(True,)]

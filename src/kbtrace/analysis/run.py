@@ -24,7 +24,7 @@ from kbtrace import schema
 from kbtrace.analysis.sqllib import load_views
 from kbtrace.errors import AnalysisError
 
-__all__ = ["Run", "open_run", "find_trace_dir", "read_run_json", "DEFAULT_WINDOWS"]
+__all__ = ["Run", "open_run", "find_trace_dir", "read_run_json", "flat_info", "DEFAULT_WINDOWS"]
 
 DEFAULT_WINDOWS = 20
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -50,7 +50,7 @@ def find_trace_dir(run_dir: Path, info: dict[str, Any]) -> Path | None:
     """The trace a run was replayed from: run.json trace_dir (absolute, relative to the run, or cwd)."""
     if (run_dir / "ops.parquet").is_file():
         return run_dir
-    td = info.get("trace_dir")
+    td = info.get("trace_dir") or (info.get("trace") or {}).get("path")
     if not td:
         return None
     for cand in (Path(td), run_dir / td, Path.cwd() / td):
@@ -134,8 +134,24 @@ class Run:
         return f"Run({str(self.path)!r}, makespan_ns={self.info.get('makespan_ns')})"
 
 
+def flat_info(info: dict[str, Any]) -> dict[str, Any]:
+    """run.json normalised to flat keys (trace_hash, topology, topology_hash, workload)."""
+    out = dict(info)
+    tr, topo = info.get("trace"), info.get("topology")
+    if isinstance(tr, dict):
+        out.setdefault("trace_hash", tr.get("hash"))
+        out.setdefault("trace_dir", tr.get("path"))
+        out.setdefault("workload", tr.get("workload"))
+    if isinstance(topo, dict):
+        out["topology"] = topo.get("name")
+        out.setdefault("topology_hash", topo.get("hash"))
+        out.setdefault("topology_path", topo.get("path"))
+    return out
+
+
 def _runs_table(dirs: list[Path], infos: list[dict[str, Any]]) -> pa.Table:
-    keys = ("run_id", "trace_hash", "topology", "topology_hash", "fidelity", "makespan_ns",
+    infos = [flat_info(i) for i in infos]
+    keys = ("run_id", "workload", "trace_hash", "topology", "topology_hash", "fidelity", "makespan_ns",
             "events", "ops", "hops", "wall_s", "schema_version", "kbtrace_version")
     cols: dict[str, list[Any]] = {"run_dir": [str(d) for d in dirs], "name": [d.name for d in dirs]}
     for k in keys:
@@ -189,6 +205,9 @@ def open_run(path: str | os.PathLike[str], *, n_windows: int = DEFAULT_WINDOWS) 
     con.register("_runs_arrow", _runs_table(dirs, infos))
     con.execute("CREATE VIEW runs AS SELECT * FROM _runs_arrow")
     con.execute(f"CREATE TABLE _config AS SELECT {int(n_windows)} AS n_windows")
+    ms = infos[0].get("makespan_ns")
+    ms_sql = "NULL" if ms is None or multi else repr(float(ms))
+    con.execute(f"CREATE TABLE _run_meta AS SELECT CAST({ms_sql} AS DOUBLE) AS makespan_ns")
     if not multi:
         load_views(con)
     return Run(root, infos[0], trace_dir, con, tuple(dirs))

@@ -20,7 +20,7 @@ from kbtrace.errors import AnalysisError
 __all__ = ["ViewDoc", "view_docs", "load_views", "catalogue_markdown", "BASE_VIEWS"]
 
 #: Views created from files (not from SQL): the run's and trace's tables.
-BASE_VIEWS = ("ops", "op_timing", "hops", "nodes", "links", "runs", "_config")
+BASE_VIEWS = ("ops", "op_timing", "hops", "nodes", "links", "runs", "_config", "_run_meta")
 
 _COL = re.compile(r"^--\s{2,}(\S.*?)\s+\(([^)]*)\)\s+(.*)$")
 

@@ -52,8 +52,10 @@ def summarize(run: Any) -> Summary:
                           "GROUP BY ALL ORDER BY k").rows())
         ops = r.sql(f"SELECT {', '.join(_OP_COLS)} FROM op_timing ORDER BY op_id")
         ops = ops.with_columns(pl.col("kind").cast(pl.String), pl.col("name").cast(pl.String))
-        meta = {k: r.info.get(k) for k in ("run_id", "trace_hash", "topology", "topology_hash",
-                                          "fidelity", "options")}
+        from kbtrace.analysis.run import flat_info
+        info = flat_info(r.info)
+        meta = {k: info.get(k) for k in ("run_id", "workload", "trace_hash", "topology",
+                                        "topology_hash", "fidelity", "options")}
         return Summary(str(r.path), float(r.makespan_ns), stages, util, ops, meta)
     finally:
         if owned:
