@@ -34,7 +34,8 @@ from kbtrace.capture.dtypes import STORAGE, digest, from_bytes, to_compute, to_s
 from kbtrace.capture.memory import MemoryImage
 from kbtrace.errors import VerifyError
 
-__all__ = ["Op", "Machine", "ExecResult", "execute", "EPILOGUE_OPS", "UNARY", "BINARY"]
+__all__ = ["Op", "Machine", "ExecResult", "execute", "ops_from_table", "load_memory",
+           "gather_outputs", "reference_outputs", "EPILOGUE_OPS", "UNARY", "BINARY"]
 
 OP_FIELDS: tuple[str, ...] = tuple(schema.OPS.names)
 _LIST_FIELDS = {f.name for f in schema.OPS if pa.types.is_list(f.type)}

@@ -116,12 +116,21 @@ def _memory_table(w: Workload, refs: dict[str, np.ndarray]) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema.MEMORY)
 
 
-def capture(workload_path: str | os.PathLike[str], topology: Any,
+def capture(workload_path: str | os.PathLike[str] | Any, topology: Any,
             params: Mapping[str, Any] | Sequence[str] | None = None,
             out_dir: str | os.PathLike[str] | None = None) -> Trace:
-    """Capture a workload into a trace directory and return it (see module docstring)."""
-    path = Path(workload_path)
-    mod = load_workload(path)
+    """Capture a workload into a trace directory and return it (see module docstring).
+
+    ``workload_path``: a workload file, or an object with ``build(w, p)`` (and optional
+    ``PARAMS``, ``NAME``) such as an imported module. ``topology``: a ``Topology`` or a YAML
+    path. ``params``: overrides as a mapping or ``["KEY=VALUE", ...]``.
+    """
+    if hasattr(workload_path, "build"):  # an already imported workload module / namespace
+        mod: Any = workload_path
+        path = Path(str(getattr(mod, "__file__", None) or f"{getattr(mod, 'NAME', 'workload')}.py"))
+    else:
+        path = Path(workload_path)
+        mod = load_workload(path)
     name = str(getattr(mod, "NAME", path.stem))
     p = parse_params(getattr(mod, "PARAMS", {}), params)
     topo = _resolve_topology(topology)
@@ -217,9 +226,13 @@ def open_trace(path: str | os.PathLike[str]) -> Trace:
         fp = d / fname
         if not fp.is_file():
             raise SchemaError(f"{d}: {fname} missing; re-capture the workload")
-        schema.check_schema(pq.read_schema(fp), sch, str(fp))
         want = meta.get("content_hash", {}).get(fname)
         if want is not None and file_hash(fp) != want:
             raise SchemaError(f"{fp}: content hash differs from trace.json (file changed or a "
                               f"capture was interrupted); re-capture the workload")
+        try:
+            found = pq.read_schema(fp)
+        except pa.ArrowInvalid as exc:
+            raise SchemaError(f"{fp}: not a readable Parquet file ({exc}); re-capture") from None
+        schema.check_schema(found, sch, str(fp))
     return Trace(d, meta)

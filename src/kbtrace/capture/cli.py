@@ -1,0 +1,73 @@
+"""``kbtrace capture`` and ``kbtrace trace show``: thin wrappers over the capture library."""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+
+import pyarrow.parquet as pq
+
+from kbtrace.capture.trace import Trace, capture, open_trace
+
+__all__ = ["register"]
+
+DEFAULT_TOPOLOGY = "topologies/small.yaml"
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("capture", help="run a workload's kernels and write an op trace",
+                       description="Capture WORKLOAD.py (a file in capture/) into ops.parquet, "
+                                   "memory.parquet and trace.json.")
+    p.add_argument("workload", metavar="WORKLOAD.py", help="workload file, e.g. capture/gemm.py")
+    p.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a workload parameter, typed like its default (repeatable)")
+    p.add_argument("--topology", default=DEFAULT_TOPOLOGY, metavar="PATH",
+                   help=f"topology YAML (default {DEFAULT_TOPOLOGY})")
+    p.add_argument("-o", "--out", default=None, metavar="DIR",
+                   help="trace directory (default data/traces/<workload>)")
+    p.set_defaults(func=_capture)
+
+    t = sub.add_parser("trace", help="inspect captured traces")
+    tsub = t.add_subparsers(dest="trace_command", metavar="SUBCOMMAND", required=True)
+    s = tsub.add_parser("show", help="summarise a trace directory")
+    s.add_argument("dir", metavar="DIR", help="trace directory")
+    s.set_defaults(func=_show)
+
+
+def _counts(trace: Trace) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(trace.op_counts.items()))
+
+
+def _capture(args: argparse.Namespace) -> int:
+    tr = capture(args.workload, args.topology, params=args.param, out_dir=args.out)
+    print(f"captured {tr.name}: {tr.n_ops} ops ({_counts(tr)})")
+    for name, chk in sorted(tr.meta["reference_check"].items()):
+        state = "matches" if chk["ok"] else "DIFFERS FROM"
+        print(f"  output {name} ({chk['dtype']}) {state} its numpy reference "
+              f"(max abs err {chk['max_abs_err']:.3g})")
+    print(f"trace written to {tr.path}")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    tr = open_trace(args.dir)
+    m = tr.meta
+    print(f"trace {tr.path}: workload {m['workload']} ({m['workload_file']}), kbtrace "
+          f"{m['kbtrace_version']}, schema {m['schema_version']}")
+    print(f"  topology {m['topology']['name']} ({m['topology']['content_hash']})")
+    print("  params " + ", ".join(f"{k}={v}" for k, v in sorted(m["params"].items())))
+    for i, ln in enumerate(m["launches"]):
+        print(f"  launch {i}: kernel {ln['kernel']} grid {tuple(ln['grid'])} "
+              f"({ln['programs']} programs), {ln['n_ops']} ops")
+    print(f"  {m['n_ops']} ops: {_counts(tr)}")
+    ops = pq.read_table(tr.ops_path, columns=["sip", "cube", "pe", "nbytes", "kind"])
+    per_pe = Counter(zip(ops.column("sip").to_pylist(), ops.column("cube").to_pylist(),
+                         ops.column("pe").to_pylist(), strict=True))
+    moved = sum(n for n, k in zip(ops.column("nbytes").to_pylist(), ops.column("kind").to_pylist(),
+                                  strict=True) if k in ("load", "store", "send"))
+    print(f"  {len(per_pe)} PEs active, {moved} bytes moved by load/store/send")
+    mem = pq.read_table(tr.memory_path, columns=["tensor", "role"]).to_pylist()
+    roles = Counter((r["tensor"], r["role"]) for r in mem)
+    print("  tensors: " + ", ".join(f"{t} ({r}, {n} shard{'s' if n > 1 else ''})"
+                                    for (t, r), n in sorted(roles.items())))
+    return 0

@@ -1,0 +1,150 @@
+"""End-to-end capture of every workload in capture/: determinism, op counts, numerics, IPCQ."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from kbtrace.capture import capture, execute, open_trace
+from kbtrace.capture.dtypes import allclose
+from kbtrace.capture.executor import reference_outputs
+from kbtrace.errors import SchemaError
+from kbtrace.topology import compile_topology
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKLOADS = ["gemm", "gemm_composite", "softmax", "ring_allreduce", "data_dependent"]
+
+
+@pytest.fixture(scope="module")
+def small():
+    return compile_topology(ROOT / "topologies" / "small.yaml")
+
+
+def _wl(name: str) -> Path:
+    return ROOT / "capture" / f"{name}.py"
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_capture_twice_is_byte_identical(small, tmp_path, name):
+    a = capture(_wl(name), small, out_dir=tmp_path / "a")
+    b = capture(_wl(name), small, out_dir=tmp_path / "b")
+    for f in ("ops.parquet", "memory.parquet", "trace.json"):
+        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
+    assert a.n_ops == b.n_ops > 0
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_executor_reproduces_reference(small, tmp_path, name):
+    tr = capture(_wl(name), small, out_dir=tmp_path)
+    assert all(c["ok"] for c in tr.meta["reference_check"].values())
+    t = open_trace(tmp_path)
+    res = t.execute()
+    refs = reference_outputs(t.memory())
+    assert set(res.outputs) == set(refs) != set()
+    dtypes = {r["tensor"]: r["dtype"] for r in t.memory().to_pylist()}
+    for out, want in refs.items():
+        assert allclose(res.outputs[out], want, dtypes[out]), out
+    ops = t.ops()
+    digests = dict(zip(ops.column("op_id").to_pylist(), ops.column("out_digest").to_pylist(),
+                       strict=True))
+    assert res.digests == {k: v for k, v in digests.items() if v is not None}
+
+
+def test_gemm_op_counts_via_duckdb(small, tmp_path):
+    # M=N=K=128, tiles 32/64/32: MT=NT=4, KT=2 -> 2*4*4*2 loads, 4*4*2 dots, 16 fills, 16 stores
+    capture(_wl("gemm"), small, params=["M=128", "N=128", "K=128"], out_dir=tmp_path)
+    path = str(tmp_path / "ops.parquet")
+    rows = duckdb.sql(f"SELECT kind, count(*) FROM '{path}' GROUP BY kind ORDER BY kind").fetchall()
+    assert rows == [("dot", 32), ("fill", 16), ("load", 64), ("store", 16)]
+    gemm = duckdb.sql(f"SELECT DISTINCT m, n, k FROM '{path}' WHERE kind = 'dot'").fetchall()
+    assert gemm == [(32, 32, 64)]
+    nbytes = duckdb.sql(f"SELECT sum(nbytes) FROM '{path}' WHERE kind = 'load'").fetchall()[0][0]
+    assert nbytes == 32 * (32 * 64 * 4) + 32 * (64 * 32 * 4)
+    # 16 tiles over 32 programs: programs 0..15 get one tile each, in program order
+    progs = duckdb.sql(f"SELECT DISTINCT program FROM '{path}' ORDER BY 1").fetchall()
+    assert [p for (p,) in progs] == list(range(16))
+    ids = duckdb.sql(f"SELECT op_id FROM '{path}'").fetchall()
+    assert [i for (i,) in ids] == list(range(128))
+
+
+def test_gemm_default_and_deps(small, tmp_path):
+    tr = capture(_wl("gemm"), small, out_dir=tmp_path)
+    assert tr.op_counts == {"load": 256, "dot": 128, "fill": 64, "store": 64}
+    ops = {r["op_id"]: r for r in tr.ops().to_pylist()}
+    for r in ops.values():
+        if r["kind"] == "dot":
+            kinds = sorted(ops[d]["kind"] for d in r["deps"])
+            assert kinds in (["fill", "load", "load"], ["dot", "load", "load"])
+        if r["kind"] == "store":
+            assert [ops[d]["kind"] for d in r["deps"]] == ["dot"]
+            assert r["mem_strides"] == [256, 1]
+    # placement: program (pid0, pid1) runs on cube pid1, PE pid0
+    assert all(r["pe"] == r["pid0"] and r["cube"] == r["pid1"] for r in ops.values())
+
+
+def test_ring_allreduce_matched_send_recv_all_8_pes(small, tmp_path):
+    tr = capture(_wl("ring_allreduce"), small, out_dir=tmp_path)
+    ops = tr.ops().to_pylist()
+    sends = {r["op_id"]: r for r in ops if r["kind"] == "send"}
+    recvs = {r["op_id"]: r for r in ops if r["kind"] == "recv"}
+    assert len(sends) == len(recvs) == 8 * 14
+    assert {r["pe"] for r in sends.values()} == {r["pe"] for r in recvs.values()} == set(range(8))
+    for rid, r in recvs.items():
+        s = sends[r["match_op_id"]]
+        assert s["match_op_id"] == rid
+        assert s["direction"] == "intra_E" and r["direction"] == "intra_W"
+        assert s["peer_program"] == r["program"] and r["peer_program"] == s["program"]
+        assert r["program"] == (s["program"] + 1) % 8
+        assert s["ipcq_seq"] == r["ipcq_seq"] and r["deps"] == [s["op_id"]]
+    seqs = sorted(r["ipcq_seq"] for r in sends.values() if r["program"] == 3)
+    assert seqs == list(range(14))
+
+
+def test_data_dependent_two_inputs_give_different_streams(small, tmp_path):
+    a = capture(_wl("data_dependent"), small, params={"flag_seed": 1}, out_dir=tmp_path / "a")
+    b = capture(_wl("data_dependent"), small, params={"flag_seed": 7}, out_dir=tmp_path / "b")
+    names_a = [r for r in a.ops().select(["program", "name"]).to_pylist()]
+    names_b = [r for r in b.ops().select(["program", "name"]).to_pylist()]
+    assert names_a != names_b
+    flags = a.memory().to_pylist()
+    f = next(np.frombuffer(r["data"], np.int32) for r in flags if r["tensor"] == "flags")
+    n_exp = sum(1 for r in names_a if r["name"] == "exp")
+    n_clamp = sum(1 for r in names_a if r["name"] == "clamp")
+    assert n_exp == int((f > 0).sum()) and n_clamp == int((f == 0).sum())
+    for t in (a, b):
+        assert t.meta["reference_check"]["y"]["ok"]
+
+
+def test_open_trace_rejects_bad_dirs(small, tmp_path):
+    with pytest.raises(SchemaError, match="no trace.json"):
+        open_trace(tmp_path)
+    capture(_wl("softmax"), small, out_dir=tmp_path)
+    ops = tmp_path / "ops.parquet"
+    data = ops.read_bytes()
+    ops.write_bytes(data[:-10] + b"0123456789")
+    with pytest.raises(SchemaError, match="content hash"):
+        open_trace(tmp_path)
+    ops.write_bytes(data)
+    meta = (tmp_path / "trace.json").read_text().replace('"schema_version": "1.0"',
+                                                           '"schema_version": "9.0"')
+    (tmp_path / "trace.json").write_text(meta)
+    with pytest.raises(SchemaError, match="schema 9.0"):
+        open_trace(tmp_path)
+
+
+def test_memory_table_and_trace_json(small, tmp_path):
+    tr = capture(_wl("ring_allreduce"), small, out_dir=tmp_path)
+    mem = pq.read_table(tmp_path / "memory.parquet").to_pylist()
+    shards = [r for r in mem if r["role"] == "output"]
+    assert [r["pe"] for r in shards] == list(range(8))
+    assert all(r["shape"] == [1, 1024] and r["nbytes"] == 4096 for r in shards)
+    assert [r["offset"] for r in shards] == [[i, 0] for i in range(8)]
+    m = tr.meta
+    assert m["topology"]["name"] == "small" and m["launches"][0]["grid"] == [8, 1]
+    assert m["params"] == {"N": 1024, "P": 8, "dtype": "f32", "seed": 0}
+    res = execute(tr.ops(), tr.memory())
+    assert np.allclose(res.outputs["x"][0], res.outputs["x"][7])
