@@ -435,7 +435,7 @@ class Program:
             raise SanitizerError(
                 f"{self.describe()}: tl.recv({direction!r}) expects {shape} {dtype} but program "
                 f"{send.program} sent {mshape} {mdtype} (send op {send.op_id}, line "
-                f"{send.src_line}); make both sides agree")
+                f"{send.src_file}:{send.src_line}); make both sides agree")
         nbytes = send.nbytes
         try:
             dst = self.tcm.alloc(nbytes, f"tl.recv of {mshape} {mdtype}")
