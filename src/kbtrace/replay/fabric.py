@@ -13,10 +13,11 @@ flit (reference)
     node's ``overhead_ns`` once per transaction, on the head flit. Flits of
     concurrent transfers interleave at flit granularity.
 fast
-    Per transfer, in closed form: the head reaches link *j* at
-    ``max(head_arrival, node.available_at) + overhead``, starts at
-    ``max(that, link.available_at)``; the link is reserved until the tail
-    leaves, ``max(tail_arrival, start + (nbytes - last) / bw) + last / bw``.
+    Per transfer, in closed form: the head reaches link *j* after the node's
+    overhead, starts at the earliest time the link is free for the whole
+    occupancy (gap fit over the link's reservations), and the link is reserved
+    until the tail leaves, ``max(tail_arrival, start + (nbytes - last) / bw) +
+    last / bw``.
     Exact for a transfer alone on its path (the flit departure sequence is
     convex, so the max-plus recursion is decided by the head and tail); under
     contention whole transfers are served FIFO instead of interleaving.
@@ -288,15 +289,22 @@ class _Flit:
 
 
 class FastFabric(Fabric):
-    """Closed-form wormhole timing per transfer with per-link / per-node reservations."""
+    """Closed-form wormhole timing per transfer with per-link / per-node reservations.
+
+    Each link and node keeps its future busy intervals (a flat sorted list
+    ``[s0, e0, s1, e1, ...]``, pruned as time passes); a transfer takes the
+    earliest gap at or after its head arrival that fits its whole occupancy,
+    so a transfer started later but arriving earlier is not queued behind a
+    reservation that lies in the future.
+    """
 
     fidelity = "fast"
 
     def __init__(self, env: simpy.Environment, topo: Any, rec: Recorder,
                  hbm: dict[int, HbmController]) -> None:
         super().__init__(env, topo, rec, hbm)
-        self.link_avail = [0.0] * len(topo.links)
-        self.node_avail = [0.0] * len(topo.nodes)
+        self.link_iv: list[list[float]] = [[] for _ in topo.links]
+        self.node_iv: list[list[float]] = [[] for _ in topo.nodes]
 
     def _start(self, x: Transfer, ready: list[float] | None) -> None:
         env = self.env
@@ -307,59 +315,86 @@ class FastFabric(Fabric):
         last = nb - (n - 1) * fb if nb > 0 else 0
         first = fb if n > 1 else last
         if ready is None:
-            H = T = now
+            h = t = now
         else:
-            H, T = min(ready), max(ready)
+            h, t = min(ready), max(ready)
         nodes, links = x.nodes, x.links
-        lav, nav = self.link_avail, self.node_avail
         bws, props, ovs = self.link_bw, self.link_prop, self.node_ov
         enter, queue, leave = x.enter, x.queue, x.leave
         for j, li in enumerate(links):
-            enter[j] = H
+            enter[j] = h
             q = 0.0
             if j:
                 nd = nodes[j]
-                s = nav[nd]
-                if s > H:
-                    q = s - H
-                    H = s
-                H += ovs[nd]
-                nav[nd] = H
-                if T < H:
-                    T = H
-            s = lav[li]
-            if s > H:
-                q += s - H
-                H = s
+                ov = ovs[nd]
+                if ov > 0:
+                    s = _fit(self.node_iv[nd], now, h, ov, 0.0, 0.0)
+                    q = s - h
+                    h = s + ov
+                    if t < h:
+                        t = h
             bw = bws[li]
             if bw > 0 and nb > 0:
-                hd = H + first / bw
-                body = H + (nb - last) / bw
-                td = max(T, body) + last / bw
                 if n == 1:
-                    td = hd
-                lav[li] = td
+                    s = _fit(self.link_iv[li], now, h, first / bw, 0.0, 0.0)
+                    hd = td = s + first / bw
+                else:
+                    body = (nb - last) / bw
+                    s = _fit(self.link_iv[li], now, h, body, t, last / bw)
+                    hd = s + first / bw
+                    td = max(t, s + body) + last / bw
+                q += s - h
             else:
-                hd = H
-                td = T if T > H else H
+                hd = h
+                td = t if t > h else h
             queue[j] = q
             p = props[li]
-            H = hd + p
-            T = td + p
-            leave[j] = T
+            h = hd + p
+            t = td + p
+            leave[j] = t
         dst = nodes[-1]
-        enter[-1] = H
-        s = nav[dst]
-        if s > H:
-            queue[-1] = s - H
-            H = s
-        H += ovs[dst]
-        nav[dst] = H
-        if T < H:
-            T = H
-        t = x.hbm.write_stream(x.addr, nb, H, T) if x.hbm is not None else T
+        enter[-1] = h
+        ov = ovs[dst]
+        if ov > 0:
+            s = _fit(self.node_iv[dst], now, h, ov, 0.0, 0.0)
+            queue[-1] = s - h
+            h = s + ov
+        if t < h:
+            t = h
+        done = x.hbm.write_stream(x.addr, nb, h, t) if x.hbm is not None else t
         x.got = nb
-        env.timeout(t - now).callbacks.append(lambda _e: x.finish(t))
+        env.timeout(done - now).callbacks.append(lambda _e: x.finish(done))
+
+
+def _fit(iv: list[float], now: float, h: float, body: float, tail_at: float,
+         last: float) -> float:
+    """Reserve the earliest interval starting at ``s >= h`` that fits in ``iv``; return ``s``.
+
+    The occupancy is ``[s, max(tail_at, s + body) + last]`` (a stream whose tail
+    flit cannot arrive before ``tail_at``).
+    """
+    while len(iv) > 1 and iv[1] <= now:
+        del iv[0:2]
+    s = h
+    i = 0
+    k = len(iv)
+    while i < k:
+        nxt = iv[i]
+        if s < nxt:
+            e = s + body
+            if e < tail_at:
+                e = tail_at
+            if e + last <= nxt:
+                break
+        if iv[i + 1] > s:
+            s = iv[i + 1]
+        i += 2
+    e = s + body
+    if e < tail_at:
+        e = tail_at
+    iv.insert(i, e + last)
+    iv.insert(i, s)
+    return s
 
 
 def make_fabric(fidelity: str, env: simpy.Environment, topo: Any, rec: Recorder,
