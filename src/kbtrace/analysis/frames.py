@@ -1,0 +1,103 @@
+"""Question -> polars frame. Report, plots and the CLI consume these; nothing here plots."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+__all__ = ["summary_frame", "stage_totals", "stage_wide", "top_hotspots", "critical_path_by_kind",
+           "node_util_by_kind", "top_links", "pe_overlap", "pe_segments", "mesh_util",
+           "link_mesh_util", "report_frames"]
+
+
+def summary_frame(run: Any) -> pl.DataFrame:
+    from kbtrace.analysis.run import flat_info
+
+    info = flat_info(run.info)
+    cp = run.sql("SELECT count(*) AS n, sum(contrib_ns) AS t FROM critical_path").row(0)
+    util = run.sql("SELECT max(util) FROM utilisation").item()
+    rows = [("run", str(run.path)), ("run_id", str(info.get("run_id"))),
+            ("workload", str(info.get("workload"))), ("topology", str(info.get("topology"))),
+            ("fidelity", str(info.get("fidelity"))),
+            ("makespan_ns", f"{run.makespan_ns:.3f}"),
+            ("ops", str(run.sql("SELECT count(*) FROM op_timing").item())),
+            ("hops", str(run.sql("SELECT count(*) FROM hops").item())),
+            ("critical_path_ops", str(cp[0])), ("critical_path_ns", f"{(cp[1] or 0):.3f}"),
+            ("max_resource_util", f"{(util or 0):.4f}")]
+    return pl.DataFrame(rows, schema=["key", "value"], orient="row")
+
+
+def stage_totals(run: Any) -> pl.DataFrame:
+    return run.sql("SELECT stage, sum(time_ns) AS time_ns, sum(time_ns) / sum(sum(time_ns)) OVER () "
+                   "AS share FROM stage_breakdown_pe GROUP BY stage ORDER BY time_ns DESC, stage")
+
+
+def stage_wide(run: Any) -> pl.DataFrame:
+    """One row per PE (label sipS.cubeC.peP), one column per stage (ns)."""
+    df = run.sql("SELECT printf('sip%d.cube%d.pe%d', sip, cube, pe) AS pe_label, sip, cube, pe, "
+                 "stage, time_ns FROM stage_breakdown_pe")
+    if df.height == 0:
+        return df
+    wide = df.pivot(on="stage", index=["pe_label", "sip", "cube", "pe"], values="time_ns")
+    return wide.sort(["sip", "cube", "pe"])
+
+
+def top_hotspots(run: Any, n: int = 20) -> pl.DataFrame:
+    return run.sql(f"SELECT rank, resource_kind, resource_id, kind, n_queued, queue_ns, max_queue_ns, "
+                   f"queue_share FROM hotspots ORDER BY rank LIMIT {int(n)}")
+
+
+def critical_path_by_kind(run: Any) -> pl.DataFrame:
+    return run.sql("SELECT kind, edge, count(*) AS n_ops, sum(contrib_ns) AS contrib_ns, "
+                   "sum(contrib_ns) / (SELECT makespan_ns FROM _span) AS share "
+                   "FROM critical_path GROUP BY kind, edge ORDER BY contrib_ns DESC, kind, edge")
+
+
+def node_util_by_kind(run: Any) -> pl.DataFrame:
+    return run.sql("SELECT resource_kind, kind, count(*) AS n, count(*) FILTER (WHERE n_hops > 0) AS n_used, "
+                   "avg(util) AS mean_util, max(util) AS max_util, sum(queue_ns) AS queue_ns "
+                   "FROM utilisation GROUP BY ALL ORDER BY max_util DESC, resource_kind, kind")
+
+
+def top_links(run: Any, n: int = 25) -> pl.DataFrame:
+    return run.sql(f"SELECT resource_id, kind, n_hops, nbytes, util, gbps FROM utilisation "
+                   f"WHERE resource_kind = 'link' AND n_hops > 0 ORDER BY util DESC, resource_idx "
+                   f"LIMIT {int(n)}")
+
+
+def pe_overlap(run: Any) -> pl.DataFrame:
+    return run.sql("SELECT * FROM overlap ORDER BY sip, cube, pe")
+
+
+def pe_segments(run: Any, max_rows: int = 200_000) -> pl.DataFrame:
+    return run.sql(f"SELECT sip, cube, pe, t0_ns, dur_ns, stage FROM _pe_segments "
+                   f"WHERE stage <> 'idle' ORDER BY sip, cube, pe, t0_ns LIMIT {int(max_rows)}")
+
+
+def mesh_util(run: Any) -> pl.DataFrame:
+    """Nodes inside cubes with drawing positions and utilisation."""
+    return run.sql("SELECT n.sip, n.cube, n.node_id, CAST(n.kind AS VARCHAR) AS kind, n.x_mm, n.y_mm, "
+                   "coalesce(u.util, 0.0) AS util FROM nodes n LEFT JOIN utilisation u "
+                   "ON u.resource_kind = 'node' AND u.resource_idx = n.node_idx "
+                   "WHERE n.cube IS NOT NULL ORDER BY n.sip, n.cube, n.node_idx")
+
+
+def link_mesh_util(run: Any) -> pl.DataFrame:
+    """Links whose both ends are in the same cube, with end positions and utilisation."""
+    return run.sql("SELECT a.sip, a.cube, a.x_mm AS x0, a.y_mm AS y0, b.x_mm AS x1, b.y_mm AS y1, "
+                   "coalesce(u.util, 0.0) AS util FROM links l "
+                   "JOIN nodes a ON a.node_idx = l.src_idx JOIN nodes b ON b.node_idx = l.dst_idx "
+                   "LEFT JOIN utilisation u ON u.resource_kind = 'link' AND u.resource_idx = l.link_idx "
+                   "WHERE a.cube IS NOT NULL AND a.cube = b.cube AND a.sip = b.sip "
+                   "ORDER BY a.sip, a.cube, l.link_idx")
+
+
+def report_frames(run: Any) -> dict[str, pl.DataFrame]:
+    """Every summary table of the report, by file stem."""
+    return {
+        "summary": summary_frame(run), "stage_totals": stage_totals(run),
+        "stage_breakdown_pe": stage_wide(run), "hotspots": top_hotspots(run),
+        "critical_path": critical_path_by_kind(run), "utilisation_by_kind": node_util_by_kind(run),
+        "top_links": top_links(run), "overlap": pe_overlap(run),
+    }

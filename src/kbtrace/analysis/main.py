@@ -1,0 +1,162 @@
+"""``kbtrace run``: the main job. capture -> replay -> verify -> report in one call.
+
+Defaults (``capture/gemm.py`` on ``topologies/small.yaml``, fast fidelity) finish in a
+few seconds. Relative workload/topology paths resolve against the current directory,
+then against the repository root next to the installed package, so the command works
+from a fresh clone without arguments.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kbtrace.errors import AnalysisError
+
+__all__ = ["run_workload", "RunSummary", "resolve_path", "DEFAULT_WORKLOAD", "DEFAULT_TOPOLOGY",
+           "capture_and_replay"]
+
+DEFAULT_WORKLOAD = "capture/gemm.py"
+DEFAULT_TOPOLOGY = "topologies/small.yaml"
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+def resolve_path(p: str | os.PathLike[str], what: str) -> Path:
+    """``p`` as given if it exists, else relative to the repository root; error if neither."""
+    cand = Path(p)
+    if cand.exists():
+        return cand
+    if not cand.is_absolute() and (REPO_ROOT / cand).exists():
+        return REPO_ROOT / cand
+    raise AnalysisError(f"{what} {str(p)!r} not found (looked in {Path.cwd()} and {REPO_ROOT}); "
+                        f"pass an existing file")
+
+
+@dataclass
+class RunSummary:
+    """What ``kbtrace run`` did and where everything went."""
+
+    workload: str
+    topology: str
+    fidelity: str
+    trace_dir: Path
+    run_dir: Path
+    n_ops: int = 0
+    makespan_ns: float = 0.0
+    hops: int = 0
+    events: int = 0
+    bottleneck: str = ""
+    hotspot: str = ""
+    verify: Any = None
+    report_dir: Path | None = None
+    perfetto: Path | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.verify is None or bool(self.verify.ok)
+
+    def text(self) -> str:
+        s = self.seconds
+        lines = [f"kbtrace run: {self.workload} on {self.topology} ({self.fidelity})",
+                 f"  capture   {self.n_ops} ops{'':<14} {s.get('capture', 0):6.2f} s  -> {self.trace_dir}",
+                 f"  replay    makespan {self.makespan_ns / 1000:.3f} us ({self.makespan_ns:.1f} ns), "
+                 f"{self.hops} hops, {self.events} events  {s.get('replay', 0):6.2f} s  -> {self.run_dir}",
+                 f"  bottleneck {self.bottleneck}"]
+        if self.hotspot:
+            lines.append(f"  hot spot  {self.hotspot}")
+        if self.verify is not None:
+            v = self.verify
+            worst = max(v.tensors, key=lambda t: t.max_abs, default=None)
+            detail = (f"{len(v.tensors)} outputs, worst {worst.tensor} ({worst.dtype}) max abs "
+                      f"err {worst.max_abs:.3g}" if worst else "no outputs")
+            lines.append(f"  verify    {'PASS' if v.ok else 'FAIL'} ({detail})  "
+                         f"{s.get('verify', 0):6.2f} s")
+            if not v.ok:
+                lines += ["    " + ln for ln in v.text().splitlines()[1:]]
+        else:
+            lines.append("  verify    skipped (--no-verify)")
+        if self.report_dir is not None:
+            lines.append(f"  report    {self.report_dir / 'index.html'}  {s.get('report', 0):6.2f} s")
+        if self.perfetto is not None:
+            lines.append(f"  timeline  {self.perfetto} (open in https://ui.perfetto.dev)")
+        lines.append(f"  next      kbtrace sql {self.run_dir} top_hotspots")
+        return "\n".join(lines)
+
+
+def capture_and_replay(workload: Path, topology: Path, params: list[str] | dict[str, Any],
+                       fidelity: str, trace_dir: Path, run_dir: Path) -> tuple[Any, Any]:
+    """Capture ``workload`` into ``trace_dir`` and replay it into ``run_dir``."""
+    from kbtrace.capture import capture
+    from kbtrace.replay import ReplayOptions, replay
+
+    trace = capture(workload, topology, params=params, out_dir=trace_dir)
+    run = replay(trace_dir, topology, ReplayOptions(fidelity=fidelity, out_dir=str(run_dir)))
+    return trace, run
+
+
+def _bottleneck(run_dir: Path) -> tuple[str, str]:
+    from kbtrace.analysis.run import open_run
+
+    with open_run(run_dir) as r:
+        st = r.sql("SELECT stage, sum(time_ns) AS t, sum(time_ns) / sum(sum(time_ns)) OVER () AS share "
+                   "FROM stage_breakdown_pe GROUP BY stage ORDER BY t DESC, stage LIMIT 1")
+        hs = r.sql("SELECT resource_id, kind, queue_ns, queue_share FROM hotspots ORDER BY rank LIMIT 1")
+        cp = r.sql("SELECT kind, sum(contrib_ns) / (SELECT makespan_ns FROM _span) AS share "
+                   "FROM critical_path GROUP BY kind ORDER BY share DESC, kind LIMIT 1")
+    parts = []
+    if st.height:
+        stage, _, share = st.row(0)
+        parts.append(f"{stage} = {share:.0%} of PE busy time")
+    if cp.height:
+        parts.append(f"critical path {cp.row(0)[1]:.0%} in {cp.row(0)[0]} ops")
+    hot = ""
+    if hs.height:
+        rid, kind, q, share = hs.row(0)
+        hot = f"{rid} ({kind}): {q / 1000:.2f} us of queueing, {share:.0%} of all queueing"
+    return "; ".join(parts), hot
+
+
+def run_workload(workload: str | os.PathLike[str] | None = None, *,
+                 topology: str | os.PathLike[str] | None = None,
+                 params: list[str] | dict[str, Any] | None = None, fidelity: str = "fast",
+                 out: str | os.PathLike[str] = "data", verify_data: bool = True,
+                 make_report: bool = True) -> RunSummary:
+    """Capture, replay, verify and report one workload; return a ``RunSummary``."""
+    from kbtrace.analysis.perfetto import export_perfetto
+    from kbtrace.analysis.report import report
+    from kbtrace.analysis.verify import verify
+
+    wl = resolve_path(workload or DEFAULT_WORKLOAD, "workload")
+    topo = resolve_path(topology or DEFAULT_TOPOLOGY, "topology")
+    name = wl.stem
+    out = Path(out)
+    trace_dir = out / "traces" / name
+    run_dir = out / "runs" / f"{name}-{topo.stem}-{fidelity}"
+    summary = RunSummary(name, topo.stem, fidelity, trace_dir, run_dir)
+    t = time.perf_counter()
+    from kbtrace.capture import capture
+    from kbtrace.replay import ReplayOptions, replay
+
+    trace = capture(wl, topo, params=params or [], out_dir=trace_dir)
+    summary.n_ops = trace.n_ops
+    summary.seconds["capture"] = time.perf_counter() - t
+    t = time.perf_counter()
+    rr = replay(trace_dir, topo, ReplayOptions(fidelity=fidelity, out_dir=str(run_dir)))
+    summary.makespan_ns, summary.hops, summary.events = rr.makespan_ns, rr.hops, rr.events
+    summary.seconds["replay"] = time.perf_counter() - t
+    summary.bottleneck, summary.hotspot = _bottleneck(run_dir)
+    if verify_data:
+        t = time.perf_counter()
+        summary.verify = verify(run_dir)
+        summary.seconds["verify"] = time.perf_counter() - t
+    if make_report:
+        t = time.perf_counter()
+        summary.report_dir = report(run_dir)
+        summary.perfetto = summary.report_dir / "timeline.perfetto.json"
+        export_perfetto(run_dir, summary.perfetto)
+        summary.seconds["report"] = time.perf_counter() - t
+    return summary

@@ -1,0 +1,90 @@
+"""``kbtrace report``: summary tables (CSV + markdown), PNG plots and one self-contained HTML page.
+
+Layout of the report directory (default ``RUN/report``)::
+
+    index.html                 everything below, PNGs embedded as base64
+    tables/<name>.csv|.md      summary, stage_totals, stage_breakdown_pe, hotspots,
+                               critical_path, utilisation_by_kind, top_links, overlap
+    mesh_heatmap.png  stage_breakdown.png  timeline.png  link_util.png
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import os
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from kbtrace._io import atomic_path
+from kbtrace.analysis import frames, plots
+from kbtrace.analysis.formats import render, write_frame
+
+__all__ = ["report"]
+
+
+def _html_table(df: pl.DataFrame, max_rows: int = 40) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in df.columns)
+    body = []
+    for r in df.head(max_rows).iter_rows():
+        cells = "".join(f"<td>{html.escape(f'{v:.6g}' if isinstance(v, float) else str(v))}</td>"
+                        for v in r)
+        body.append(f"<tr>{cells}</tr>")
+    more = f"<p class=more>{df.height - max_rows} more rows in the CSV</p>" if df.height > max_rows else ""
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>{more}"
+
+
+_CSS = ("body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;"
+        "font-size:12px;margin-bottom:1em}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}"
+        "th{background:#eee}img{max-width:100%;border:1px solid #ddd}h2{margin-top:1.5em}")
+
+
+def report(run: Any, out: str | os.PathLike[str] | None = None) -> Path:
+    """Write the report for a run (path or open Run); return the report directory."""
+    from kbtrace.analysis.run import Run, open_run
+
+    owned = not isinstance(run, Run)
+    r = open_run(run) if owned else run
+    try:
+        out_dir = Path(out) if out else r.path / "report"
+        tables = frames.report_frames(r)
+        for name, df in tables.items():
+            write_frame(df, "csv", out_dir / "tables" / f"{name}.csv")
+            write_frame(df, "md", out_dir / "tables" / f"{name}.md")
+        pngs = {
+            "mesh_heatmap": plots.plot_mesh_heatmap(frames.mesh_util(r), frames.link_mesh_util(r),
+                                                    out_dir / "mesh_heatmap.png"),
+            "stage_breakdown": plots.plot_stage_bars(tables["stage_breakdown_pe"],
+                                                     out_dir / "stage_breakdown.png"),
+            "timeline": plots.plot_timeline(frames.pe_segments(r), out_dir / "timeline.png"),
+            "link_util": plots.plot_link_util(tables["top_links"], out_dir / "link_util.png"),
+        }
+        title = f"kbtrace report: {r.path.name}"
+        parts = [f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title>"
+                 f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>"]
+        sections = [("Summary", "summary", None), ("Stage totals (all PEs)", "stage_totals", None),
+                    ("Stage breakdown per PE", "stage_breakdown_pe", "stage_breakdown"),
+                    ("Per-PE timeline", None, "timeline"),
+                    ("Utilisation heat map", "utilisation_by_kind", "mesh_heatmap"),
+                    ("Links", "top_links", "link_util"),
+                    ("Queueing hot spots", "hotspots", None),
+                    ("Critical path by op kind", "critical_path", None),
+                    ("Comm/compute overlap per PE", "overlap", None)]
+        for heading, table, png in sections:
+            parts.append(f"<h2>{html.escape(heading)}</h2>")
+            if png:
+                b64 = base64.b64encode(pngs[png].read_bytes()).decode()
+                parts.append(f'<img alt="{png}" src="data:image/png;base64,{b64}">')
+            if table:
+                parts.append(_html_table(tables[table]))
+        parts.append("</body></html>\n")
+        with atomic_path(out_dir / "index.html") as tmp:
+            tmp.write_text("\n".join(parts))
+        with atomic_path(out_dir / "summary.md") as tmp:
+            tmp.write_text("\n".join(f"## {n}\n\n{render(df, 'md')}" for n, df in tables.items()))
+        return out_dir
+    finally:
+        if owned:
+            r.close()

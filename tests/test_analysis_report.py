@@ -1,0 +1,85 @@
+"""report (tables, PNGs, HTML) and the Perfetto export on the synthetic run."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import polars as pl
+import pytest
+
+from kbtrace.analysis.perfetto import export_perfetto
+from kbtrace.analysis.report import report
+from kbtrace.analysis.synthetic import write_synthetic_run
+from kbtrace.cli import main
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    return write_synthetic_run(tmp_path_factory.mktemp("rep"))
+
+
+def test_report_writes_tables_pngs_and_self_contained_html(run_dir, tmp_path):
+    out = report(run_dir, tmp_path / "r")
+    for png in ("mesh_heatmap", "stage_breakdown", "timeline", "link_util"):
+        data = (out / f"{png}.png").read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 2000
+    html = (out / "index.html").read_text()
+    assert html.count("data:image/png;base64,") == 4 and "src=\"http" not in html
+    first = html.split("data:image/png;base64,")[1].split('"')[0]
+    assert base64.b64decode(first)[:4] == b"\x89PNG"
+    totals = pl.read_csv(out / "tables" / "stage_totals.csv")
+    assert dict(totals.select("stage", "time_ns").rows()) == {
+        "dma_read": 100.0, "ipcq": 75.0, "gemm": 50.0, "dma_write": 30.0, "math": 25.0,
+        "fetch": 15.0, "idle": 5.0, "other": 0.0, "store": 0.0}
+    summary = dict(pl.read_csv(out / "tables" / "summary.csv").rows())
+    assert summary["makespan_ns"] == "180.000" and summary["critical_path_ns"] == "180.000"
+    assert "| rank |" in (out / "tables" / "hotspots.md").read_text()
+
+
+def test_report_tables_deterministic(run_dir, tmp_path):
+    a, b = report(run_dir, tmp_path / "a"), report(run_dir, tmp_path / "b")
+    for f in sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file()):
+        if f.suffix in (".csv", ".md"):
+            assert (a / f).read_bytes() == (b / f).read_bytes(), f
+
+
+def test_perfetto_one_track_per_engine(run_dir, tmp_path, capsys):
+    out = tmp_path / "t.json"
+    assert main(["export", "perfetto", str(run_dir), "-o", str(out)]) == 0
+    assert "open it in https://ui.perfetto.dev" in capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    ev = doc["traceEvents"]
+    procs = {e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
+    tracks = sorted(e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name")
+    assert procs == {"sip0.cube0"}
+    assert tracks == ["pe0.dma", "pe0.gemm", "pe0.ipcq", "pe0.pe_cpu", "pe1.dma", "pe1.ipcq",
+                      "pe1.math"]    # one per engine; no op overlaps on an engine here
+    slices = [e for e in ev if e["ph"] == "X"]
+    assert len(slices) == 9 and all(e["dur"] >= 0 for e in slices)
+    store = next(e for e in slices if e["args"]["op_id"] == 8)
+    assert (store["ts"], store["dur"], store["name"]) == (0.15, 0.03, "store/store")
+    flows = [e for e in ev if e["ph"] in "sf"]
+    ipcq = [e for e in flows if e["cat"] == "flow.ipcq"]
+    assert len(ipcq) == 2 and ipcq[0]["id"] == ipcq[1]["id"]
+    assert len({e["id"] for e in flows}) * 2 == len(flows)
+
+
+def test_perfetto_lanes_for_overlapping_ops(run_dir, tmp_path):
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from kbtrace._io import write_table
+
+    d = write_synthetic_run(tmp_path / "ov")
+    t = pq.read_table(d / "op_timing.parquet")
+    eng = pc.if_else(pc.equal(t.column("op_id"), 1), "sip0.cube0.pe0.dma",
+                     t.column("engine").cast("string"))
+    t = t.set_column(t.schema.get_field_index("engine"), "engine",
+                     eng.dictionary_encode().cast(t.schema.field("engine").type))
+    write_table(d / "op_timing.parquet", t)   # composite [40,100] now overlaps load [45,85] on dma
+    n = export_perfetto(d, tmp_path / "ov.json")
+    ev = json.loads((tmp_path / "ov.json").read_text())["traceEvents"]
+    assert n == len(ev)
+    tracks = sorted(e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name")
+    assert "pe0.dma [2]" in tracks and tracks.count("pe0.dma") == 1
