@@ -47,6 +47,9 @@ class Router:
 
     # ------------------------------------------------------------------ public
     def path(self, s: int, d: int) -> list[int]:
+        return _cut_loops(self._path(s, d))
+
+    def _path(self, s: int, d: int) -> list[int]:
         g = self.g
         if s == d:
             raise RoutingError(f"route from {g.nodes[s].id} to itself: a transfer needs two different nodes")
@@ -259,3 +262,17 @@ class Router:
         while path[-1] != a:
             path.append(prev[path[-1]])
         return tuple(path[::-1][1:])
+
+
+def _cut_loops(path: list[int]) -> list[int]:
+    """Drop any cycle (a boundary node such as a UCIe endpoint visited twice); keeps link validity."""
+    seen: dict[int, int] = {}
+    out: list[int] = []
+    for n in path:
+        if n in seen:
+            del out[seen[n] + 1:]
+            seen = {m: i for i, m in enumerate(out)}
+        else:
+            seen[n] = len(out)
+            out.append(n)
+    return out
