@@ -1,0 +1,213 @@
+"""Replay engine: exact micro-timelines, the issue's physical checks, determinism."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pyarrow.compute as pc
+import pytest
+from test_replay_util import TOPO_DIR, SynthTrace, hbm, load, on, store
+
+from kbtrace.errors import ReplayError
+from kbtrace.replay import ReplayOptions, replay
+from kbtrace.topology import address, compile_topology
+
+MODES = ("flit", "fast")
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return compile_topology(TOPO_DIR / "tiny.yaml")
+
+
+@pytest.fixture(scope="module")
+def default():
+    return compile_topology(TOPO_DIR / "default.yaml")
+
+
+def run(trace, topo, tmp_path, fid="fast", tag="r"):
+    return replay(trace, topo, ReplayOptions(fidelity=fid, out_dir=str(tmp_path / f"{tag}-{fid}")))
+
+
+def latency(r, op_id=0):
+    row = r.op_timing().to_pylist()[op_id]
+    return row["t_end_ns"] - row["t_issue_ns"]
+
+
+def rows(r, op_id=0):
+    h = r.hops_table()
+    h = h.filter(pc.equal(h["op_id"], op_id))
+    return [(x["stage"], x["link_idx"], round(x["t_enter_ns"], 3), round(x["t_leave_ns"], 3),
+             round(x["crit_ns"], 3)) for x in h.to_pylist()]
+
+
+# ----------------------------------------------------------------------------- micro-timelines
+
+@pytest.mark.parametrize("fid", MODES)
+def test_local_load_exact_timeline(tiny, tmp_path, fid):
+    """4 KiB load from PE0's own slice on tiny.yaml, hop by hop.
+
+    Launch barrier 79.7 = host->io_cpu 40.2 + io_cpu->m_cpu 30.0 + m_cpu->pe_cpu 9.5.
+    Then dispatch 1, scheduler 1, DMA setup 2, request leg dma->r0c0->hbm 2.1
+    (prop 0.05 + 0.05, r0c0 2.0). HBM: 16 bursts over 8 PCs at 256 B / 32 GB/s = 8 ns
+    each -> bursts ready at 93.8 (x8) and 101.8 (x8). hbm->r0c0 (256 GB/s = 1 ns/flit,
+    0.05 ns) tail at 109.85; r0c0 holds the head 2 ns, so r0c0->dma streams 16 flits
+    from 96.85, tail at 112.85 + 0.05 = 112.9.
+    """
+    r = run(SynthTrace([load(hbm(0, 0, 0, tiny), 4096)]), tiny, tmp_path, fid)
+    assert rows(r) == [
+        ("pe_cpu", -1, 79.7, 80.7, 1.0),
+        ("scheduler", -1, 80.7, 81.7, 1.0),
+        ("dma_read", -1, 81.7, 112.9, 0.0),
+        ("fabric", -1, 83.7, 85.8, 4.1),
+        ("hbm", -1, 85.8, 101.8, 16.0),
+        ("fabric", 185, 93.8, 109.85, 8.05),
+        ("fabric", 217, 94.85, 112.9, 3.05),
+        ("fabric", -1, 97.9, 112.9, 0.0),
+    ]
+    # the run ends when the host sees the launch complete: PE_CPU -> M_CPU -> IO_CPU -> host
+    ids = ["sip0.cube0.pe0.pe_cpu", "sip0.cube0.m_cpu", "sip0.io0.io_cpu", "host"]
+    up = sum(tiny.route(a, b).lower_bound_ns(0) for a, b in zip(ids, ids[1:], strict=False))
+    down = sum(tiny.route(a, b).lower_bound_ns(0) for a, b in zip(ids[::-1], ids[::-1][1:],
+                                                                    strict=False))
+    assert down == pytest.approx(79.7)
+    assert r.makespan_ns == pytest.approx(112.9 + up)
+
+
+@pytest.mark.parametrize("fid", MODES)
+def test_local_store_exact_timeline(tiny, tmp_path, fid):
+    """4 KiB store to PE0's own slice: data leg, per-flit HBM commit, ack leg.
+
+    From 83.7 (after setup): dma->r0c0 16 flits at 1 ns (tail 99.75); r0c0 holds the
+    head 2 ns, so r0c0->hbm streams from 86.75, tail at 102.75 + 0.05 = 102.8; each
+    flit commits on its PC for 8 ns as it arrives (flit 15 -> PC 7 until 110.8); the
+    ack hbm->r0c0->dma costs prop 0.1 + r0c0 2 + dma 2 = 4.1 -> 114.9.
+    """
+    r = run(SynthTrace([store(hbm(0, 0, 0, tiny), 4096)]), tiny, tmp_path, fid)
+    got = rows(r)
+    assert got[:3] == [("pe_cpu", -1, 79.7, 80.7, 1.0), ("scheduler", -1, 80.7, 81.7, 1.0),
+                       ("dma_write", -1, 81.7, 114.9, 0.0)]
+    assert got[3:] == [
+        ("fabric", 216, 83.7, 99.75, 18.05),
+        ("fabric", 184, 84.75, 102.8, 3.05),
+        ("hbm", -1, 87.8, 110.8, 8.0),
+        ("fabric", -1, 110.8, 114.9, 4.1),
+    ]
+
+
+@pytest.mark.parametrize("fid", MODES)
+def test_two_pes_one_slice_serialise_on_hbm(tiny, tmp_path, fid):
+    """PE0 and PE1 read 4 KiB each from PE0's slice at once (barrier 90.45).
+
+    PE0's request reaches the controller at 96.55 and holds every PC for two
+    bursts, until 112.55; PE1's request (5 routers farther) arrives at 107.3, so its
+    first bursts start 5.25 ns later than they would alone.
+    """
+    a = hbm(0, 0, 0, tiny)
+    r = run(SynthTrace([load(a, 4096, pe=0, program=0), load(a, 4096, pe=1, program=1)]), tiny,
+            tmp_path, fid)
+    alone = run(SynthTrace([load(a, 4096, pe=1)]), tiny, tmp_path, fid, "alone")
+    issue = [o["t_issue_ns"] for o in r.op_timing().to_pylist()]
+    assert issue == [pytest.approx(90.45)] * 2          # common launch barrier
+    assert latency(r, 0) == pytest.approx(33.2)
+    assert latency(alone) == pytest.approx(59.7)
+    assert latency(r, 1) == pytest.approx(59.7 + (96.55 + 16.0 - 107.3))
+
+
+# ----------------------------------------------------------------------------- issue checks
+
+NB = 65536
+
+
+def _one_load(topo, tmp_path, addr, tag, nbytes=NB, fid="fast"):
+    return latency(run(SynthTrace([load(addr, nbytes)], tag), topo, tmp_path, fid, tag))
+
+
+def test_distance_ordering(default, tmp_path):
+    """own slice < other PE same cube (farther slower) < adjacent cube < diagonal < other SIP."""
+    d = default
+    lat = [_one_load(d, tmp_path, hbm(*where, d), str(i)) for i, where in enumerate(
+        [(0, 0, 0), (0, 0, 1), (0, 0, 7), (0, 1, 0), (0, 5, 0), (1, 0, 0)])]
+    assert lat == sorted(lat) and len(set(lat)) == len(lat), lat
+
+
+def test_h2d_slower_per_cube_hop_and_d2h_not_faster(default, tmp_path):
+    d = default
+    h2d, d2h = [], []
+    for cube in (0, 1, 2, 3):  # walking east from the IO chiplet (west shore), one hop each
+        a = hbm(0, cube, 0, d)
+        h2d.append(latency(run(SynthTrace([{**on(), "kind": "h2d", "src_space": "host",
+                                             "dst_space": "hbm", "dst_addr": a, "nbytes": NB}]),
+                               d, tmp_path, tag=f"h{cube}")))
+        d2h.append(latency(run(SynthTrace([{**on(), "kind": "d2h", "src_space": "hbm",
+                                             "src_addr": a, "dst_space": "host", "nbytes": NB}]),
+                               d, tmp_path, tag=f"d{cube}")))
+    assert all(b > a for a, b in zip(h2d, h2d[1:], strict=False)), h2d
+    assert all(r >= w - 1e-9 for r, w in zip(d2h, h2d, strict=True)), (d2h, h2d)
+
+
+@pytest.mark.parametrize("fid", MODES)
+def test_large_ucie_transfer_bandwidth(default, tmp_path, fid):
+    """1 MiB from the adjacent cube: bottleneck one UCIe connection at 128 GB/s, charged once."""
+    nb = 1 << 20
+    lat = _one_load(default, tmp_path, hbm(0, 1, 0, default), "ucie", nb, fid)
+    drain = nb / 128.0
+    assert drain < lat < drain + 150.0, lat    # not half, not double; overheads ~ 100 ns
+
+
+def test_crit_sums_to_latency(default, tmp_path):
+    d = default
+    trace = SynthTrace([load(hbm(0, 1, 0, d), NB), store(hbm(0, 0, 3, d), NB, seq=1),
+                        load(hbm(1, 0, 0, d), 4096, seq=2)])
+    r = run(trace, d, tmp_path, "flit")
+    ot = r.op_timing().to_pylist()
+    h = r.hops_table()
+    for o in ot:
+        crit = pc.sum(h.filter(pc.equal(h["op_id"], o["op_id"]))["crit_ns"]).as_py()
+        assert crit == pytest.approx(o["t_end_ns"] - o["t_issue_ns"], abs=1e-6)
+
+
+@pytest.mark.parametrize("fid", MODES)
+def test_eight_pes_hammering_one_slice(default, tmp_path, fid):
+    d = default
+    a = hbm(0, 0, 0, d)
+    one = run(SynthTrace([load(a, NB)]), d, tmp_path, fid, "one")
+    eight = run(SynthTrace([load(a, NB, pe=p, program=p) for p in range(8)]), d, tmp_path, fid,
+                "eight")
+    assert eight.makespan_ns > one.makespan_ns + 6 * NB / 256.0
+    h = eight.hops_table()
+    links = h.filter(pc.greater_equal(h["link_idx"], 0))
+    busy: dict[int, float] = {}
+    for li, b in zip(links["link_idx"].to_pylist(), links["busy_ns"].to_pylist(), strict=True):
+        busy[li] = busy.get(li, 0.0) + b
+    hottest = max(busy.values())
+    assert hottest == pytest.approx(8 * NB / 256.0)
+    assert hottest / eight.makespan_ns <= 1.0
+
+
+def test_placement_mismatch_is_refused(default, tmp_path):
+    tiny_like = compile_topology(TOPO_DIR / "tiny.yaml")
+    trace = SynthTrace([load(hbm(1, 0, 0, default), 4096, sip=1)])
+    with pytest.raises(ReplayError, match=r"sip1\.cube0\.pe0.*does not have"):
+        run(trace, tiny_like, tmp_path)
+
+
+def _digest(r):
+    return [hashlib.sha256((r.run_dir / f).read_bytes()).hexdigest()
+            for f in ("op_timing.parquet", "hops.parquet", "nodes.parquet", "links.parquet")]
+
+
+@pytest.mark.parametrize("fid", MODES)
+def test_byte_identical_replays(default, tmp_path, fid):
+    d = default
+    a = hbm(0, 0, 0, d)
+    rows_ = [load(a, 8192, pe=p, program=p) for p in range(4)] + \
+        [store(hbm(0, 1, 2, d), 8192, pe=p, program=p, seq=1) for p in range(4)]
+    r1 = run(SynthTrace(rows_), d, tmp_path, fid, "one")
+    r2 = run(SynthTrace(rows_), d, tmp_path, fid, "two")
+    assert _digest(r1) == _digest(r2)
+    assert r1.run_id == r2.run_id
+
+
+def test_tcm_address_resolves(tiny):
+    assert tiny.resolve(address.pe_tcm_addr(0, 0, 1, 64)).id == "sip0.cube0.pe1.tcm"
