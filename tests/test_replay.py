@@ -6,11 +6,11 @@ import hashlib
 
 import pyarrow.compute as pc
 import pytest
-from test_replay_util import TOPO_DIR, SynthTrace, hbm, load, on, store
 
 from kbtrace.errors import ReplayError
 from kbtrace.replay import ReplayOptions, replay
 from kbtrace.topology import address, compile_topology
+from test_replay_util import TOPO_DIR, SynthTrace, hbm, load, on, store
 
 MODES = ("flit", "fast")
 
