@@ -7,6 +7,7 @@ Pure functions: they normalise arguments and raise ``CaptureError`` /
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,7 +41,7 @@ def norm_strides(strides: Any, shape: tuple[int, ...], what: str) -> tuple[int, 
     st = tuple(int(s) for s in strides)
     if len(st) != len(shape):
         raise CaptureError(f"{what}: strides {st} must have one entry per dimension of {shape}")
-    contig = tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape)))
+    contig = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
     return None if st == contig else st
 
 

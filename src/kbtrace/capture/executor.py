@@ -39,6 +39,8 @@ __all__ = ["Op", "Machine", "ExecResult", "execute", "ops_from_table", "load_mem
 
 OP_FIELDS: tuple[str, ...] = tuple(schema.OPS.names)
 _LIST_FIELDS = {f.name for f in schema.OPS if pa.types.is_list(f.type)}
+_LIST_FIELD_NAMES = tuple(n for n in OP_FIELDS if n in _LIST_FIELDS)
+_NONE_FIELDS = tuple(n for n in OP_FIELDS if n not in _LIST_FIELDS)
 
 
 class Op:
@@ -47,10 +49,12 @@ class Op:
     __slots__ = OP_FIELDS
 
     def __init__(self, **kw: Any) -> None:
-        for name in OP_FIELDS:
-            setattr(self, name, kw.pop(name, [] if name in _LIST_FIELDS else None))
-        if kw:
-            raise TypeError(f"unknown op fields {sorted(kw)}")
+        for name in _NONE_FIELDS:
+            setattr(self, name, None)
+        for name in _LIST_FIELD_NAMES:
+            setattr(self, name, [])
+        for name, value in kw.items():
+            setattr(self, name, value)
 
     def values(self) -> list[Any]:
         return [getattr(self, n) for n in OP_FIELDS]

@@ -13,6 +13,7 @@ through the active program context (a ``ContextVar``, never a global patch).
 
 from __future__ import annotations
 
+import math
 import sys
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
@@ -113,7 +114,7 @@ class TensorHandle:
     @property
     def nbytes(self) -> int:
         from kbtrace.capture.dtypes import itemsize
-        return int(np.prod(self.shape, dtype=np.int64)) * itemsize(self.dtype)
+        return math.prod(self.shape) * itemsize(self.dtype)
 
     def __repr__(self) -> str:
         state = "pending" if self.pending else ("real" if self._data is not None else "ref")

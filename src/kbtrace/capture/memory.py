@@ -14,6 +14,7 @@ the last writer of each range for dependencies and pending-value tracking).
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -23,7 +24,7 @@ from kbtrace.errors import SanitizerError
 
 __all__ = ["MemoryImage", "Allocator", "Region", "RegionMap", "span_elems"]
 
-_PAGE_BITS = 16
+_PAGE_BITS = 20
 _PAGE = 1 << _PAGE_BITS
 _MASK = _PAGE - 1
 
@@ -31,7 +32,7 @@ _MASK = _PAGE - 1
 def span_elems(shape: Sequence[int], strides: Sequence[int] | None) -> int:
     """Elements spanned by a strided view (1 + max offset); prod(shape) when contiguous."""
     if not strides:
-        return int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
+        return math.prod(shape) if len(shape) else 1
     if any(s == 0 for s in shape):
         return 0
     return 1 + sum((d - 1) * s for d, s in zip(shape, strides, strict=True))
@@ -86,10 +87,16 @@ class MemoryImage:
         sdt = STORAGE[dtype]
         shape = tuple(shape)
         if not strides:
-            n = int(np.prod(shape, dtype=np.int64)) * sdt.itemsize
+            n = math.prod(shape) * sdt.itemsize
             return self.read_bytes(addr, n).view(sdt).reshape(shape)
         span = span_elems(shape, strides)
-        flat = self.read_bytes(addr, span * sdt.itemsize).view(sdt)
+        nbytes = span * sdt.itemsize
+        off = addr & _MASK
+        page = self._pages.get(addr >> _PAGE_BITS)
+        if off + nbytes <= _PAGE and page is not None and off % sdt.itemsize == 0:
+            flat = page[off:off + nbytes].view(sdt)   # no copy of the span: gather the tile only
+        else:
+            flat = self.read_bytes(addr, nbytes).view(sdt)
         view = np.lib.stride_tricks.as_strided(
             flat, shape=shape, strides=tuple(s * sdt.itemsize for s in strides), writeable=False)
         return np.ascontiguousarray(view)
@@ -101,11 +108,16 @@ class MemoryImage:
             return
         sdt = stored.dtype
         span = span_elems(stored.shape, strides)
-        flat = self.read_bytes(addr, span * sdt.itemsize).view(sdt)
+        nbytes = span * sdt.itemsize
+        off = addr & _MASK
+        in_page = off + nbytes <= _PAGE and off % sdt.itemsize == 0
+        flat = (self._page(addr >> _PAGE_BITS)[off:off + nbytes] if in_page
+                else self.read_bytes(addr, nbytes)).view(sdt)
         view = np.lib.stride_tricks.as_strided(
             flat, shape=stored.shape, strides=tuple(s * sdt.itemsize for s in strides))
         view[...] = stored
-        self.write_bytes(addr, flat)
+        if not in_page:
+            self.write_bytes(addr, flat)
 
 
 class Allocator:

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -47,6 +48,8 @@ class Trace:
     def __init__(self, path: str | os.PathLike[str], meta: dict[str, Any]) -> None:
         self.path = Path(path)
         self.meta = meta
+        #: wall-clock figures of the capture that produced this object (not persisted)
+        self.stats: dict[str, float] = {}
 
     @property
     def ops_path(self) -> Path:
@@ -118,13 +121,16 @@ def _memory_table(w: Workload, refs: dict[str, np.ndarray]) -> pa.Table:
 
 def capture(workload_path: str | os.PathLike[str] | Any, topology: Any,
             params: Mapping[str, Any] | Sequence[str] | None = None,
-            out_dir: str | os.PathLike[str] | None = None) -> Trace:
+            out_dir: str | os.PathLike[str] | None = None, *, golden: bool = True) -> Trace:
     """Capture a workload into a trace directory and return it (see module docstring).
 
     ``workload_path``: a workload file, or an object with ``build(w, p)`` (and optional
     ``PARAMS``, ``NAME``) such as an imported module. ``topology``: a ``Topology`` or a YAML
-    path. ``params``: overrides as a mapping or ``["KEY=VALUE", ...]``.
+    path. ``params``: overrides as a mapping or ``["KEY=VALUE", ...]``. ``golden=False``
+    skips the arithmetic of compute ops during capture (faster; ``out_digest`` stays null
+    and outputs are not checked against their references).
     """
+    t_start = time.perf_counter()
     if hasattr(workload_path, "build"):  # an already imported workload module / namespace
         mod: Any = workload_path
         path = Path(str(getattr(mod, "__file__", None) or f"{getattr(mod, 'NAME', 'workload')}.py"))
@@ -139,7 +145,7 @@ def capture(workload_path: str | os.PathLike[str] | Any, topology: Any,
     sink = OpSink(out / "ops.parquet")
     ok = False
     try:
-        tracer = Tracer(topo, sink)
+        tracer = Tracer(topo, sink, golden)
         w = Workload(topo, name, SimpleNamespace(**p), tracer)
         try:
             mod.build(w, w.params)
@@ -157,6 +163,7 @@ def capture(workload_path: str | os.PathLike[str] | Any, topology: Any,
                                    f"{want.shape}, tensor is {w.tensors[oname].shape}")
             refs[oname] = want
         launches = []
+        t_run0 = time.perf_counter()
         for li, spec in enumerate(w.launches):
             coords = [w.coord(i % spec.grid[0], i // spec.grid[0])
                       for i in range(spec.grid[0] * spec.grid[1])]
@@ -173,9 +180,10 @@ def capture(workload_path: str | os.PathLike[str] | Any, topology: Any,
             launches.append({"kernel": run.kernel_name, "grid": list(spec.grid),
                              "programs": len(coords), "first_op": first,
                              "n_ops": tracer.next_op - first})
-        got = gather_outputs(_memory_table(w, {}), tracer.mem) if refs else {}
+        t_run = time.perf_counter() - t_run0
+        got = gather_outputs(_memory_table(w, {}), tracer.mem) if refs and golden else {}
         check = {}
-        for oname, want in refs.items():
+        for oname, want in refs.items() if golden else ():
             t = w.tensors[oname]
             stored_want = to_storage(want, t.dtype)
             from kbtrace.capture.dtypes import to_compute
@@ -196,6 +204,7 @@ def capture(workload_path: str | os.PathLike[str] | Any, topology: Any,
             "launches": launches,
             "topology": {"name": topo.params.name, "content_hash": topo.content_hash},
             "n_ops": tracer.next_op,
+            "golden": golden,
             "op_counts": dict(sorted(sink.counts.items())),
             "outputs": sorted(refs),
             "reference_check": check,
@@ -204,7 +213,9 @@ def capture(workload_path: str | os.PathLike[str] | Any, topology: Any,
         }
         write_json(out / "trace.json", meta)
         ok = True
-        return Trace(out, meta)
+        tr = Trace(out, meta)
+        tr.stats = {"run_s": t_run, "total_s": time.perf_counter() - t_start}
+        return tr
     finally:
         if not ok:
             sink.abort()

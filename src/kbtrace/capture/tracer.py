@@ -86,7 +86,9 @@ class OpSink:
 class Tracer:
     """Everything one capture shares across launches."""
 
-    def __init__(self, topo: Any, sink: OpSink) -> None:
+    def __init__(self, topo: Any, sink: OpSink, golden: bool = True) -> None:
+        #: execute compute ops in lock-step (fills ops.out_digest, checks references)
+        self.golden = golden
         self.topo = topo
         self.params = topo.params
         self.addr = addresses()

@@ -20,6 +20,7 @@ over SIPs). Launches run in declaration order, each to completion.
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -191,7 +192,7 @@ class Workload:
                 places.append((own, off, shp))
             t.sharded = True
         for i, (own, off, shp) in enumerate(places):
-            nbytes = int(np.prod(shp, dtype=np.int64)) * itemsize(dtype)
+            nbytes = math.prod(shp) * itemsize(dtype)
             label = f"tensor {name!r}" + (f" shard {i}" if t.sharded else "")
             addr = self._alloc(*own, nbytes, label)
             t.shards.append(Shard(i, own[0], own[1], own[2], addr, off, shp))

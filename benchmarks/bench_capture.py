@@ -1,0 +1,77 @@
+"""Capture throughput (ops/s) on the gemm workload next to the raw greenlet switch-pair rate.
+
+Run:  python benchmarks/bench_capture.py            (prints a JSON line)
+      pytest benchmarks/bench_capture.py -m benchmark
+Target (issue 3): capture ops/s >= 0.15 x greenlet switch pairs/s, both measured here.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import greenlet
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PARAMS = {"M": 512, "N": 512, "K": 256}
+TARGET = 0.15
+
+
+def switch_pairs_per_s(n: int = 200_000) -> float:
+    """Round trips main -> child -> main per second (one 'switch pair')."""
+    def child() -> None:
+        parent = main_g
+        while True:
+            parent.switch()
+    main_g = greenlet.getcurrent()
+    g = greenlet.greenlet(child)
+    g.switch()
+    best = 0.0
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            g.switch()
+        best = max(best, n / (time.perf_counter() - t0))
+    return best
+
+
+def capture_ops_per_s(golden: bool, repeats: int = 3) -> dict[str, float]:
+    """Best-of-N ops/s of the kernel-run phase (and of the whole capture call) on gemm."""
+    from kbtrace.capture import capture
+    from kbtrace.topology import compile_topology
+    topo = compile_topology(ROOT / "topologies" / "small.yaml")
+    best: dict[str, float] = {"run": 0.0, "total": 0.0}
+    n_ops = 0
+    with tempfile.TemporaryDirectory() as d:
+        for _ in range(repeats):
+            tr = capture(ROOT / "capture" / "gemm.py", topo, params=PARAMS, out_dir=d, golden=golden)
+            n_ops = tr.n_ops
+            best["run"] = max(best["run"], n_ops / tr.stats["run_s"])
+            best["total"] = max(best["total"], n_ops / tr.stats["total_s"])
+    return {"ops": n_ops, "run_ops_per_s": round(best["run"]), "total_ops_per_s": round(best["total"])}
+
+
+def measure() -> dict[str, object]:
+    sw = switch_pairs_per_s()
+    gold = capture_ops_per_s(golden=True)
+    fast = capture_ops_per_s(golden=False)
+    return {"greenlet_switch_pairs_per_s": round(sw), "gemm_params": PARAMS, "gemm_ops": gold["ops"],
+            "golden": gold, "no_golden": fast,
+            "ratio_golden": round(gold["run_ops_per_s"] / sw, 4),
+            "ratio_no_golden": round(fast["run_ops_per_s"] / sw, 4), "target_ratio": TARGET}
+
+
+@pytest.mark.benchmark
+def test_capture_throughput_vs_greenlet_switch_rate() -> None:
+    res = measure()
+    print(json.dumps(res))
+    assert res["ratio_no_golden"] >= TARGET, res
+
+
+if __name__ == "__main__":
+    json.dump(measure(), sys.stdout)
+    print()
