@@ -39,25 +39,24 @@ __all__ = ["Op", "Machine", "ExecResult", "execute", "ops_from_table", "load_mem
 
 OP_FIELDS: tuple[str, ...] = tuple(schema.OPS.names)
 _LIST_FIELDS = {f.name for f in schema.OPS if pa.types.is_list(f.type)}
-_LIST_FIELD_NAMES = tuple(n for n in OP_FIELDS if n in _LIST_FIELDS)
-_NONE_FIELDS = tuple(n for n in OP_FIELDS if n not in _LIST_FIELDS)
 
 
 class Op:
-    """One ops.parquet row as an object (attribute per schema column)."""
+    """One ops.parquet row as an object (attribute per schema column).
 
-    __slots__ = OP_FIELDS
+    Unset columns read as the class-level defaults (None, or an empty tuple for list
+    columns); ``Op(**fields)`` stores only what is given, which keeps recording cheap.
+    """
 
     def __init__(self, **kw: Any) -> None:
-        for name in _NONE_FIELDS:
-            setattr(self, name, None)
-        for name in _LIST_FIELD_NAMES:
-            setattr(self, name, [])
-        for name, value in kw.items():
-            setattr(self, name, value)
+        self.__dict__.update(kw)
 
     def values(self) -> list[Any]:
         return [getattr(self, n) for n in OP_FIELDS]
+
+
+for _name in OP_FIELDS:
+    setattr(Op, _name, () if _name in _LIST_FIELDS else None)
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
