@@ -100,3 +100,21 @@ def test_halved_hbm_bandwidth_slows_memory_stages(traces, tmp_path):
         out[name] = (r.makespan_ns, pc.sum(pc.subtract(mem["t_leave_ns"], mem["t_enter_ns"])).as_py())
     assert out["half"][1] > 1.3 * out["full"][1]
     assert out["half"][0] > out["full"][0]
+
+
+def test_cli_replay_prints_and_refuses_misfit(traces, tmp_path, capsys):
+    from kbtrace.cli import main
+    tr = traces["softmax"]
+    out = tmp_path / "cli"
+    rc = main(["replay", str(tr.path), "--topology", str(TOPO_DIR / "small.yaml"),
+               "--fidelity", "fast", "--set", "cube.mesh.link_bw_gbps=128", "-o", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0
+    assert "makespan" in text and "ops" in text and "hops" in text and "events" in text
+    assert str(out) in text
+    assert {p.name for p in out.iterdir()} >= {"op_timing.parquet", "hops.parquet", "run.json",
+                                               "nodes.parquet", "links.parquet"}
+    rc = main(["replay", str(tr.path), "--topology", str(TOPO_DIR / "tiny.yaml"),
+               "-o", str(tmp_path / "bad")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "does not have" in err
