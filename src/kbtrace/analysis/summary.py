@@ -56,6 +56,9 @@ def summarize(run: Any) -> Summary:
         info = flat_info(r.info)
         meta = {k: info.get(k) for k in ("run_id", "workload", "trace_hash", "topology",
                                         "topology_hash", "fidelity", "options")}
+        # rounded: sums of floats may differ in the last ulp between engines/versions
+        stages = {k: round(float(v), 6) for k, v in stages.items()}
+        util = {k: round(float(v or 0.0), 9) for k, v in util.items()}
         return Summary(str(r.path), float(r.makespan_ns), stages, util, ops, meta)
     finally:
         if owned:

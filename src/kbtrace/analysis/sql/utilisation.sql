@@ -35,7 +35,7 @@ SELECT r.resource_kind, r.resource_idx, r.resource_id, r.kind, r.sip, r.cube, r.
        coalesce(hv.busy_sum_ns, 0.0) AS busy_sum_ns,
        coalesce(hv.queue_ns, 0.0) AS queue_ns,
        coalesce(hv.nbytes, 0) AS nbytes,
-       coalesce(iv.busy_ns, 0.0) / nullif(s.makespan_ns, 0) AS util,
+       least(1.0, coalesce(iv.busy_ns, 0.0) / nullif(s.makespan_ns, 0)) AS util,
        coalesce(hv.busy_sum_ns, 0.0) / nullif(s.makespan_ns, 0) AS load,
        coalesce(hv.nbytes, 0) / nullif(s.makespan_ns, 0) AS gbps
 FROM _resources r

@@ -12,6 +12,6 @@
 CREATE OR REPLACE MACRO utilisation_between(a, b) AS TABLE
 SELECT i.resource_kind, i.resource_idx, r.resource_id, r.kind,
        sum(greatest(0.0, least(b, i.t1_ns) - greatest(a, i.t0_ns))) AS busy_ns,
-       sum(greatest(0.0, least(b, i.t1_ns) - greatest(a, i.t0_ns))) / (b - a) AS util
+       least(1.0, sum(greatest(0.0, least(b, i.t1_ns) - greatest(a, i.t0_ns))) / (b - a)) AS util
 FROM _busy_islands i JOIN _resources r USING (resource_kind, resource_idx)
 GROUP BY i.resource_kind, i.resource_idx, r.resource_id, r.kind;

@@ -24,9 +24,9 @@ SELECT u.resource_kind, u.resource_idx, r.resource_id, r.kind, w.win, w.t0_ns, w
        coalesce(sum(CASE WHEN b.t0_ns IS NULL THEN 0.0
                       ELSE least(w.t1_ns, b.t1_ns) - greatest(w.t0_ns, b.t0_ns) END), 0.0)
          AS busy_ns,
-       coalesce(sum(CASE WHEN b.t0_ns IS NULL THEN 0.0
+       least(1.0, coalesce(sum(CASE WHEN b.t0_ns IS NULL THEN 0.0
                       ELSE least(w.t1_ns, b.t1_ns) - greatest(w.t0_ns, b.t0_ns) END), 0.0)
-         / nullif(w.t1_ns - w.t0_ns, 0) AS util
+         / nullif(w.t1_ns - w.t0_ns, 0)) AS util  -- least(): float rounding only
 FROM used u CROSS JOIN w
 JOIN _resources r USING (resource_kind, resource_idx)
 LEFT JOIN _busy_islands b

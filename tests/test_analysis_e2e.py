@@ -1,0 +1,156 @@
+"""End to end over real captures and replays of every capture/ workload (small topology, fast)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from kbtrace._io import write_table
+from kbtrace.analysis.baseline import baseline_root, check_baselines, workloads
+from kbtrace.analysis.diff import diff
+from kbtrace.analysis.main import capture_and_replay
+from kbtrace.analysis.run import open_run
+from kbtrace.analysis.verify import verify
+from kbtrace.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = REPO / "topologies" / "small.yaml"
+WORKLOADS = [p.stem for p in workloads()]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("e2e")
+    out = {}
+    for name in WORKLOADS:
+        capture_and_replay(REPO / "capture" / f"{name}.py", SMALL, [], "fast",
+                           root / name / "trace", root / name / "run")
+        out[name] = root / name / "run"
+    return out
+
+
+def test_workloads_present():
+    assert {"gemm", "ring_allreduce"} <= set(WORKLOADS)
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_verify_passes_and_invariants_hold(runs, name):
+    res = verify(runs[name])
+    assert res.ok, res.text()
+    assert res.order_violations == []
+    with open_run(runs[name]) as r:
+        lo, hi = r.sql("SELECT min(util), max(util) FROM utilisation").row(0)
+        assert lo >= 0.0 and hi <= 1.0
+        assert r.sql("SELECT max(util) FROM utilisation_windows").item() <= 1.0
+        assert r.sql("SELECT max(util) FROM utilisation_engine").item() <= 1.0
+        gap = r.sql("SELECT max(abs(s - sp)) FROM (SELECT sip, cube, pe, sum(time_ns) AS s, "
+                    "any_value(span_ns) AS sp FROM stage_breakdown_pe GROUP BY ALL)").item()
+        assert gap < 1e-6
+        cp = r.sql("SELECT sum(contrib_ns) FROM critical_path").item()
+        assert cp == pytest.approx(r.info["makespan_ns"], rel=1e-12, abs=1e-6)
+        assert r.sql("SELECT count(*) FROM critical_path WHERE contrib_ns < 0").item() == 0
+
+
+def _copy_run(src: Path, dst: Path) -> Path:
+    shutil.copytree(src.parent, dst)
+    import json
+    meta = json.loads((dst / "run" / "run.json").read_text())
+    meta["trace"]["path"] = str(dst / "trace")
+    (dst / "run" / "run.json").write_text(json.dumps(meta))
+    return dst / "run"
+
+
+def test_verify_catches_corrupted_input(runs, tmp_path, capsys):
+    run = _copy_run(runs["gemm"], tmp_path / "g")
+    mem = pq.read_table(run.parent / "trace" / "memory.parquet")
+    rows = mem.to_pylist()
+    i = next(k for k, r in enumerate(rows) if r["role"] == "input")
+    data = bytearray(rows[i]["data"])
+    val = np.frombuffer(bytes(data[:4]), dtype="<f4")[0] + np.float32(1.5)
+    data[:4] = np.float32(val).tobytes()
+    col = mem.column("data").to_pylist()
+    col[i] = bytes(data)
+    mem = mem.set_column(mem.schema.get_field_index("data"), mem.schema.field("data"),
+                         pa.array(col, type=mem.schema.field("data").type))
+    write_table(run.parent / "trace" / "memory.parquet", mem)
+    assert main(["verify", str(run)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("verify: FAIL")
+    res = verify(run)
+    div = res.first_divergence
+    assert div is not None and div.kind == "load" and div.src_line is not None
+    assert f"first diverging op: op {div.op_id} load/" in out
+    assert any(not t.ok for t in res.tensors)
+
+
+def test_verify_catches_swapped_dependent_ops(runs, tmp_path):
+    run = _copy_run(runs["gemm"], tmp_path / "g")
+    ops = pq.read_table(run.parent / "trace" / "ops.parquet")
+    dot = next(r for r in ops.select(["op_id", "kind", "deps"]).to_pylist()
+               if r["kind"] == "dot" and r["deps"])
+    a, b = dot["deps"][0], dot["op_id"]
+    t = pq.read_table(run / "op_timing.parquet")
+    ids = t.column("op_id").to_pylist()
+    cols = {}
+    for c in ("t_issue_ns", "t_start_ns", "t_end_ns"):
+        v = t.column(c).to_pylist()
+        v[ids.index(a)], v[ids.index(b)] = v[ids.index(b)], v[ids.index(a)]
+        cols[c] = v
+    for c, v in cols.items():
+        t = t.set_column(t.schema.get_field_index(c), t.schema.field(c), pa.array(v, pa.float64()))
+    write_table(run / "op_timing.parquet", t)
+    res = verify(run)
+    assert not res.ok
+    assert (b, a) in res.order_violations
+    assert res.first_divergence is not None
+
+
+def test_diff_self_and_halved_hbm_bandwidth(runs, tmp_path, capsys):
+    from kbtrace.replay import ReplayOptions, replay
+    from kbtrace.topology import compile_topology
+
+    base = runs["gemm"]
+    assert main(["diff", str(base), str(base), "--fail-on", "makespan>2%"]) == 0
+    assert "verdict: no change" in capsys.readouterr().out
+    topo = compile_topology(SMALL)
+    slow = compile_topology(SMALL, overrides={
+        "cube.hbm.pc_bw_gbps": topo.params.cube.hbm.pc_bw_gbps / 2})
+    replay(base.parent / "trace", slow, ReplayOptions(out_dir=str(tmp_path / "slow")))
+    rc = main(["diff", str(base), str(tmp_path / "slow"), "--fail-on", "makespan>2%"])
+    out = capsys.readouterr().out
+    res = diff(base, tmp_path / "slow")
+    assert res.metrics["makespan"].pct > 2.0, out
+    assert rc == 1 and "REGRESSION: makespan changed by +" in out
+
+
+def test_committed_baselines_match(runs):
+    assert (baseline_root() / "gemm" / "summary.json").is_file()
+    for name, res in check_baselines(WORKLOADS, fail_on=["makespan>2%", "ops.added>0",
+                                                         "ops.removed>0"]):
+        assert not res.failed, f"{name}: {res.render('text')}"
+
+
+def test_kbtrace_run_main_job(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)     # defaults resolve against the repo root
+    assert main(["run", "--out", str(tmp_path / "data")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("kbtrace run: gemm on small (fast)")
+    assert "verify    PASS" in out and "bottleneck" in out
+    run_dir = tmp_path / "data" / "runs" / "gemm-small-fast"
+    assert (run_dir / "report" / "index.html").is_file()
+    assert (run_dir / "report" / "timeline.perfetto.json").is_file()
+    assert main(["sql", str(run_dir), "top_hotspots", "-f", "csv"]) == 0
+    assert capsys.readouterr().out.startswith("rank,resource_kind,resource_id")
+
+
+def test_same_run_gives_identical_analysis_outputs(runs, tmp_path):
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    for p in (a, b):
+        assert main(["sql", str(runs["ring_allreduce"]), "SELECT * FROM critical_path ORDER BY step",
+                     "-f", "parquet", "-o", str(p)]) == 0
+    assert a.read_bytes() == b.read_bytes()
