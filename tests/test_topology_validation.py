@@ -102,3 +102,24 @@ def test_yaml_change_rebuilds(tmp_path):
     f.write_text((TOPO / "tiny.yaml").read_text().replace("sips: {count: 1}", "sips: {count: 2}"))
     c = compile_topology(f)
     assert not c.from_cache and c.n_sips == 2 and c.content_hash != a.content_hash
+
+
+def test_partial_section_keeps_section_defaults(tmp_path):
+    """pe.ipcq.sram defaults (128 GB/s, 2 ns) differ from IpcqTierParams' class defaults."""
+    f = tmp_path / "t.yaml"
+    f.write_text("pe: {ipcq: {sram: {bw_gbps: 100}}}\n")
+    t = compile_topology(f)
+    assert (t.params.pe.ipcq.sram.bw_gbps, t.params.pe.ipcq.sram.overhead_ns) == (100.0, 2.0)
+    assert (t.params.pe.ipcq.hbm.bw_gbps, t.params.pe.ipcq.hbm.overhead_ns) == (32.0, 6.0)
+
+
+def test_default_yaml_equals_param_defaults():
+    """topologies/default.yaml spells out exactly the params.py defaults."""
+    from kbtrace.topology import TopologyParams
+    assert compile_topology(TOPO / "default.yaml").params == TopologyParams()
+
+
+def test_docs_reference_is_current():
+    from kbtrace.topology import yaml_reference_markdown
+    doc = (TOPO.parent / "docs" / "topology.md").read_text()
+    assert yaml_reference_markdown() in doc, "regenerate the table in docs/topology.md"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import difflib
 import math
-from dataclasses import fields, is_dataclass
+from dataclasses import fields, is_dataclass, replace
 from typing import Any
 
 import yaml
@@ -94,14 +94,15 @@ def build_params(raw: dict[str, Any], where: str) -> TopologyParams:
     return params
 
 
-def _build(cls: Any, raw: Any, path: str, where: str) -> Any:
+def _build(cls: Any, raw: Any, path: str, where: str, default: Any = None) -> Any:
+    """Typed copy of ``default`` (the section's default instance) with ``raw``'s keys applied."""
     if not isinstance(raw, dict):
         raise TopologyError(f"{where}: {path or 'top level'} must be a mapping, got {raw!r}")
     flds = {f.name: f for f in fields(cls)}
     for key in raw:
         if key not in flds:
             raise TopologyError(f"{where}: {path}{key}: unknown key; {_suggest(str(key), list(flds))}")
-    default = cls()
+    default = cls() if default is None else default
     kwargs: dict[str, Any] = {}
     for name, fld in flds.items():
         if name not in raw:
@@ -109,7 +110,7 @@ def _build(cls: Any, raw: Any, path: str, where: str) -> Any:
         val, p = raw[name], f"{path}{name}"
         dflt = getattr(default, name)
         if is_dataclass(dflt):
-            kwargs[name] = _build(type(dflt), val if val is not None else {}, p + ".", where)
+            kwargs[name] = _build(type(dflt), val if val is not None else {}, p + ".", where, dflt)
         elif name == "io_chiplets":
             if not isinstance(val, list) or not val:
                 raise TopologyError(f"{where}: {p} = {val!r}: must be a non-empty list of mappings; "
@@ -123,7 +124,7 @@ def _build(cls: Any, raw: Any, path: str, where: str) -> Any:
             kwargs[name] = tuple(_coord(v, f"{p}[{i}]", where) for i, v in enumerate(val))
         else:
             kwargs[name] = _scalar(val, fld.type, p, where)
-    return cls(**kwargs)
+    return replace(default, **kwargs)
 
 
 def _coord(val: Any, path: str, where: str) -> tuple[int, int]:

@@ -282,18 +282,23 @@ class TopologyParams:
     pe: PeParams = _sub(PeParams)
 
 
-def iter_params(cls: type = TopologyParams, prefix: str = "") -> list[tuple[str, Any, str, str]]:
-    """Flatten the parameter tree: ``(yaml_path, default, unit, doc)`` rows (README reference)."""
+def iter_params(cls: type = TopologyParams, prefix: str = "", inst: Any = None) -> list[tuple[str, Any, str, str]]:
+    """Flatten the parameter tree: ``(yaml_path, default, unit, doc)`` rows (README reference).
+
+    Recurses into the *default instances* (not fresh ``type()`` instances), so a
+    sub-section whose default differs from its class defaults (``pe.ipcq.sram``)
+    reports its real defaults.
+    """
     rows: list[tuple[str, Any, str, str]] = []
-    inst = cls()
+    inst = cls() if inst is None else inst
     for f in fields(cls):
         path = f"{prefix}{f.name}"
         val = getattr(inst, f.name)
         if is_dataclass(val):
-            rows.extend(iter_params(type(val), path + "."))
+            rows.extend(iter_params(type(val), path + ".", val))
         elif isinstance(val, tuple) and val and is_dataclass(val[0]):
             rows.append((path, val, f.metadata.get("unit", ""), f.metadata.get("doc", "")))
-            rows.extend(iter_params(type(val[0]), path + "[]."))
+            rows.extend(iter_params(type(val[0]), path + "[].", val[0]))
         else:
             rows.append((path, val, f.metadata.get("unit", ""), f.metadata.get("doc", "")))
     return rows

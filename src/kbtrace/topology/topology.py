@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import os
 import pickle
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -73,10 +73,16 @@ class Topology:
         raise AttributeError(f"Topology is frozen; cannot set {name!r} (compile a new one with overrides)")
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"params": self.params, "g": self._g, "source": self.source}
+        # plain tuples unpickle ~10x faster than thousands of slotted dataclass instances
+        g = self._g
+        rest = {f.name: getattr(g, f.name) for f in fields(g) if f.name not in ("nodes", "links")}
+        return {"params": self.params, "source": self.source, "graph": rest,
+                "nodes": [astuple_node(n) for n in g.nodes], "links": [astuple_link(ln) for ln in g.links]}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        Topology.__init__(self, state["params"], state["g"], state["source"])
+        g = Graph(nodes=[Node(*t) for t in state["nodes"]], links=[Link(*t) for t in state["links"]],
+                  **state["graph"])
+        Topology.__init__(self, state["params"], g, state["source"])
 
     def __repr__(self) -> str:
         return (f"Topology({self.params.name!r}, sips={self.n_sips}, cubes/sip={self.cubes_per_sip}, "
@@ -282,6 +288,14 @@ class Topology:
             pa.array([ln.latency_ns for ln in ls], pa.float64()),
         ]
         return pa.Table.from_arrays(cols, schema=schema.LINKS)
+
+
+def astuple_node(n: Node) -> tuple[Any, ...]:
+    return (n.idx, n.id, n.kind, n.sip, n.cube, n.pe, n.overhead_ns, n.x_mm, n.y_mm)
+
+
+def astuple_link(ln: Link) -> tuple[Any, ...]:
+    return (ln.idx, ln.src, ln.dst, ln.kind, ln.bw_gbps, ln.distance_mm, ln.latency_ns)
 
 
 def _dict(values: list[str]) -> pa.Array:
