@@ -1,0 +1,69 @@
+"""Topology compile (cold / cache hit) and route() latency (first call / cached) on default.yaml.
+
+Run:  python benchmarks/bench_topology.py            (prints a JSON line)
+      pytest benchmarks/bench_topology.py -m benchmark
+Expectation: a cache hit is faster than a cold compile; a cached route() is >= 50x
+faster than a first call (replay asks for the same routes thousands of times).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def measure(n_pairs: int = 20_000) -> dict[str, float]:
+    from kbtrace.topology import compile_topology
+
+    path = ROOT / "topologies" / "default.yaml"
+    with tempfile.TemporaryDirectory() as tmp:
+        old = os.environ.get("KBTRACE_CACHE_DIR")
+        os.environ["KBTRACE_CACHE_DIR"] = tmp
+        try:
+            t0 = time.perf_counter()
+            topo = compile_topology(path)
+            t1 = time.perf_counter()
+            hit = compile_topology(path)
+            t2 = time.perf_counter()
+        finally:
+            if old is None:
+                del os.environ["KBTRACE_CACHE_DIR"]
+            else:
+                os.environ["KBTRACE_CACHE_DIR"] = old
+    assert hit.from_cache
+    rng = random.Random(0)
+    n = len(topo.nodes)
+    pairs = [(a, b) for a, b in ((rng.randrange(n), rng.randrange(n)) for _ in range(n_pairs)) if a != b]
+    t3 = time.perf_counter()
+    for s, d in pairs:
+        topo.route(s, d)
+    t4 = time.perf_counter()
+    for s, d in pairs:
+        topo.route(s, d)
+    t5 = time.perf_counter()
+    return {
+        "compile_cold_ms": round((t1 - t0) * 1e3, 2),
+        "compile_cache_hit_ms": round((t2 - t1) * 1e3, 2),
+        "route_first_us": round((t4 - t3) / len(pairs) * 1e6, 2),
+        "route_cached_us": round((t5 - t4) / len(pairs) * 1e6, 3),
+        "nodes": n, "links": len(topo.links),
+    }
+
+
+@pytest.mark.benchmark
+def test_topology_bench():
+    r = measure()
+    assert r["compile_cache_hit_ms"] < r["compile_cold_ms"]
+    assert r["route_cached_us"] * 50 < r["route_first_us"]
+
+
+if __name__ == "__main__":
+    print(json.dumps(measure()))
