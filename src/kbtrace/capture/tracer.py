@@ -33,7 +33,8 @@ def addresses() -> Any:
 class OpSink:
     """Streams ops to Parquet in op_id order, holding rows whose send is not yet matched."""
 
-    def __init__(self, path: str | os.PathLike[str] | None, batch_rows: int = BATCH_ROWS) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None, batch_rows: int | None = None) -> None:
+        batch_rows = batch_rows or BATCH_ROWS
         self._bw = BatchWriter(path, schema.OPS, batch_rows=batch_rows) if path else None
         self._buf: list[Op] = []
         self._unmatched: set[int] = set()
