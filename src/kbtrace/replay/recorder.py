@@ -69,46 +69,45 @@ class Recorder:
             self.iv_busy.append(busy)
 
     def op_done(self, op: int, t_issue: float, t_start: float, t_end: float, engine: str) -> None:
-        rows = self._open.pop(op, [])
-        n = len(rows)
-        if n:
-            t_end = max(t_end, max(r[5] for r in rows))
-        crit = [0.0] * n
-        front = t_issue
-        last = -1
-        for i in sorted(range(n), key=lambda i: (rows[i][5], i)):
-            lv = rows[i][5]
-            if lv > front:
-                crit[i] = lv - front
-                front = lv
-            last = i
-        if last >= 0 and t_end > front:
-            crit[last] += t_end - front
-        qsum = 0.0
-        c = self.hops.columns
-        for h, i in enumerate(sorted(range(n), key=lambda i: (rows[i][0], i))):
-            enter, tile, stage, node, link, leave, busy, queue, nbytes = rows[i]
-            cr = crit[i]
-            qsum += queue if queue < cr else cr
-            c[0].append(op)
-            c[1].append(h)
-            c[2].append(tile)
-            c[3].append(stage)
-            c[4].append(node)
-            c[5].append(link)
-            c[6].append(enter)
-            c[7].append(leave)
-            c[8].append(busy)
-            c[9].append(queue)
-            c[10].append(cr)
-            c[11].append(nbytes)
+        rows = self._open.pop(op, None)
+        if rows:
+            n = len(rows)
+            leave_c = [r[5] for r in rows]
+            t_end = max(t_end, max(leave_c))
+            crit_c = [0.0] * n
+            front = t_issue
+            i = 0
+            for i in sorted(range(n), key=leave_c.__getitem__):   # ties: creation order
+                lv = leave_c[i]
+                if lv > front:
+                    crit_c[i] = lv - front
+                    front = lv
+            if t_end > front:
+                crit_c[i] += t_end - front
+            order = sorted(range(n), key=[r[0] for r in rows].__getitem__)  # hop = path order
+            rows = [rows[j] for j in order]
+            crit = [crit_c[j] for j in order]
+            enter, tile, stage, node, link, leave, busy, queue, nbytes = zip(*rows, strict=True)
+            c = self.hops.columns
+            c[0].extend([op] * n)
+            c[1].extend(range(n))
+            c[2].extend(tile)
+            c[3].extend(stage)
+            c[4].extend(node)
+            c[5].extend(link)
+            c[6].extend(enter)
+            c[7].extend(leave)
+            c[8].extend(busy)
+            c[9].extend(queue)
+            c[10].extend(crit)
+            c[11].extend(nbytes)
+            self.queue[op] = sum(q if q < cr else cr for q, cr in zip(queue, crit, strict=True))
+            self.n_hops += n
+            self.hops.commit(n)
         self.t_issue[op] = t_issue
         self.t_start[op] = t_start
         self.t_end[op] = t_end
-        self.queue[op] = qsum
         self.engine[op] = engine
-        self.n_hops += n
-        self.hops.commit(n)
 
     @property
     def open_ops(self) -> list[int]:
