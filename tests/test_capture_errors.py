@@ -216,3 +216,43 @@ def test_cli_exits_nonzero_with_one_line(tmp_path, capsys, body, expect):
     err = capsys.readouterr().err
     assert rc != 0 and err.count("\n") == 1 and expect in err.lower()
     assert not (tmp_path / "out" / "trace.json").exists()
+
+
+def test_several_launches_in_sequence_and_cube_sharding(small, tmp_path):
+    def double(tl, x, y):
+        pid = tl.program_id(1)
+        a = tl.load(x, (1, 16), "f32")
+        tl.store(y, a * 2.0)
+        assert pid == tl.program_id(1) and tl.num_programs(1) == 4
+
+    def plus_one(tl, y, z):
+        b = tl.load(y, (1, 16), "f32")            # written from a pending value -> pending
+        assert b.pending
+        tl.store(z, b + 1.0)
+
+    def build(w, p):
+        x = w.tensor("x", (4, 16), "f32", init=w.random(0), shard="cubes")
+        y = w.tensor("y", (4, 16), "f32", shard="cubes")
+        z = w.tensor("z", (4, 16), "f32", shard="cubes")
+        w.launch(double, grid=(1, 4), args=(x, y))
+        w.launch(plus_one, grid=(1, 4), args=(y, z))
+        w.output(z, reference=lambda v: v["x"] * 2.0 + 1.0)
+
+    tr = capture(SimpleNamespace(NAME="seq", PARAMS={}, build=build), small, out_dir=tmp_path)
+    assert tr.meta["reference_check"]["z"]["ok"]
+    assert [ln["n_ops"] for ln in tr.meta["launches"]] == [12, 12]
+    ops = tr.ops().to_pylist()
+    assert {(r["launch"], r["cube"], r["pe"]) for r in ops} == {
+        (li, c, 0) for li in (0, 1) for c in range(4)}
+    for r in ops:
+        if r["launch"] == 1 and r["kind"] == "load":
+            (dep,) = r["deps"]                       # the store of launch 0 on the same cube
+            assert ops[dep]["kind"] == "store" and ops[dep]["launch"] == 0
+            assert ops[dep]["cube"] == r["cube"]
+
+
+def test_placement_outside_topology(small, tmp_path):
+    def build(w, p):
+        w.tensor("x", (4,), "f32", pe=(0, 9, 0))
+    with pytest.raises(CaptureError, match="sip0.cube9.pe0, which 'small' does not have"):
+        capture(SimpleNamespace(NAME="p", PARAMS={}, build=build), small, out_dir=tmp_path)

@@ -139,6 +139,10 @@ class Workload:
 
     def _alloc(self, sip: int, cube: int, pe: int, nbytes: int, label: str) -> int:
         key = (sip, cube, pe)
+        if not (0 <= sip < self.topo.n_sips and 0 <= cube < self.topo.cubes_per_sip
+                and 0 <= pe < self.topo.pes_per_cube):
+            raise CaptureError(f"workload {self.name!r}: {label} placed on sip{sip}.cube{cube}."
+                               f"pe{pe}, which {self.topo.params.name!r} does not have")
         alloc = self._hbm.get(key)
         if alloc is None:
             base = self._tracer.addr.hbm_addr(sip, cube, pe * self.topo.hbm_slice_bytes)
