@@ -189,3 +189,11 @@ def test_critical_path_covers_launch_completion_tail(tmp_path):
             (5, 8, "store", "dep", 7, 30.0), (6, None, "launch", "completion", 8, 20.0)]
         assert rows(r, "SELECT sum(contrib_ns) FROM critical_path") == [(200.0,)]
         assert rows(r, "SELECT max(util) <= 1 FROM utilisation") == [(True,)]
+
+
+def test_docs_catalogue_current():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "analysis.md").read_text()
+    section = doc.split("<!-- catalogue:begin -->\n")[1].split("<!-- catalogue:end -->")[0]
+    assert section == catalogue_markdown(), "regenerate docs/analysis.md catalogue"

@@ -59,6 +59,9 @@ def _parse(name: str, src: str) -> ViewDoc:
             m = _COL.match(ln)
             if m:
                 cols.append((m.group(1), m.group(2), m.group(3).strip()))
+            elif cols and ln[2:].strip():          # continuation of the previous meaning
+                c, u, t = cols[-1]
+                cols[-1] = (c, u, f"{t} {ln[2:].strip()}")
         else:
             text.append(ln[2:].strip())
     body = "\n".join(ln for ln in lines if not ln.startswith("--"))
@@ -113,6 +116,6 @@ def catalogue_markdown(include_helpers: bool = False) -> str:
             kind = "table macro" if d.is_macro else "view"
             parts.append(f"#### `{d.name}` ({kind})\n\n{d.summary[0].upper()}{d.summary[1:]} {d.text}\n")
             parts.append("| column | unit | meaning |\n|---|---|---|")
-            parts.extend(f"| `{c}` | {u} | {m} |" for c, u, m in d.columns)
+            parts.extend(f"| `{c}` | {u} | {m.replace('|', '/')} |" for c, u, m in d.columns)
             parts.append("")
     return "\n".join(parts)
