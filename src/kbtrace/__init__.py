@@ -36,4 +36,6 @@ def __getattr__(name: str) -> Any:
     mod = _EXPORTS.get(name)
     if mod is None:
         raise AttributeError(f"module 'kbtrace' has no attribute {name!r}")
+    if mod == f"kbtrace.{name}":  # a callable stage package (see kbtrace._callable)
+        return importlib.import_module(mod)
     return getattr(importlib.import_module(mod), name)

@@ -31,3 +31,7 @@ __all__ = [
     "parse_params", "tl", "TensorHandle", "CompletionHandle", "RecvFuture",
     "layouts", "ring", "mesh", "torus",
 ]
+
+from kbtrace._callable import make_module_callable  # noqa: E402
+
+make_module_callable(__name__, "capture")  # kbtrace.capture(...) calls capture()

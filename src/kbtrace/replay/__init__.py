@@ -19,3 +19,7 @@ from kbtrace.replay.engine import replay
 from kbtrace.replay.options import FIDELITIES, ReplayOptions, Run
 
 __all__ = ["replay", "ReplayOptions", "Run", "FIDELITIES"]
+
+from kbtrace._callable import make_module_callable  # noqa: E402
+
+make_module_callable(__name__, "replay")  # kbtrace.replay(...) calls replay()

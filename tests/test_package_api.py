@@ -1,0 +1,26 @@
+"""The top-level package surface: lazy exports and callable stage packages."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def _run(code: str) -> str:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def test_stage_packages_are_callable_in_any_import_order() -> None:
+    # submodule imported first, then the top-level name used as a function
+    assert _run("import kbtrace.replay, kbtrace; print(callable(kbtrace.replay), "
+                "kbtrace.replay.ReplayOptions.__name__)") == "True ReplayOptions"
+    assert _run("import kbtrace; f = kbtrace.capture; import kbtrace.capture.trace; "
+                "print(callable(kbtrace.capture), kbtrace.capture.open_trace.__name__)") \
+        == "True open_trace"
+
+
+def test_lazy_exports_resolve() -> None:
+    import kbtrace
+    for name in kbtrace.__all__:
+        assert getattr(kbtrace, name) is not None, name
