@@ -89,3 +89,10 @@ def test_sql_output_deterministic(run_dir, tmp_path):
         assert main(["sql", str(run_dir), "SELECT * FROM utilisation ORDER BY resource_kind, "
                      "resource_idx", "-f", "parquet", "-o", str(p)]) == 0
     assert a.read_bytes() == b.read_bytes()
+
+
+def test_top_level_exports_are_functions(run_dir):
+    for _ in range(2):   # the second lookup must not return a submodule
+        assert callable(kbtrace.verify) and callable(kbtrace.diff) and callable(kbtrace.report)
+        assert callable(kbtrace.open_run)
+    assert kbtrace.diff(run_dir, run_dir).unchanged

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from kbtrace._io import write_table
-from kbtrace.analysis.diff import diff, parse_rule
+from kbtrace.analysis.differ import diff, parse_rule
 from kbtrace.analysis.summary import load_summary, summarize, write_summary
 from kbtrace.analysis.synthetic import write_synthetic_run
 from kbtrace.cli import main

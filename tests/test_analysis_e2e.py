@@ -12,10 +12,10 @@ import pytest
 
 from kbtrace._io import write_table
 from kbtrace.analysis.baseline import baseline_root, check_baselines, workloads
-from kbtrace.analysis.diff import diff
+from kbtrace.analysis.differ import diff
 from kbtrace.analysis.main import capture_and_replay
 from kbtrace.analysis.run import open_run
-from kbtrace.analysis.verify import verify
+from kbtrace.analysis.verifier import verify
 from kbtrace.cli import main
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from kbtrace.analysis.perfetto import export_perfetto
-from kbtrace.analysis.report import report
+from kbtrace.analysis.reporter import report
 from kbtrace.analysis.synthetic import write_synthetic_run
 from kbtrace.cli import main
 

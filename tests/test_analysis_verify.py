@@ -9,7 +9,7 @@ import pytest
 from kbtrace import schema
 from kbtrace._io import write_json, write_table
 from kbtrace.analysis.synthetic import make_table
-from kbtrace.analysis.verify import execution_order, verify
+from kbtrace.analysis.verifier import execution_order, verify
 from kbtrace.capture import executor as ex
 
 A = np.arange(16, dtype=np.float32).reshape(4, 4) / 8

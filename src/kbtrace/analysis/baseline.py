@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from kbtrace.analysis.diff import DiffResult, diff
+from kbtrace.analysis.differ import DiffResult, diff
 from kbtrace.analysis.main import DEFAULT_TOPOLOGY, REPO_ROOT, capture_and_replay, resolve_path
 from kbtrace.analysis.summary import Summary, summarize, write_summary
 from kbtrace.errors import AnalysisError

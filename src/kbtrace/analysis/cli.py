@@ -27,7 +27,7 @@ def _sql(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from kbtrace.analysis.verify import verify
+    from kbtrace.analysis.verifier import verify
 
     res = verify(args.run)
     print(res.text())
@@ -35,7 +35,7 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    from kbtrace.analysis.diff import diff
+    from kbtrace.analysis.differ import diff
 
     res = diff(args.base, args.new, fail_on=args.fail_on or [])
     out = res.render(args.format)
@@ -69,7 +69,7 @@ def _baseline_check(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from kbtrace.analysis.report import report
+    from kbtrace.analysis.reporter import report
 
     out = report(args.run, args.output)
     print(f"report: {out / 'index.html'}")

@@ -127,8 +127,8 @@ def run_workload(workload: str | os.PathLike[str] | None = None, *,
                  make_report: bool = True) -> RunSummary:
     """Capture, replay, verify and report one workload; return a ``RunSummary``."""
     from kbtrace.analysis.perfetto import export_perfetto
-    from kbtrace.analysis.report import report
-    from kbtrace.analysis.verify import verify
+    from kbtrace.analysis.reporter import report
+    from kbtrace.analysis.verifier import verify
 
     wl = resolve_path(workload or DEFAULT_WORKLOAD, "workload")
     topo = resolve_path(topology or DEFAULT_TOPOLOGY, "topology")
