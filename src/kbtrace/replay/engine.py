@@ -346,9 +346,10 @@ def replay(trace: Any, topology: Any, options: ReplayOptions | None = None) -> R
                               f"{o.seq}); check its deps / IPCQ peer")
         rec = sim.rec
         makespan = float(env.now)
+        rec.flush()
         if opts.check_invariants:
             invariants.check(sim, makespan)
-        rec.hops.close()
+        rec.close()
         wall = time.perf_counter() - t_wall
         ot = pa.table({
             **{c: table.column(c) for c in ("op_id", "launch", "program", "sip", "cube", "pe",

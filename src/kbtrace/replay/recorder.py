@@ -1,13 +1,26 @@
 """Columnar recording of replay results: op timing arrays + batched hop rows.
 
-Hops are buffered per op while the op is in flight (one small tuple per hop)
-and, when the op completes, get their ``hop`` index (path order = order of
-``t_enter``, ties by creation) and their ``crit_ns``: hops sorted by
-``t_leave`` advance the op's completion frontier; each hop is attributed
-``t_leave - frontier`` (clipped at 0), starting from ``t_issue``. An op's
-``crit_ns`` therefore sum to ``t_end - t_issue``. Rows then go to a
-``BatchWriter`` (per-column lists, flushed every ``batch_rows``), so memory is
-bounded by the ops in flight plus one batch. Rows are in op-completion order.
+Hops are buffered per op while the op is in flight (one small tuple per hop,
+``(t_enter, tile, stage, node, link, t_leave, busy, queue, nbytes)``). When the
+op completes its rows move, unsorted, to the pending batch (ops in completion
+order). When the batch holds ``batch_rows`` rows (checked after each op, so
+batches hold whole ops) it is finalised vectorised with numpy:
+
+* ``hop`` index = path order = stable sort of the op's rows by ``t_enter``
+  (ties: creation order);
+* ``crit_ns``: the op's rows stably sorted by ``t_leave`` advance its
+  completion frontier, starting from ``t_issue``; each row is attributed
+  ``t_leave - frontier`` (0 if not beyond it). Since the rows are sorted, the
+  frontier before a row is ``max(t_issue, previous t_leave)``. The remainder up
+  to ``t_end`` (if any) goes to the last row, so an op's ``crit_ns`` sum to
+  ``t_end - t_issue``;
+* the op's ``queue_ns`` = sum over its rows, in hop order, of
+  ``min(queue, crit)``; its ``t_end`` = max(completion, last ``t_leave``).
+
+The columns then go to a ``BatchWriter`` (one flush per batch), so memory is
+bounded by the ops in flight plus one batch; rows are in op-completion order.
+``close()`` finalises the last batch; per-op ``t_end`` / ``queue`` are final
+only after it.
 
 For the physical invariants every hop with ``busy_ns > 0`` also appends
 ``(resource, start, end, busy)`` to compact typed arrays.
@@ -32,6 +45,7 @@ class Recorder:
     def __init__(self, out_dir: Path, n_ops: int, n_links: int, batch_rows: int,
                  res_alias: dict[int, int] | None = None) -> None:
         self.hops = BatchWriter(out_dir / "hops.parquet", schema.HOPS, batch_rows=batch_rows)
+        self.batch_rows = batch_rows
         self._open: dict[int, list[tuple]] = {}
         self.t_issue = np.full(n_ops, np.nan)
         self.t_start = np.full(n_ops, np.nan)
@@ -47,6 +61,21 @@ class Recorder:
         self.iv_end = array("d")
         self.iv_busy = array("d")
         self.n_hops = 0
+        # pending batch: rows of completed ops, and per op (op_id, n rows, t_issue, t_end)
+        self._rows: list[tuple] = []
+        self._seg_op: list[int] = []
+        self._seg_n: list[int] = []
+        self._seg_issue: list[float] = []
+        self._seg_end: list[float] = []
+
+    def rid(self, node: int, stage: str) -> int:
+        """Invariant resource id of a node-side hop (links use their own index)."""
+        key = (self.res_alias.get(node, node), "compute" if stage in _COMPUTE else stage)
+        rid = self._res.get(key, -1)
+        if rid < 0:
+            rid = self._res[key] = self.n_links + len(self.res_names)
+            self.res_names.append(key)
+        return rid
 
     def hop(self, op: int, tile: int, stage: str, node: int, link: int, enter: float,
             leave: float, busy: float, queue: float, nbytes: int) -> None:
@@ -55,59 +84,103 @@ class Recorder:
             lst = self._open[op] = []
         lst.append((enter, tile, stage, node, link, leave, busy, queue, nbytes))
         if busy > 0:
-            if link >= 0:
-                rid = link
-            else:
-                key = (self.res_alias.get(node, node), "compute" if stage in _COMPUTE else stage)
-                rid = self._res.get(key, -1)
-                if rid < 0:
-                    rid = self._res[key] = self.n_links + len(self.res_names)
-                    self.res_names.append(key)
-            self.iv_res.append(rid)
+            self.iv_res.append(link if link >= 0 else self.rid(node, stage))
             self.iv_start.append(enter + queue)
             self.iv_end.append(leave)
             self.iv_busy.append(busy)
 
+    def hops_bulk(self, op: int, rows: list[tuple], iv_res: list[int], iv_start: list[float],
+                  iv_end: list[float], iv_busy: list[float]) -> None:
+        """Add several hop rows of one op at once (rows in creation order), with their
+        invariant intervals (already filtered to ``busy > 0``)."""
+        lst = self._open.get(op)
+        if lst is None:
+            self._open[op] = rows
+        else:
+            lst.extend(rows)
+        if iv_res:
+            self.iv_res.extend(iv_res)
+            self.iv_start.extend(iv_start)
+            self.iv_end.extend(iv_end)
+            self.iv_busy.extend(iv_busy)
+
     def op_done(self, op: int, t_issue: float, t_start: float, t_end: float, engine: str) -> None:
         rows = self._open.pop(op, None)
-        if rows:
-            n = len(rows)
-            leave_c = [r[5] for r in rows]
-            t_end = max(t_end, max(leave_c))
-            crit_c = [0.0] * n
-            front = t_issue
-            i = 0
-            for i in sorted(range(n), key=leave_c.__getitem__):   # ties: creation order
-                lv = leave_c[i]
-                if lv > front:
-                    crit_c[i] = lv - front
-                    front = lv
-            if t_end > front:
-                crit_c[i] += t_end - front
-            order = sorted(range(n), key=[r[0] for r in rows].__getitem__)  # hop = path order
-            rows = [rows[j] for j in order]
-            crit = [crit_c[j] for j in order]
-            enter, tile, stage, node, link, leave, busy, queue, nbytes = zip(*rows, strict=True)
-            c = self.hops.columns
-            c[0].extend([op] * n)
-            c[1].extend(range(n))
-            c[2].extend(tile)
-            c[3].extend(stage)
-            c[4].extend(node)
-            c[5].extend(link)
-            c[6].extend(enter)
-            c[7].extend(leave)
-            c[8].extend(busy)
-            c[9].extend(queue)
-            c[10].extend(crit)
-            c[11].extend(nbytes)
-            self.queue[op] = sum(q if q < cr else cr for q, cr in zip(queue, crit, strict=True))
-            self.n_hops += n
-            self.hops.commit(n)
         self.t_issue[op] = t_issue
         self.t_start[op] = t_start
         self.t_end[op] = t_end
         self.engine[op] = engine
+        if rows:
+            self._rows.extend(rows)
+            self._seg_op.append(op)
+            self._seg_n.append(len(rows))
+            self._seg_issue.append(t_issue)
+            self._seg_end.append(t_end)
+            if len(self._rows) >= self.batch_rows:
+                self.flush()
+
+    def flush(self) -> None:
+        """Finalise the pending batch (hop, crit, per-op t_end / queue) and write it."""
+        rows = self._rows
+        if not rows:
+            return
+        n = len(rows)
+        lens = np.array(self._seg_n, dtype=np.int64)
+        ops = np.array(self._seg_op, dtype=np.int64)
+        nseg = len(lens)
+        seg = np.repeat(np.arange(nseg), lens)
+        starts = np.zeros(nseg, dtype=np.int64)
+        np.cumsum(lens[:-1], out=starts[1:])
+        ends = starts + lens - 1
+        enter, tile, stage, node, link, leave, busy, queue, nbytes = zip(*rows, strict=True)
+        enter = np.array(enter, dtype=np.float64)
+        leave = np.array(leave, dtype=np.float64)
+        queue = np.array(queue, dtype=np.float64)
+        issue = np.array(self._seg_issue, dtype=np.float64)
+        t_end = np.maximum(np.array(self._seg_end, dtype=np.float64),
+                           np.maximum.reduceat(leave, starts))
+        # crit: rows sorted (stably) by t_leave within their op
+        lo = np.lexsort((leave, seg))
+        lv = leave[lo]
+        front = np.empty(n)
+        front[1:] = lv[:-1]
+        front[starts] = -np.inf
+        np.maximum(front, issue[seg], out=front)
+        crit_s = np.where(lv > front, lv - front, 0.0)
+        f_end = np.maximum(issue, lv[ends])
+        tail = t_end > f_end
+        crit_s[ends[tail]] += t_end[tail] - f_end[tail]
+        crit = np.empty(n)
+        crit[lo] = crit_s
+        # hop order: rows sorted (stably) by t_enter within their op
+        order = np.lexsort((enter, seg))
+        qmin = np.minimum(queue[order], crit[order]).tolist()
+        qsum = [sum(qmin[a:a + k]) for a, k in zip(starts.tolist(), self._seg_n, strict=True)]
+        self.t_end[ops] = t_end
+        self.queue[ops] = qsum
+        c = self.hops.columns
+        c[0] = ops[seg]
+        c[1] = (np.arange(n) - starts[seg]).astype(np.int32)
+        c[2] = np.array(tile, dtype=np.int32)[order]
+        c[3] = np.array(stage, dtype=object)[order]
+        c[4] = np.array(node, dtype=np.int32)[order]
+        c[5] = np.array(link, dtype=np.int32)[order]
+        c[6] = enter[order]
+        c[7] = leave[order]
+        c[8] = np.array(busy, dtype=np.float64)[order]
+        c[9] = queue[order]
+        c[10] = crit[order]
+        c[11] = np.array(nbytes, dtype=np.int64)[order]
+        self.n_hops += n
+        self._rows = []
+        self._seg_op, self._seg_n, self._seg_issue, self._seg_end = [], [], [], []
+        self.hops.commit(n)
+        self.hops.flush()
+
+    def close(self) -> None:
+        """Finalise the last batch and close the hop writer (atomic rename)."""
+        self.flush()
+        self.hops.close()
 
     @property
     def open_ops(self) -> list[int]:
