@@ -34,7 +34,7 @@ from kbtrace.capture.dtypes import STORAGE, digest, from_bytes, to_compute, to_s
 from kbtrace.capture.memory import MemoryImage
 from kbtrace.errors import VerifyError
 
-__all__ = ["Op", "Machine", "ExecResult", "execute", "ops_from_table", "load_memory",
+__all__ = ["Op", "Machine", "ExecResult", "execute", "ops_from_table", "load_memory", "fill_stored",
            "gather_outputs", "reference_outputs", "EPILOGUE_OPS", "UNARY", "BINARY"]
 
 OP_FIELDS: tuple[str, ...] = tuple(schema.OPS.names)
@@ -183,13 +183,9 @@ class Machine:
         return stored
 
     def _fill(self, op: Op) -> np.ndarray:
-        if op.name == "arange":
-            vals = np.arange(int(op.scalars[0]), int(op.scalars[1]))
-        elif op.name == "zeros":
-            vals = np.zeros(op.out_shape)
-        else:
-            vals = np.full(op.out_shape, op.scalars[0])
-        return self._write_result(op, vals)
+        stored = fill_stored(op.name, op.out_shape, op.out_dtype, op.scalars)
+        self.mem.write(op.dst_addr, stored)
+        return stored
 
     def _args(self, op: Op) -> list[Any]:
         handles = [self._operand(op, i) for i in range(len(op.in_addrs))]
@@ -248,6 +244,17 @@ class Machine:
                               f"{op.match_op_id}; the execution order must respect ops.deps")
         self.mem.write(op.dst_addr, stored)
         return stored
+
+
+def fill_stored(name: str, shape: Sequence[int], dtype: str, scalars: Sequence[float]) -> np.ndarray:
+    """Storage bytes of a fill op (``zeros`` / ``full`` / ``arange``); capture's real values too."""
+    if name == "arange":
+        vals = np.arange(int(scalars[0]), int(scalars[1]))
+    elif name == "zeros":
+        vals = np.zeros(shape)
+    else:
+        vals = np.full(shape, scalars[0])
+    return to_storage(np.broadcast_to(vals, tuple(shape)), dtype)
 
 
 def _none(op: Op) -> None:

@@ -7,6 +7,12 @@ anything derived from them). Real handles behave like numpy arrays for control
 flow (``h.item()``, ``h[0, 1]``, ``float(h)``, ``h.data``); pending ones raise
 ``CaptureError`` naming the kernel, program, source line and producing op.
 
+Real values are materialised lazily: a handle keeps a recipe (``_lazy``: read
+of the capture-time memory image, a fill, or a copy of another handle) and
+computes its storage bytes on first use. The tracer materialises every
+outstanding memory-read recipe before it changes the memory image, so a value
+is always the one the op saw at its position in capture order.
+
 Operators ``+ - * /``, unary ``-`` and comparisons ``< <= > >=`` record math ops
 through the active program context (a ``ContextVar``, never a global patch).
 """
@@ -43,7 +49,7 @@ class TensorHandle:
     """A tensor value inside a kernel: shape, dtype, where it lives, who produced it."""
 
     __slots__ = ("shape", "dtype", "space", "addr", "op_id", "op_name", "op_line", "pending",
-                 "_data", "deps", "__weakref__")
+                 "_data", "_deps", "_stored", "_lazy", "__weakref__")
     __array_ufunc__ = None  # make numpy defer to our reflected operators
 
     def __init__(self, shape: tuple[int, ...], dtype: str, space: str, addr: int,
@@ -52,12 +58,49 @@ class TensorHandle:
         self.shape, self.dtype, self.space, self.addr = shape, dtype, space, addr
         self.op_id, self.op_name, self.op_line, self.pending = op_id, op_name, op_line, pending
         self._data = data
-        #: op_ids a consumer of this handle depends on (producer, or last writers for refs)
-        self.deps = deps if op_id is None else (op_id,)
+        self._deps = deps
+        #: storage-dtype bytes of a real value, and the recipe that computes them on first use
+        self._stored: np.ndarray | None = None
+        self._lazy: tuple[Any, ...] | None = None
+
+    @property
+    def deps(self) -> tuple[int, ...]:
+        """op_ids a consumer of this handle depends on (producer, or last writers for refs)."""
+        return self._deps if self.op_id is None else (self.op_id,)
 
     # ----------------------------------------------------------------- values
+    def stored(self) -> np.ndarray:
+        """Storage-dtype values of a real handle (materialised from its recipe on first use)."""
+        s = self._stored
+        if s is None:
+            lz = self._lazy
+            if lz is None:
+                raise CaptureError(f"internal: {self!r} has no value to materialise")
+            kind = lz[0]
+            if kind == 0:    # (0, memory image, address, element strides): a tl.load
+                s = lz[1].read(lz[2], self.shape, self.dtype, lz[3])
+            elif kind == 1:  # (1, name, scalars): tl.zeros / full / arange
+                from kbtrace.capture.executor import fill_stored
+                s = fill_stored(lz[1], self.shape, self.dtype, lz[2])
+            else:            # (2, handle): a received payload
+                s = lz[1].stored()
+            self._stored = s
+            self._lazy = None
+        return s
+
+    def _value(self) -> np.ndarray | None:
+        d = self._data
+        if d is None and not self.pending and (self._lazy is not None or self._stored is not None):
+            from kbtrace.capture.dtypes import to_compute
+            s = self.stored()
+            d = to_compute(s, self.dtype)
+            if d is s:  # keep the recorded bytes immutable; kernels may modify .data
+                d = s.copy()
+            self._data = d
+        return d
+
     def _require(self, use: str) -> np.ndarray:
-        if self.pending or self._data is None:
+        if self.pending or self._value() is None:
             prog = ACTIVE.get()
             f = sys._getframe(2)
             where = f"{f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno}"
@@ -117,7 +160,8 @@ class TensorHandle:
         return math.prod(self.shape) * itemsize(self.dtype)
 
     def __repr__(self) -> str:
-        state = "pending" if self.pending else ("real" if self._data is not None else "ref")
+        real = self._data is not None or self._lazy is not None or self._stored is not None
+        state = "pending" if self.pending else ("real" if real else "ref")
         return (f"TensorHandle(shape={self.shape}, dtype={self.dtype}, space={self.space}, "
                 f"addr={self.addr:#x}, op={self.op_name}#{self.op_id}, {state})")
 

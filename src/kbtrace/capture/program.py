@@ -3,10 +3,15 @@
 Every ``tl.*`` call ends here. A call validates addresses against the region
 map (the address sanitizer), allocates its destination (TCM for loads and
 receives, scratch for compute results; bump allocators sized from
-``pe.tcm.size_kb`` / ``pe.tcm.scratch_kb``), builds an ``Op`` row with full
-addresses, spaces, shapes, dtypes and explicit ``deps``, executes it on the
-trace's lock-step ``Machine`` (so loads return real values) and hands it to the
-op sink. Compute results come back as *pending* handles.
+``pe.tcm.size_kb`` / ``pe.tcm.scratch_kb``) and appends one compact record to
+the tracer's op log (see ``tracer``: rows are expanded, executed by the golden
+``Machine`` in capture order and written at drain time). Loads return real
+values, read lazily from the capture-time memory image; compute results come
+back as *pending* handles.
+
+The hot calls (load, store, fill, dot) take a lean path: argument geometry is
+cached per (shape, dtype, strides), the kernel's source line is read from a
+fixed frame depth, and the record is a tuple.
 """
 
 from __future__ import annotations
@@ -15,13 +20,14 @@ import json
 import math
 import os
 import sys
+import weakref
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kbtrace.capture import _semantics as sem
-from kbtrace.capture.dtypes import check_dtype, itemsize, to_compute
+from kbtrace.capture.dtypes import check_dtype, itemsize
 from kbtrace.capture.executor import EPILOGUE_OPS, UNARY, Op
 from kbtrace.capture.handles import CompletionHandle, RecvFuture, TensorHandle
 from kbtrace.capture.memory import Allocator, Region, span_elems
@@ -33,7 +39,15 @@ if TYPE_CHECKING:
 __all__ = ["Program", "caller_line"]
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
-_COMPUTE = frozenset(("dot", "math", "composite"))
+_getframe = sys._getframe
+_wref = weakref.ref
+_TH = TensorHandle
+
+#: (shape, dtype, strides) -> geometry tuple, per call kind (see ``_geometry``)
+_LOAD_GEO: dict[Any, tuple[Any, ...]] = {}
+_STORE_GEO: dict[Any, tuple[Any, ...]] = {}
+_FILL_GEO: dict[Any, tuple[Any, ...]] = {}
+_GEO_CAP = 4096
 
 
 def caller_line() -> tuple[str | None, int | None]:
@@ -46,6 +60,39 @@ def caller_line() -> tuple[str | None, int | None]:
     return os.path.basename(f.f_code.co_filename), f.f_lineno
 
 
+def _site(depth: int) -> tuple[str | None, int | None]:
+    """(file, line) of the kernel call site, ``depth`` frames above the caller (fast path)."""
+    f = _getframe(depth + 1)
+    fn = f.f_code.co_filename
+    if fn.startswith(_PKG_DIR):
+        return caller_line()
+    return fn, f.f_lineno
+
+
+def _geometry(cache: dict[Any, tuple[Any, ...]], shape: Any, dtype: Any, strides: Any,
+              what: str) -> tuple[Any, ...]:
+    """(shape, itemsize, span bytes, nbytes, shape list, strides list, strides|None), validated."""
+    key = (shape, dtype, strides)
+    try:
+        return cache[key]
+    except (KeyError, TypeError):
+        pass
+    shp = sem.norm_shape(shape, what)
+    if what != "tl.store":
+        check_dtype(dtype, what)
+    st = sem.norm_strides(strides, shp, what)
+    isz = itemsize(dtype)
+    geo = (shp, isz, span_elems(shp, st) * isz, math.prod(shp) * isz, list(shp), list(st or ()),
+           st)
+    try:
+        if len(cache) >= _GEO_CAP:
+            cache.clear()
+        cache[key] = geo
+    except TypeError:  # unhashable (a list shape): not cached
+        pass
+    return geo
+
+
 class Program:
     """State and recorder of one program instance (one PE) within a launch."""
 
@@ -53,6 +100,7 @@ class Program:
                  coord: tuple[int, int, int]) -> None:
         t = run.tracer
         self.run, self.tracer = run, t
+        self.launch = run.launch
         self.index, self.pid0, self.pid1 = index, pid0, pid1
         self.sip, self.cube, self.pe = coord
         self.kernel = run.kernel_name
@@ -69,6 +117,8 @@ class Program:
         self.queued = False
         self.done = False
         self.glet: Any = None
+        self._log = t.log
+        self._find = t.regions.find
 
     # ------------------------------------------------------------------ helpers
     def describe(self) -> str:
@@ -79,27 +129,36 @@ class Program:
         file, line = caller_line()
         return cls(f"{self.describe()}, line {file}:{line}: {msg}")
 
-    def _record(self, kind: str, name: str, *, seq: int | None = None,
-                where: tuple[str | None, int | None] | None = None, **fields: Any) -> tuple[Op, Any]:
+    def _new_id(self) -> int:
         t = self.tracer
+        op_id = t.next_op
+        t.next_op = op_id + 1
+        return op_id
+
+    def _append(self, rec: Any) -> None:
+        log = self._log
+        log.append(rec)
+        if len(log) >= self.tracer.sink.batch:
+            self.tracer.sink.drain()
+
+    def _record(self, kind: str, name: str, *, seq: int | None = None,
+                where: tuple[str | None, int | None] | None = None, **fields: Any) -> Op:
+        """Record a (less frequent) op as a full ``Op`` row in the log."""
         if seq is None:
             seq = self.seq
             self.seq += 1
         file, line = where if where is not None else caller_line()
-        op = Op(op_id=t.next_op, launch=self.run.launch, program=self.index, pid0=self.pid0,
+        op = Op(op_id=self._new_id(), launch=self.launch, program=self.index, pid0=self.pid0,
                 pid1=self.pid1, sip=self.sip, cube=self.cube, pe=self.pe, seq=seq, kind=kind,
                 name=name, src_file=file, src_line=line, **fields)
         if op.is_async is None:
             op.is_async = False
         if op.nbytes is None:
             op.nbytes = 0
-        t.next_op += 1
-        if t.golden or kind not in _COMPUTE:
-            stored, op.out_digest = t.machine.step(op)
-        else:  # pending results are never observed during capture: skip the arithmetic
-            stored = None
-        t.sink.emit(op)
-        return op, stored
+        if kind == "send":
+            self.tracer.sink.unmatched(op)
+        self._append(op)
+        return op
 
     def _region(self, ptr: Any, span: int, what: str, dtype: str) -> Region:
         if isinstance(ptr, TensorHandle):
@@ -129,10 +188,17 @@ class Program:
 
     def _out(self, shape: tuple[int, ...], dtype: str, what: str) -> tuple[int, int]:
         nbytes = math.prod(shape) * itemsize(dtype)
-        try:
-            return self.scratch.alloc(nbytes, f"{what} result {shape} {dtype}"), nbytes
-        except SanitizerError as e:
-            raise self.fail(SanitizerError, str(e)) from None
+        return self._alloc(self.scratch, nbytes, f"{what} result {shape} {dtype}"), nbytes
+
+    def _alloc(self, a: Allocator, nbytes: int, what: str) -> int:
+        start = -(-a.cursor // a.align) * a.align
+        if start + nbytes > a.capacity:
+            try:
+                a.alloc(nbytes, what)
+            except SanitizerError as e:
+                raise self.fail(SanitizerError, str(e)) from None
+        a.cursor = start + nbytes
+        return a.base + start
 
     # ------------------------------------------------------------------ memory
     def ref(self, ptr: int, shape: Any, dtype: str) -> TensorHandle:
@@ -145,50 +211,115 @@ class Program:
                             pending, None, tuple(deps))
 
     def load(self, ptr: int, shape: Any, dtype: str, strides: Any = None) -> TensorHandle:
-        shape = sem.norm_shape(shape, "tl.load")
-        check_dtype(dtype, "tl.load")
-        st = sem.norm_strides(strides, shape, "tl.load")
-        isz = itemsize(dtype)
-        span = span_elems(shape, st) * isz
-        nbytes = math.prod(shape) * isz
-        ptr = int(ptr)
-        reg = self._region(ptr, span, "tl.load", dtype)
-        deps, pending = reg.readers_view(ptr, ptr + span)
-        try:
-            dst = self.tcm.alloc(nbytes, f"tl.load of {shape} {dtype}")
-        except SanitizerError as e:
-            raise self.fail(SanitizerError, str(e)) from None
-        op, stored = self._record("load", "load", src_space=reg.space, src_addr=ptr,
-                                  dst_space="tcm", dst_addr=dst, nbytes=nbytes,
-                                  out_shape=list(shape), out_dtype=dtype,
-                                  mem_strides=list(st or ()), deps=deps)
-        return TensorHandle(shape, dtype, "tcm", dst, op.op_id, "load", op.src_line, pending,
-                            None if pending else to_compute(stored, dtype))
+        geo = _geometry(_LOAD_GEO, shape, dtype, strides, "tl.load")
+        span = geo[2]
+        reg = self._find(ptr, span) if ptr.__class__ is int else None
+        if reg is None or (reg.dtype is not None and reg.dtype != dtype):
+            reg = self._region(ptr, span, "tl.load", dtype)
+            ptr = int(ptr)
+        if reg.writers:
+            deps, pending = reg.readers_view(ptr, ptr + span)
+        else:
+            deps, pending = [], False
+        nbytes = geo[3]
+        a = self.tcm
+        start = -(-a.cursor // a.align) * a.align
+        if start + nbytes > a.capacity:
+            start = self._alloc(a, nbytes, f"tl.load of {geo[0]} {dtype}") - a.base
+        a.cursor = start + nbytes
+        dst = a.base + start
+        t = self.tracer
+        op_id = t.next_op
+        t.next_op = op_id + 1
+        seq = self.seq
+        self.seq = seq + 1
+        f = _getframe(2)
+        file = f.f_code.co_filename
+        if file.startswith(_PKG_DIR):
+            file, line = caller_line()
+        else:
+            line = f.f_lineno
+        log = self._log
+        log.append((op_id, "load", self, seq, file, line, reg.space, ptr, dst, nbytes, geo, dtype,
+                    deps))
+        h = _TH(geo[0], dtype, "tcm", dst, op_id, "load", line, pending)
+        if not pending:
+            h._lazy = (0, t.kmem, ptr, geo[6])
+            lz = t.lazy
+            lz.append(_wref(h))
+            if len(lz) >= t.lazy_cap:
+                t.compact_lazy()
+        if len(log) >= t.sink.batch:
+            t.sink.drain()
+        return h
 
     def store(self, ptr: int, h: Any, strides: Any = None) -> None:
-        h = self._tensor(h, "tl.store", tcm=False)
-        st = sem.norm_strides(strides, h.shape, "tl.store")
-        span = span_elems(h.shape, st) * itemsize(h.dtype)
-        ptr = int(ptr)
-        reg = self._region(ptr, span, "tl.store", h.dtype)
-        op, _ = self._record("store", "store", src_space=h.space, src_addr=h.addr,
-                             dst_space=reg.space, dst_addr=ptr, nbytes=h.nbytes,
-                             out_shape=list(h.shape), out_dtype=h.dtype,
-                             mem_strides=list(st or ()), deps=list(h.deps))
-        if st is None:
-            reg.note_write(ptr, ptr + span, op.op_id, h.pending)
+        if h.__class__ is not _TH:
+            h = self._tensor(h, "tl.store", tcm=False)
+        geo = _geometry(_STORE_GEO, h.shape, h.dtype, strides, "tl.store")
+        span = geo[2]
+        dtype = h.dtype
+        reg = self._find(ptr, span) if ptr.__class__ is int else None
+        if reg is None or (reg.dtype is not None and reg.dtype != dtype):
+            reg = self._region(ptr, span, "tl.store", dtype)
+            ptr = int(ptr)
+        t = self.tracer
+        op_id = t.next_op
+        t.next_op = op_id + 1
+        seq = self.seq
+        self.seq = seq + 1
+        f = _getframe(2)
+        file = f.f_code.co_filename
+        if file.startswith(_PKG_DIR):
+            file, line = caller_line()
+        else:
+            line = f.f_lineno
+        self._append((op_id, "store", self, seq, file, line, h, reg.space, ptr, geo))
+        pending = h.pending
+        if not pending:  # a real value: the capture-time image must see it
+            if h.space == "tcm":
+                t.kwrite(ptr, h.stored(), geo[6])
+            else:  # from a tl.ref: copy what the source holds now
+                pending = reg_pending = self._ref_pending(h)
+                if not reg_pending:
+                    t.kwrite(ptr, t.kmem.read(h.addr, h.shape, dtype), geo[6])
+        if geo[6] is None:
+            reg.note_write(ptr, ptr + span, op_id, pending)
         else:  # a strided tile does not overwrite the gaps of its span: keep older writers
-            reg.writers.append((ptr, ptr + span, op.op_id, h.pending))
+            reg.writers.append((ptr, ptr + span, op_id, pending))
+
+    def _ref_pending(self, h: TensorHandle) -> bool:
+        """Whether the memory a tl.ref handle points at holds a pending value now."""
+        if h.pending:
+            return True
+        reg = self.tracer.regions.find(h.addr, h.nbytes)
+        return reg is None or reg.readers_view(h.addr, h.addr + h.nbytes)[1]
 
     # ------------------------------------------------------------------ compute
     def fill(self, name: str, shape: Any, dtype: str, scalars: list[float]) -> TensorHandle:
-        shape = sem.norm_shape(shape, f"tl.{name}")
-        check_dtype(dtype, f"tl.{name}")
-        dst, nbytes = self._out(shape, dtype, f"tl.{name}")
-        op, stored = self._record("fill", name, dst_space="tcm", dst_addr=dst, nbytes=nbytes,
-                                  out_shape=list(shape), out_dtype=dtype, scalars=scalars)
-        return TensorHandle(shape, dtype, "tcm", dst, op.op_id, name, op.src_line, False,
-                            to_compute(stored, dtype))
+        geo = _geometry(_FILL_GEO, shape, dtype, None, f"tl.{name}")
+        shp, nbytes = geo[0], geo[3]
+        a = self.scratch
+        start = -(-a.cursor // a.align) * a.align
+        if start + nbytes > a.capacity:
+            start = self._alloc(a, nbytes, f"tl.{name} result {shp} {dtype}") - a.base
+        a.cursor = start + nbytes
+        dst = a.base + start
+        t = self.tracer
+        op_id = t.next_op
+        t.next_op = op_id + 1
+        seq = self.seq
+        self.seq = seq + 1
+        f = _getframe(2)
+        file = f.f_code.co_filename
+        if file.startswith(_PKG_DIR):
+            file, line = caller_line()
+        else:
+            line = f.f_lineno
+        self._append((op_id, "fill", self, seq, file, line, name, dst, geo, dtype, scalars))
+        h = _TH(shp, dtype, "tcm", dst, op_id, name, line, False)
+        h._lazy = (1, name, scalars)
+        return h
 
     def math(self, name: str, args: list[Any], *, axis: int | None = None,
              out_dtype: str | None = None) -> TensorHandle:
@@ -229,7 +360,7 @@ class Program:
         deps = sorted({d for h in handles for d in h.deps})
         extra = None if pattern == "h" * len(handles) + "s" * len(scalars) else json.dumps(
             {"args": pattern}, sort_keys=True)
-        op, _ = self._record("math", name, dst_space="tcm", dst_addr=dst, nbytes=nbytes,
+        op = self._record("math", name, dst_space="tcm", dst_addr=dst, nbytes=nbytes,
                              in_addrs=[h.addr for h in handles], in_spaces=[h.space for h in handles],
                              in_shapes=[list(h.shape) for h in handles],
                              in_dtypes=[h.dtype for h in handles], scalars=scalars,
@@ -238,8 +369,10 @@ class Program:
         return TensorHandle(shape, out_dt, "tcm", dst, op.op_id, name, op.src_line, True)
 
     def dot(self, a: Any, b: Any, acc: Any, acc_dtype: str | None) -> TensorHandle:
-        a, b = self._tensor(a, "tl.dot"), self._tensor(b, "tl.dot")
-        if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        if a.__class__ is not _TH or a.space != "tcm" or b.__class__ is not _TH or b.space != "tcm":
+            a, b = self._tensor(a, "tl.dot"), self._tensor(b, "tl.dot")
+        ash, bsh = a.shape, b.shape
+        if len(ash) != 2 or len(bsh) != 2 or ash[1] != bsh[0]:
             raise self.fail(SanitizerError, f"tl.dot: shapes {a.shape} x {b.shape} do not form "
                                             f"(M,K) x (K,N)")
         if a.dtype != b.dtype:
@@ -247,21 +380,33 @@ class Program:
         acc_dt = acc_dtype or (acc.dtype if isinstance(acc, TensorHandle) else None) \
             or sem.ACC_DEFAULT.get(a.dtype, a.dtype)
         check_dtype(acc_dt, "tl.dot")
-        m, k, n = a.shape[0], a.shape[1], b.shape[1]
-        ins = [a, b]
+        m, n = ash[0], bsh[1]
         if acc is not None:
-            acc = self._tensor(acc, "tl.dot acc")
+            if acc.__class__ is not _TH or acc.space != "tcm":
+                acc = self._tensor(acc, "tl.dot acc")
             if acc.shape != (m, n) or acc.dtype != acc_dt:
                 raise self.fail(SanitizerError, f"tl.dot: acc is {acc.shape} {acc.dtype}, expected "
                                                 f"{(m, n)} {acc_dt}")
-            ins.append(acc)
-        dst, nbytes = self._out((m, n), acc_dt, "tl.dot")
-        op, _ = self._record("dot", "dot", dst_space="tcm", dst_addr=dst, nbytes=nbytes,
-                             in_addrs=[h.addr for h in ins], in_spaces=[h.space for h in ins],
-                             in_shapes=[list(h.shape) for h in ins], in_dtypes=[h.dtype for h in ins],
-                             out_shape=[m, n], out_dtype=acc_dt, acc_dtype=acc_dt, m=m, n=n, k=k,
-                             deps=sorted({d for h in ins for d in h.deps}))
-        return TensorHandle((m, n), acc_dt, "tcm", dst, op.op_id, "dot", op.src_line, True)
+        nbytes = m * n * itemsize(acc_dt)
+        sc = self.scratch
+        start = -(-sc.cursor // sc.align) * sc.align
+        if start + nbytes > sc.capacity:
+            start = self._alloc(sc, nbytes, f"tl.dot result {(m, n)} {acc_dt}") - sc.base
+        sc.cursor = start + nbytes
+        dst = sc.base + start
+        t = self.tracer
+        op_id = t.next_op
+        t.next_op = op_id + 1
+        seq = self.seq
+        self.seq = seq + 1
+        f = _getframe(2)
+        file = f.f_code.co_filename
+        if file.startswith(_PKG_DIR):
+            file, line = caller_line()
+        else:
+            line = f.f_lineno
+        self._append((op_id, "dot", self, seq, file, line, a, b, acc, dst, nbytes, acc_dt))
+        return _TH((m, n), acc_dt, "tcm", dst, op_id, "dot", line, True)
 
     def composite(self, op: str, a: Any, b: Any, out_ptr: Any, math_op: str | None,
                   epilogue: Any, acc_dtype: str | None, tile_shape: Any,
@@ -302,7 +447,7 @@ class Program:
             extra["math_op"] = math_op
         hid = self.n_async
         self.n_async += 1
-        rec, _ = self._record("composite", op, is_async=True, dst_space=reg.space,
+        rec = self._record("composite", op, is_async=True, dst_space=reg.space,
                               dst_addr=int(out_ptr), nbytes=nbytes,
                               in_addrs=[h.addr for h in ins], in_spaces=[h.space for h in ins],
                               in_shapes=[list(h.shape) for h in ins],
@@ -383,12 +528,12 @@ class Program:
         iseq = self.run.chan_seq.get(chan, 0)
         self.run.chan_seq[chan] = iseq + 1
         pp = self.run.programs[peer]
-        op, _ = self._record("send", "send", src_space=h.space, src_addr=h.addr,
+        op = self._record("send", "send", src_space=h.space, src_addr=h.addr,
                              dst_space="ipcq", nbytes=h.nbytes, out_shape=list(h.shape),
                              out_dtype=h.dtype, direction=direction, peer_program=peer,
                              peer_sip=pp.sip, peer_cube=pp.cube, peer_pe=pp.pe, ipcq_seq=iseq,
                              deps=list(h.deps))
-        msg = (op, h.shape, h.dtype, h.pending)
+        msg = (op, h.shape, h.dtype, h.pending, h)
         key = (peer, rx_dir)
         parked = self.run.parked.get(key)
         if parked:
@@ -428,10 +573,10 @@ class Program:
             self.run.where[id(fut)] = fut_where
         return fut
 
-    def complete_recv(self, direction: str, msg: tuple[Op, tuple[int, ...], str, bool],
+    def complete_recv(self, direction: str, msg: tuple[Op, tuple[int, ...], str, bool, Any],
                       fut: RecvFuture | None, shape: Any = None, dtype: str | None = None,
                       where: tuple[str | None, int | None] | None = None) -> TensorHandle:
-        send, mshape, mdtype, pending = msg
+        send, mshape, mdtype, pending, payload = msg
         if fut is not None:
             shape, dtype = fut.shape, fut.dtype
             where = where or self.run.where.pop(id(fut), (None, fut.line))
@@ -446,7 +591,7 @@ class Program:
             dst = self.tcm.alloc(nbytes, f"tl.recv of {mshape} {mdtype}")
         except SanitizerError as e:
             raise SanitizerError(f"{self.describe()}: {e}") from None
-        op, stored = self._record(
+        op = self._record(
             "recv", "recv_async" if fut is not None else "recv", seq=None if fut is None else fut.seq,
             where=where, is_async=fut is not None, src_space="ipcq", src_addr=send.src_addr,
             dst_space="tcm", dst_addr=dst, nbytes=nbytes, out_shape=list(mshape),
@@ -455,8 +600,9 @@ class Program:
             deps=[send.op_id], handle_id=None if fut is None else fut.handle_id)
         send.match_op_id = op.op_id
         self.tracer.sink.matched(send)
-        h = TensorHandle(mshape, mdtype, "tcm", dst, op.op_id, op.name, op.src_line, pending,
-                         None if pending else to_compute(stored, mdtype))
+        h = TensorHandle(mshape, mdtype, "tcm", dst, op.op_id, op.name, op.src_line, pending)
+        if not pending:
+            h._lazy = (2, payload)
         if fut is not None:
             fut.result, fut.op_id = h, op.op_id
         return h

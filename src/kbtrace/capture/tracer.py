@@ -1,15 +1,29 @@
-"""Trace-wide capture state: op ids, the lock-step data machine, regions, the streaming op sink.
+"""Trace-wide capture state: op ids, the op log, memory images, the streaming op sink.
 
-``Tracer`` is shared by every launch of one capture. ``OpSink`` streams op rows
-to ``ops.parquet`` through ``BatchWriter`` in op_id order; rows are held back
-only while a send in them still waits for its receive (its ``match_op_id`` is
-filled in when the receive happens), so memory stays bounded by the batch size
-plus the IPCQ messages in flight.
+``Tracer`` is shared by every launch of one capture. The recorder appends one
+compact record per op to ``Tracer.log`` (a tuple for the hot kinds load /
+store / fill / dot, an ``Op`` for the rest); nothing else happens per op.
+
+``OpSink`` drains the log in op_id (= capture) order: it expands each record to
+a full ``Op`` row, runs the data executor (``Machine``) over the rows in that
+order -- the golden execution that fills ``out_digest``, exactly as if it had
+run in lock-step -- and streams the columns to ``ops.parquet`` through
+``BatchWriter``. Rows are held back only while a send in them still waits for
+its receive (its ``match_op_id`` is filled in when the receive happens), so
+memory stays bounded by the batch size plus the IPCQ messages in flight.
+
+Two memory images: ``mem`` is the executor's (initial contents + every op's
+effect, advanced at drain time); ``kmem`` is the capture-time image that
+``tl.load`` reads real values from (initial contents + stores of real values,
+advanced as the kernels run). Compute results never need to be in ``kmem``:
+whatever a pending op wrote is read back as pending.
 """
 
 from __future__ import annotations
 
 import os
+import time
+import weakref
 from collections import Counter
 from types import SimpleNamespace
 from typing import Any
@@ -19,9 +33,10 @@ from kbtrace._io import BatchWriter
 from kbtrace.capture.executor import OP_FIELDS, Machine, Op
 from kbtrace.capture.memory import MemoryImage, RegionMap
 
-__all__ = ["Tracer", "OpSink", "addresses"]
+__all__ = ["Tracer", "OpSink", "addresses", "expand"]
 
 BATCH_ROWS = 65_536
+_COMPUTE = frozenset(("dot", "math", "composite"))
 
 
 def addresses() -> Any:
@@ -30,52 +45,114 @@ def addresses() -> Any:
     return address
 
 
+_BASENAMES: dict[str | None, str | None] = {None: None}
+
+
+def _basename(path: str | None) -> str | None:
+    b = _BASENAMES.get(path)
+    if b is None and path is not None:
+        b = _BASENAMES[path] = os.path.basename(path)
+    return b
+
+
+def expand(rec: Any) -> Op:
+    """A log record -> its full ``Op`` row (records are built by ``program.Program``).
+
+    Tuple layout: ``(op_id, kind, program, seq, file, line, *kind fields)``.
+    """
+    if rec.__class__ is Op:
+        return rec
+    op_id, kind, p, seq, file, line = rec[:6]
+    op = Op(op_id=op_id, launch=p.launch, program=p.index, pid0=p.pid0, pid1=p.pid1, sip=p.sip,
+            cube=p.cube, pe=p.pe, seq=seq, kind=kind, src_file=_basename(file), src_line=line,
+            is_async=False)
+    if kind == "load":   # src_space, src_addr, dst_addr, nbytes, geometry, dtype, deps
+        _, _, _, _, _, _, space, src, dst, nbytes, geo, dtype, deps = rec
+        op.__dict__.update(name="load", src_space=space, src_addr=src, dst_space="tcm",
+                           dst_addr=dst, nbytes=nbytes, out_shape=geo[4], out_dtype=dtype,
+                           mem_strides=geo[5], deps=deps)
+    elif kind == "store":  # handle, dst_space, dst_addr, geometry
+        _, _, _, _, _, _, h, space, dst, geo = rec
+        op.__dict__.update(name="store", src_space=h.space, src_addr=h.addr, dst_space=space,
+                           dst_addr=dst, nbytes=geo[3], out_shape=geo[4], out_dtype=h.dtype,
+                           mem_strides=geo[5], deps=list(h.deps))
+    elif kind == "fill":   # name, dst_addr, geometry, dtype, scalars
+        _, _, _, _, _, _, name, dst, geo, dtype, scalars = rec
+        op.__dict__.update(name=name, dst_space="tcm", dst_addr=dst, nbytes=geo[3],
+                           out_shape=geo[4], out_dtype=dtype, scalars=scalars)
+    elif kind == "dot":    # a, b, acc | None, dst_addr, nbytes, acc dtype
+        _, _, _, _, _, _, a, b, acc, dst, nbytes, acc_dt = rec
+        ins = (a, b) if acc is None else (a, b, acc)
+        m, k, n = a.shape[0], a.shape[1], b.shape[1]
+        op.__dict__.update(name="dot", dst_space="tcm", dst_addr=dst, nbytes=nbytes,
+                           in_addrs=[h.addr for h in ins], in_spaces=[h.space for h in ins],
+                           in_shapes=[list(h.shape) for h in ins],
+                           in_dtypes=[h.dtype for h in ins], out_shape=[m, n], out_dtype=acc_dt,
+                           acc_dtype=acc_dt, m=m, n=n, k=k,
+                           deps=sorted({d for h in ins for d in h.deps}))
+    else:
+        raise AssertionError(f"unknown op record kind {kind!r}")
+    return op
+
+
 class OpSink:
-    """Streams ops to Parquet in op_id order, holding rows whose send is not yet matched."""
+    """Drains the op log in op_id order: expand, golden-execute, stream to Parquet."""
 
     def __init__(self, path: str | os.PathLike[str] | None, batch_rows: int | None = None) -> None:
         batch_rows = batch_rows or BATCH_ROWS
         self._bw = BatchWriter(path, schema.OPS, batch_rows=batch_rows) if path else None
-        self._buf: list[Op] = []
+        #: the op log (records in op_id order, not yet drained); the recorder appends to it
+        self.log: list[Any] = []
         self._unmatched: set[int] = set()
-        self._batch = batch_rows
+        self.batch = batch_rows
         self.counts: Counter[str] = Counter()
         self.rows = 0
+        #: wall-clock seconds spent draining (expansion, golden execution, Parquet)
+        self.seconds = 0.0
         self.kept: list[Op] | None = None if path else []
+        self.machine: Machine | None = None
+        self.golden = True
 
-    def emit(self, op: Op) -> None:
-        self._buf.append(op)
-        self.counts[op.kind] += 1
-        self.rows += 1
-        if op.kind == "send":
-            self._unmatched.add(op.op_id)
-        if len(self._buf) >= self._batch:
-            self._drain(final=False)
+    def unmatched(self, send: Op) -> None:
+        self._unmatched.add(send.op_id)
 
     def matched(self, send: Op) -> None:
         self._unmatched.discard(send.op_id)
 
-    def _drain(self, final: bool) -> None:
-        if not self._buf:
+    def drain(self, final: bool = False) -> None:
+        buf = self.log
+        if not buf:
             return
-        cut = len(self._buf)
+        t0 = time.perf_counter()
+        cut = len(buf)
         if self._unmatched and not final:
-            cut = min(self._unmatched) - self._buf[0].op_id
+            first = buf[0][0] if buf[0].__class__ is tuple else buf[0].op_id
+            cut = min(self._unmatched) - first
         if cut <= 0:
             return
-        rows, self._buf = self._buf[:cut], self._buf[cut:]
+        recs = buf[:cut]
+        del buf[:cut]
+        rows = [expand(r) for r in recs]
+        machine, golden = self.machine, self.golden
+        if machine is not None:
+            step = machine.step
+            for op in rows:
+                if golden or op.kind not in _COMPUTE:
+                    op.out_digest = step(op)[1]
+        self.counts.update(op.kind for op in rows)
+        self.rows += len(rows)
         if self._bw is None:
             assert self.kept is not None
             self.kept.extend(rows)
-            return
-        cols = self._bw.columns
-        for i, name in enumerate(OP_FIELDS):
-            col = cols[i]
-            col.extend([getattr(r, name) for r in rows])
-        self._bw.commit(len(rows))
+        else:
+            cols = self._bw.columns
+            for i, name in enumerate(OP_FIELDS):
+                cols[i].extend([getattr(r, name) for r in rows])
+            self._bw.commit(len(rows))
+        self.seconds += time.perf_counter() - t0
 
     def close(self) -> None:
-        self._drain(final=True)
+        self.drain(final=True)
         if self._bw is not None:
             self._bw.close()
 
@@ -88,14 +165,38 @@ class Tracer:
     """Everything one capture shares across launches."""
 
     def __init__(self, topo: Any, sink: OpSink, golden: bool = True) -> None:
-        #: execute compute ops in lock-step (fills ops.out_digest, checks references)
+        #: execute compute ops (at drain time; fills ops.out_digest, checks references)
         self.golden = golden
         self.topo = topo
         self.params = topo.params
         self.addr = addresses()
         self.mem = MemoryImage()
+        self.kmem = MemoryImage()
         self.machine = Machine(self.mem)
         self.regions = RegionMap()
         self.sink = sink
+        sink.machine, sink.golden = self.machine, golden
+        self.log = sink.log
         self.next_op = 0
         self.launches: list[SimpleNamespace] = []
+        #: weak references to handles whose values are still to be read from ``kmem``
+        self.lazy: list[weakref.ref[Any]] = []
+        self.lazy_cap = 4096
+
+    def write_initial(self, addr: int, stored: Any) -> None:
+        """Initial tensor contents go into both memory images."""
+        self.mem.write(addr, stored)
+        self.kmem.write(addr, stored)
+
+    def kwrite(self, addr: int, stored: Any, strides: Any = None) -> None:
+        """A real value written to memory during capture: first fix every pending lazy read."""
+        for r in self.lazy:
+            h = r()
+            if h is not None and h._lazy is not None:
+                h.stored()
+        self.lazy.clear()
+        self.kmem.write(addr, stored, strides)
+
+    def compact_lazy(self) -> None:
+        self.lazy[:] = [r for r in self.lazy if r() is not None and r()._lazy is not None]
+        self.lazy_cap = max(4096, 2 * len(self.lazy))

@@ -202,7 +202,7 @@ class Workload:
             t.shards.append(Shard(i, own[0], own[1], own[2], addr, off, shp))
             self._tracer.regions.add(Region(addr, nbytes, label, "hbm", dtype))
             idx = tuple(slice(o, o + s) for o, s in zip(off, shp, strict=True))
-            self._tracer.mem.write(addr, np.ascontiguousarray(t.stored[idx]))
+            self._tracer.write_initial(addr, np.ascontiguousarray(t.stored[idx]))
         self.tensors[name] = t
         return t
 
