@@ -32,6 +32,9 @@ destination node, and one row per control message.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from itertools import repeat
+from operator import add
 from typing import TYPE_CHECKING, Any
 
 import simpy
@@ -288,14 +291,81 @@ class _Flit:
         self.pos = 0
 
 
+class _Plan:
+    """Everything about (route, nbytes) that does not depend on time, computed once.
+
+    ``hops``: per link, ``(node_iv | None, node_ov, link_iv, mode, head, body, last, prop)``
+    with ``mode`` 0 = no serialisation, 1 = single flit, 2 = stream; ``head`` /
+    ``body`` / ``last`` are ``first / bw``, ``(nbytes - last) / bw``, ``last / bw``
+    (the same divisions as the closed form, so results are bit-identical).
+    """
+    __slots__ = ("nodes", "links", "hops", "stage", "node", "busy", "b_idx", "b_links",
+                 "b_busy", "all_busy", "dst", "dst_iv", "dst_ov", "hbm", "term_stage",
+                 "term_busy", "term_rid")
+
+    def __init__(self, fab: FastFabric, src: int, dst: int, nb: int) -> None:
+        nodes, links = fab.route(src, dst)
+        fb = fab.flit_bytes
+        n = max(1, -(-nb // fb))
+        last = nb - (n - 1) * fb if nb > 0 else 0
+        first = fb if n > 1 else last
+        hops = []
+        for j, li in enumerate(links):
+            ov = fab.node_ov[nodes[j]] if j else 0.0
+            niv = fab.node_iv[nodes[j]] if ov > 0 else None
+            bw = fab.link_bw[li]
+            if bw > 0 and nb > 0:
+                if n == 1:
+                    hops.append((niv, ov, fab.link_iv[li], 1, first / bw, 0.0, 0.0,
+                                 fab.link_prop[li]))
+                else:
+                    hops.append((niv, ov, fab.link_iv[li], 2, first / bw, (nb - last) / bw,
+                                 last / bw, fab.link_prop[li]))
+            else:
+                hops.append((niv, ov, fab.link_iv[li], 0, 0.0, 0.0, 0.0, fab.link_prop[li]))
+        self.nodes, self.links, self.hops = nodes, links, tuple(hops)
+        self.stage = tuple(fab.link_stage[li] for li in links)
+        self.node = nodes[:-1]
+        self.busy = tuple(nb / fab.link_bw[li] if fab.link_bw[li] > 0 else 0.0 for li in links)
+        self.b_idx = tuple(j for j, b in enumerate(self.busy) if b > 0)
+        self.b_links = [links[j] for j in self.b_idx]
+        self.b_busy = [self.busy[j] for j in self.b_idx]
+        self.all_busy = len(self.b_idx) == len(links)
+        self.dst = dst
+        self.dst_ov = fab.node_ov[dst]
+        self.dst_iv = fab.node_iv[dst] if self.dst_ov > 0 else None
+        self.hbm = fab.hbm.get(dst)
+        self.term_stage = fab.term_stage[dst]
+        h = self.hbm
+        self.term_busy = nb / (h.bw * h.n_pcs) if h is not None else 0.0
+        self.term_rid = fab.rec.rid(dst, self.term_stage) if self.term_busy > 0 else -1
+
+
+class _Done:
+    """Timeout callback of a fast transfer: record its hops, then fire ``done``."""
+    __slots__ = ("rec", "op", "rows", "ivr", "ivs", "ive", "ivb", "done", "t")
+
+    def __call__(self, _ev: simpy.Event) -> None:
+        self.rec.hops_bulk(self.op, self.rows, self.ivr, self.ivs, self.ive, self.ivb)
+        self.done.succeed(self.t)
+
+
 class FastFabric(Fabric):
     """Closed-form wormhole timing per transfer with per-link / per-node reservations.
 
     Each link and node keeps its future busy intervals (a flat sorted list
-    ``[s0, e0, s1, e1, ...]``, pruned as time passes); a transfer takes the
-    earliest gap at or after its head arrival that fits its whole occupancy,
-    so a transfer started later but arriving earlier is not queued behind a
-    reservation that lies in the future.
+    ``[s0, e0, s1, e1, ...]``); a transfer takes the earliest gap at or after its
+    head arrival that fits its whole occupancy, so a transfer started later but
+    arriving earlier is not queued behind a reservation that lies in the future.
+    Fast path: a head arriving at or after the resource's last reservation end
+    (the common case) appends; only otherwise ``_fit`` scans the gaps. Intervals
+    ending at or before ``now`` can never block a reservation (heads are never
+    earlier than ``now``), so they are pruned lazily.
+
+    Per (source, destination, nbytes) everything time-independent (route, per-hop
+    divisions, hop-row constants, invariant resource ids) is cached in a
+    ``_Plan``; a transfer costs one tight loop over it, one SimPy timeout and one
+    bulk append of its hop rows when it completes.
     """
 
     fidelity = "fast"
@@ -305,65 +375,121 @@ class FastFabric(Fabric):
         super().__init__(env, topo, rec, hbm)
         self.link_iv: list[list[float]] = [[] for _ in topo.links]
         self.node_iv: list[list[float]] = [[] for _ in topo.nodes]
+        self._plans: dict[tuple[int, int, int], _Plan] = {}
 
-    def _start(self, x: Transfer, ready: list[float] | None) -> None:
+    def send(self, op_id: int, tile: int, src: int, dst: int, nbytes: int, addr: int = 0,
+             ready: list[float] | None = None) -> simpy.Event:
+        key = (src, dst, nbytes)
+        pl = self._plans.get(key)
+        if pl is None:
+            pl = self._plans[key] = _Plan(self, src, dst, nbytes)
         env = self.env
         now = env.now
-        nb = x.nbytes
-        fb = self.flit_bytes
-        n = x.n
-        last = nb - (n - 1) * fb if nb > 0 else 0
-        first = fb if n > 1 else last
+        nb = nbytes
         if ready is None:
             h = t = now
         else:
             h, t = min(ready), max(ready)
-        nodes, links = x.nodes, x.links
-        bws, props, ovs = self.link_bw, self.link_prop, self.node_ov
-        enter, queue, leave = x.enter, x.queue, x.leave
-        for j, li in enumerate(links):
-            enter[j] = h
+        cb = _Done()
+        cb.rec, cb.op, cb.done = self.rec, op_id, env.event()
+        if not pl.links:
+            if ready is None:
+                t = now
+            rows = [(now, tile, pl.term_stage, dst, -1, t, pl.term_busy, 0.0, nb)]
+            cb.rows, cb.t = rows, t
+            if pl.term_busy > 0:
+                cb.ivr, cb.ivs, cb.ive, cb.ivb = [pl.term_rid], [now], [t], [pl.term_busy]
+            else:
+                cb.ivr = cb.ivs = cb.ive = cb.ivb = []
+            env.timeout(t - now).callbacks.append(cb)
+            return cb.done
+        enter = []
+        queue = []
+        leave = []
+        for niv, ov, liv, mode, hd_d, body, last_d, p in pl.hops:
+            enter.append(h)
             q = 0.0
-            if j:
-                nd = nodes[j]
-                ov = ovs[nd]
-                if ov > 0:
-                    s = _fit(self.node_iv[nd], now, h, ov, 0.0, 0.0)
-                    q = s - h
-                    h = s + ov
-                    if t < h:
-                        t = h
-            bw = bws[li]
-            if bw > 0 and nb > 0:
-                if n == 1:
-                    s = _fit(self.link_iv[li], now, h, first / bw, 0.0, 0.0)
-                    hd = td = s + first / bw
+            if niv is not None:
+                if not niv or h >= niv[-1]:
+                    if len(niv) > 64:
+                        _prune(niv, now)
+                    s = h
+                    niv.append(s)
+                    niv.append(s + ov)
                 else:
-                    body = (nb - last) / bw
-                    s = _fit(self.link_iv[li], now, h, body, t, last / bw)
-                    hd = s + first / bw
-                    td = max(t, s + body) + last / bw
+                    s = _fit(niv, now, h, ov, 0.0, 0.0)
+                q = s - h
+                h = s + ov
+                if t < h:
+                    t = h
+            if mode == 2:
+                if not liv or h >= liv[-1]:
+                    if len(liv) > 64:
+                        _prune(liv, now)
+                    s = h
+                    e = s + body
+                    if e < t:
+                        e = t
+                    liv.append(s)
+                    liv.append(e + last_d)
+                else:
+                    s = _fit(liv, now, h, body, t, last_d)
+                hd = s + hd_d
+                e = s + body
+                td = (t if t > e else e) + last_d
+                q += s - h
+            elif mode == 1:
+                if not liv or h >= liv[-1]:
+                    if len(liv) > 64:
+                        _prune(liv, now)
+                    s = h
+                    liv.append(s)
+                    liv.append(s + hd_d)
+                else:
+                    s = _fit(liv, now, h, hd_d, 0.0, 0.0)
+                hd = td = s + hd_d
                 q += s - h
             else:
                 hd = h
                 td = t if t > h else h
-            queue[j] = q
-            p = props[li]
+            queue.append(q)
             h = hd + p
             t = td + p
-            leave[j] = t
-        dst = nodes[-1]
-        enter[-1] = h
-        ov = ovs[dst]
-        if ov > 0:
-            s = _fit(self.node_iv[dst], now, h, ov, 0.0, 0.0)
-            queue[-1] = s - h
-            h = s + ov
+            leave.append(t)
+        q = 0.0
+        niv = pl.dst_iv
+        if niv is not None:
+            s = _fit(niv, now, h, pl.dst_ov, 0.0, 0.0)
+            q = s - h
+            h_in = h
+            h = s + pl.dst_ov
+        else:
+            h_in = h
         if t < h:
             t = h
-        done = x.hbm.write_stream(x.addr, nb, h, t) if x.hbm is not None else t
-        x.got = nb
-        env.timeout(done - now).callbacks.append(lambda _e: x.finish(done))
+        hbm = pl.hbm
+        done = hbm.write_stream(addr, nb, h, t) if hbm is not None else t
+        rows = list(zip(enter, repeat(tile), pl.stage, pl.node, pl.links, leave, pl.busy, queue,
+                        repeat(nb)))
+        rows.append((h_in, tile, pl.term_stage, dst, -1, done, pl.term_busy, q, nb))
+        if pl.all_busy:
+            ivr = pl.b_links[:]
+            ivs = list(map(add, enter, queue))
+            ive = leave
+            ivb = pl.b_busy[:]
+        else:
+            bi = pl.b_idx
+            ivr, ivb = pl.b_links[:], pl.b_busy[:]
+            ivs = [enter[j] + queue[j] for j in bi]
+            ive = [leave[j] for j in bi]
+        if pl.term_busy > 0:
+            ivr.append(pl.term_rid)
+            ivs.append(h_in + q)
+            ive.append(done)
+            ivb.append(pl.term_busy)
+        cb.rows, cb.ivr, cb.ivs, cb.ive, cb.ivb, cb.t = rows, ivr, ivs, ive, ivb, done
+        env.timeout(done - now).callbacks.append(cb)
+        return cb.done
 
 
 def _fit(iv: list[float], now: float, h: float, body: float, tail_at: float,
@@ -395,6 +521,12 @@ def _fit(iv: list[float], now: float, h: float, body: float, tail_at: float,
     iv.insert(i, e + last)
     iv.insert(i, s)
     return s
+
+
+def _prune(iv: list[float], now: float) -> None:
+    """Drop the reservations that ended at or before ``now`` (they can block nothing)."""
+    k = bisect_right(iv, now)
+    del iv[:k - (k & 1)]
 
 
 def make_fabric(fidelity: str, env: simpy.Environment, topo: Any, rec: Recorder,
