@@ -48,27 +48,69 @@ class HbmController:
         return finish
 
     def read(self, addr: int, nbytes: int, t: float) -> list[float]:
-        """Schedule every burst of a read that arrived at ``t``; finish time per burst."""
-        burst = self.burst
+        """Schedule every burst of a read that arrived at ``t``; finish time per burst.
+
+        Same arithmetic as ``commit`` per burst, inlined (the hot loop of fast mode).
+        """
+        burst, shift, mask, bw, pen = self.burst, self.shift, self.mask, self.bw, self.penalty
+        avail, last_dir = self.pc_avail, self.last_dir
+        busy = self.busy_ns
         out = []
         off = 0
+        full = burst / bw
         while off < nbytes:
-            sz = burst if nbytes - off > burst else nbytes - off
-            out.append(self.commit(addr + off, sz, t, 0))
+            if nbytes - off > burst:
+                sz, dur = burst, full
+            else:
+                sz = nbytes - off
+                dur = sz / bw
+            pc = ((addr + off) >> shift) & mask
+            start = avail[pc]
+            if start < t:
+                start = t
+            if pen and last_dir[pc] == 1:
+                start += pen
+            finish = start + dur
+            avail[pc] = finish
+            last_dir[pc] = 0
+            busy += dur
+            out.append(finish)
             off += sz
+        self.busy_ns = busy
         return out
 
     def write_stream(self, addr: int, nbytes: int, head: float, tail: float) -> float:
-        """Commit a write whose flits arrive evenly between ``head`` and ``tail``; last finish."""
-        burst = self.burst
+        """Commit a write whose flits arrive evenly between ``head`` and ``tail``; last finish.
+
+        Same arithmetic as ``commit`` per burst, inlined.
+        """
+        burst, shift, mask, bw, pen = self.burst, self.shift, self.mask, self.bw, self.penalty
+        avail, last_dir = self.pc_avail, self.last_dir
+        busy = self.busy_ns
         n = max(1, -(-nbytes // burst))
         step = (tail - head) / (n - 1) if n > 1 else 0.0
         last = head
         off = 0
+        full = burst / bw
         for i in range(n):
-            sz = burst if nbytes - off > burst else nbytes - off
-            f = self.commit(addr + off, sz, head + i * step, 1)
+            if nbytes - off > burst:
+                sz, dur = burst, full
+            else:
+                sz = nbytes - off
+                dur = sz / bw
+            t = head + i * step
+            pc = ((addr + off) >> shift) & mask
+            start = avail[pc]
+            if start < t:
+                start = t
+            if pen and last_dir[pc] == 0:
+                start += pen
+            f = start + dur
+            avail[pc] = f
+            last_dir[pc] = 1
+            busy += dur
             if f > last:
                 last = f
             off += sz
+        self.busy_ns = busy
         return last
