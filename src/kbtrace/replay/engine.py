@@ -21,6 +21,7 @@ order.
 
 from __future__ import annotations
 
+import gc
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -42,6 +43,8 @@ from kbtrace.replay.recorder import Recorder
 from kbtrace.topology.model import PeCoord
 
 __all__ = ["replay", "Sim"]
+
+GC_GEN0_THRESHOLD = 50_000
 
 
 def _open(trace: Any) -> tuple[Path | None, dict[str, Any], pa.Table]:
@@ -306,6 +309,10 @@ def replay(trace: Any, topology: Any, options: ReplayOptions | None = None) -> R
     opts = options or ReplayOptions()
     phase = "build"
     t_wall = time.perf_counter()
+    gc_threshold = gc.get_threshold()
+    # The run allocates many short-lived objects (events, hop tuples) that refcounting frees;
+    # collect cyclic garbage less often while it runs (memory stays bounded), restore after.
+    gc.set_threshold(max(gc_threshold[0], GC_GEN0_THRESHOLD), *gc_threshold[1:])
     sim: Sim | None = None
     ok = False
     try:
@@ -385,5 +392,6 @@ def replay(trace: Any, topology: Any, options: ReplayOptions | None = None) -> R
         e.add_note(f"kbtrace replay failed in phase {phase!r}")
         raise
     finally:
+        gc.set_threshold(*gc_threshold)
         if sim is not None and not ok:
             sim.rec.hops.abort()

@@ -162,7 +162,7 @@ class Recorder:
         c[0] = ops[seg]
         c[1] = (np.arange(n) - starts[seg]).astype(np.int32)
         c[2] = np.array(tile, dtype=np.int32)[order]
-        c[3] = np.array(stage, dtype=object)[order]
+        c[3] = [stage[i] for i in order.tolist()]     # str list: pyarrow's fast path
         c[4] = np.array(node, dtype=np.int32)[order]
         c[5] = np.array(link, dtype=np.int32)[order]
         c[6] = enter[order]
