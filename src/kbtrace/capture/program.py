@@ -48,6 +48,8 @@ _LOAD_GEO: dict[Any, tuple[Any, ...]] = {}
 _STORE_GEO: dict[Any, tuple[Any, ...]] = {}
 _FILL_GEO: dict[Any, tuple[Any, ...]] = {}
 _GEO_CAP = 4096
+_NO_DEPS: tuple[int, ...] = ()
+_NO_REGION = Region(0, 0, "none", "none", None)
 
 
 def caller_line() -> tuple[str | None, int | None]:
@@ -60,13 +62,18 @@ def caller_line() -> tuple[str | None, int | None]:
     return os.path.basename(f.f_code.co_filename), f.f_lineno
 
 
-def _site(depth: int) -> tuple[str | None, int | None]:
-    """(file, line) of the kernel call site, ``depth`` frames above the caller (fast path)."""
-    f = _getframe(depth + 1)
-    fn = f.f_code.co_filename
-    if fn.startswith(_PKG_DIR):
-        return caller_line()
-    return fn, f.f_lineno
+#: code objects of kernel-side functions seen calling ``tl`` (not inside kbtrace.capture)
+_KERNEL_CODE: set[Any] = set()
+
+
+def _is_kernel_code(code: Any) -> bool:
+    """Whether a frame's code lies outside kbtrace.capture (then it is the kernel call site)."""
+    if code.co_filename.startswith(_PKG_DIR):
+        return False
+    if len(_KERNEL_CODE) > 1024:  # workload modules are re-imported per capture
+        _KERNEL_CODE.clear()
+    _KERNEL_CODE.add(code)
+    return True
 
 
 def _geometry(cache: dict[Any, tuple[Any, ...]], shape: Any, dtype: Any, strides: Any,
@@ -119,6 +126,8 @@ class Program:
         self.glet: Any = None
         self._log = t.log
         self._find = t.regions.find
+        #: the two regions this program touched last (regions do not change during a launch)
+        self._rc0 = self._rc1 = _NO_REGION
 
     # ------------------------------------------------------------------ helpers
     def describe(self) -> str:
@@ -210,17 +219,34 @@ class Program:
         return TensorHandle(shape, dtype, reg.space, int(ptr), None, "ref", caller_line()[1],
                             pending, None, tuple(deps))
 
+    def _lookup(self, ptr: int, span: int) -> Region | None:
+        """The region holding [ptr, ptr + span) (remembered: callers check the last two first)."""
+        reg = self._find(ptr, span)
+        if reg is not None:
+            self._rc1, self._rc0 = self._rc0, reg
+        return reg
+
     def load(self, ptr: int, shape: Any, dtype: str, strides: Any = None) -> TensorHandle:
-        geo = _geometry(_LOAD_GEO, shape, dtype, strides, "tl.load")
+        try:
+            geo = _LOAD_GEO[(shape, dtype, strides)]
+        except (KeyError, TypeError):
+            geo = _geometry(_LOAD_GEO, shape, dtype, strides, "tl.load")
         span = geo[2]
-        reg = self._find(ptr, span) if ptr.__class__ is int else None
+        if ptr.__class__ is int:
+            reg = self._rc0
+            if not (reg.start <= ptr and ptr + (span or 1) <= reg.end):
+                reg = self._rc1
+                if not (reg.start <= ptr and ptr + (span or 1) <= reg.end):
+                    reg = self._lookup(ptr, span)
+        else:
+            reg = None
         if reg is None or (reg.dtype is not None and reg.dtype != dtype):
             reg = self._region(ptr, span, "tl.load", dtype)
             ptr = int(ptr)
         if reg.writers:
             deps, pending = reg.readers_view(ptr, ptr + span)
         else:
-            deps, pending = [], False
+            deps, pending = _NO_DEPS, False
         nbytes = geo[3]
         a = self.tcm
         start = -(-a.cursor // a.align) * a.align
@@ -234,8 +260,8 @@ class Program:
         seq = self.seq
         self.seq = seq + 1
         f = _getframe(2)
-        file = f.f_code.co_filename
-        if file.startswith(_PKG_DIR):
+        file = f.f_code
+        if file not in _KERNEL_CODE and not _is_kernel_code(file):
             file, line = caller_line()
         else:
             line = f.f_lineno
@@ -245,10 +271,7 @@ class Program:
         h = _TH(geo[0], dtype, "tcm", dst, op_id, "load", line, pending)
         if not pending:
             h._lazy = (0, t.kmem, ptr, geo[6])
-            lz = t.lazy
-            lz.append(_wref(h))
-            if len(lz) >= t.lazy_cap:
-                t.compact_lazy()
+            t.lazy.append(_wref(h))
         if len(log) >= t.sink.batch:
             t.sink.drain()
         return h
@@ -256,10 +279,20 @@ class Program:
     def store(self, ptr: int, h: Any, strides: Any = None) -> None:
         if h.__class__ is not _TH:
             h = self._tensor(h, "tl.store", tcm=False)
-        geo = _geometry(_STORE_GEO, h.shape, h.dtype, strides, "tl.store")
-        span = geo[2]
         dtype = h.dtype
-        reg = self._find(ptr, span) if ptr.__class__ is int else None
+        try:
+            geo = _STORE_GEO[(h.shape, dtype, strides)]
+        except (KeyError, TypeError):
+            geo = _geometry(_STORE_GEO, h.shape, dtype, strides, "tl.store")
+        span = geo[2]
+        if ptr.__class__ is int:
+            reg = self._rc0
+            if not (reg.start <= ptr and ptr + (span or 1) <= reg.end):
+                reg = self._rc1
+                if not (reg.start <= ptr and ptr + (span or 1) <= reg.end):
+                    reg = self._lookup(ptr, span)
+        else:
+            reg = None
         if reg is None or (reg.dtype is not None and reg.dtype != dtype):
             reg = self._region(ptr, span, "tl.store", dtype)
             ptr = int(ptr)
@@ -269,12 +302,15 @@ class Program:
         seq = self.seq
         self.seq = seq + 1
         f = _getframe(2)
-        file = f.f_code.co_filename
-        if file.startswith(_PKG_DIR):
+        file = f.f_code
+        if file not in _KERNEL_CODE and not _is_kernel_code(file):
             file, line = caller_line()
         else:
             line = f.f_lineno
-        self._append((op_id, "store", self, seq, file, line, h, reg.space, ptr, geo))
+        log = self._log
+        log.append((op_id, "store", self, seq, file, line, h, reg.space, ptr, geo))
+        if len(log) >= t.sink.batch:
+            t.sink.drain()
         pending = h.pending
         if not pending:  # a real value: the capture-time image must see it
             if h.space == "tcm":
@@ -297,7 +333,10 @@ class Program:
 
     # ------------------------------------------------------------------ compute
     def fill(self, name: str, shape: Any, dtype: str, scalars: list[float]) -> TensorHandle:
-        geo = _geometry(_FILL_GEO, shape, dtype, None, f"tl.{name}")
+        try:
+            geo = _FILL_GEO[(shape, dtype, None)]
+        except (KeyError, TypeError):
+            geo = _geometry(_FILL_GEO, shape, dtype, None, f"tl.{name}")
         shp, nbytes = geo[0], geo[3]
         a = self.scratch
         start = -(-a.cursor // a.align) * a.align
@@ -311,12 +350,15 @@ class Program:
         seq = self.seq
         self.seq = seq + 1
         f = _getframe(2)
-        file = f.f_code.co_filename
-        if file.startswith(_PKG_DIR):
+        file = f.f_code
+        if file not in _KERNEL_CODE and not _is_kernel_code(file):
             file, line = caller_line()
         else:
             line = f.f_lineno
-        self._append((op_id, "fill", self, seq, file, line, name, dst, geo, dtype, scalars))
+        log = self._log
+        log.append((op_id, "fill", self, seq, file, line, name, dst, geo, dtype, scalars))
+        if len(log) >= t.sink.batch:
+            t.sink.drain()
         h = _TH(shp, dtype, "tcm", dst, op_id, name, line, False)
         h._lazy = (1, name, scalars)
         return h
@@ -400,12 +442,15 @@ class Program:
         seq = self.seq
         self.seq = seq + 1
         f = _getframe(2)
-        file = f.f_code.co_filename
-        if file.startswith(_PKG_DIR):
+        file = f.f_code
+        if file not in _KERNEL_CODE and not _is_kernel_code(file):
             file, line = caller_line()
         else:
             line = f.f_lineno
-        self._append((op_id, "dot", self, seq, file, line, a, b, acc, dst, nbytes, acc_dt))
+        log = self._log
+        log.append((op_id, "dot", self, seq, file, line, a, b, acc, dst, nbytes, acc_dt))
+        if len(log) >= t.sink.batch:
+            t.sink.drain()
         return _TH((m, n), acc_dt, "tcm", dst, op_id, "dot", line, True)
 
     def composite(self, op: str, a: Any, b: Any, out_ptr: Any, math_op: str | None,

@@ -34,7 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 from kbtrace.capture.dtypes import itemsize
-from kbtrace.capture.handles import CompletionHandle, RecvFuture, TensorHandle, active
+from kbtrace.capture.handles import ACTIVE, CompletionHandle, RecvFuture, TensorHandle, active
 from kbtrace.errors import CaptureError
 
 __all__ = [
@@ -46,12 +46,14 @@ __all__ = [
 ]
 
 _builtin_abs, _builtin_max, _builtin_min, _builtin_sum = abs, max, min, sum
+#: the active program, looked up inline (``_get() or active()``: active() raises outside a kernel)
+_get = ACTIVE.get
 
 
 # ---------------------------------------------------------------------- index
 def program_id(axis: int = 0) -> int:
     """axis 0: PE index within the cube; axis 1: cube index (ADR-0022)."""
-    p = active()
+    p = _get() or active()
     if axis not in (0, 1):
         raise p.fail(CaptureError, f"tl.program_id: axis must be 0 (PE) or 1 (cube), got {axis}")
     return p.pid0 if axis == 0 else p.pid1
@@ -59,7 +61,7 @@ def program_id(axis: int = 0) -> int:
 
 def num_programs(axis: int = 0) -> int:
     """axis 0: programs per cube in this launch's grid; axis 1: cubes in the grid."""
-    p = active()
+    p = _get() or active()
     if axis not in (0, 1):
         raise p.fail(CaptureError, f"tl.num_programs: axis must be 0 or 1, got {axis}")
     return p.run.grid[axis]
@@ -78,24 +80,24 @@ def sizeof(dtype: str) -> int:
 # ---------------------------------------------------------------------- memory
 def ref(ptr: int, shape: Any, dtype: str = "f16") -> TensorHandle:
     """Refer to memory without copying (operand of ``composite``); no op is recorded."""
-    return active().ref(ptr, shape, dtype)
+    return (_get() or active()).ref(ptr, shape, dtype)
 
 
 def load(ptr: int, shape: Any, dtype: str = "f16", strides: Any = None) -> TensorHandle:
     """DMA ``shape`` elements at ``ptr`` (element ``strides`` for a tile) into TCM; real values."""
-    return active().load(ptr, shape, dtype, strides)
+    return (_get() or active()).load(ptr, shape, dtype, strides)
 
 
 def store(ptr: int, value: TensorHandle, strides: Any = None) -> None:
     """DMA a TCM tensor to ``ptr`` (element ``strides`` for a tile of a larger tensor)."""
-    active().store(ptr, value, strides)
+    (_get() or active()).store(ptr, value, strides)
 
 
 # ---------------------------------------------------------------------- compute
 def dot(a: TensorHandle, b: TensorHandle, acc: TensorHandle | None = None,
         acc_dtype: str | None = None) -> TensorHandle:
     """``a @ b (+ acc)`` on TCM operands, accumulated in ``acc_dtype`` (f32 for f16/bf16)."""
-    return active().dot(a, b, acc, acc_dtype)
+    return (_get() or active()).dot(a, b, acc, acc_dtype)
 
 
 def composite(op: str = "gemm", a: TensorHandle | None = None, b: TensorHandle | None = None,
@@ -109,12 +111,12 @@ def composite(op: str = "gemm", a: TensorHandle | None = None, b: TensorHandle |
     ``epilogue`` items: ``{"op": "bias"|"relu"|"scale"|"dequant"|"sigmoid"|"gelu"|"clamp",
     ...fields, "scope": "output_tile" (default) | "k_tile"}``.
     """
-    return active().composite(op, a, b, out_ptr, math_op, epilogue, acc_dtype, tile_shape,
+    return (_get() or active()).composite(op, a, b, out_ptr, math_op, epilogue, acc_dtype, tile_shape,
                               out_dtype)
 
 
 def _unary(name: str, x: TensorHandle) -> TensorHandle:
-    return active().math(name, [x])
+    return (_get() or active()).math(name, [x])
 
 
 def exp(x: TensorHandle) -> TensorHandle:
@@ -146,99 +148,99 @@ def sin(x: TensorHandle) -> TensorHandle:
 
 
 def add(a: Any, b: Any) -> TensorHandle:
-    return active().math("add", [a, b])
+    return (_get() or active()).math("add", [a, b])
 
 
 def sub(a: Any, b: Any) -> TensorHandle:
-    return active().math("sub", [a, b])
+    return (_get() or active()).math("sub", [a, b])
 
 
 def mul(a: Any, b: Any) -> TensorHandle:
-    return active().math("mul", [a, b])
+    return (_get() or active()).math("mul", [a, b])
 
 
 def div(a: Any, b: Any) -> TensorHandle:
-    return active().math("div", [a, b])
+    return (_get() or active()).math("div", [a, b])
 
 
 def maximum(a: Any, b: Any) -> TensorHandle:
-    return active().math("maximum", [a, b])
+    return (_get() or active()).math("maximum", [a, b])
 
 
 def minimum(a: Any, b: Any) -> TensorHandle:
-    return active().math("minimum", [a, b])
+    return (_get() or active()).math("minimum", [a, b])
 
 
 def fma(a: Any, b: Any, c: Any) -> TensorHandle:
     """``a * b + c``."""
-    return active().math("fma", [a, b, c])
+    return (_get() or active()).math("fma", [a, b, c])
 
 
 def clamp(x: TensorHandle, lo: Any, hi: Any) -> TensorHandle:
-    return active().math("clamp", [x, lo, hi])
+    return (_get() or active()).math("clamp", [x, lo, hi])
 
 
 def where(cond: TensorHandle, a: Any, b: Any) -> TensorHandle:
     """Elementwise ``a if cond else b`` (cond: a bool handle, e.g. ``x > 0``)."""
-    return active().math("where", [cond, a, b])
+    return (_get() or active()).math("where", [cond, a, b])
 
 
 def softmax(x: TensorHandle, axis: int = -1) -> TensorHandle:
     """``exp(x - max) / sum`` along ``axis`` (one op)."""
-    return active().math("softmax", [x], axis=axis)
+    return (_get() or active()).math("softmax", [x], axis=axis)
 
 
 def sum(x: TensorHandle, axis: int | None = None) -> TensorHandle:  # noqa: A001
     """Sum along ``axis`` (kept with size 1; None = all axes)."""
-    return active().math("sum", [x], axis=axis)
+    return (_get() or active()).math("sum", [x], axis=axis)
 
 
 def max(x: TensorHandle, axis: int | None = None) -> TensorHandle:  # noqa: A001
-    return active().math("max", [x], axis=axis)
+    return (_get() or active()).math("max", [x], axis=axis)
 
 
 def min(x: TensorHandle, axis: int | None = None) -> TensorHandle:  # noqa: A001
-    return active().math("min", [x], axis=axis)
+    return (_get() or active()).math("min", [x], axis=axis)
 
 
 def trans(x: TensorHandle) -> TensorHandle:
     """Swap the last two dimensions (recorded as a math op: an explicit TCM copy)."""
-    return active().math("trans", [x])
+    return (_get() or active()).math("trans", [x])
 
 
 def arange(start: int, end: int, dtype: str = "i32") -> TensorHandle:
-    return active().fill("arange", (int(end) - int(start),), dtype, [float(start), float(end)])
+    return (_get() or active()).fill("arange", (int(end) - int(start),), dtype, [float(start), float(end)])
 
 
 def zeros(shape: Any, dtype: str = "f16") -> TensorHandle:
-    return active().fill("zeros", shape, dtype, [])
+    return (_get() or active()).fill("zeros", shape, dtype, [])
 
 
 def full(shape: Any, value: float, dtype: str = "f16") -> TensorHandle:
-    return active().fill("full", shape, dtype, [float(value)])
+    return (_get() or active()).fill("full", shape, dtype, [float(value)])
 
 
 # ---------------------------------------------------------------------- IPCQ / control
 def send(direction: str, src: TensorHandle) -> None:
     """Send a TCM tensor to the neighbour in ``direction`` (fire and forget; may be pending)."""
-    active().send(direction, src)
+    (_get() or active()).send(direction, src)
 
 
 def recv(direction: str, shape: Any = None, dtype: str | None = None) -> TensorHandle:
     """Block until the neighbour in ``direction`` sent; returns the payload in TCM."""
-    return active().recv(direction, shape, dtype)
+    return (_get() or active()).recv(direction, shape, dtype)
 
 
 def recv_async(direction: str, shape: Any = None, dtype: str | None = None) -> RecvFuture:
     """Non-blocking receive; ``tl.wait(future)`` returns the TensorHandle."""
-    return active().recv_async(direction, shape, dtype)
+    return (_get() or active()).recv_async(direction, shape, dtype)
 
 
 def wait(handle: CompletionHandle | RecvFuture | None = None) -> Any:
     """Join a composite / recv_async (None: every outstanding composite of this program)."""
-    return active().wait(handle)
+    return (_get() or active()).wait(handle)
 
 
 def cycles(n: int) -> None:
     """Declare ``n`` PE_CPU cycles of scalar work."""
-    active().cycles(n)
+    (_get() or active()).cycles(n)

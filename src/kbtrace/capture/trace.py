@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -164,22 +165,34 @@ def capture(workload_path: str | os.PathLike[str] | Any, topology: Any,
             refs[oname] = want
         launches = []
         t_run0 = time.perf_counter()
-        for li, spec in enumerate(w.launches):
-            coords = [w.coord(i % spec.grid[0], i // spec.grid[0])
-                      for i in range(spec.grid[0] * spec.grid[1])]
+        # Automatic GC is paused while kernels run: the recorder allocates a few small objects per
+        # op and creates no reference cycles, so generational passes over the growing op log
+        # would only cost time (~30% of the kernel phase). Each log drain collects the young
+        # generation, which bounds garbage a kernel itself might leave in cycles.
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        sink.collect_gc = gc_was_enabled
+        try:
+            for li, spec in enumerate(w.launches):
+                coords = [w.coord(i % spec.grid[0], i // spec.grid[0])
+                          for i in range(spec.grid[0] * spec.grid[1])]
 
-            def args_for(prog: Any, spec: Any = spec) -> tuple[tuple[Any, ...], dict[str, Any]]:
-                c = (prog.sip, prog.cube, prog.pe)
-                return (tuple(w.resolve_arg(a, c) for a in spec.args),
-                        {k: w.resolve_arg(v, c) for k, v in spec.kwargs.items()})
+                def args_for(prog: Any, spec: Any = spec) -> tuple[tuple[Any, ...], dict[str, Any]]:
+                    c = (prog.sip, prog.cube, prog.pe)
+                    return (tuple(w.resolve_arg(a, c) for a in spec.args),
+                            {k: w.resolve_arg(v, c) for k, v in spec.kwargs.items()})
 
-            run = LaunchRun(tracer, li, spec.kernel, spec.grid, coords, args_for, spec.neighbors)
-            first = tracer.next_op
-            run.run()
-            tracer.regions.remove_space("tcm")
-            launches.append({"kernel": run.kernel_name, "grid": list(spec.grid),
-                             "programs": len(coords), "first_op": first,
-                             "n_ops": tracer.next_op - first})
+                run = LaunchRun(tracer, li, spec.kernel, spec.grid, coords, args_for, spec.neighbors)
+                first = tracer.next_op
+                run.run()
+                tracer.regions.remove_space("tcm")
+                launches.append({"kernel": run.kernel_name, "grid": list(spec.grid),
+                                 "programs": len(coords), "first_op": first,
+                                 "n_ops": tracer.next_op - first})
+        finally:
+            sink.collect_gc = False
+            if gc_was_enabled:
+                gc.enable()
         t_run = time.perf_counter() - t_run0
         drained_in_run = sink.seconds
         sink.drain(final=True)  # golden execution of the rest of the log (fills tracer.mem)

@@ -21,6 +21,7 @@ whatever a pending op wrote is read back as pending.
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 import weakref
@@ -45,13 +46,17 @@ def addresses() -> Any:
     return address
 
 
-_BASENAMES: dict[str | None, str | None] = {None: None}
+_BASENAMES: dict[Any, str | None] = {}
 
 
-def _basename(path: str | None) -> str | None:
-    b = _BASENAMES.get(path)
-    if b is None and path is not None:
-        b = _BASENAMES[path] = os.path.basename(path)
+def _basename(where: Any) -> str | None:
+    """Basename of a source file given as a path or as a code object."""
+    b = _BASENAMES.get(where)
+    if b is None and where is not None:
+        if len(_BASENAMES) > 4096:
+            _BASENAMES.clear()
+        path = where if isinstance(where, str) else where.co_filename
+        b = _BASENAMES[where] = os.path.basename(path)
     return b
 
 
@@ -112,6 +117,10 @@ class OpSink:
         self.kept: list[Op] | None = None if path else []
         self.machine: Machine | None = None
         self.golden = True
+        #: set by capture while automatic GC is paused: each drain collects the young generation
+        self.collect_gc = False
+        #: the tracer's registry of lazily read handles (weak references), pruned at each drain
+        self.lazy: list[Any] = []
 
     def unmatched(self, send: Op) -> None:
         self._unmatched.add(send.op_id)
@@ -149,6 +158,10 @@ class OpSink:
             for i, name in enumerate(OP_FIELDS):
                 cols[i].extend([getattr(r, name) for r in rows])
             self._bw.commit(len(rows))
+        if self.lazy:  # forget handles that died
+            self.lazy[:] = [r for r in self.lazy if (h := r()) is not None and h._lazy is not None]
+        if self.collect_gc:
+            gc.collect(0)
         self.seconds += time.perf_counter() - t0
 
     def close(self) -> None:
@@ -180,8 +193,7 @@ class Tracer:
         self.next_op = 0
         self.launches: list[SimpleNamespace] = []
         #: weak references to handles whose values are still to be read from ``kmem``
-        self.lazy: list[weakref.ref[Any]] = []
-        self.lazy_cap = 4096
+        self.lazy: list[weakref.ref[Any]] = sink.lazy
 
     def write_initial(self, addr: int, stored: Any) -> None:
         """Initial tensor contents go into both memory images."""
@@ -196,7 +208,3 @@ class Tracer:
                 h.stored()
         self.lazy.clear()
         self.kmem.write(addr, stored, strides)
-
-    def compact_lazy(self) -> None:
-        self.lazy[:] = [r for r in self.lazy if r() is not None and r()._lazy is not None]
-        self.lazy_cap = max(4096, 2 * len(self.lazy))
