@@ -38,8 +38,18 @@ class Op:
     __slots__ = _FIELDS
 
     def __init__(self, values: tuple[Any, ...]) -> None:
-        for f, v in zip(_FIELDS, values, strict=True):
-            setattr(self, f, v)
+        _assign(self, values)
+
+
+def _make_assign():
+    # one unpacking assignment instead of a setattr loop (load_ops builds one Op per row)
+    src = f"def _assign(self, v):\n    {', '.join('self.' + f for f in _FIELDS)}, = v\n"
+    ns: dict[str, Any] = {}
+    exec(src, ns)  # noqa: S102 - generated from the fixed field list above
+    return ns["_assign"]
+
+
+_assign = _make_assign()
 
 
 def load_ops(table: pa.Table) -> list[Op]:

@@ -55,6 +55,7 @@ class Recorder:
         self.n_links = n_links
         self.res_alias = res_alias or {}
         self._res: dict[tuple[int, str], int] = {}
+        self._rid: dict[tuple[int, str], int] = {}
         self.res_names: list[tuple[int, str]] = []
         self.iv_res = array("q")
         self.iv_start = array("d")
@@ -70,11 +71,14 @@ class Recorder:
 
     def rid(self, node: int, stage: str) -> int:
         """Invariant resource id of a node-side hop (links use their own index)."""
-        key = (self.res_alias.get(node, node), "compute" if stage in _COMPUTE else stage)
-        rid = self._res.get(key, -1)
-        if rid < 0:
-            rid = self._res[key] = self.n_links + len(self.res_names)
-            self.res_names.append(key)
+        rid = self._rid.get((node, stage))
+        if rid is None:
+            key = (self.res_alias.get(node, node), "compute" if stage in _COMPUTE else stage)
+            rid = self._res.get(key, -1)
+            if rid < 0:
+                rid = self._res[key] = self.n_links + len(self.res_names)
+                self.res_names.append(key)
+            self._rid[(node, stage)] = rid
         return rid
 
     def hop(self, op: int, tile: int, stage: str, node: int, link: int, enter: float,
@@ -84,7 +88,9 @@ class Recorder:
             lst = self._open[op] = []
         lst.append((enter, tile, stage, node, link, leave, busy, queue, nbytes))
         if busy > 0:
-            self.iv_res.append(link if link >= 0 else self.rid(node, stage))
+            if link < 0:
+                link = self._rid.get((node, stage)) or self.rid(node, stage)
+            self.iv_res.append(link)
             self.iv_start.append(enter + queue)
             self.iv_end.append(leave)
             self.iv_busy.append(busy)
