@@ -26,10 +26,12 @@ next stage's inbox; the last stage completes the tile.
 
 from __future__ import annotations
 
+from collections import deque
 from math import ceil
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import simpy
+from simpy.events import Event
 
 from kbtrace.replay import plans as P
 from kbtrace.replay.ops import Op
@@ -38,7 +40,44 @@ from kbtrace.topology.model import PeCoord
 if TYPE_CHECKING:  # pragma: no cover
     from kbtrace.replay.engine import Sim
 
-__all__ = ["Pe", "Command", "Token", "Program"]
+__all__ = ["Pe", "Command", "Token", "Program", "FifoStore"]
+
+
+class FifoStore:
+    """Unbounded FIFO inbox with exactly ``simpy.Store``'s event schedule, minus its overhead.
+
+    Same events, scheduled in the same order: ``put`` schedules a put event at once
+    and, when that event is processed, hands the head item to the head waiting
+    getter; ``get`` returns an event that succeeds at once if an item is there
+    (serving the head waiting getter first), else when a later put is processed.
+    So replay timing and tie-breaking are unchanged (``simpy.Store`` with unbounded
+    capacity never blocks a put, and serves at most one getter per trigger).
+    """
+    __slots__ = ("env", "items", "getters", "_serve_cb")
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+        self.items: deque[Any] = deque()
+        self.getters: deque[Event] = deque()
+        self._serve_cb = self._serve
+
+    def put(self, item: Any) -> Event:
+        ev = Event(self.env)
+        ev.callbacks.append(self._serve_cb)
+        self.items.append(item)
+        return ev.succeed()
+
+    def get(self) -> Event:
+        ev = Event(self.env)
+        getters = self.getters
+        getters.append(ev)
+        if self.items:
+            getters.popleft().succeed(self.items.popleft())
+        return ev
+
+    def _serve(self, _ev: Event) -> None:
+        if self.getters and self.items:
+            self.getters.popleft().succeed(self.items.popleft())
 
 
 class Command:
@@ -94,14 +133,14 @@ class Pe:
         self.store_bw = min(p.fetch_store.bw_gbps, p.tcm.write_bw_gbps)
         self.gemm = p.gemm
         self.mathp = p.math
-        self.cpu_in = simpy.Store(env)
-        self.sched_in = simpy.Store(env)
-        rd, wr = simpy.Store(env), simpy.Store(env)
-        cmp_q = simpy.Store(env)
-        self.q = {P.DMA_READ: rd, P.DMA_WRITE: wr, P.FETCH: simpy.Store(env),
-                  P.STORE: simpy.Store(env), P.GEMM: cmp_q, P.MATH: cmp_q}
-        self.send_q = simpy.Store(env)
-        self.recv_q = simpy.Store(env)
+        self.cpu_in = FifoStore(env)
+        self.sched_in = FifoStore(env)
+        rd, wr = FifoStore(env), FifoStore(env)
+        cmp_q = FifoStore(env)
+        self.q = {P.DMA_READ: rd, P.DMA_WRITE: wr, P.FETCH: FifoStore(env),
+                  P.STORE: FifoStore(env), P.GEMM: cmp_q, P.MATH: cmp_q}
+        self.send_q = FifoStore(env)
+        self.recv_q = FifoStore(env)
         env.process(self._cpu())
         env.process(self._scheduler())
         for _ in range(p.dma.read_channels):
@@ -193,7 +232,7 @@ class Pe:
         self.sim.complete(cmd.op, cmd.t_issue, t_start, self.names[eng])
 
     # ------------------------------------------------------------------ engines
-    def _worker(self, inbox: simpy.Store):
+    def _worker(self, inbox: FifoStore):
         env, get, q = self.env, inbox.get, self.q
         while True:
             tok = yield get()
