@@ -3,6 +3,17 @@
 Run:  python benchmarks/bench_capture.py            (prints a JSON line)
       pytest benchmarks/bench_capture.py -m benchmark
 Target (issue 3): capture ops/s >= 0.15 x greenlet switch pairs/s, both measured here.
+
+Figures (best of ``REPEATS`` captures each; the box is shared, so the best run is the
+one least disturbed by other jobs):
+
+* ``kernel_ops_per_s`` -- the kernel phase: greenlets run the kernels, every tl.* call is
+  validated (sanitizers, deadlock detection) and recorded; loads return real values.
+  This is the capture throughput the target applies to (asserted).
+* ``drain_ops_per_s`` -- expanding records to rows, the golden executor over every op in
+  capture order (out_digest) and the Parquet batches.
+* ``total_ops_per_s`` -- the whole ``capture()`` call: build, kernel phase, drain,
+  reference check, memory.parquet, trace.json.
 """
 
 from __future__ import annotations
@@ -19,6 +30,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = {"M": 512, "N": 512, "K": 256}
 TARGET = 0.15
+REPEATS = 7
 
 
 def switch_pairs_per_s(n: int = 200_000) -> float:
@@ -39,20 +51,21 @@ def switch_pairs_per_s(n: int = 200_000) -> float:
     return best
 
 
-def capture_ops_per_s(golden: bool, repeats: int = 3) -> dict[str, float]:
-    """Best-of-N ops/s of the kernel-run phase (and of the whole capture call) on gemm."""
+def capture_ops_per_s(golden: bool, repeats: int = REPEATS) -> dict[str, float]:
+    """Best-of-N ops/s of the kernel phase, the drain and the whole capture call on gemm."""
     from kbtrace.capture import capture
     from kbtrace.topology import compile_topology
     topo = compile_topology(ROOT / "topologies" / "small.yaml")
-    best: dict[str, float] = {"run": 0.0, "total": 0.0}
+    best = {"kernel": 0.0, "drain": 0.0, "total": 0.0}
     n_ops = 0
     with tempfile.TemporaryDirectory() as d:
         for _ in range(repeats):
             tr = capture(ROOT / "capture" / "gemm.py", topo, params=PARAMS, out_dir=d, golden=golden)
             n_ops = tr.n_ops
-            best["run"] = max(best["run"], n_ops / tr.stats["run_s"])
+            best["kernel"] = max(best["kernel"], n_ops / tr.stats["run_s"])
+            best["drain"] = max(best["drain"], n_ops / tr.stats["drain_s"])
             best["total"] = max(best["total"], n_ops / tr.stats["total_s"])
-    return {"ops": n_ops, "run_ops_per_s": round(best["run"]), "total_ops_per_s": round(best["total"])}
+    return {"ops": n_ops, **{f"{k}_ops_per_s": round(v) for k, v in best.items()}}
 
 
 def measure() -> dict[str, object]:
@@ -61,15 +74,18 @@ def measure() -> dict[str, object]:
     fast = capture_ops_per_s(golden=False)
     return {"greenlet_switch_pairs_per_s": round(sw), "gemm_params": PARAMS, "gemm_ops": gold["ops"],
             "golden": gold, "no_golden": fast,
-            "ratio_golden": round(gold["run_ops_per_s"] / sw, 4),
-            "ratio_no_golden": round(fast["run_ops_per_s"] / sw, 4), "target_ratio": TARGET}
+            "ratio_kernel": round(gold["kernel_ops_per_s"] / sw, 4),
+            "ratio_total": round(gold["total_ops_per_s"] / sw, 4),
+            "ratio_kernel_no_golden": round(fast["kernel_ops_per_s"] / sw, 4),
+            "ratio_total_no_golden": round(fast["total_ops_per_s"] / sw, 4),
+            "target_ratio": TARGET}
 
 
 @pytest.mark.benchmark
 def test_capture_throughput_vs_greenlet_switch_rate() -> None:
     res = measure()
     print(json.dumps(res))
-    assert res["ratio_no_golden"] >= TARGET, res
+    assert res["ratio_kernel"] >= TARGET, res
 
 
 if __name__ == "__main__":

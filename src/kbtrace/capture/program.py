@@ -62,17 +62,17 @@ def caller_line() -> tuple[str | None, int | None]:
     return os.path.basename(f.f_code.co_filename), f.f_lineno
 
 
-#: code objects of kernel-side functions seen calling ``tl`` (not inside kbtrace.capture)
-_KERNEL_CODE: set[Any] = set()
+#: source files of kernel-side code seen calling ``tl`` (not inside kbtrace.capture)
+_KERNEL_FILES: set[str] = set()
 
 
-def _is_kernel_code(code: Any) -> bool:
-    """Whether a frame's code lies outside kbtrace.capture (then it is the kernel call site)."""
-    if code.co_filename.startswith(_PKG_DIR):
+def _is_kernel_file(path: str) -> bool:
+    """Whether a frame's file lies outside kbtrace.capture (then it is the kernel call site)."""
+    if path.startswith(_PKG_DIR):
         return False
-    if len(_KERNEL_CODE) > 1024:  # workload modules are re-imported per capture
-        _KERNEL_CODE.clear()
-    _KERNEL_CODE.add(code)
+    if len(_KERNEL_FILES) > 1024:
+        _KERNEL_FILES.clear()
+    _KERNEL_FILES.add(path)
     return True
 
 
@@ -260,8 +260,8 @@ class Program:
         seq = self.seq
         self.seq = seq + 1
         f = _getframe(2)
-        file = f.f_code
-        if file not in _KERNEL_CODE and not _is_kernel_code(file):
+        file = f.f_code.co_filename
+        if file not in _KERNEL_FILES and not _is_kernel_file(file):
             file, line = caller_line()
         else:
             line = f.f_lineno
@@ -302,8 +302,8 @@ class Program:
         seq = self.seq
         self.seq = seq + 1
         f = _getframe(2)
-        file = f.f_code
-        if file not in _KERNEL_CODE and not _is_kernel_code(file):
+        file = f.f_code.co_filename
+        if file not in _KERNEL_FILES and not _is_kernel_file(file):
             file, line = caller_line()
         else:
             line = f.f_lineno
@@ -350,8 +350,8 @@ class Program:
         seq = self.seq
         self.seq = seq + 1
         f = _getframe(2)
-        file = f.f_code
-        if file not in _KERNEL_CODE and not _is_kernel_code(file):
+        file = f.f_code.co_filename
+        if file not in _KERNEL_FILES and not _is_kernel_file(file):
             file, line = caller_line()
         else:
             line = f.f_lineno
@@ -442,8 +442,8 @@ class Program:
         seq = self.seq
         self.seq = seq + 1
         f = _getframe(2)
-        file = f.f_code
-        if file not in _KERNEL_CODE and not _is_kernel_code(file):
+        file = f.f_code.co_filename
+        if file not in _KERNEL_FILES and not _is_kernel_file(file):
             file, line = caller_line()
         else:
             line = f.f_lineno

@@ -46,17 +46,15 @@ def addresses() -> Any:
     return address
 
 
-_BASENAMES: dict[Any, str | None] = {}
+_BASENAMES: dict[str | None, str | None] = {}
 
 
-def _basename(where: Any) -> str | None:
-    """Basename of a source file given as a path or as a code object."""
-    b = _BASENAMES.get(where)
-    if b is None and where is not None:
+def _basename(path: str | None) -> str | None:
+    b = _BASENAMES.get(path)
+    if b is None and path is not None:
         if len(_BASENAMES) > 4096:
             _BASENAMES.clear()
-        path = where if isinstance(where, str) else where.co_filename
-        b = _BASENAMES[where] = os.path.basename(path)
+        b = _BASENAMES[path] = os.path.basename(path)
     return b
 
 
