@@ -11,6 +11,8 @@ arrival times.
 
 from __future__ import annotations
 
+from itertools import accumulate
+
 from kbtrace.topology.params import HbmParams
 
 __all__ = ["HbmController"]
@@ -18,7 +20,7 @@ __all__ = ["HbmController"]
 
 class HbmController:
     __slots__ = ("node_idx", "pc_avail", "last_dir", "shift", "mask", "bw", "burst",
-                 "penalty", "n_pcs", "busy_ns")
+                 "penalty", "n_pcs")
 
     def __init__(self, node_idx: int, p: HbmParams) -> None:
         self.node_idx = node_idx
@@ -30,7 +32,6 @@ class HbmController:
         self.bw = p.pc_bw_gbps * p.efficiency
         self.burst = p.burst_bytes
         self.penalty = p.switch_penalty_ns
-        self.busy_ns = 0.0
 
     def commit(self, addr: int, nbytes: int, t: float, write: int) -> float:
         """Commit one burst arriving at ``t``; return its finish time."""
@@ -44,39 +45,58 @@ class HbmController:
         finish = start + dur
         self.pc_avail[pc] = finish
         self.last_dir[pc] = write
-        self.busy_ns += dur
         return finish
 
     def read(self, addr: int, nbytes: int, t: float) -> list[float]:
         """Schedule every burst of a read that arrived at ``t``; finish time per burst.
 
-        Same arithmetic as ``commit`` per burst, inlined (the hot loop of fast mode).
+        Same arithmetic as ``commit`` per burst. Consecutive bursts go round-robin over
+        the pseudo-channels (burst and PC count are powers of 2), and all arrive at
+        ``t``, so on one PC every burst after the first starts when the previous one
+        finishes: the PC's finish times are a running sum (``accumulate``, the same
+        additions in the same order as burst-by-burst ``commit`` calls).
         """
-        burst, shift, mask, bw, pen = self.burst, self.shift, self.mask, self.bw, self.penalty
-        avail, last_dir = self.pc_avail, self.last_dir
-        busy = self.busy_ns
-        out = []
-        off = 0
+        burst, shift, mask, bw = self.burst, self.shift, self.mask, self.bw
+        if nbytes <= 0:
+            return []
+        if burst != 1 << shift or self.n_pcs & mask:    # pragma: no cover - params forbid
+            out = []
+            for off in range(0, nbytes, burst):
+                out.append(self.commit(addr + off, min(burst, nbytes - off), t, 0))
+            return out
+        avail, last_dir, pen, npcs = self.pc_avail, self.last_dir, self.penalty, self.n_pcs
+        n = -(-nbytes // burst)
         full = burst / bw
-        while off < nbytes:
-            if nbytes - off > burst:
-                sz, dur = burst, full
-            else:
-                sz = nbytes - off
-                dur = sz / bw
-            pc = ((addr + off) >> shift) & mask
+        tail_b = nbytes - (n - 1) * burst
+        tail = full if tail_b == burst else tail_b / bw
+        p0 = (addr >> shift) & mask
+        if n == 1:
+            start = avail[p0]
+            if start < t:
+                start = t
+            if pen and last_dir[p0] == 1:
+                start += pen
+            f = avail[p0] = start + tail
+            last_dir[p0] = 0
+            return [f]
+        out = [0.0] * n
+        for j in range(npcs if n > npcs else n):
+            pc = (p0 + j) & mask
+            cnt = (n - 1 - j) // npcs + 1
             start = avail[pc]
             if start < t:
                 start = t
             if pen and last_dir[pc] == 1:
                 start += pen
-            finish = start + dur
-            avail[pc] = finish
+            if j + (cnt - 1) * npcs == n - 1:            # this PC takes the (maybe short) tail
+                durs = [full] * (cnt - 1)
+                durs.append(tail)
+            else:
+                durs = [full] * cnt
+            seq = list(accumulate(durs[1:], initial=start + durs[0]))
+            out[j::npcs] = seq
+            avail[pc] = seq[-1]
             last_dir[pc] = 0
-            busy += dur
-            out.append(finish)
-            off += sz
-        self.busy_ns = busy
         return out
 
     def write_stream(self, addr: int, nbytes: int, head: float, tail: float) -> float:
@@ -86,7 +106,6 @@ class HbmController:
         """
         burst, shift, mask, bw, pen = self.burst, self.shift, self.mask, self.bw, self.penalty
         avail, last_dir = self.pc_avail, self.last_dir
-        busy = self.busy_ns
         n = max(1, -(-nbytes // burst))
         step = (tail - head) / (n - 1) if n > 1 else 0.0
         last = head
@@ -108,9 +127,7 @@ class HbmController:
             f = start + dur
             avail[pc] = f
             last_dir[pc] = 1
-            busy += dur
             if f > last:
                 last = f
             off += sz
-        self.busy_ns = busy
         return last
