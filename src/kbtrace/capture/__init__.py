@@ -11,8 +11,9 @@ Outputs
 Phases
     build (host program places tensors, declares launches) -> run (one greenlet
     per program, cooperative deterministic scheduler; memory ops real, compute
-    deferred; every op executed in lock-step by the numpy executor for its
-    digest) -> finalize (atomic writes).
+    deferred; compact op records) -> drain (rows expanded and executed by the
+    numpy executor in capture order for their digests, streamed to Parquet)
+    -> finalize (atomic writes).
 Layers of the kernel API (STYLE item 9)
     ``tl`` (thin public functions) -> ``_semantics`` (shape/dtype checks) ->
     ``program.Program`` (recorder backend), the active program in a ContextVar.

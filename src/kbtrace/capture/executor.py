@@ -4,9 +4,10 @@
 (every row except role ``reference``), runs the ops of ``ops.parquet`` in the
 given op_id order (default: op_id order = capture order) and returns the
 declared outputs gathered from their shards plus a 64-bit digest of each op's
-result bytes. Capture runs the same ``Machine`` in lock-step while recording
-(so ``tl.load`` sees exactly what the executor would produce) and stores each
-digest in ``ops.out_digest``; ``kbtrace verify`` replays in timed order and
+result bytes. Capture runs the same ``Machine`` over its recorded ops in
+capture order as the op log drains (``tl.load`` values during capture come
+from a capture-time image holding the same bytes) and stores each digest in
+``ops.out_digest``; ``kbtrace verify`` replays in timed order and
 names the first op whose digest differs.
 
 Semantics (all computed in the dtype's compute type, rounded on write, see

@@ -4,8 +4,9 @@
 
 1. **build**   import the workload, merge parameters, run ``build(w, p)``: tensors are
                placed and written into the memory image, launches and outputs declared;
-2. **run**     each launch on the greenlet scheduler; ops stream to ``ops.parquet``
-               while the lock-step executor fills ``out_digest``;
+2. **run**     each launch on the greenlet scheduler; ops are recorded to the op log,
+               which drains (rows + golden executor in capture order filling
+               ``out_digest``) into ``ops.parquet`` every batch and at the end;
 3. **finalize** write ``memory.parquet`` (initial contents of every tensor shard +
                numpy references) and last ``trace.json`` (workload, parameters, grid,
                topology name + hash, versions, op counts, content hashes of both
