@@ -22,10 +22,12 @@
 --   wait_ns (ns)          max(0, t_start_ns - t_from_ns): waiting after release
 --   contrib_ns (ns)       t_end_ns - t_from_ns
 CREATE OR REPLACE VIEW critical_path AS
-WITH RECURSIVE walk(depth, op_id) AS (
+WITH RECURSIVE pred AS MATERIALIZED (   -- computed once, not per recursion step
+  SELECT * FROM _crit_pred
+), walk(depth, op_id) AS (
   SELECT 0, (SELECT op_id FROM op_timing ORDER BY t_end_ns DESC, op_id LIMIT 1)
   UNION ALL
-  SELECT w.depth + 1, p.pred_op_id FROM walk w JOIN _crit_pred p ON p.op_id = w.op_id
+  SELECT w.depth + 1, p.pred_op_id FROM walk w JOIN pred p ON p.op_id = w.op_id
 )
 SELECT (max(w.depth) OVER ()) - w.depth AS step, w.op_id, t.sip, t.cube, t.pe,
        CAST(t.kind AS VARCHAR) AS kind, CAST(t.name AS VARCHAR) AS name,
@@ -34,7 +36,7 @@ SELECT (max(w.depth) OVER ()) - w.depth AS step, w.op_id, t.sip, t.cube, t.pe,
        coalesce(p.pred_end_ns, 0.0) AS t_from_ns, t.t_start_ns, t.t_end_ns,
        greatest(0.0, t.t_start_ns - coalesce(p.pred_end_ns, 0.0)) AS wait_ns,
        t.t_end_ns - coalesce(p.pred_end_ns, 0.0) AS contrib_ns
-FROM walk w JOIN op_timing t USING (op_id) LEFT JOIN _crit_pred p USING (op_id)
+FROM walk w JOIN op_timing t USING (op_id) LEFT JOIN pred p USING (op_id)
 WHERE w.op_id IS NOT NULL
 UNION ALL
 SELECT (SELECT count(*) FROM walk WHERE op_id IS NOT NULL), NULL, NULL, NULL, NULL,
