@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -197,8 +196,3 @@ def diff(base: Any, new: Any, fail_on: list[str] | tuple[str, ...] = ()) -> Diff
 
 
 _STAGES = ("dma_read", "fetch", "gemm", "math", "store", "dma_write", "ipcq", "other", "idle")
-
-
-def diff_paths(base: str | os.PathLike[str], new: str | os.PathLike[str],
-               fail_on: list[str] | None = None) -> DiffResult:
-    return diff(base, new, fail_on or [])

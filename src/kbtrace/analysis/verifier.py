@@ -18,7 +18,6 @@ its producer fails verification even when the kernel is right.
 
 from __future__ import annotations
 
-import os
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -245,7 +244,3 @@ def verify(run: Any) -> VerifyResult:
 def _div(op: Any, pos: int, reason: str) -> DivergingOp:
     return DivergingOp(int(op.op_id), str(op.kind), str(op.name), int(op.launch), int(op.program),
                        int(op.seq), op.src_file, op.src_line, pos, reason)
-
-
-def verify_path(path: str | os.PathLike[str]) -> VerifyResult:
-    return verify(Path(path))
