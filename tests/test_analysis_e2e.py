@@ -154,3 +154,16 @@ def test_same_run_gives_identical_analysis_outputs(runs, tmp_path):
         assert main(["sql", str(runs["ring_allreduce"]), "SELECT * FROM critical_path ORDER BY step",
                      "-f", "parquet", "-o", str(p)]) == 0
     assert a.read_bytes() == b.read_bytes()
+
+
+def test_ring_allreduce_critical_path_crosses_pes_via_ipcq(runs):
+    with open_run(runs["ring_allreduce"]) as r:
+        edges = dict(r.sql("SELECT edge, count(*) FROM critical_path GROUP BY edge").rows())
+        assert edges.get("ipcq", 0) >= 2
+        n_pes = r.sql("SELECT count(DISTINCT (sip, cube, pe)) FROM critical_path "
+                      "WHERE op_id IS NOT NULL").item()
+        assert n_pes >= 3
+        # every ipcq step is a recv released by its matching send
+        bad = r.sql("SELECT count(*) FROM critical_path c JOIN ops o USING (op_id) "
+                    "WHERE c.edge = 'ipcq' AND (o.kind <> 'recv' OR o.match_op_id <> c.pred_op_id)")
+        assert bad.item() == 0

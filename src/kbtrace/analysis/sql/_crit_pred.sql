@@ -5,7 +5,8 @@
 -- latest hop on the same node/link leaving by t_enter_ns + queue_ns), and the previous
 -- op of the same program ('program'). Only candidates ending no later than the op are
 -- kept (ties: lower op_id), and the latest-ending one wins; ties by edge
--- dep > ipcq > resource > program, then op_id. Ops without a candidate are path starts.
+-- ipcq > dep > resource > program (a recv's send is also in its deps), then op_id.
+-- Ops without a candidate are path starts.
 --
 -- Columns:
 --   op_id (-)          the op
@@ -19,9 +20,9 @@ WITH res AS (
          t_enter_ns, t_leave_ns, queue_ns
   FROM hops
 ), cand AS (
-  SELECT o.op_id, unnest(o.deps) AS pred_op_id, 'dep' AS edge, 0 AS prio FROM ops o
+  SELECT o.op_id, unnest(o.deps) AS pred_op_id, 'dep' AS edge, 1 AS prio FROM ops o
   UNION ALL
-  SELECT op_id, match_op_id, 'ipcq', 1 FROM ops WHERE kind = 'recv' AND match_op_id IS NOT NULL
+  SELECT op_id, match_op_id, 'ipcq', 0 FROM ops WHERE kind = 'recv' AND match_op_id IS NOT NULL
   UNION ALL
   SELECT q.op_id, arg_max(r.op_id, r.t_leave_ns), 'resource', 2
   FROM res q JOIN res r ON r.rk = q.rk AND r.ri = q.ri AND r.op_id <> q.op_id
