@@ -96,3 +96,15 @@ def test_top_level_exports_are_functions(run_dir):
         assert callable(kbtrace.verify) and callable(kbtrace.diff) and callable(kbtrace.report)
         assert callable(kbtrace.open_run)
     assert kbtrace.diff(run_dir, run_dir).unchanged
+
+
+def test_every_saved_query_runs(run_dir):
+    from kbtrace.analysis.formats import resolve_query, saved_queries
+
+    found = saved_queries()
+    assert {"top_hotspots", "busiest_links", "stage_totals", "critical_path_summary",
+            "pe_summary"} <= set(found)
+    with kbtrace.open_run(run_dir) as run:
+        for name in found:
+            assert run.sql(resolve_query(name)).height > 0, name
+            assert found[name].read_text().startswith(f"-- {name}:"), name

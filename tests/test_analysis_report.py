@@ -39,9 +39,10 @@ def test_report_writes_tables_pngs_and_self_contained_html(run_dir, tmp_path):
 
 def test_report_tables_deterministic(run_dir, tmp_path):
     a, b = report(run_dir, tmp_path / "a"), report(run_dir, tmp_path / "b")
-    for f in sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file()):
-        if f.suffix in (".csv", ".md"):
-            assert (a / f).read_bytes() == (b / f).read_bytes(), f
+    files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    assert len(files) == 22   # 8 tables x (csv, md) + 4 PNGs + index.html + summary.md
+    for f in files:           # PNGs and the HTML page too: same run -> same bytes
+        assert (a / f).read_bytes() == (b / f).read_bytes(), f
 
 
 def test_perfetto_one_track_per_engine(run_dir, tmp_path, capsys):
