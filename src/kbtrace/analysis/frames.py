@@ -8,7 +8,7 @@ import polars as pl
 
 __all__ = ["summary_frame", "stage_totals", "stage_wide", "top_hotspots", "critical_path_by_kind",
            "node_util_by_kind", "top_links", "pe_overlap", "pe_segments", "mesh_util",
-           "link_mesh_util", "report_frames"]
+           "link_mesh_util", "util_windows", "report_frames"]
 
 
 def summary_frame(run: Any) -> pl.DataFrame:
@@ -91,6 +91,14 @@ def link_mesh_util(run: Any) -> pl.DataFrame:
                    "LEFT JOIN utilisation u ON u.resource_kind = 'link' AND u.resource_idx = l.link_idx "
                    "WHERE a.cube IS NOT NULL AND a.cube = b.cube AND a.sip = b.sip "
                    "ORDER BY a.sip, a.cube, l.link_idx")
+
+
+def util_windows(run: Any, top: int = 30) -> pl.DataFrame:
+    """utilisation_windows for the ``top`` busiest resources (long format)."""
+    return run.sql(f"WITH t AS (SELECT resource_kind, resource_idx FROM utilisation WHERE n_hops > 0 "
+                   f"ORDER BY util DESC, resource_kind, resource_idx LIMIT {int(top)}) "
+                   "SELECT w.resource_id, w.win, w.t0_ns, w.util FROM utilisation_windows w "
+                   "JOIN t USING (resource_kind, resource_idx) ORDER BY w.resource_id, w.win")
 
 
 def report_frames(run: Any) -> dict[str, pl.DataFrame]:

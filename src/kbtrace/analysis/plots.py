@@ -14,7 +14,7 @@ import polars as pl  # noqa: E402
 from matplotlib.collections import LineCollection  # noqa: E402
 
 __all__ = ["STAGE_COLORS", "plot_mesh_heatmap", "plot_stage_bars", "plot_timeline",
-           "plot_link_util"]
+           "plot_link_util", "plot_util_windows"]
 
 STAGE_COLORS = {
     "dma_read": "#1f77b4", "fetch": "#17becf", "gemm": "#d62728", "math": "#ff7f0e",
@@ -115,5 +115,27 @@ def plot_link_util(links: pl.DataFrame, path: str | os.PathLike[str]) -> Path:
     ax.set_xlim(0, 1)
     ax.set_xlabel("utilisation (busy fraction of makespan)")
     ax.set_title("Most utilised links")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_util_windows(df: pl.DataFrame, makespan_ns: float, path: str | os.PathLike[str]) -> Path:
+    """Heat map: busiest resources (rows) x equal time windows (columns), utilisation colour."""
+    import numpy as np
+
+    names = df["resource_id"].unique(maintain_order=True).to_list()
+    n_win = int(df["win"].max() or 0) + 1 if df.height else 1
+    grid = np.zeros((max(1, len(names)), n_win))
+    index = {n: i for i, n in enumerate(names)}
+    for rid, win, _, util in df.iter_rows():
+        grid[index[rid], win] = util
+    fig, ax = plt.subplots(figsize=(9, max(2.5, 0.22 * len(names) + 1.2)))
+    im = ax.imshow(grid, aspect="auto", cmap="inferno_r", vmin=0, vmax=1, interpolation="nearest",
+                   extent=(0, makespan_ns / 1000, len(names) - 0.5, -0.5))
+    ax.set_yticks(range(len(names)), [n.replace("sip", "s").replace(".cube", ".c") for n in names],
+                  fontsize=6)
+    ax.set_xlabel("time (us)")
+    ax.set_title("Utilisation over time (busiest resources)")
+    fig.colorbar(im, ax=ax, label="utilisation in window")
     fig.tight_layout()
     return _save(fig, path)

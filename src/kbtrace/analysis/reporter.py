@@ -5,7 +5,7 @@ Layout of the report directory (default ``RUN/report``)::
     index.html                 everything below, PNGs embedded as base64
     tables/<name>.csv|.md      summary, stage_totals, stage_breakdown_pe, hotspots,
                                critical_path, utilisation_by_kind, top_links, overlap
-    mesh_heatmap.png  stage_breakdown.png  timeline.png  link_util.png
+    mesh_heatmap.png  stage_breakdown.png  timeline.png  link_util.png  util_windows.png
 """
 
 from __future__ import annotations
@@ -60,6 +60,8 @@ def report(run: Any, out: str | os.PathLike[str] | None = None) -> Path:
                                                      out_dir / "stage_breakdown.png"),
             "timeline": plots.plot_timeline(frames.pe_segments(r), out_dir / "timeline.png"),
             "link_util": plots.plot_link_util(tables["top_links"], out_dir / "link_util.png"),
+            "util_windows": plots.plot_util_windows(frames.util_windows(r), r.makespan_ns,
+                                                    out_dir / "util_windows.png"),
         }
         title = f"kbtrace report: {r.path.name}"
         parts = [f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title>"
@@ -68,6 +70,7 @@ def report(run: Any, out: str | os.PathLike[str] | None = None) -> Path:
                     ("Stage breakdown per PE", "stage_breakdown_pe", "stage_breakdown"),
                     ("Per-PE timeline", None, "timeline"),
                     ("Utilisation heat map", "utilisation_by_kind", "mesh_heatmap"),
+                    ("Utilisation over time", None, "util_windows"),
                     ("Links", "top_links", "link_util"),
                     ("Queueing hot spots", "hotspots", None),
                     ("Critical path by op kind", "critical_path", None),
