@@ -176,7 +176,8 @@ def open_run(path: str | os.PathLike[str], *, n_windows: int = DEFAULT_WINDOWS) 
     if (root / "run.json").is_file():
         dirs = [root]
     else:
-        dirs = sorted(p for p in root.iterdir() if (p / "run.json").is_file())
+        # a sweep or a folder of runs: every run.json below (hive-partitioned sweeps nest)
+        dirs = sorted(p.parent for p in root.rglob("run.json"))
         if not dirs:
             raise AnalysisError(f"{root}: neither a run directory (no run.json) nor a "
                                 "directory of runs; pass a directory written by `kbtrace replay`")
