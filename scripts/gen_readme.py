@@ -1,0 +1,86 @@
+"""Regenerate the generated sections of README.md from the code and docs/.
+
+README.md is the user's manual. Parts of it have a single source elsewhere
+and are copied in between markers:
+
+* ``<!-- BEGIN:include docs/<stage>.md -->`` … ``<!-- END:include docs/<stage>.md -->``:
+  a stage's manual page (headings demoted one level);
+* ``<!-- BEGIN:schemas -->`` … ``<!-- END:schemas -->``: every table of
+  ``kbtrace.schema``;
+* ``<!-- BEGIN:cli-help -->`` … ``<!-- END:cli-help -->``: ``kbtrace --help``.
+
+``tests/test_readme.py`` fails when README.md is stale; run
+``python scripts/gen_readme.py`` to refresh it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+_BLOCK = re.compile(r"(<!-- BEGIN:(?P<name>[^>]+?) -->\n).*?(<!-- END:(?P=name) -->)", re.S)
+
+
+def _schemas() -> str:
+    from kbtrace import schema
+
+    parts = []
+    for name, sch in schema.TABLES.items():
+        doc = (sch.metadata or {}).get(b"doc", b"").decode()
+        parts.append(f"#### `{name}`\n\n{doc}\n\n{schema.schema_markdown(sch)}\n")
+    return "\n".join(parts)
+
+
+def _cli_help() -> str:
+    from kbtrace.cli import build_parser
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        build_parser().print_help()
+    text = re.sub(r"^usage: \S+", "usage: kbtrace", buf.getvalue())
+    return f"```\n{text.rstrip()}\n```\n"
+
+
+def _include(rel: str) -> str:
+    text = (ROOT / rel).read_text()
+    out, fenced = [], False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        out.append("#" + line if (line.startswith("#") and not fenced) else line)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def block(name: str) -> str:
+    if name == "schemas":
+        return _schemas()
+    if name == "cli-help":
+        return _cli_help()
+    if name.startswith("include "):
+        return _include(name.split(" ", 1)[1])
+    raise SystemExit(f"README.md: unknown generated block {name!r}")
+
+
+def render(text: str) -> str:
+    return _BLOCK.sub(lambda m: m.group(1) + block(m.group("name")) + m.group(3), text)
+
+
+def main() -> int:
+    readme = ROOT / "README.md"
+    old = readme.read_text()
+    new = render(old)
+    if "--check" in sys.argv:
+        if new != old:
+            print("README.md is stale; run: python scripts/gen_readme.py", file=sys.stderr)
+            return 1
+        return 0
+    readme.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+"""README.md's generated sections match the code and docs/ they are copied from."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _gen():
+    spec = importlib.util.spec_from_file_location("gen_readme", ROOT / "scripts" / "gen_readme.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_readme_generated_sections_are_current() -> None:
+    text = (ROOT / "README.md").read_text()
+    assert _gen().render(text) == text, "README.md is stale: run python scripts/gen_readme.py"
+
+
+def test_readme_quick_start_has_exactly_two_commands() -> None:
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## Quick start", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    cmds = [ln for ln in block.splitlines() if ln.strip()]
+    assert len(cmds) == 2
+    assert cmds[0].startswith("pip install -e . && kbtrace run")
+    assert cmds[1].startswith("pip install -e '.[test]' && python -m pytest")
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "pip install -e '.[test]' && python -m pytest" in ci
