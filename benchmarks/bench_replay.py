@@ -6,7 +6,13 @@ Run:  python benchmarks/bench_replay.py            (prints the tables for docs/r
 1. Raw SimPy event rate: one process yielding ``env.timeout(1)`` N times (timeouts/s),
    measured in the same process as the replays, so ratios hold on noisy machines.
 2. Throughput: hops/s of ``fast`` and ``flit`` on the gemm workload at three sizes
-   spanning >10x in ops; cost per hop must stay flat (linear growth).
+   spanning >10x in ops; cost per hop must stay flat (linear growth). Issue 4 target:
+   ``fast`` hops/s >= 0.5x the raw SimPy rate.
+
+Every figure is the best of ``REPEATS`` runs (the raw rate too), because the machine is
+shared and a single run is easily slowed 2x by other processes; best-of-N measures the
+code, not the neighbours. ``wall`` is ``Run.wall_s`` (open trace -> outputs written, including
+invariant checks and the Parquet writes).
 3. Fidelity: every workload in ``capture/`` plus a contention scenario (8 PEs reading
    one PE's HBM slice), flit vs fast: makespan, makespan error, median per-op error,
    speed-up (flit wall / fast wall).
@@ -32,19 +38,27 @@ from kbtrace.topology import compile_topology  # noqa: E402
 
 TOPO = ROOT / "topologies" / "small.yaml"
 SIZES = (128, 256, 416)           # gemm M = N; ops grow ~ M*N: 128 -> 1,352 ops ... 10.6x
+REPEATS = {"fast": 7, "flit": 2}  # best of N runs per figure
+RAW_REPEATS = 5
+TARGET_RATIO = 0.5                # issue 4: fast hops/s >= 0.5x raw SimPy timeouts/s
+FLOOR_RATIO = 0.08                # regression floor (before the speed-ups: 0.04-0.07)
 
 
-def raw_simpy_rate(n: int = 300_000) -> float:
-    env = simpy.Environment()
+def raw_simpy_rate(n: int = 300_000, repeats: int = RAW_REPEATS) -> float:
+    """Best of ``repeats``: timeouts/s of one process yielding ``env.timeout(1)``."""
+    best = 0.0
+    for _ in range(repeats):
+        env = simpy.Environment()
 
-    def proc(env):
-        for _ in range(n):
-            yield env.timeout(1)
+        def proc(env):
+            for _ in range(n):
+                yield env.timeout(1)
 
-    env.process(proc(env))
-    t0 = time.perf_counter()
-    env.run()
-    return n / (time.perf_counter() - t0)
+        env.process(proc(env))
+        t0 = time.perf_counter()
+        env.run()
+        best = max(best, n / (time.perf_counter() - t0))
+    return best
 
 
 def contention_trace(topo, n_pe: int = 8, rounds: int = 4, nbytes: int = 65536):
@@ -67,7 +81,8 @@ def throughput(tmp: Path, topo) -> list[tuple[str, int, int, int, float, float]]
         tr = capture(ROOT / "capture" / "gemm.py", topo, {"M": m, "N": m, "K": 128},
                      tmp / f"gemm{m}")
         for fid in ("fast", "flit"):
-            r = _replay(tr, topo, fid, tmp / f"gemm{m}-{fid}")
+            runs = [_replay(tr, topo, fid, tmp / f"gemm{m}-{fid}") for _ in range(REPEATS[fid])]
+            r = min(runs, key=lambda r: r.wall_s)
             rows.append((fid, m, r.ops, r.hops, r.wall_s, r.hops / r.wall_s))
     return rows
 
@@ -86,18 +101,31 @@ def fidelity(tmp: Path, topo) -> list[tuple[str, float, float, float, float, flo
     return rows
 
 
+def marginal_us_per_hop(rows) -> list[float]:
+    """Wall added per hop between consecutive sizes (µs): flat when cost grows linearly.
+
+    (Total µs/hop also carries the fixed per-run cost -- opening the trace, writing four
+    Parquet files and run.json, ~5 ms -- which dominates the smallest size.)
+    """
+    return [1e6 * (b[4] - a[4]) / (b[3] - a[3]) for a, b in zip(rows, rows[1:], strict=False)]
+
+
 def main() -> dict:
     topo = compile_topology(TOPO)
     raw = raw_simpy_rate()
     with tempfile.TemporaryDirectory() as d:
         tp = throughput(Path(d), topo)
         fi = fidelity(Path(d), topo)
-    print(f"raw SimPy: {raw:,.0f} timeouts/s (one process)\n")
+    print(f"raw SimPy: {raw:,.0f} timeouts/s (one process, best of {RAW_REPEATS})\n")
     print("| mode | gemm M=N | ops | hops | wall s | hops/s | x raw SimPy rate | us/hop |")
     print("|---|---|---|---|---|---|---|---|")
     for fid, m, ops, hops, wall, rate in tp:
-        print(f"| {fid} | {m} | {ops:,} | {hops:,} | {wall:.2f} | {rate:,.0f} | {rate / raw:.2f} | "
+        print(f"| {fid} | {m} | {ops:,} | {hops:,} | {wall:.3f} | {rate:,.0f} | {rate / raw:.3f} | "
               f"{1e6 * wall / hops:.2f} |")
+    for fid in ("fast", "flit"):
+        mg = marginal_us_per_hop([r for r in tp if r[0] == fid])
+        print(f"\n{fid}: marginal us/hop between sizes: {', '.join(f'{x:.2f}' for x in mg)}", end="")
+    print()
     print("\n| workload | flit makespan ns | fast makespan ns | makespan err | median op err | "
           "speed-up |")
     print("|---|---|---|---|---|---|")
@@ -110,12 +138,17 @@ def main() -> dict:
 def test_bench_replay():
     res = main()
     fast = [r for r in res["throughput"] if r[0] == "fast"]
-    per_hop = [r[4] / r[3] for r in fast]
-    assert max(per_hop) < 2.0 * min(per_hop)          # linear: cost per hop stays flat
+    marginal = marginal_us_per_hop(fast)
+    assert max(marginal) < 2.0 * min(marginal), marginal   # linear: marginal cost per hop flat
     for name, _a, _b, me, oe, _sp in res["fidelity"]:
         assert me <= 0.02 and oe <= 0.05, name
     gemm = next(r for r in res["fidelity"] if r[0] == "gemm")
     assert gemm[5] >= 10.0
+    ratio = fast[-1][5] / res["raw"]                  # largest size: start-up amortised
+    assert ratio >= FLOOR_RATIO, f"fast {ratio:.3f}x raw SimPy rate, below the floor {FLOOR_RATIO}"
+    if ratio < TARGET_RATIO:
+        pytest.xfail(f"fast replay at {ratio:.2f}x the raw SimPy rate: issue 4 target "
+                     f"{TARGET_RATIO}x not met (known gap, see docs/replay.md)")
 
 
 if __name__ == "__main__":
