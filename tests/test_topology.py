@@ -175,3 +175,24 @@ def test_tiny_and_overrides():
     assert r.bottleneck_gbps == 128.0
     with pytest.raises(AttributeError):
         o.params = None
+
+
+def _sips_topo(tmp_path, count: int, pattern: str, w: int = 0, h: int = 0):
+    from kbtrace.topology import compile_topology
+    y = tmp_path / f"sips_{pattern}_{count}.yaml"
+    grid = f"\n    w: {w}\n    h: {h}" if w else ""
+    y.write_text(f"name: s\nsystem:\n  sips:\n    count: {count}\n    topology: {pattern}{grid}\n"
+                 "sip:\n  cube_mesh_w: 1\n  cube_mesh_h: 1\n")
+    return compile_topology(y, use_cache=False)
+
+
+def test_sip_neighbors_follow_sips_topology(tmp_path) -> None:
+    ring = _sips_topo(tmp_path, 4, "ring_1d").sip_neighbors()
+    assert ring[0] == {"global_E": 1, "global_W": 3}
+    assert ring[3] == {"global_E": 0, "global_W": 2}
+    assert _sips_topo(tmp_path, 1, "ring_1d").sip_neighbors() == {0: {}}
+    torus = _sips_topo(tmp_path, 4, "torus_2d", 2, 2).sip_neighbors()
+    assert torus[0] == {"global_E": 1, "global_W": 1, "global_N": 2, "global_S": 2}
+    mesh = _sips_topo(tmp_path, 4, "mesh_2d", 2, 2).sip_neighbors(prefix="")
+    assert mesh[0] == {"E": 1, "S": 2}
+    assert mesh[3] == {"W": 2, "N": 1}

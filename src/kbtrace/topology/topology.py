@@ -24,7 +24,7 @@ from kbtrace.errors import AddressError, RoutingError, TopologyError
 from kbtrace.topology import address
 from kbtrace.topology._build import PE_COMPONENTS, Graph, build_graph
 from kbtrace.topology._route import Router
-from kbtrace.topology._spec import apply_overrides, build_params, load_yaml
+from kbtrace.topology._spec import apply_overrides, build_params, load_yaml, sip_grid
 from kbtrace.topology.model import Link, Node, PeCoord, Route
 from kbtrace.topology.params import TopologyParams
 
@@ -252,6 +252,35 @@ class Topology:
                                    f"cube.sram.size_mb = {self.params.cube.sram.size_mb}")
             return self.nodes[g.sram[(pa_.sip, pa_.die)]]
         return self.nodes[g.mcpu[(pa_.sip, pa_.die)]]
+
+    def sip_neighbors(self, prefix: str = "global_") -> dict[int, dict[str, int]]:
+        """SIP -> {direction: neighbour SIP} for inter-SIP collectives (``system.sips.topology``).
+
+        ``ring_1d``: E = next SIP, W = previous (one SIP: none). ``torus_2d`` / ``mesh_2d``:
+        row-major ``w`` x ``h`` grid (``system.sips.w/h``, else square-ish), E/W along a row,
+        N/S along a column, wrapping for the torus; grid slots beyond ``count`` are empty.
+        Directions carry ``prefix`` (``global_E`` ...), matching IPCQ direction names.
+        """
+        sips = self.params.system.sips
+        n = sips.count
+        if sips.topology == "ring_1d":
+            w, h, wrap = n, 1, True
+        else:
+            w, h = sip_grid(self.params)
+            wrap = sips.topology == "torus_2d"
+        table: dict[int, dict[str, int]] = {}
+        for sip in range(n):
+            y, x = divmod(sip, w)
+            nb: dict[str, int] = {}
+            for d, dx, dy in (("E", 1, 0), ("W", -1, 0), ("N", 0, -1), ("S", 0, 1)):
+                nx, ny = x + dx, y + dy
+                if wrap:
+                    nx, ny = nx % w, ny % h
+                peer = ny * w + nx
+                if 0 <= nx < w and 0 <= ny < h and peer < n and peer != sip:
+                    nb[prefix + d] = peer
+            table[sip] = nb
+        return table
 
     def hbm_base(self, pe: PeCoord) -> int:
         """Physical address of the first byte of a PE's HBM slice."""
