@@ -90,8 +90,10 @@ def from_bytes(buf: bytes | memoryview | np.ndarray, dtype: str, shape: tuple[in
 
 def digest(data: bytes | np.ndarray) -> int:
     """64-bit digest of result bytes (blake2b-64), as an unsigned int."""
-    if isinstance(data, np.ndarray):
-        data = np.ascontiguousarray(data).tobytes()
+    if isinstance(data, np.ndarray):  # hash the array's buffer (no bytes copy)
+        data = np.ascontiguousarray(data)
+        if data.ndim == 0:
+            data = data.reshape(1)
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
 
 

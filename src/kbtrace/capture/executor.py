@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from kbtrace import schema
-from kbtrace.capture.dtypes import STORAGE, digest, from_bytes, to_compute, to_storage
+from kbtrace.capture.dtypes import COMPUTE, STORAGE, digest, from_bytes, to_compute, to_storage
 from kbtrace.capture.memory import MemoryImage
 from kbtrace.errors import VerifyError
 
@@ -144,14 +144,22 @@ class ExecResult:
 
 
 class Machine:
-    """Executes ops one at a time against a memory image; ``step`` returns (result, digest)."""
+    """Executes ops one at a time against a memory image; ``step`` returns (result, digest).
 
-    __slots__ = ("mem", "_inflight", "_dispatch")
+    Results travel as ``[stored, digest, compute]`` entries of the memory image's read
+    cache (``MemoryImage.cached_read`` / ``remember``): a tile that is still resident is
+    neither re-read nor re-converted, and bytes that were already hashed (a load of a tile
+    loaded before, a store of a dot's result) reuse their digest. Stored arrays are
+    read-only; nothing here modifies an operand in place.
+    """
+
+    __slots__ = ("mem", "_inflight", "_dispatch", "_fills")
 
     def __init__(self, mem: MemoryImage | None = None) -> None:
         self.mem = mem if mem is not None else MemoryImage()
-        self._inflight: dict[int, np.ndarray] = {}
-        self._dispatch: dict[str, Callable[[Op], np.ndarray | None]] = {
+        self._inflight: dict[int, list[Any]] = {}
+        self._fills: dict[tuple[Any, ...], list[Any]] = {}
+        self._dispatch: dict[str, Callable[[Op], list[Any] | None]] = {
             "load": self._load, "store": self._store, "fill": self._fill, "math": self._math_op,
             "dot": self._dot, "composite": self._composite, "send": self._send, "recv": self._recv,
             "wait": _none, "cycles": _none, "h2d": self._load, "d2h": self._store,
@@ -159,34 +167,79 @@ class Machine:
 
     def step(self, op: Op) -> tuple[np.ndarray | None, int | None]:
         with np.errstate(all="ignore"):
-            stored = self._dispatch[op.kind](op)
-        if stored is None:
+            entry = self._dispatch[op.kind](op)
+        if entry is None:
             return None, None
-        return stored, digest(stored)
+        dig = entry[1]
+        if dig is None:
+            dig = entry[1] = digest(entry[0])
+        return entry[0], dig
+
+    def run(self, ops: Sequence[Op], skip: frozenset[str] = frozenset()) -> list[int | None]:
+        """``step`` each op in order (kinds in ``skip`` are not executed: digest None)."""
+        dispatch = self._dispatch
+        out: list[int | None] = []
+        append = out.append
+        with np.errstate(all="ignore"):
+            for op in ops:
+                kind = op.kind
+                entry = None if kind in skip else dispatch[kind](op)
+                if entry is None:
+                    append(None)
+                    continue
+                dig = entry[1]
+                if dig is None:
+                    dig = entry[1] = digest(entry[0])
+                append(dig)
+        return out
 
     def _operand(self, op: Op, i: int) -> np.ndarray:
         dt = op.in_dtypes[i]
-        return to_compute(self.mem.read(op.in_addrs[i], op.in_shapes[i], dt), dt)
+        e = self.mem.cached_read(op.in_addrs[i], op.in_shapes[i], dt)
+        c = e[2]
+        if c is None:
+            c = e[2] = to_compute(e[0], dt)
+            c.flags.writeable = False
+        return c
 
-    def _write_result(self, op: Op, values: np.ndarray) -> np.ndarray:
-        stored = to_storage(np.broadcast_to(values, tuple(op.out_shape)), op.out_dtype)
+    def _write_result(self, op: Op, values: np.ndarray) -> list[Any]:
+        shape, dt = tuple(op.out_shape), op.out_dtype
+        if (values.__class__ is np.ndarray and values.shape == shape
+                and values.dtype == STORAGE[dt] and dt != "bf16" and values.flags.c_contiguous):
+            stored = values  # already the storage bytes (what to_storage would return)
+        else:
+            stored = to_storage(np.broadcast_to(values, shape), dt)
         self.mem.write(op.dst_addr, stored)
-        return stored
+        e = [stored, None, None]
+        self.mem.remember(op.dst_addr, op.out_dtype, e)
+        return e
 
-    def _load(self, op: Op) -> np.ndarray:
-        stored = self.mem.read(op.src_addr, op.out_shape, op.out_dtype, op.mem_strides or None)
-        self.mem.write(op.dst_addr, stored)
-        return stored
+    def _load(self, op: Op) -> list[Any]:
+        mem = self.mem
+        e = mem.cached_read(op.src_addr, op.out_shape, op.out_dtype, op.mem_strides or None)
+        mem.write(op.dst_addr, e[0])
+        mem.remember(op.dst_addr, op.out_dtype, e)
+        return e
 
-    def _store(self, op: Op) -> np.ndarray:
-        stored = self.mem.read(op.src_addr, op.out_shape, op.out_dtype)
-        self.mem.write(op.dst_addr, stored, op.mem_strides or None)
-        return stored
+    def _store(self, op: Op) -> list[Any]:
+        mem = self.mem
+        e = mem.cached_read(op.src_addr, op.out_shape, op.out_dtype)
+        mem.write(op.dst_addr, e[0], op.mem_strides or None)
+        if not op.mem_strides:
+            mem.remember(op.dst_addr, op.out_dtype, e)
+        return e
 
-    def _fill(self, op: Op) -> np.ndarray:
-        stored = fill_stored(op.name, op.out_shape, op.out_dtype, op.scalars)
-        self.mem.write(op.dst_addr, stored)
-        return stored
+    def _fill(self, op: Op) -> list[Any]:
+        key = (op.name, tuple(op.out_shape), op.out_dtype, tuple(op.scalars))
+        e = self._fills.get(key)
+        if e is None:
+            if len(self._fills) >= 1024:
+                self._fills.clear()
+            e = self._fills[key] = [fill_stored(op.name, op.out_shape, op.out_dtype, op.scalars),
+                                    None, None]
+        self.mem.write(op.dst_addr, e[0])
+        self.mem.remember(op.dst_addr, op.out_dtype, e)
+        return e
 
     def _args(self, op: Op) -> list[Any]:
         handles = [self._operand(op, i) for i in range(len(op.in_addrs))]
@@ -198,11 +251,11 @@ class Machine:
         hi, si = iter(handles), iter(scalars)
         return [next(hi) if c == "h" else next(si) for c in pattern]
 
-    def _math_op(self, op: Op) -> np.ndarray:
+    def _math_op(self, op: Op) -> list[Any]:
         return self._write_result(op, _math(op.name, self._args(op), op.axis, op.out_dtype))
 
-    def _dot(self, op: Op) -> np.ndarray:
-        acc_np = to_compute(np.zeros(0, STORAGE[op.acc_dtype]), op.acc_dtype).dtype
+    def _dot(self, op: Op) -> list[Any]:
+        acc_np = COMPUTE[op.acc_dtype]
         a = self._operand(op, 0).astype(acc_np, copy=False)
         b = self._operand(op, 1).astype(acc_np, copy=False)
         out = a @ b
@@ -210,7 +263,7 @@ class Machine:
             out = out + self._operand(op, 2).astype(acc_np, copy=False)
         return self._write_result(op, out)
 
-    def _composite(self, op: Op) -> np.ndarray:
+    def _composite(self, op: Op) -> list[Any]:
         extra = json.loads(op.extra_json or "{}")
         operands = [self._operand(op, i) for i in range(len(op.in_addrs))]
         epi = extra.get("epilogue", [])
@@ -233,18 +286,19 @@ class Machine:
                 out = _apply_epilogue(out, spec, operands, 0)
         return self._write_result(op, out)
 
-    def _send(self, op: Op) -> np.ndarray:
-        stored = self.mem.read(op.src_addr, op.out_shape, op.out_dtype)
-        self._inflight[op.op_id] = stored
-        return stored
+    def _send(self, op: Op) -> list[Any]:
+        e = self.mem.cached_read(op.src_addr, op.out_shape, op.out_dtype)
+        self._inflight[op.op_id] = e
+        return e
 
-    def _recv(self, op: Op) -> np.ndarray:
-        stored = self._inflight.pop(op.match_op_id, None)
-        if stored is None:
+    def _recv(self, op: Op) -> list[Any]:
+        e = self._inflight.pop(op.match_op_id, None)
+        if e is None:
             raise VerifyError(f"executor: recv op {op.op_id} ran before its send op "
                               f"{op.match_op_id}; the execution order must respect ops.deps")
-        self.mem.write(op.dst_addr, stored)
-        return stored
+        self.mem.write(op.dst_addr, e[0])
+        self.mem.remember(op.dst_addr, op.out_dtype, e)
+        return e
 
 
 def fill_stored(name: str, shape: Sequence[int], dtype: str, scalars: Sequence[float]) -> np.ndarray:

@@ -38,13 +38,74 @@ def span_elems(shape: Sequence[int], strides: Sequence[int] | None) -> int:
     return 1 + sum((d - 1) * s for d, s in zip(shape, strides, strict=True))
 
 
-class MemoryImage:
-    """Sparse paged bytes. ``read``/``write`` take element strides for tiles of larger tensors."""
+_CHUNK_BITS = 13   # read-cache invalidation granularity (8 KiB)
+_CACHE_CAP = 4096  # cached reads kept at most (then the cache starts over)
 
-    __slots__ = ("_pages",)
+
+class MemoryImage:
+    """Sparse paged bytes. ``read``/``write`` take element strides for tiles of larger tensors.
+
+    ``cached_read`` / ``remember`` keep a bounded cache of recent reads and writes as
+    read-only arrays with a slot for their digest (``[stored, digest, compute]`` entries),
+    so the executor does not re-read, re-convert or re-hash bytes that are already resident.
+    Every ``write`` drops the cached entries whose span it touches (8 KiB granularity), so
+    a cached read always returns what the pages hold.
+    """
+
+    __slots__ = ("_pages", "_cache", "_idx")
 
     def __init__(self) -> None:
         self._pages: dict[int, np.ndarray] = {}
+        #: (addr, shape, dtype, strides) -> [stored (read-only), digest | None, compute | None]
+        self._cache: dict[tuple[object, ...], list[object]] = {}
+        #: chunk number -> keys of cached entries whose span touches it
+        self._idx: dict[int, set[tuple[object, ...]]] = {}
+
+    def _invalidate(self, addr: int, nbytes: int) -> None:
+        idx, cache = self._idx, self._cache
+        for c in range(addr >> _CHUNK_BITS, ((addr + max(nbytes, 1) - 1) >> _CHUNK_BITS) + 1):
+            keys = idx.pop(c, None)
+            if keys:
+                for k in keys:
+                    cache.pop(k, None)
+
+    def _keep(self, key: tuple[object, ...], nbytes: int, entry: list[object]) -> None:
+        cache = self._cache
+        if len(cache) >= _CACHE_CAP:
+            cache.clear()
+            self._idx.clear()
+        cache[key] = entry
+        addr = key[0]
+        idx = self._idx
+        for c in range(addr >> _CHUNK_BITS, ((addr + max(nbytes, 1) - 1) >> _CHUNK_BITS) + 1):
+            keys = idx.get(c)
+            if keys is None:
+                idx[c] = {key}
+            else:
+                keys.add(key)
+
+    def cached_read(self, addr: int, shape: Sequence[int], dtype: str,
+                    strides: Sequence[int] | None = None) -> list[object]:
+        """``[stored, digest, compute]`` of ``read(addr, shape, dtype, strides)``; ``stored`` is
+        read-only and shared with later identical reads (fill the digest/compute slots in place)."""
+        shape = tuple(shape)
+        st = tuple(strides) if strides else None
+        key = (addr, shape, dtype, st)
+        entry = self._cache.get(key)
+        if entry is None:
+            stored = self.read(addr, shape, dtype, st)
+            stored.flags.writeable = False
+            entry = [stored, None, None]
+            self._keep(key, span_elems(shape, st) * stored.itemsize, entry)
+        return entry
+
+    def remember(self, addr: int, dtype: str, entry: list[object]) -> None:
+        """Record that ``entry[0]`` (storage array of ``dtype``) was just written contiguously at
+        ``addr``: a later contiguous read of the same shape and dtype returns ``entry``."""
+        stored = entry[0]
+        assert isinstance(stored, np.ndarray)
+        stored.flags.writeable = False
+        self._keep((addr, stored.shape, dtype, None), stored.nbytes, entry)
 
     def _page(self, no: int) -> np.ndarray:
         page = self._pages.get(no)
@@ -73,6 +134,15 @@ class MemoryImage:
     def write_bytes(self, addr: int, data: np.ndarray) -> None:
         buf = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
         nbytes = buf.size
+        if self._idx:
+            self._invalidate(addr, nbytes)
+        off = addr & _MASK
+        if off + nbytes <= _PAGE:  # within one page (the common case)
+            page = self._pages.get(addr >> _PAGE_BITS)
+            if page is None:
+                page = self._page(addr >> _PAGE_BITS)
+            page[off:off + nbytes] = buf
+            return
         pos = 0
         while pos < nbytes:
             a = addr + pos
@@ -99,7 +169,7 @@ class MemoryImage:
             flat = self.read_bytes(addr, nbytes).view(sdt)
         view = np.lib.stride_tricks.as_strided(
             flat, shape=shape, strides=tuple(s * sdt.itemsize for s in strides), writeable=False)
-        return np.ascontiguousarray(view)
+        return view.copy()  # always a copy (a contiguous view would alias the page)
 
     def write(self, addr: int, stored: np.ndarray, strides: Sequence[int] | None = None) -> None:
         """Write a storage-dtype array at ``addr`` (contiguous, or scattered with element strides)."""
@@ -109,6 +179,8 @@ class MemoryImage:
         sdt = stored.dtype
         span = span_elems(stored.shape, strides)
         nbytes = span * sdt.itemsize
+        if self._idx:
+            self._invalidate(addr, nbytes)
         off = addr & _MASK
         in_page = off + nbytes <= _PAGE and off % sdt.itemsize == 0
         flat = (self._page(addr >> _PAGE_BITS)[off:off + nbytes] if in_page

@@ -22,6 +22,7 @@ whatever a pending op wrote is read back as pending.
 from __future__ import annotations
 
 import gc
+import operator
 import os
 import time
 import weakref
@@ -38,6 +39,8 @@ __all__ = ["Tracer", "OpSink", "addresses", "expand"]
 
 BATCH_ROWS = 65_536
 _COMPUTE = frozenset(("dot", "math", "composite"))
+#: an Op -> its column values in schema order (one C call per row)
+_ROW = operator.attrgetter(*OP_FIELDS)
 
 
 def addresses() -> Any:
@@ -142,10 +145,9 @@ class OpSink:
         rows = [expand(r) for r in recs]
         machine, golden = self.machine, self.golden
         if machine is not None:
-            step = machine.step
-            for op in rows:
-                if golden or op.kind not in _COMPUTE:
-                    op.out_digest = step(op)[1]
+            for op, dig in zip(rows, machine.run(rows, frozenset() if golden else _COMPUTE),
+                               strict=True):
+                op.out_digest = dig
         self.counts.update(op.kind for op in rows)
         self.rows += len(rows)
         if self._bw is None:
@@ -153,8 +155,8 @@ class OpSink:
             self.kept.extend(rows)
         else:
             cols = self._bw.columns
-            for i, name in enumerate(OP_FIELDS):
-                cols[i].extend([getattr(r, name) for r in rows])
+            for col, vals in zip(cols, zip(*map(_ROW, rows), strict=True), strict=True):
+                col.extend(vals)
             self._bw.commit(len(rows))
         if self.lazy:  # forget handles that died
             self.lazy[:] = [r for r in self.lazy if (h := r()) is not None and h._lazy is not None]

@@ -1,0 +1,70 @@
+"""The memory image's read cache (used by the executor) never returns stale bytes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kbtrace.capture.dtypes import digest
+from kbtrace.capture.executor import Machine, Op
+from kbtrace.capture.memory import MemoryImage
+
+BASE = 0x4000_0000
+
+
+def test_cached_read_is_shared_and_read_only() -> None:
+    mem = MemoryImage()
+    mem.write(BASE, np.arange(64, dtype=np.float32))
+    e1 = mem.cached_read(BASE, (4, 4), "f32", (8, 1))
+    e2 = mem.cached_read(BASE, [4, 4], "f32", [8, 1])
+    assert e1 is e2
+    assert e1[0].tolist()[1] == [8.0, 9.0, 10.0, 11.0]
+    with pytest.raises(ValueError):
+        e1[0][0, 0] = 1.0
+
+
+@pytest.mark.parametrize("where", [0, 8 * 4 + 3 * 4, 60 * 4, 8 * 1024 * 4])
+def test_write_into_span_invalidates(where: int) -> None:
+    mem = MemoryImage()
+    mem.write(BASE, np.arange(64, dtype=np.float32))
+    before = mem.cached_read(BASE, (4, 4), "f32", (8, 1))[0].copy()
+    mem.write(BASE + where, np.full(1, -1.0, dtype=np.float32))
+    after = mem.cached_read(BASE, (4, 4), "f32", (8, 1))[0]
+    assert np.array_equal(after, mem.read(BASE, (4, 4), "f32", (8, 1)))
+    touched = where < 4 * 8 * 4
+    assert np.array_equal(after, before) == (not touched or where == 60 * 4)
+
+
+def test_strided_write_invalidates_remembered_tile() -> None:
+    mem = MemoryImage()
+    tile = np.ones((2, 2), dtype=np.float32)
+    e = [tile, None, None]
+    mem.write(BASE, tile)
+    mem.remember(BASE, "f32", e)
+    assert mem.cached_read(BASE, (2, 2), "f32") is e
+    mem.write(BASE, np.full((2, 1), 7.0, dtype=np.float32), strides=(2, 1))
+    got = mem.cached_read(BASE, (2, 2), "f32")[0]
+    assert got.tolist() == [[7.0, 1.0], [7.0, 1.0]]
+
+
+def test_contiguous_strided_read_does_not_alias_the_page() -> None:
+    mem = MemoryImage()
+    mem.write(BASE, np.arange(8, dtype=np.float32))
+    view = mem.read(BASE, (2, 4), "f32", (4, 1))   # contiguous although strided
+    mem.write(BASE, np.zeros(8, dtype=np.float32))
+    assert view.tolist() == [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0]]
+
+
+def test_machine_digests_follow_memory_not_the_cache() -> None:
+    m = Machine()
+    m.mem.write(BASE, np.arange(16, dtype=np.float32))
+    load = Op(op_id=0, kind="load", src_addr=BASE, dst_addr=BASE + 4096, out_shape=[2, 2],
+              out_dtype="f32", mem_strides=[4, 1])
+    _, d0 = m.step(load)
+    assert d0 == digest(np.array([[0, 1], [4, 5]], dtype=np.float32))
+    assert m.step(load)[1] == d0
+    store = Op(op_id=1, kind="store", src_addr=BASE + 8192, dst_addr=BASE + 4, out_shape=[1],
+               out_dtype="f32")
+    m.mem.write(BASE + 8192, np.full(1, 9.0, dtype=np.float32))
+    m.step(store)
+    assert m.step(load)[1] == digest(np.array([[0, 9], [4, 5]], dtype=np.float32))
