@@ -14,6 +14,9 @@ one least disturbed by other jobs):
   capture order (out_digest) and the Parquet batches.
 * ``total_ops_per_s`` -- the whole ``capture()`` call: build, kernel phase, drain,
   reference check, memory.parquet, trace.json.
+
+Each is also given as a ratio to the switch-pair rate (``ratio_*``) and, for the golden
+capture, as microseconds per op (``us_per_op``).
 """
 
 from __future__ import annotations
@@ -75,9 +78,13 @@ def measure() -> dict[str, object]:
     return {"greenlet_switch_pairs_per_s": round(sw), "gemm_params": PARAMS, "gemm_ops": gold["ops"],
             "golden": gold, "no_golden": fast,
             "ratio_kernel": round(gold["kernel_ops_per_s"] / sw, 4),
+            "ratio_drain": round(gold["drain_ops_per_s"] / sw, 4),
             "ratio_total": round(gold["total_ops_per_s"] / sw, 4),
             "ratio_kernel_no_golden": round(fast["kernel_ops_per_s"] / sw, 4),
+            "ratio_drain_no_golden": round(fast["drain_ops_per_s"] / sw, 4),
             "ratio_total_no_golden": round(fast["total_ops_per_s"] / sw, 4),
+            "us_per_op": {k: round(1e6 / gold[f"{k}_ops_per_s"], 2)
+                          for k in ("kernel", "drain", "total")},
             "target_ratio": TARGET}
 
 
