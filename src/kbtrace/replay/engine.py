@@ -73,6 +73,7 @@ class Sim:
             alias[topo.pe_node(c, "math").idx] = topo.pe_node(c, "gemm").idx
         self.rec = Recorder(out_dir, len(ops), len(topo.links), opts.batch_rows, alias)
         self.fabric = make_fabric(opts.fidelity, self.env, topo, self.rec, self.hbm)
+        self.fast = opts.fidelity == "fast"
         self.pes = {c: Pe(self, c) for c in pes}
         self._done = bytearray(len(ops))
         self._waiters: dict[int, simpy.Event] = {}
@@ -127,6 +128,53 @@ class Sim:
         self.rec.hop(op_id, tile, "hbm", src, -1, t, max(ready), nbytes / (h.bw * h.n_pcs),
                      max(0.0, first - t - min(nbytes, h.burst) / h.bw), nbytes)
         return self.fabric.send(op_id, tile, src, dst, nbytes, addr, ready=ready)
+
+    def dma_read_fast(self, op_id: int, tile: int, dma: int, addr: int, nbytes: int,
+                      setup: float):
+        """fast mode: a DMA read round trip in two SimPy events.
+
+        One timeout covers the channel setup and the request leg; at the request's
+        arrival the HBM read is scheduled and the data transfer booked (at arrival
+        time, as before, so pseudo-channels and links are still granted in arrival
+        order) and one timeout covers the data leg.
+        """
+        src = self._resolved.get(addr)
+        if src is None:
+            src = self.resolve(addr)
+        fab, env, rec = self.fabric, self.env, self.rec
+        t = env.now + setup
+        lat = fab.command_ns(dma, src)
+        rec.hop(op_id, tile, "fabric", dma, -1, t, t + lat, 0.0, 0.0, 0)
+        yield env.timeout(setup + lat)
+        if nbytes <= 0:
+            yield fab.command(op_id, tile, src, dma)
+            return
+        h = self.hbm.get(src)
+        if h is None:
+            yield fab.send(op_id, tile, src, dma, nbytes, addr)
+            return
+        t = env.now
+        ready = h.read(addr, nbytes, t)
+        first = min(ready)
+        rec.hop(op_id, tile, "hbm", src, -1, t, max(ready), nbytes / (h.bw * h.n_pcs),
+                max(0.0, first - t - min(nbytes, h.burst) / h.bw), nbytes)
+        yield fab.send(op_id, tile, src, dma, nbytes, addr, ready=ready)
+
+    def dma_write_fast(self, op_id: int, tile: int, dma: int, addr: int, nbytes: int,
+                       setup: float):
+        """fast mode: a DMA write round trip (setup, data, HBM commit, ack) as one event."""
+        dst = self._resolved.get(addr)
+        if dst is None:
+            dst = self.resolve(addr)
+        fab = self.fabric
+        lat = fab.command_ns(dst, dma)
+        if nbytes > 0:
+            t_ack = yield fab.send(op_id, tile, dma, dst, nbytes, addr,
+                                   at=self.env.now + setup, ack=lat)
+        else:
+            t_ack = self.env.now + setup
+            yield self.env.timeout(setup + lat)
+        self.rec.hop(op_id, tile, "fabric", dst, -1, t_ack, t_ack + lat, 0.0, 0.0, 0)
 
     def dma_read(self, op_id: int, tile: int, dma: int, addr: int, nbytes: int):
         src = self.resolve(addr)

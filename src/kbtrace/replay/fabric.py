@@ -342,12 +342,12 @@ class _Plan:
 
 
 class _Done:
-    """Timeout callback of a fast transfer: record its hops, then fire ``done``."""
-    __slots__ = ("rec", "op", "rows", "ivr", "ivs", "ive", "ivb", "done", "t")
+    """Callback of a fast transfer's one timeout: record its hop rows (the waiting
+    process resumes right after, on the same event)."""
+    __slots__ = ("rec", "op", "rows", "ivr", "ivs", "ive", "ivb")
 
     def __call__(self, _ev: simpy.Event) -> None:
         self.rec.hops_bulk(self.op, self.rows, self.ivr, self.ivs, self.ive, self.ivb)
-        self.done.succeed(self.t)
 
 
 class FastFabric(Fabric):
@@ -378,7 +378,11 @@ class FastFabric(Fabric):
         self._plans: dict[tuple[int, int, int], _Plan] = {}
 
     def send(self, op_id: int, tile: int, src: int, dst: int, nbytes: int, addr: int = 0,
-             ready: list[float] | None = None) -> simpy.Event:
+             ready: list[float] | None = None, at: float | None = None,
+             ack: float = 0.0) -> simpy.Event:
+        """As ``Fabric.send``; ``at``: flits ready at this (future) time instead of now;
+        ``ack``: the returned event fires that much later (a control message back,
+        whose row the caller records), so a DMA round trip is one SimPy event."""
         key = (src, dst, nbytes)
         pl = self._plans.get(key)
         if pl is None:
@@ -386,23 +390,25 @@ class FastFabric(Fabric):
         env = self.env
         now = env.now
         nb = nbytes
+        t0 = now if at is None else at
         if ready is None:
-            h = t = now
+            h = t = t0
         else:
             h, t = min(ready), max(ready)
         cb = _Done()
-        cb.rec, cb.op, cb.done = self.rec, op_id, env.event()
+        cb.rec, cb.op = self.rec, op_id
         if not pl.links:
             if ready is None:
-                t = now
-            rows = [(now, tile, pl.term_stage, dst, -1, t, pl.term_busy, 0.0, nb)]
-            cb.rows, cb.t = rows, t
+                t = t0
+            rows = [(t0, tile, pl.term_stage, dst, -1, t, pl.term_busy, 0.0, nb)]
+            cb.rows = rows
             if pl.term_busy > 0:
-                cb.ivr, cb.ivs, cb.ive, cb.ivb = [pl.term_rid], [now], [t], [pl.term_busy]
+                cb.ivr, cb.ivs, cb.ive, cb.ivb = [pl.term_rid], [t0], [t], [pl.term_busy]
             else:
                 cb.ivr = cb.ivs = cb.ive = cb.ivb = []
-            env.timeout(t - now).callbacks.append(cb)
-            return cb.done
+            ev = env.timeout(t + ack - now, t)
+            ev.callbacks.append(cb)
+            return ev
         enter = []
         queue = []
         leave = []
@@ -487,9 +493,10 @@ class FastFabric(Fabric):
             ivs.append(h_in + q)
             ive.append(done)
             ivb.append(pl.term_busy)
-        cb.rows, cb.ivr, cb.ivs, cb.ive, cb.ivb, cb.t = rows, ivr, ivs, ive, ivb, done
-        env.timeout(done - now).callbacks.append(cb)
-        return cb.done
+        cb.rows, cb.ivr, cb.ivs, cb.ive, cb.ivb = rows, ivr, ivs, ive, ivb
+        ev = env.timeout(done + ack - now, done)
+        ev.callbacks.append(cb)
+        return ev
 
 
 def _fit(iv: list[float], now: float, h: float, body: float, tail_at: float,

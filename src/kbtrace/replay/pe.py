@@ -129,6 +129,7 @@ class Pe:
         self.cpu_clock = p.pe_cpu.clock_ghz
         self.sched_ov = p.scheduler.overhead_ns
         self.dma_ov = p.dma.overhead_ns
+        self.fast = sim.fast
         self.fetch_bw = min(p.fetch_store.bw_gbps, p.tcm.read_bw_gbps)
         self.store_bw = min(p.fetch_store.bw_gbps, p.tcm.write_bw_gbps)
         self.gemm = p.gemm
@@ -260,7 +261,15 @@ class Pe:
         kind = st.kind
         t_in = tok.t_in
         t0 = env.now
-        if kind == P.DMA_READ:
+        if kind == P.DMA_READ and self.fast:
+            yield from self.sim.dma_read_fast(op_id, tile, self.n_dma, st.a, st.b, self.dma_ov)
+            rec.hop(op_id, tile, "dma_read", self.n_dma, -1, t_in, env.now, env.now - t0,
+                    t0 - t_in, st.b)
+        elif kind == P.DMA_WRITE and self.fast:
+            yield from self.sim.dma_write_fast(op_id, tile, self.n_dma, st.a, st.b, self.dma_ov)
+            rec.hop(op_id, tile, "dma_write", self.n_dma, -1, t_in, env.now, env.now - t0,
+                    t0 - t_in, st.b)
+        elif kind == P.DMA_READ:
             if self.dma_ov > 0:
                 yield env.timeout(self.dma_ov)
             yield from self.sim.dma_read(op_id, tile, self.n_dma, st.a, st.b)
