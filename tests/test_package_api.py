@@ -24,3 +24,15 @@ def test_lazy_exports_resolve() -> None:
     import kbtrace
     for name in kbtrace.__all__:
         assert getattr(kbtrace, name) is not None, name
+
+
+def test_stage_package_exports_resolve() -> None:
+    # every name a stage package lists in __all__ must import (README: `from kbtrace.analysis
+    # import export_perfetto, run_workload, summarize, catalogue_markdown`)
+    import importlib
+    for pkg in ("kbtrace.topology", "kbtrace.capture", "kbtrace.replay", "kbtrace.analysis"):
+        mod = importlib.import_module(pkg)
+        for name in mod.__all__:
+            assert getattr(mod, name) is not None, f"{pkg}.{name}"
+    from kbtrace.analysis import summarize
+    assert summarize.__module__ == "kbtrace.analysis.summary"

@@ -106,6 +106,18 @@ def test_xy_order_and_hbm_zone_detour(default):
     assert (2, 2) not in slots and (3, 2) not in slots and len(slots) == 9
 
 
+def test_lookups_accept_node_objects(small):
+    # README: topo.router_of(node); topo.router_slot(router) -- chaining the returned Nodes works
+    t = small
+    dma = t.pe_node(PeCoord(0, 0, 5), "dma")
+    router = t.router_of(dma)
+    assert router.id == "sip0.cube0.r4c5" and t.router_slot(router) == (4, 5)
+    assert t.node(dma) is dma
+    assert t.route(dma, t.hbm_ctrl(PeCoord(0, 0, 5))) == t.route(dma.id, "sip0.cube0.hbm_ctrl.pe5")
+    with pytest.raises(RoutingError, match="is a dma, not a router"):
+        t.router_slot(dma)
+
+
 def test_io_and_inter_sip_paths(default):
     t = default
     r = t.route("host", "sip1.cube5.hbm_ctrl.pe0")

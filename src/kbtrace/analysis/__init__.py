@@ -31,7 +31,7 @@ _EXPORTS = {
     "VerifyResult": "kbtrace.analysis.verifier",
     "diff": "kbtrace.analysis.differ",
     "DiffResult": "kbtrace.analysis.differ",
-    "summarize": "kbtrace.analysis.differ",
+    "summarize": "kbtrace.analysis.summary",
     "report": "kbtrace.analysis.reporter",
     "export_perfetto": "kbtrace.analysis.perfetto",
     "run_workload": "kbtrace.analysis.main",

@@ -120,7 +120,9 @@ class Topology:
         return self.pes_per_cube * h.pcs_per_pe * h.pc_bw_gbps
 
     # ------------------------------------------------------------------ lookups
-    def node(self, node_id: str | int) -> Node:
+    def node(self, node_id: str | int | Node) -> Node:
+        if isinstance(node_id, Node):
+            node_id = node_id.idx
         if isinstance(node_id, int):
             if not 0 <= node_id < len(self.nodes):
                 raise RoutingError(f"node index {node_id} out of range (0..{len(self.nodes) - 1})")
@@ -183,18 +185,22 @@ class Topology:
     def switch(self) -> Node:
         return self.nodes[self._g.switch]
 
-    def router_of(self, node: str | int) -> Node | None:
+    def router_of(self, node: str | int | Node) -> Node | None:
         """The cube router a cube-level node attaches to (None outside cubes)."""
         n = self.node(node)
         idx = self._g.attach.get(n.idx, n.idx if n.kind == "router" else None)
         return None if idx is None else self.nodes[idx]
 
-    def router_slot(self, node: str | int) -> tuple[int, int]:
+    def router_slot(self, node: str | int | Node) -> tuple[int, int]:
         """(row, col) of a router node."""
-        return self._g.router_slot[self.node(node).idx]
+        n = self.node(node)
+        slot = self._g.router_slot.get(n.idx)
+        if slot is None:
+            raise RoutingError(f"{n.id!r} is a {n.kind}, not a router; pass a router, e.g. topo.router_of({n.id!r})")
+        return slot
 
     # ------------------------------------------------------------------ routing
-    def route(self, src: str | int, dst: str | int) -> Route:
+    def route(self, src: str | int | Node, dst: str | int | Node) -> Route:
         """Deterministic route; cached per (src, dst)."""
         s = src if isinstance(src, int) and 0 <= src < len(self.nodes) else self.node(src).idx
         d = dst if isinstance(dst, int) and 0 <= dst < len(self.nodes) else self.node(dst).idx
