@@ -103,6 +103,11 @@ def test_unknown_metric(base):
         diff(base, base, ["makspan>2%"])
     with pytest.raises(AnalysisError, match="unknown metric"):
         diff(base, base, ["stage.dmaread>2%"])
+    # a util rule naming no node/link kind used to match nothing and never fire
+    for bad in ("util.hbm_ctrl<-10%", "util.node.hbm_ctlr>1%", "util.link.hbm_ctrl>1%"):
+        with pytest.raises(AnalysisError, match="unknown metric 'util"):
+            diff(base, base, [bad])
+    assert not diff(base, base, ["util.node.hbm_ctrl<-10%", "util.link.pcie>1%"]).failed
 
 
 def test_util_metric(base):

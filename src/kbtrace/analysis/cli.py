@@ -128,7 +128,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("new", help="new run or baseline directory")
     p.add_argument("--fail-on", action="append", metavar="RULE",
                    help="regression rule, repeatable: makespan>2%%, stage.dma_read>5%%, "
-                        "util.hbm_ctrl<-10%%, ops.added>0, op.max>10%%")
+                        "util.node.hbm_ctrl<-10%%, ops.added>0, op.max>10%%")
     p.add_argument("--format", "-f", choices=("text", "md", "json"), default="text")
     p.add_argument("-o", "--output", help="also write the rendering to FILE")
     p.set_defaults(func=_diff)

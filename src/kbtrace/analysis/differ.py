@@ -23,6 +23,7 @@ from typing import Any
 
 import polars as pl
 
+from kbtrace import schema
 from kbtrace.analysis.summary import OP_KEY, Summary, load_summary
 from kbtrace.errors import AnalysisError
 
@@ -176,6 +177,10 @@ def diff(base: Any, new: Any, fail_on: list[str] | tuple[str, ...] = ()) -> Diff
                 if r.metric.startswith("stage.") and r.metric[6:] not in _STAGES:
                     raise AnalysisError(f"--fail-on {r.text!r}: unknown metric; known: "
                                         f"{', '.join(known)}")
+                if r.metric.startswith("util.") and r.metric not in _UTIL_METRICS:
+                    raise AnalysisError(f"--fail-on {r.text!r}: unknown metric {r.metric!r}; use "
+                                        "util.node.<node kind> or util.link.<link kind>, e.g. "
+                                        "util.node.hbm_ctrl or util.link.router_mesh")
             else:
                 raise AnalysisError(f"--fail-on {r.text!r}: unknown metric {r.metric!r}; use "
                                     "makespan, stage.<stage>, util.<node|link>.<kind>, ops.added, "
@@ -196,3 +201,5 @@ def diff(base: Any, new: Any, fail_on: list[str] | tuple[str, ...] = ()) -> Diff
 
 
 _STAGES = ("dma_read", "fetch", "gemm", "math", "store", "dma_write", "ipcq", "other", "idle")
+_UTIL_METRICS = frozenset([f"util.node.{k}" for k in schema.NODE_KINDS]
+                          + [f"util.link.{k}" for k in schema.LINK_KINDS])
