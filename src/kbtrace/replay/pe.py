@@ -261,26 +261,19 @@ class Pe:
         kind = st.kind
         t_in = tok.t_in
         t0 = env.now
-        if kind == P.DMA_READ and self.fast:
-            yield from self.sim.dma_read_fast(op_id, tile, self.n_dma, st.a, st.b, self.dma_ov)
-            rec.hop(op_id, tile, "dma_read", self.n_dma, -1, t_in, env.now, env.now - t0,
-                    t0 - t_in, st.b)
-        elif kind == P.DMA_WRITE and self.fast:
-            yield from self.sim.dma_write_fast(op_id, tile, self.n_dma, st.a, st.b, self.dma_ov)
-            rec.hop(op_id, tile, "dma_write", self.n_dma, -1, t_in, env.now, env.now - t0,
-                    t0 - t_in, st.b)
-        elif kind == P.DMA_READ:
-            if self.dma_ov > 0:
-                yield env.timeout(self.dma_ov)
-            yield from self.sim.dma_read(op_id, tile, self.n_dma, st.a, st.b)
-            rec.hop(op_id, tile, "dma_read", self.n_dma, -1, t_in, env.now, env.now - t0,
-                    t0 - t_in, st.b)
-        elif kind == P.DMA_WRITE:
-            if self.dma_ov > 0:
-                yield env.timeout(self.dma_ov)
-            yield from self.sim.dma_write(op_id, tile, self.n_dma, st.a, st.b)
-            rec.hop(op_id, tile, "dma_write", self.n_dma, -1, t_in, env.now, env.now - t0,
-                    t0 - t_in, st.b)
+        if kind == P.DMA_READ or kind == P.DMA_WRITE:
+            read = kind == P.DMA_READ
+            sim = self.sim
+            if self.fast:  # fast mode folds the descriptor overhead into its closed form
+                leg = (sim.dma_read_fast if read else sim.dma_write_fast)(
+                    op_id, tile, self.n_dma, st.a, st.b, self.dma_ov)
+            else:
+                if self.dma_ov > 0:
+                    yield env.timeout(self.dma_ov)
+                leg = (sim.dma_read if read else sim.dma_write)(op_id, tile, self.n_dma, st.a, st.b)
+            yield from leg
+            rec.hop(op_id, tile, "dma_read" if read else "dma_write", self.n_dma, -1, t_in,
+                    env.now, env.now - t0, t0 - t_in, st.b)
         else:
             if kind == P.FETCH:
                 dur, stage, node = st.a / self.fetch_bw, "fetch", self.n_fs
