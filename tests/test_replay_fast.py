@@ -1,9 +1,12 @@
-"""Exactness of the replay speed-ups: each fast path must equal the code it replaces.
+"""Exactness and cost of the replay speed-ups.
 
-* ``FifoStore`` schedules exactly the events of an unbounded ``simpy.Store`` (same
-  processing order, same event count), so swapping it in cannot move a tie.
 * ``HbmController.read`` (per-PC running sums) gives bit-identical finish times and
   PC state to committing the bursts one by one.
+* The PE pipeline spends one SimPy event per service in ``fast`` mode (two for a
+  DMA read: setup + request leg, data leg) and none on handoffs or op completions.
+* Zero-length services complete synchronously without deep recursion.
+* DMA channels are held through the round trip: two async loads overlap with two
+  read channels and serialise with one.
 """
 
 from __future__ import annotations
@@ -11,54 +14,12 @@ from __future__ import annotations
 import random
 from types import SimpleNamespace
 
-import simpy
+import pytest
 
+from kbtrace.replay import ReplayOptions, replay
 from kbtrace.replay.hbm import HbmController
-from kbtrace.replay.pe import FifoStore
-
-
-def _store_log(make_store, seed: int) -> tuple[list[tuple], int]:
-    rng = random.Random(seed)
-    env = simpy.Environment()
-    stores = [make_store(env) for _ in range(2)]
-    log: list[tuple] = []
-
-    def consumer(cid, st):
-        while True:
-            item = yield st.get()
-            log.append((env.now, "get", cid, item))
-            if rng.random() < 0.5:
-                yield env.timeout(rng.choice([0, 1, 2]))
-
-    def producer(pid, delays):
-        for k, d in enumerate(delays):
-            if d:
-                yield env.timeout(d)
-            st = stores[(pid + k) % 2]
-            st.put((pid, k))
-            log.append((env.now, "put", pid, k))
-            if k % 3 == 0:
-                yield env.timeout(0)
-
-    for c in range(3):
-        env.process(consumer(c, stores[c % 2]))
-    for p in range(3):
-        env.process(producer(p, [rng.choice([0, 0, 1, 3]) for _ in range(25)]))
-    n = 0
-    try:
-        while True:
-            env.step()
-            n += 1
-    except simpy.core.EmptySchedule:
-        pass
-    return log, n
-
-
-def test_fifo_store_matches_simpy_store_event_for_event():
-    for seed in range(40):
-        ref = _store_log(simpy.Store, seed)
-        got = _store_log(FifoStore, seed)
-        assert got == ref, seed
+from kbtrace.topology import compile_topology
+from test_replay_util import TOPO_DIR, SynthTrace, hbm, load, on, store
 
 
 def _hbm_params(rng):
@@ -85,3 +46,60 @@ def test_hbm_read_equals_burst_by_burst_commits():
                     for off in range(0, nb, p.burst_bytes)]
             assert fast.read(addr, nb, t) == want
             assert fast.pc_avail == ref.pc_avail and fast.last_dir == ref.last_dir
+
+
+def _run(trace, topo, tmp_path, tag, fid="fast"):
+    return replay(trace, topo, ReplayOptions(fidelity=fid, out_dir=str(tmp_path / tag)))
+
+
+def test_fast_pipeline_events_per_op(tmp_path):
+    """Sync load = dispatch + scheduler + DMA setup/request + data leg = 4 events; sync
+    store = 3 (its data, commit and ack leg are one event); a wait on both = 1 (dispatch).
+    The host's launch costs the same fixed number of events whatever the program."""
+    tiny = compile_topology(TOPO_DIR / "tiny.yaml")
+    a = hbm(0, 0, 0, tiny)
+
+    def events(n):
+        rows = []
+        for i in range(n):
+            rows.append(load(a + 4096 * i, 4096, seq=3 * i))
+            rows.append(store(a + 4096 * (n + i), 4096, seq=3 * i + 1))
+            rows.append({**on(seq=3 * i + 2), "kind": "wait", "deps": [3 * i, 3 * i + 1]})
+        return _run(SynthTrace(rows), tiny, tmp_path, f"n{n}").events
+
+    assert events(11) - events(1) == 10 * (4 + 3 + 1)
+
+
+def test_zero_length_services_do_not_recurse(tmp_path):
+    """With zero dispatch, scheduler and math time every op of a long program completes
+    synchronously inside one callback chain; it must not grow the Python stack per op."""
+    topo = compile_topology(TOPO_DIR / "tiny.yaml", overrides={
+        "pe.pe_cpu.dispatch_cycles": 0, "pe.scheduler.overhead_ns": 0, "pe.math.overhead_ns": 0})
+    n = 3000
+    rows = [{**on(seq=i), "kind": "fill", "out_shape": [0], "out_dtype": "f32", "nbytes": 0,
+             "deps": [i - 1] if i else []} for i in range(n)]
+    r = _run(SynthTrace(rows), topo, tmp_path, "zero")
+    ot = r.op_timing()
+    t_end = set(ot["t_end_ns"].to_pylist())
+    assert len(t_end) == 1 and t_end == set(ot["t_issue_ns"].to_pylist())
+    assert r.events < 20
+
+
+@pytest.mark.parametrize("fid", ("fast", "flit"))
+def test_dma_channels_held_through_round_trip(tmp_path, fid):
+    """Two async 4 KiB loads of PE0's own slice, then a wait: with one read channel the
+    second's DMA stage queues for the whole first round trip; with two they overlap."""
+    rows = [{**load(hbm(0, 0, 0, compile_topology(TOPO_DIR / "tiny.yaml"), 65536 * i), 4096,
+                    seq=i), "is_async": True} for i in range(2)]
+    rows.append({**on(seq=2), "kind": "wait", "deps": [0, 1]})
+    dma = {}
+    for ch in (1, 2):
+        topo = compile_topology(TOPO_DIR / "tiny.yaml", overrides={"pe.dma.read_channels": ch})
+        h = _run(SynthTrace(rows), topo, tmp_path, f"ch{ch}", fid).hops_table().to_pylist()
+        dma[ch] = sorted((x["op_id"], x["t_enter_ns"], x["t_leave_ns"], x["queue_ns"])
+                         for x in h if x["stage"] == "dma_read")
+    (_, e0, l0, q0), (_, e1, l1, q1) = dma[1]
+    assert q0 == 0.0 and e1 + q1 == pytest.approx(l0)          # waits for the whole round trip
+    (_, f0, m0, r0), (_, f1, m1, r1) = dma[2]
+    assert r0 == r1 == 0.0 and f1 < m0                          # both channels busy at once
+    assert (f0, m0) == (e0, l0) and m1 < l1

@@ -14,9 +14,12 @@ Tie-break rule (determinism): events at equal simulated time are processed
 in SimPy's (time, priority, insertion id) order; insertion order is itself
 deterministic because components are built in ``node_idx`` / PE order, the
 host issues work in ``op_id`` order, launches hand programs to PE_CPUs in
-(launch, program) order and every inbox is FIFO. In ``fast`` mode link and
-node reservations are granted in the order transfers start, i.e. the same
-order.
+(launch, program) order and every station queue is FIFO. Work that needs no
+event runs synchronously inside the callback that caused it, in a fixed
+order (``pe.py``: a finished token is routed on before its server takes the
+next waiting token; ``Sim.complete`` runs an op's ``on_done`` callbacks in
+registration order). In ``fast`` mode link and node reservations are
+granted in the order transfers start, i.e. the same order.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import gc
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +78,8 @@ class Sim:
         self.rec = Recorder(out_dir, len(ops), len(topo.links), opts.batch_rows, alias)
         self.fabric = make_fabric(opts.fidelity, self.env, topo, self.rec, self.hbm)
         self.fast = opts.fidelity == "fast"
-        self.pes = {c: Pe(self, c) for c in pes}
         self._done = bytearray(len(ops))
+        self._on_done: dict[int, list[Callable[[], Any]]] = {}
         self._waiters: dict[int, simpy.Event] = {}
         self._ready: dict[int, simpy.Event] = {}
         self._chan: dict[tuple[int, int, int], simpy.Container] = {}
@@ -83,17 +87,29 @@ class Sim:
         self._resolved: dict[int, int] = {}
         self.launches: list[dict[str, float]] = []
         self.host = topo.host.idx
+        self.pes = {c: Pe(self, c) for c in pes}
 
     # ------------------------------------------------------------------ op bookkeeping
     def plan(self, op: Op):
         return plan_for(op, self.params)
 
+    def on_done(self, op_id: int, fn: Callable[[], Any]) -> None:
+        """Call ``fn()`` when op ``op_id`` completes (it must not have completed yet)."""
+        cbs = self._on_done.get(op_id)
+        if cbs is None:
+            self._on_done[op_id] = [fn]
+        else:
+            cbs.append(fn)
+
     def done_event(self, op_id: int) -> simpy.Event:
+        """A SimPy event that fires when op ``op_id`` completes (for generator code)."""
         ev = self._waiters.get(op_id)
         if ev is None:
             ev = self._waiters[op_id] = self.env.event()
             if self._done[op_id]:
                 ev.succeed()
+            else:
+                self.on_done(op_id, ev.succeed)
         return ev
 
     def wait_for(self, deps: list[int]) -> simpy.Event | None:
@@ -103,11 +119,14 @@ class Sim:
         return pend[0] if len(pend) == 1 else self.env.all_of(pend)
 
     def complete(self, op: Op, t_issue: float, t_start: float, engine: str) -> None:
-        self.rec.op_done(op.op_id, t_issue, t_start, self.env.now, engine)
-        self._done[op.op_id] = 1
-        ev = self._waiters.get(op.op_id)
-        if ev is not None and not ev.triggered:
-            ev.succeed()
+        """Record op ``op``'s completion (now) and run its ``on_done`` callbacks, in order."""
+        op_id = op.op_id
+        self.rec.op_done(op_id, t_issue, t_start, self.env._now, engine)
+        self._done[op_id] = 1
+        cbs = self._on_done.pop(op_id, None)
+        if cbs is not None:
+            for fn in cbs:
+                fn()
 
     def resolve(self, addr: int) -> int:
         n = self._resolved.get(addr)
@@ -128,53 +147,6 @@ class Sim:
         self.rec.hop(op_id, tile, "hbm", src, -1, t, max(ready), nbytes / (h.bw * h.n_pcs),
                      max(0.0, first - t - min(nbytes, h.burst) / h.bw), nbytes)
         return self.fabric.send(op_id, tile, src, dst, nbytes, addr, ready=ready)
-
-    def dma_read_fast(self, op_id: int, tile: int, dma: int, addr: int, nbytes: int,
-                      setup: float):
-        """fast mode: a DMA read round trip in two SimPy events.
-
-        One timeout covers the channel setup and the request leg; at the request's
-        arrival the HBM read is scheduled and the data transfer booked (at arrival
-        time, as before, so pseudo-channels and links are still granted in arrival
-        order) and one timeout covers the data leg.
-        """
-        src = self._resolved.get(addr)
-        if src is None:
-            src = self.resolve(addr)
-        fab, env, rec = self.fabric, self.env, self.rec
-        t = env.now + setup
-        lat = fab.command_ns(dma, src)
-        rec.hop(op_id, tile, "fabric", dma, -1, t, t + lat, 0.0, 0.0, 0)
-        yield env.timeout(setup + lat)
-        if nbytes <= 0:
-            yield fab.command(op_id, tile, src, dma)
-            return
-        h = self.hbm.get(src)
-        if h is None:
-            yield fab.send(op_id, tile, src, dma, nbytes, addr)
-            return
-        t = env.now
-        ready = h.read(addr, nbytes, t)
-        first = min(ready)
-        rec.hop(op_id, tile, "hbm", src, -1, t, max(ready), nbytes / (h.bw * h.n_pcs),
-                max(0.0, first - t - min(nbytes, h.burst) / h.bw), nbytes)
-        yield fab.send(op_id, tile, src, dma, nbytes, addr, ready=ready)
-
-    def dma_write_fast(self, op_id: int, tile: int, dma: int, addr: int, nbytes: int,
-                       setup: float):
-        """fast mode: a DMA write round trip (setup, data, HBM commit, ack) as one event."""
-        dst = self._resolved.get(addr)
-        if dst is None:
-            dst = self.resolve(addr)
-        fab = self.fabric
-        lat = fab.command_ns(dst, dma)
-        if nbytes > 0:
-            t_ack = yield fab.send(op_id, tile, dma, dst, nbytes, addr,
-                                   at=self.env.now + setup, ack=lat)
-        else:
-            t_ack = self.env.now + setup
-            yield self.env.timeout(setup + lat)
-        self.rec.hop(op_id, tile, "fabric", dst, -1, t_ack, t_ack + lat, 0.0, 0.0, 0)
 
     def dma_read(self, op_id: int, tile: int, dma: int, addr: int, nbytes: int):
         src = self.resolve(addr)
@@ -291,7 +263,7 @@ class Sim:
                 ops = programs[prog]
                 ev = env.event()
                 dones.append(ev)
-                self.pes[PeCoord(ops[0].sip, ops[0].cube, ops[0].pe)].cpu_in.put(Program(ops, ev))
+                self.pes[PeCoord(ops[0].sip, ops[0].cube, ops[0].pe)].run_program(Program(ops, ev))
             yield env.all_of(dones)
             t_body = env.now
             yield env.timeout(up)

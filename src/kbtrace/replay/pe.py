@@ -1,27 +1,50 @@
 """The PE: PE_CPU, scheduler, DMA, fetch/store (TCM), GEMM/MATH (accel slot), IPCQ.
 
-Every engine is a standing SimPy process, created with the PE, that takes
-tokens from its own inbox ``Store`` in FIFO order; the process *is* the
-resource, so its capacity is the number of worker processes on that inbox:
+Every engine is a *station* created with the PE: a FIFO ``deque`` of waiting
+tokens and a list of idle servers, its capacity being the number of servers.
+Submitting a token to a station with an idle server starts its service at
+once (no handoff event); otherwise the token waits its turn. The servers are
+callback-driven state machines, not generator processes: a service is one
+SimPy event, its completion (the server object is itself the event it
+schedules, so nothing is allocated per service), and the completion callback
+records the hop row, routes the token to the next stage's station (ADR-0014 D6
+self-routing; the last stage completes the tile) and starts the next waiting
+token. A zero-length service completes synchronously, without an event.
 
-=============  =============================  ======================================
-component      workers (capacity)             time per token
-=============  =============================  ======================================
-PE_CPU         1 (program order)              ``dispatch_cycles / clock`` per op
-scheduler      1 (single FIFO feeder)         ``overhead_ns`` per command
-DMA read       ``pe.dma.read_channels``       setup + request leg + HBM + data leg
-DMA write      ``pe.dma.write_channels``      setup + data leg + HBM commit + ack leg
-DMA vc_comm    1 (IPCQ sends)                 setup + data leg + slot write
-TCM read       1 (fetch)                      ``nbytes / min(fetch_store, tcm read)``
-TCM write      1 (store)                      ``nbytes / min(fetch_store, tcm write)``
-accel slot     1 (GEMM and MATH share it)     MAC-array / SIMD model
-IPCQ rx        1 (recv, in issue order)       wait data + slot read + credit return
-=============  =============================  ======================================
+=============  =============================  ======================================  ==============
+component      servers (capacity)             time per token                          SimPy events
+=============  =============================  ======================================  ==============
+PE_CPU         1 (program order)              ``dispatch_cycles / clock`` per op      1
+scheduler      1 (single FIFO feeder)         ``overhead_ns`` per command             1
+DMA read       ``pe.dma.read_channels``       setup + request leg + HBM + data leg    fast 2, flit *
+DMA write      ``pe.dma.write_channels``      setup + data leg + HBM commit + ack leg fast 1, flit *
+DMA vc_comm    1 (IPCQ sends)                 setup + data leg + slot write           process
+TCM read       1 (fetch)                      ``nbytes / min(fetch_store, tcm read)``  1
+TCM write      1 (store)                      ``nbytes / min(fetch_store, tcm write)`` 1
+accel slot     1 (GEMM and MATH share it)     MAC-array / SIMD model                  1
+IPCQ rx        1 (recv, in issue order)       wait data + slot read + credit return   process
+=============  =============================  ======================================  ==============
 
-DMA channels are held through the whole round trip (request, HBM, data,
-ack). Consecutive DMA_READ stages of one tile run in place on the channel.
-Tiles self-route (ADR-0014 D6): a worker passes the token straight to the
-next stage's inbox; the last stage completes the tile.
+fast DMA: a read is one timer for setup + request leg, whose callback reads HBM
+and books the data transfer (``fabric.send(..., ready=...)``), whose one event
+ends the service; a write is the single ``fabric.send(..., at=..., ack=...)``
+event. flit DMA (*) runs the per-flit legs as a process whose completion ends
+the service; IPCQ services (rare) are processes too. DMA channels are held
+through the whole round trip (request, HBM, data, ack). Consecutive DMA_READ
+stages of one tile run in place on the channel.
+
+PE_CPU issues in program order: an op waits for its ``deps``, is dispatched,
+then either blocks the CPU (sync ops, until they complete) or lets it issue
+the next op; a program ends when all its ops completed. Op completions reach
+the CPU as direct callbacks (``Sim.on_done``), not SimPy events.
+
+Tie-break rule (within a PE): services ending at the same time complete in
+the order they were scheduled (SimPy's insertion id). On completion a token
+is routed on first (starting at once if the next station is idle), then the
+server takes the head of its queue; op-completion callbacks run at once, in
+the order they were registered; an idle station's servers are reused last
+idle, first busy (servers of a station are identical, so this never moves a
+timestamp).
 """
 
 from __future__ import annotations
@@ -31,7 +54,6 @@ from math import ceil
 from typing import TYPE_CHECKING, Any
 
 import simpy
-from simpy.events import Event
 
 from kbtrace.replay import plans as P
 from kbtrace.replay.ops import Op
@@ -40,44 +62,11 @@ from kbtrace.topology.model import PeCoord
 if TYPE_CHECKING:  # pragma: no cover
     from kbtrace.replay.engine import Sim
 
-__all__ = ["Pe", "Command", "Token", "Program", "FifoStore"]
+__all__ = ["Pe", "Command", "Token", "Program"]
 
-
-class FifoStore:
-    """Unbounded FIFO inbox with exactly ``simpy.Store``'s event schedule, minus its overhead.
-
-    Same events, scheduled in the same order: ``put`` schedules a put event at once
-    and, when that event is processed, hands the head item to the head waiting
-    getter; ``get`` returns an event that succeeds at once if an item is there
-    (serving the head waiting getter first), else when a later put is processed.
-    So replay timing and tie-breaking are unchanged (``simpy.Store`` with unbounded
-    capacity never blocks a put, and serves at most one getter per trigger).
-    """
-    __slots__ = ("env", "items", "getters", "_serve_cb")
-
-    def __init__(self, env: simpy.Environment) -> None:
-        self.env = env
-        self.items: deque[Any] = deque()
-        self.getters: deque[Event] = deque()
-        self._serve_cb = self._serve
-
-    def put(self, item: Any) -> Event:
-        ev = Event(self.env)
-        ev.callbacks.append(self._serve_cb)
-        self.items.append(item)
-        return ev.succeed()
-
-    def get(self) -> Event:
-        ev = Event(self.env)
-        getters = self.getters
-        getters.append(ev)
-        if self.items:
-            getters.popleft().succeed(self.items.popleft())
-        return ev
-
-    def _serve(self, _ev: Event) -> None:
-        if self.getters and self.items:
-            self.getters.popleft().succeed(self.items.popleft())
+NORMAL = 1            # simpy.events.NORMAL: the priority of a Timeout
+_ENGINE = {"load": "dma", "store": "dma", "dot": "gemm", "fill": "math", "math": "math",
+           "composite": "scheduler"}
 
 
 class Command:
@@ -110,13 +99,493 @@ class Program:
         self.done = done
 
 
+class _Station:
+    """FIFO queue in front of identical servers."""
+    __slots__ = ("idle", "waiting")
+
+    def __init__(self) -> None:
+        self.idle: list[_Server] = []
+        self.waiting: deque[Any] = deque()
+
+    def submit(self, tok: Any) -> None:
+        if self.idle:
+            self.idle.pop().start(tok)
+        else:
+            self.waiting.append(tok)
+
+
+class _Server:
+    """One server of a station, and the SimPy event of its current service.
+
+    ``env.step()`` only needs ``callbacks`` and ``_ok`` of what it pops, so a server
+    schedules itself (``_timer``) instead of allocating a ``Timeout`` per service.
+    Subclasses implement ``serve(tok)`` (start the service; True if it takes time,
+    i.e. its completion will call ``_fire``) and ``route()`` (record the finished
+    service, pass the token on; return a token to serve next in place, or None).
+    """
+    __slots__ = ("callbacks", "_cbl", "_fire_cb", "station", "pe", "env", "rec", "sched", "tok",
+                 "t0")
+    _ok = True            # a service never fails
+
+    def __init__(self, pe: Pe, station: _Station) -> None:
+        self.pe = pe
+        self.env = pe.env
+        self.rec = pe.sim.rec
+        self.sched = pe.env.schedule
+        self.station = station
+        self._fire_cb = self._fire
+        self._cbl = [self._fire_cb]
+        self.callbacks: list[Any] | None = None
+        self.tok: Any = None
+        self.t0 = 0.0
+        station.idle.append(self)
+
+    def _timer(self, delay: float) -> None:
+        self.callbacks = self._cbl
+        self.sched(self, NORMAL, delay)
+
+    def start(self, tok: Any) -> None:
+        """Serve ``tok``, then the queue, until a service takes time or the queue is empty."""
+        while True:
+            if self.serve(tok):
+                return
+            tok = self._next()
+            if tok is None:
+                return
+
+    def _fire(self, _ev: Any) -> None:
+        tok = self._next()
+        if tok is not None:
+            self.start(tok)
+
+    def _next(self) -> Any:
+        tok = self.route()
+        if tok is None:
+            waiting = self.station.waiting
+            if waiting:
+                return waiting.popleft()
+            self.station.idle.append(self)
+        return tok
+
+    def serve(self, tok: Any) -> bool:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def route(self) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class _StageServer(_Server):
+    """A server of tile stages: passes a finished token to its next stage's station."""
+    __slots__ = ("stations", "in_place")
+
+    def __init__(self, pe: Pe, station: _Station, in_place: bool = False) -> None:
+        super().__init__(pe, station)
+        self.stations = pe.stations
+        self.in_place = in_place         # DMA read: consecutive DMA_READ stages stay here
+
+    def _pass_on(self, tok: Token, now: float) -> Token | None:
+        idx = tok.idx = tok.idx + 1
+        stages = tok.stages
+        if idx == len(stages):
+            cmd = tok.cmd
+            cmd.left -= 1
+            if cmd.left == 0:
+                self.pe.finish_cmd(cmd)
+            return None
+        tok.t_in = now
+        kind = stages[idx].kind
+        if self.in_place and kind == P.DMA_READ:
+            return tok
+        self.stations[kind].submit(tok)
+        return None
+
+
+class _Compute(_StageServer):
+    """TCM read (fetch), TCM write (store) or the accel slot (GEMM and MATH): one timer."""
+    __slots__ = ("dur",)
+
+    def serve(self, tok: Token) -> bool:
+        now = self.env._now
+        cmd = tok.cmd
+        if cmd.t_start < 0:
+            cmd.t_start = now
+        self.tok = tok
+        self.t0 = now
+        st = tok.stages[tok.idx]
+        kind = st.kind
+        pe = self.pe
+        if kind == P.FETCH:
+            dur = st.a / pe.fetch_bw
+        elif kind == P.STORE:
+            dur = st.a / pe.store_bw
+        elif kind == P.GEMM:
+            g = pe.gemm
+            dur = (ceil(st.a / g.mac_rows) * ceil(st.b / g.mac_cols) * st.c
+                   + g.pipeline_cycles) / g.clock_ghz
+        else:
+            m = pe.mathp
+            dur = max(m.overhead_ns, ceil(st.a / m.simd_lanes) * st.b / m.clock_ghz)
+        self.dur = dur
+        if dur > 0:
+            self._timer(dur)
+            return True
+        return False
+
+    def route(self) -> Token | None:
+        tok = self.tok
+        now = self.env._now
+        st = tok.stages[tok.idx]
+        kind = st.kind
+        pe = self.pe
+        if kind == P.FETCH:
+            stage, node, nb = "fetch", pe.n_fs, st.a
+        elif kind == P.STORE:
+            stage, node, nb = "store", pe.n_fs, st.a
+        elif kind == P.GEMM:
+            stage, node, nb = "gemm", pe.n_gemm, 0
+        else:
+            stage, node, nb = "math", pe.n_math, 0
+        t_in = tok.t_in
+        self.rec.hop(tok.cmd.op.op_id, tok.tile, stage, node, -1, t_in, now, self.dur,
+                     self.t0 - t_in, nb)
+        return self._pass_on(tok, now)
+
+
+class _DmaServer(_StageServer):
+    """One DMA channel (read or write), held through the whole round trip."""
+    __slots__ = ("sim", "fab", "resolved", "n_dma", "setup", "src", "lat", "t_ack", "_data_cb",
+                 "_sent_cb", "_stage")
+
+    def __init__(self, pe: Pe, station: _Station, read: bool) -> None:
+        super().__init__(pe, station, in_place=read)
+        self.sim = pe.sim
+        self.fab = pe.sim.fabric
+        self.resolved = pe.sim._resolved
+        self.n_dma = pe.n_dma
+        self.setup = pe.dma_ov
+        self.src = self.lat = self.t_ack = 0
+        self._stage = "dma_read" if read else "dma_write"
+
+    def route(self) -> Token | None:
+        tok = self.tok
+        now = self.env._now
+        st = tok.stages[tok.idx]
+        if not self.in_place and self.pe.fast:   # fast write: the ack leg's row
+            t_ack, lat = self.t_ack, self.lat
+            self.rec.hop(tok.cmd.op.op_id, tok.tile, "fabric", self.src, -1, t_ack, t_ack + lat,
+                         0.0, 0.0, 0)
+        t_in, t0 = tok.t_in, self.t0
+        self.rec.hop(tok.cmd.op.op_id, tok.tile, self._stage, self.n_dma, -1, t_in, now, now - t0,
+                     t0 - t_in, st.b)
+        return self._pass_on(tok, now)
+
+    def _begin(self, tok: Token) -> P.Stage:
+        now = self.env._now
+        cmd = tok.cmd
+        if cmd.t_start < 0:
+            cmd.t_start = now
+        self.tok = tok
+        self.t0 = now
+        return tok.stages[tok.idx]
+
+
+class _DmaReadFast(_DmaServer):
+    """fast read: one timer (setup + request leg), then the data leg's one fabric event."""
+    __slots__ = ()
+
+    def __init__(self, pe: Pe, station: _Station) -> None:
+        super().__init__(pe, station, read=True)
+        self._cbl = [self._request_arrived]
+        self._data_cb = self._fire_cb
+
+    def serve(self, tok: Token) -> bool:
+        st = self._begin(tok)
+        addr = st.a
+        src = self.resolved.get(addr)
+        if src is None:
+            src = self.sim.resolve(addr)
+        self.src = src
+        lat = self.fab.command_ns(self.n_dma, src)
+        t = self.t0 + self.setup
+        self.rec.hop(tok.cmd.op.op_id, tok.tile, "fabric", self.n_dma, -1, t, t + lat, 0.0, 0.0, 0)
+        self._timer(self.setup + lat)
+        return True
+
+    def _request_arrived(self, _ev: Any) -> None:
+        """The request reached the source: read HBM, book the data transfer back."""
+        tok = self.tok
+        st = tok.stages[tok.idx]
+        op_id, tile, src, nb = tok.cmd.op.op_id, tok.tile, self.src, st.b
+        if nb <= 0:
+            ev = self.fab.command(op_id, tile, src, self.n_dma)
+        elif src in self.sim.hbm:
+            ev = self.sim.hbm_read(op_id, tile, src, self.n_dma, st.a, nb)
+        else:
+            ev = self.fab.send(op_id, tile, src, self.n_dma, nb, st.a)
+        ev.callbacks.append(self._data_cb)
+
+
+class _DmaWriteFast(_DmaServer):
+    """fast write: data leg, HBM commit and ack leg are the one ``fabric.send`` event."""
+    __slots__ = ()
+
+    def __init__(self, pe: Pe, station: _Station) -> None:
+        super().__init__(pe, station, read=False)
+        self._sent_cb = self._sent
+
+    def serve(self, tok: Token) -> bool:
+        st = self._begin(tok)
+        addr = st.a
+        dst = self.resolved.get(addr)
+        if dst is None:
+            dst = self.sim.resolve(addr)
+        self.src = dst
+        lat = self.lat = self.fab.command_ns(dst, self.n_dma)
+        if st.b > 0:
+            ev = self.fab.send(tok.cmd.op.op_id, tok.tile, self.n_dma, dst, st.b, addr,
+                               at=self.t0 + self.setup, ack=lat)
+            ev.callbacks.append(self._sent_cb)
+        else:
+            self.t_ack = self.t0 + self.setup
+            self._timer(self.setup + lat)
+        return True
+
+    def _sent(self, ev: simpy.Event) -> None:
+        self.t_ack = ev._value
+        self._fire(ev)
+
+
+class _DmaFlit(_DmaServer):
+    """flit DMA: setup, then the per-flit legs (``Sim.dma_read`` / ``dma_write``) as a process."""
+    __slots__ = ()
+
+    def serve(self, tok: Token) -> bool:
+        st = self._begin(tok)
+        self.env.process(self._leg(tok.cmd.op.op_id, tok.tile, st)).callbacks.append(self._fire_cb)
+        return True
+
+    def _leg(self, op_id: int, tile: int, st: P.Stage):
+        if self.setup > 0:
+            yield self.env.timeout(self.setup)
+        leg = self.sim.dma_read if self.in_place else self.sim.dma_write
+        yield from leg(op_id, tile, self.n_dma, st.a, st.b)
+
+
+class _Scheduler(_Server):
+    """Scheduler: ``overhead_ns`` per command, then its tiles go to their first stations."""
+    __slots__ = ()
+
+    def serve(self, cmd: Command) -> bool:
+        self.tok = cmd
+        self.t0 = self.env._now
+        ov = self.pe.sched_ov
+        if ov > 0:
+            self._timer(ov)
+            return True
+        return False
+
+    def route(self) -> None:
+        cmd, pe = self.tok, self.pe
+        now = self.env._now
+        self.rec.hop(cmd.op.op_id, -1, "scheduler", pe.n_sched, -1, self.t0, now, pe.sched_ov,
+                     0.0, 0)
+        plan = cmd.plan
+        if not plan:
+            pe.finish_cmd(cmd)
+            return None
+        stations = pe.stations
+        if len(plan) == 1:
+            stations[plan[0][0].kind].submit(Token(cmd, -1, plan[0], now))
+        else:
+            for ti, stages in enumerate(plan):
+                stations[stages[0].kind].submit(Token(cmd, ti, stages, now))
+        return None
+
+
+class _Proc(_Server):
+    """A rare, multi-leg service (IPCQ) run as a generator process: ``fn(token)``."""
+    __slots__ = ("fn",)
+
+    def __init__(self, pe: Pe, station: _Station, fn: Any) -> None:
+        super().__init__(pe, station)
+        self.fn = fn
+
+    def serve(self, tok: Any) -> bool:
+        self.env.process(self.fn(tok)).callbacks.append(self._fire_cb)
+        return True
+
+    def route(self) -> None:
+        return None
+
+
+DISPATCH, CYCLES = 0, 1
+
+
+class _Cpu:
+    """PE_CPU: issues each program's ops in program order; programs run one after another.
+
+    A state machine driven by its own timer (dispatch, ``cycles``) and by callbacks:
+    deps completed, IPCQ credits granted, the blocking op completed, all ops of the
+    program completed. It only registers a callback while it is blocked, so it is
+    never re-entered.
+    """
+    __slots__ = ("pe", "sim", "env", "callbacks", "_cbl", "progs", "prog", "i", "issued", "op",
+                 "t_issue", "t_ready", "t0", "phase", "n_wait", "_resume_cb", "_dep_cb", "_end_cb",
+                 "_credit_cb")
+    _ok = True
+
+    def __init__(self, pe: Pe) -> None:
+        self.pe = pe
+        self.sim = pe.sim
+        self.env = pe.env
+        self._cbl = [self._fire]
+        self.callbacks: list[Any] | None = None
+        self.progs: deque[Program] = deque()
+        self.prog: Program | None = None
+        self.i = 0
+        self.issued: list[int] = []
+        self.op: Op | None = None
+        self.t_issue = self.t_ready = self.t0 = 0.0
+        self.phase = DISPATCH
+        self.n_wait = 0
+        self._resume_cb = self._advance
+        self._dep_cb = self._dep_done
+        self._end_cb = self._end_done
+        self._credit_cb = self._credits
+
+    def submit(self, prog: Program) -> None:
+        self.progs.append(prog)
+        if self.prog is None:
+            self.prog = self.progs.popleft()
+            self._advance()
+
+    def _timer(self, phase: int, delay: float) -> None:
+        self.phase = phase
+        self.callbacks = self._cbl
+        self.env.schedule(self, NORMAL, delay)
+
+    def _advance(self) -> None:
+        """Issue ops until one blocks; start the next program when one ends."""
+        sim = self.sim
+        done = sim._done
+        while True:
+            ops = self.prog.ops
+            while self.i < len(ops):
+                op = self.op = ops[self.i]
+                self.i += 1
+                self.t_issue = self.env._now
+                if op.deps:
+                    pend = [d for d in op.deps if not done[d]]
+                    if pend:
+                        self.n_wait = len(pend)
+                        for d in pend:
+                            sim.on_done(d, self._dep_cb)
+                        return
+                if not self._dispatch():
+                    return
+            pend = [o for o in self.issued if not done[o]]
+            if pend:
+                self.n_wait = len(pend)
+                for o in pend:
+                    sim.on_done(o, self._end_cb)
+                return
+            if not self._program_done():
+                return
+
+    def _program_done(self) -> bool:
+        self.prog.done.succeed()
+        self.issued = []
+        self.i = 0
+        if self.progs:
+            self.prog = self.progs.popleft()
+            return True
+        self.prog = None
+        return False
+
+    def _dep_done(self) -> None:
+        self.n_wait -= 1
+        if self.n_wait == 0 and self._dispatch():
+            self._advance()
+
+    def _end_done(self) -> None:
+        self.n_wait -= 1
+        if self.n_wait == 0 and self._program_done():
+            self._advance()
+
+    def _dispatch(self) -> bool:
+        """Dispatch ``self.op`` (its deps are done); True if the CPU may issue the next op now."""
+        self.t_ready = self.env._now
+        d = self.pe.dispatch_ns
+        if d > 0:
+            self._timer(DISPATCH, d)
+            return False
+        return self._dispatched()
+
+    def _fire(self, _ev: Any) -> None:
+        if self.phase == DISPATCH:
+            if self._dispatched():
+                self._advance()
+        else:
+            self._cycles_done()
+            self._advance()
+
+    def _dispatched(self) -> bool:
+        op, pe, sim = self.op, self.pe, self.sim
+        now = self.env._now
+        sim.rec.hop(op.op_id, -1, "pe_cpu", pe.n_cpu, -1, self.t_issue, now, pe.dispatch_ns,
+                    self.t_ready - self.t_issue, 0)
+        kind = op.kind
+        if kind == "wait":
+            sim.complete(op, self.t_issue, self.t_ready, pe.names["pe_cpu"])
+            return True
+        if kind == "cycles":
+            self.t0 = now
+            dur = (op.cycles or 0) / pe.cpu_clock
+            if dur > 0:
+                self._timer(CYCLES, dur)
+                return False
+            self._cycles_done()
+            return True
+        if kind == "send":     # block until the receiver has free slots, then hand off
+            self.t0 = now
+            ch, k = sim.ipcq_channel(op)
+            ch.get(k).callbacks.append(self._credit_cb)
+            return False
+        if kind == "recv":
+            pe.rx.submit((op, self.t_issue, now))
+        else:
+            pe.sched.submit(Command(op, sim.plan(op), self.t_issue))
+        if sim._done[op.op_id]:
+            return True
+        if op.is_async:
+            self.issued.append(op.op_id)
+            return True
+        sim.on_done(op.op_id, self._resume_cb)
+        return False
+
+    def _cycles_done(self) -> None:
+        op, pe = self.op, self.pe
+        now = self.env._now
+        dur = (op.cycles or 0) / pe.cpu_clock
+        self.sim.rec.hop(op.op_id, -1, "pe_cpu", pe.n_cpu, -1, self.t0, now, dur, 0.0, 0)
+        self.sim.complete(op, self.t_issue, self.t0, pe.names["pe_cpu"])
+
+    def _credits(self, _ev: simpy.Event) -> None:
+        op, pe = self.op, self.pe
+        now = self.env._now
+        self.sim.rec.hop(op.op_id, -1, "ipcq", pe.n_ipcq, -1, self.t0, now, 0.0, now - self.t0, 0)
+        self.issued.append(op.op_id)
+        pe.tx.submit((op, self.t_issue, now))
+        self._advance()
+
+
 class Pe:
     """All components of one PE, wired to the shared simulation context."""
 
     def __init__(self, sim: Sim, coord: PeCoord) -> None:
         self.sim = sim
         self.coord = coord
-        env = self.env = sim.env
+        self.env = sim.env
         topo = sim.topo
         p = sim.params.pe
         nid = {c: topo.pe_node(coord, c).idx for c in
@@ -134,206 +603,64 @@ class Pe:
         self.store_bw = min(p.fetch_store.bw_gbps, p.tcm.write_bw_gbps)
         self.gemm = p.gemm
         self.mathp = p.math
-        self.cpu_in = FifoStore(env)
-        self.sched_in = FifoStore(env)
-        rd, wr = FifoStore(env), FifoStore(env)
-        cmp_q = FifoStore(env)
-        self.q = {P.DMA_READ: rd, P.DMA_WRITE: wr, P.FETCH: FifoStore(env),
-                  P.STORE: FifoStore(env), P.GEMM: cmp_q, P.MATH: cmp_q}
-        self.send_q = FifoStore(env)
-        self.recv_q = FifoStore(env)
-        env.process(self._cpu())
-        env.process(self._scheduler())
+        rd, wr, fetch, store, accel = (_Station() for _ in range(5))
+        self.stations = [None] * len(P.STAGE_NAMES)
+        for kind, st in ((P.DMA_READ, rd), (P.DMA_WRITE, wr), (P.FETCH, fetch), (P.STORE, store),
+                         (P.GEMM, accel), (P.MATH, accel)):
+            self.stations[kind] = st
         for _ in range(p.dma.read_channels):
-            env.process(self._worker(rd))
+            _DmaReadFast(self, rd) if self.fast else _DmaFlit(self, rd, read=True)
         for _ in range(p.dma.write_channels):
-            env.process(self._worker(wr))
-        env.process(self._worker(self.q[P.FETCH]))
-        env.process(self._worker(self.q[P.STORE]))
-        env.process(self._worker(cmp_q))
-        env.process(self._ipcq_send())
-        env.process(self._ipcq_recv())
+            _DmaWriteFast(self, wr) if self.fast else _DmaFlit(self, wr, read=False)
+        for st in (fetch, store, accel):
+            _Compute(self, st)
+        self.sched = _Station()
+        _Scheduler(self, self.sched)
+        self.tx = _Station()            # DMA vc_comm channel
+        _Proc(self, self.tx, self._ipcq_send)
+        self.rx = _Station()            # IPCQ receive side
+        _Proc(self, self.rx, self._ipcq_recv)
+        self.cpu = _Cpu(self)
 
-    # ------------------------------------------------------------------ PE_CPU
-    def _cpu(self):
-        get = self.cpu_in.get
-        while True:
-            prog = yield get()
-            outstanding = []
-            for op in prog.ops:
-                ev = yield from self._issue(op)
-                if ev is not None:
-                    outstanding.append(ev)
-            pending = [e for e in outstanding if not e.processed]
-            if pending:
-                yield self.env.all_of(pending)
-            prog.done.succeed()
+    def run_program(self, prog: Program) -> None:
+        """Queue a program on the PE_CPU (programs of one PE run in submission order)."""
+        self.cpu.submit(prog)
 
-    def _issue(self, op: Op):
-        env, sim, rec = self.env, self.sim, self.sim.rec
-        t_issue = env.now
-        if op.deps:
-            ev = sim.wait_for(op.deps)
-            if ev is not None:
-                yield ev
-        t_ready = env.now
-        if self.dispatch_ns > 0:
-            yield env.timeout(self.dispatch_ns)
-        rec.hop(op.op_id, -1, "pe_cpu", self.n_cpu, -1, t_issue, env.now, self.dispatch_ns,
-                t_ready - t_issue, 0)
-        kind = op.kind
-        if kind == "wait":
-            sim.complete(op, t_issue, t_ready, self.names["pe_cpu"])
-            return None
-        if kind == "cycles":
-            dur = (op.cycles or 0) / self.cpu_clock
-            t0 = env.now
-            if dur > 0:
-                yield env.timeout(dur)
-            rec.hop(op.op_id, -1, "pe_cpu", self.n_cpu, -1, t0, env.now, dur, 0.0, 0)
-            sim.complete(op, t_issue, t0, self.names["pe_cpu"])
-            return None
-        if kind == "send":
-            yield from self._send_credits(op, t_issue)
-            return sim.done_event(op.op_id)
-        if kind == "recv":
-            self.recv_q.put((op, t_issue, env.now))
-            ev = sim.done_event(op.op_id)
-            if not op.is_async:
-                yield ev
-            return ev
-        cmd = Command(op, sim.plan(op), t_issue)
-        self.sched_in.put(cmd)
-        ev = sim.done_event(op.op_id)
-        if not op.is_async:
-            yield ev
-        return ev
-
-    # ------------------------------------------------------------------ scheduler
-    def _scheduler(self):
-        env, get, q = self.env, self.sched_in.get, self.q
-        rec = self.sim.rec
-        while True:
-            cmd = yield get()
-            t0 = env.now
-            if self.sched_ov > 0:
-                yield env.timeout(self.sched_ov)
-            rec.hop(cmd.op.op_id, -1, "scheduler", self.n_sched, -1, t0, env.now, self.sched_ov,
-                    0.0, 0)
-            now = env.now
-            if not cmd.plan:
-                self._finish_cmd(cmd)
-            for ti, stages in enumerate(cmd.plan):
-                q[stages[0].kind].put(Token(cmd, ti if len(cmd.plan) > 1 else -1, stages, now))
-
-    def _finish_cmd(self, cmd: Command) -> None:
-        eng = {"load": "dma", "store": "dma", "dot": "gemm", "fill": "math", "math": "math",
-               "composite": "scheduler"}.get(cmd.op.kind, "scheduler")
-        t_start = cmd.t_start if cmd.t_start >= 0 else self.env.now
-        self.sim.complete(cmd.op, cmd.t_issue, t_start, self.names[eng])
-
-    # ------------------------------------------------------------------ engines
-    def _worker(self, inbox: FifoStore):
-        env, get, q = self.env, inbox.get, self.q
-        while True:
-            tok = yield get()
-            cmd = tok.cmd
-            if cmd.t_start < 0:
-                cmd.t_start = env.now
-            while True:
-                st = tok.stages[tok.idx]
-                yield from self._stage(tok, st)
-                tok.idx += 1
-                if tok.idx == len(tok.stages):
-                    cmd.left -= 1
-                    if cmd.left == 0:
-                        self._finish_cmd(cmd)
-                    break
-                tok.t_in = env.now
-                nxt = tok.stages[tok.idx].kind
-                if not (nxt == st.kind == P.DMA_READ):
-                    q[nxt].put(tok)
-                    break
-
-    def _stage(self, tok: Token, st: P.Stage):
-        env, rec = self.env, self.sim.rec
-        op_id, tile = tok.cmd.op.op_id, tok.tile
-        kind = st.kind
-        t_in = tok.t_in
-        t0 = env.now
-        if kind == P.DMA_READ or kind == P.DMA_WRITE:
-            read = kind == P.DMA_READ
-            sim = self.sim
-            if self.fast:  # fast mode folds the descriptor overhead into its closed form
-                leg = (sim.dma_read_fast if read else sim.dma_write_fast)(
-                    op_id, tile, self.n_dma, st.a, st.b, self.dma_ov)
-            else:
-                if self.dma_ov > 0:
-                    yield env.timeout(self.dma_ov)
-                leg = (sim.dma_read if read else sim.dma_write)(op_id, tile, self.n_dma, st.a, st.b)
-            yield from leg
-            rec.hop(op_id, tile, "dma_read" if read else "dma_write", self.n_dma, -1, t_in,
-                    env.now, env.now - t0, t0 - t_in, st.b)
-        else:
-            if kind == P.FETCH:
-                dur, stage, node = st.a / self.fetch_bw, "fetch", self.n_fs
-            elif kind == P.STORE:
-                dur, stage, node = st.a / self.store_bw, "store", self.n_fs
-            elif kind == P.GEMM:
-                g = self.gemm
-                cyc = ceil(st.a / g.mac_rows) * ceil(st.b / g.mac_cols) * st.c + g.pipeline_cycles
-                dur, stage, node = cyc / g.clock_ghz, "gemm", self.n_gemm
-            else:
-                m = self.mathp
-                dur = max(m.overhead_ns, ceil(st.a / m.simd_lanes) * st.b / m.clock_ghz)
-                stage, node = "math", self.n_math
-            if dur > 0:
-                yield env.timeout(dur)
-            nb = st.a if kind in (P.FETCH, P.STORE) else 0
-            rec.hop(op_id, tile, stage, node, -1, t_in, env.now, dur, t0 - t_in, nb)
+    def finish_cmd(self, cmd: Command) -> None:
+        t_start = cmd.t_start if cmd.t_start >= 0 else self.env._now
+        self.sim.complete(cmd.op, cmd.t_issue, t_start,
+                          self.names[_ENGINE.get(cmd.op.kind, "scheduler")])
 
     # ------------------------------------------------------------------ IPCQ
-    def _send_credits(self, op: Op, t_issue: float):
-        """PE_CPU side of tl.send: block until the receiver has free slots, then hand off."""
-        env, sim = self.env, self.sim
-        ch, k = sim.ipcq_channel(op)
-        t0 = env.now
-        yield ch.get(k)
-        sim.rec.hop(op.op_id, -1, "ipcq", self.n_ipcq, -1, t0, env.now, 0.0, env.now - t0, 0)
-        self.send_q.put((op, t_issue, env.now))
-
-    def _ipcq_send(self):
+    def _ipcq_send(self, item: tuple[Op, float, float]):
         """DMA vc_comm channel: move the payload into the receiver's slot."""
-        env, sim, get = self.env, self.sim, self.send_q.get
-        rec = sim.rec
-        while True:
-            op, t_issue, t_in = yield get()
-            t0 = env.now
-            if self.dma_ov > 0:
-                yield env.timeout(self.dma_ov)
-            peer = sim.peer_pe(op)
-            yield sim.fabric.send(op.op_id, -1, self.n_dma, peer.n_dma, int(op.nbytes))
-            yield from sim.slot_access(op.op_id, peer, int(op.nbytes), write=True)
-            rec.hop(op.op_id, -1, "ipcq", self.n_dma, -1, t_in, env.now, env.now - t0, t0 - t_in,
+        op, t_issue, t_in = item
+        env, sim = self.env, self.sim
+        t0 = env.now
+        if self.dma_ov > 0:
+            yield env.timeout(self.dma_ov)
+        peer = sim.peer_pe(op)
+        yield sim.fabric.send(op.op_id, -1, self.n_dma, peer.n_dma, int(op.nbytes))
+        yield from sim.slot_access(op.op_id, peer, int(op.nbytes), write=True)
+        sim.rec.hop(op.op_id, -1, "ipcq", self.n_dma, -1, t_in, env.now, env.now - t0, t0 - t_in,
                     int(op.nbytes))
-            sim.ipcq_ready(op.op_id).succeed()
-            sim.complete(op, t_issue, t0, self.names["ipcq"])
+        sim.ipcq_ready(op.op_id).succeed()
+        sim.complete(op, t_issue, t0, self.names["ipcq"])
 
-    def _ipcq_recv(self):
+    def _ipcq_recv(self, item: tuple[Op, float, float]):
         """Receiver side: wait for the data, read the slot, return the credit (blocking)."""
-        env, sim, get = self.env, self.sim, self.recv_q.get
-        p = sim.params.pe.ipcq
-        while True:
-            op, t_issue, t_in = yield get()
-            send_id = sim.match_of(op)
-            ready = sim.ipcq_ready(send_id)
-            if not ready.processed:
-                yield ready
-            t0 = env.now
-            sim.rec.hop(op.op_id, -1, "ipcq", self.n_ipcq, -1, t_in, t0, 0.0, t0 - t_in, 0)
-            yield from sim.slot_access(op.op_id, self, int(op.nbytes), write=False)
-            sender = sim.peer_pe(op)
-            yield sim.fabric.send(op.op_id, -1, self.n_dma, sender.n_dma, int(p.credit_bytes))
-            ch, k = sim.ipcq_channel(sim.ops[send_id])
-            yield ch.put(k)
-            sim.complete(op, t_issue, t0, self.names["ipcq"])
+        op, t_issue, t_in = item
+        env, sim = self.env, self.sim
+        send_id = sim.match_of(op)
+        ready = sim.ipcq_ready(send_id)
+        if not ready.processed:
+            yield ready
+        t0 = env.now
+        sim.rec.hop(op.op_id, -1, "ipcq", self.n_ipcq, -1, t_in, t0, 0.0, t0 - t_in, 0)
+        yield from sim.slot_access(op.op_id, self, int(op.nbytes), write=False)
+        sender = sim.peer_pe(op)
+        yield sim.fabric.send(op.op_id, -1, self.n_dma, sender.n_dma,
+                              int(sim.params.pe.ipcq.credit_bytes))
+        ch, k = sim.ipcq_channel(sim.ops[send_id])
+        yield ch.put(k)
+        sim.complete(op, t_issue, t0, self.names["ipcq"])
