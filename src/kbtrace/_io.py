@@ -109,6 +109,17 @@ class BatchWriter:
         if self._n >= self._batch_rows:
             self.flush()
 
+    def write_arrays(self, arrays: list[Any], n: int) -> None:
+        """Write ``n`` rows given as one array per column (numpy or pyarrow, schema order)
+        as one RecordBatch, after any rows pending in ``columns``."""
+        self.flush()
+        if n:
+            self._writer.write_batch(pa.RecordBatch.from_arrays(
+                [a if isinstance(a, pa.Array) else pa.array(a, type=f.type)
+                 for a, f in zip(arrays, self._schema, strict=True)], schema=self._schema),
+                row_group_size=ROW_GROUP_SIZE)
+            self.rows += n
+
     def flush(self) -> None:
         if self._n == 0:
             return

@@ -32,15 +32,14 @@ destination node, and one row per control message.
 
 from __future__ import annotations
 
-from bisect import bisect_right
-from itertools import repeat
-from operator import add
+from bisect import bisect_left, bisect_right
 from typing import TYPE_CHECKING, Any
 
 import simpy
 
 from kbtrace.errors import InvariantError
 from kbtrace.replay.hbm import HbmController
+from kbtrace.replay.recorder import STAGE_CODE
 
 if TYPE_CHECKING:  # pragma: no cover
     from kbtrace.replay.recorder import Recorder
@@ -291,17 +290,20 @@ class _Flit:
         self.pos = 0
 
 
-class _Plan:
+_NEG_INF = float("-inf")
+
+
+class _Route:
     """Everything about (route, nbytes) that does not depend on time, computed once.
 
-    ``hops``: per link, ``(node_iv | None, node_ov, link_iv, mode, head, body, last, prop)``
-    with ``mode`` 0 = no serialisation, 1 = single flit, 2 = stream; ``head`` /
-    ``body`` / ``last`` are ``first / bw``, ``(nbytes - last) / bw``, ``last / bw``
-    (the same divisions as the closed form, so results are bit-identical).
+    ``hops``: per link, ``(node_iv | None, node_ov, link_iv, mode, head, body, last,
+    prop)`` with ``mode`` 0 = no serialisation, 1 = single flit, 2 = stream;
+    ``head`` / ``body`` / ``last`` are ``first / bw``, ``(nbytes - last) / bw``,
+    ``last / bw``. ``plans[j]``: the free-path closed form from hop ``j`` on
+    (built on first use).
     """
-    __slots__ = ("nodes", "links", "hops", "stage", "node", "busy", "b_idx", "b_links",
-                 "b_busy", "all_busy", "dst", "dst_iv", "dst_ov", "hbm", "term_stage",
-                 "term_busy", "term_rid")
+    __slots__ = ("nodes", "links", "hops", "stage", "node", "busy", "dst", "dst_iv", "dst_ov",
+                 "hbm", "term_stage", "term_busy", "nb", "plans")
 
     def __init__(self, fab: FastFabric, src: int, dst: int, nb: int) -> None:
         nodes, links = fab.route(src, dst)
@@ -324,30 +326,91 @@ class _Plan:
             else:
                 hops.append((niv, ov, fab.link_iv[li], 0, 0.0, 0.0, 0.0, fab.link_prop[li]))
         self.nodes, self.links, self.hops = nodes, links, tuple(hops)
-        self.stage = tuple(fab.link_stage[li] for li in links)
+        self.stage = tuple(STAGE_CODE[fab.link_stage[li]] for li in links)
         self.node = nodes[:-1]
         self.busy = tuple(nb / fab.link_bw[li] if fab.link_bw[li] > 0 else 0.0 for li in links)
-        self.b_idx = tuple(j for j, b in enumerate(self.busy) if b > 0)
-        self.b_links = [links[j] for j in self.b_idx]
-        self.b_busy = [self.busy[j] for j in self.b_idx]
-        self.all_busy = len(self.b_idx) == len(links)
         self.dst = dst
         self.dst_ov = fab.node_ov[dst]
         self.dst_iv = fab.node_iv[dst] if self.dst_ov > 0 else None
         self.hbm = fab.hbm.get(dst)
-        self.term_stage = fab.term_stage[dst]
+        self.term_stage = STAGE_CODE[fab.term_stage[dst]]
         h = self.hbm
         self.term_busy = nb / (h.bw * h.n_pcs) if h is not None else 0.0
-        self.term_rid = fab.rec.rid(dst, self.term_stage) if self.term_busy > 0 else -1
+        self.nb = nb
+        self.plans: list[_Plan | None] = [None] * (len(links) + 1)
+
+    def plan(self, rec: Recorder, j0: int) -> _Plan:
+        pl = self.plans[j0]
+        if pl is None:
+            pl = self.plans[j0] = _Plan(self, rec, j0)
+        return pl
 
 
-class _Done:
-    """Callback of a fast transfer's one timeout: record its hop rows (the waiting
-    process resumes right after, on the same event)."""
-    __slots__ = ("rec", "op", "rows", "ivr", "ivs", "ive", "ivb")
+class _Plan:
+    """The free-path closed form of a route from hop ``j0`` on.
 
-    def __call__(self, _ev: simpy.Event) -> None:
-        self.rec.hops_bulk(self.op, self.rows, self.ivr, self.ivs, self.ive, self.ivb)
+    The sequential recursion (``FastFabric._hop``) solved symbolically for a
+    transfer that finds every resource free: from head / tail times ``h0 <= t0``
+    at hop ``j0``, the head is at ``h0 + H`` and the tail at ``max(t0 + A, h0 +
+    B)`` everywhere further on (max-plus linear). ``res``: per resource in path
+    order (node overhead, link, destination overhead) its interval list and the
+    reservation ``[h0 + S, max(t0 + A, h0 + B)]``; ``res_hop``: the hop (relative
+    to ``j0``, ``n_hops`` = the destination) each belongs to; ``first``: each hop's
+    first resource; ``start``: ``(H, A, B)`` at each hop's start; ``h_end`` /
+    ``t_a`` / ``t_b``: head and tail at the destination; ``pid``: the recorder
+    plan of the matching hop rows (terminal row last).
+    """
+    __slots__ = ("route", "j0", "n_hops", "res", "res_hop", "first", "start", "h_end", "t_a",
+                 "t_b", "pid", "n_rows")
+
+    def __init__(self, rt: _Route, rec: Recorder, j0: int) -> None:
+        self.route, self.j0 = rt, j0
+        hops = rt.hops[j0:]
+        self.n_hops = len(hops)
+        H, A, B = 0.0, 0.0, _NEG_INF
+        res: list[tuple[list[float], float, float, float]] = []
+        res_hop: list[int] = []
+        first: list[int] = []
+        start: list[tuple[float, float, float]] = []
+        rows = []
+        for jr, (niv, ov, liv, mode, hd_d, body, last_d, p) in enumerate(hops):
+            j = j0 + jr
+            first.append(len(res))
+            start.append((H, A, B))
+            en = H
+            if niv is not None:
+                res.append((niv, H, _NEG_INF, H + ov))
+                res_hop.append(jr)
+                H += ov
+                B = max(B, H)
+            elif ov > 0:
+                H += ov
+                B = max(B, H)
+            if mode == 2:
+                res.append((liv, H, A + last_d, max(H + body, B) + last_d))
+                res_hop.append(jr)
+                A, B, H = A + last_d, max(B, H + body) + last_d, H + hd_d
+            elif mode == 1:
+                res.append((liv, H, _NEG_INF, H + hd_d))
+                res_hop.append(jr)
+                A, B, H = _NEG_INF, H + hd_d, H + hd_d
+            else:
+                B = max(B, H)
+            H, A, B = H + p, A + p, B + p
+            rows.append((rt.stage[j], rt.node[j], rt.links[j], rt.busy[j], en, A, B, False))
+        first.append(len(res))
+        start.append((H, A, B))
+        h_in = H
+        if rt.dst_iv is not None:
+            res.append((rt.dst_iv, H, _NEG_INF, H + rt.dst_ov))
+            res_hop.append(self.n_hops)
+            H += rt.dst_ov
+        B = max(B, H)
+        rows.append((rt.term_stage, rt.dst, -1, rt.term_busy, h_in, 0.0, 0.0, True))
+        self.res, self.res_hop, self.first, self.start = tuple(res), res_hop, first, start
+        self.h_end, self.t_a, self.t_b = H, A, B
+        self.n_rows = len(rows)
+        self.pid = rec.add_plan(rows, rt.nb)
 
 
 class FastFabric(Fabric):
@@ -357,146 +420,159 @@ class FastFabric(Fabric):
     ``[s0, e0, s1, e1, ...]``); a transfer takes the earliest gap at or after its
     head arrival that fits its whole occupancy, so a transfer started later but
     arriving earlier is not queued behind a reservation that lies in the future.
-    Fast path: a head arriving at or after the resource's last reservation end
-    (the common case) appends; only otherwise ``_fit`` scans the gaps. Intervals
-    ending at or before ``now`` can never block a reservation (heads are never
-    earlier than ``now``), so they are pruned lazily.
 
-    Per (source, destination, nbytes) everything time-independent (route, per-hop
-    divisions, hop-row constants, invariant resource ids) is cached in a
-    ``_Plan``; a transfer costs one tight loop over it, one SimPy timeout and one
-    bulk append of its hop rows when it completes.
+    Booking walks the route in stretches. On a stretch the closed form of
+    ``_Plan`` holds while each resource is free from the moment the head reaches
+    it (its last reservation ends no later): one tight pass appends the
+    reservations, and the stretch's hop rows go to the recorder as one compact
+    record (expanded later with numpy). At the first resource that is not free,
+    that hop is booked by the sequential recursion (``_hop``: gap search with
+    ``_fit``, queueing recorded), and the walk goes on from the next hop with the
+    closed form from there. The result equals booking every hop sequentially.
+    Intervals ending at or before ``now`` can never block a reservation (heads
+    are never earlier than ``now``); they are pruned every ``PRUNE_EVERY``
+    transfers and before each gap search.
     """
 
     fidelity = "fast"
+    PRUNE_EVERY = 1024
 
     def __init__(self, env: simpy.Environment, topo: Any, rec: Recorder,
                  hbm: dict[int, HbmController]) -> None:
         super().__init__(env, topo, rec, hbm)
         self.link_iv: list[list[float]] = [[] for _ in topo.links]
         self.node_iv: list[list[float]] = [[] for _ in topo.nodes]
-        self._plans: dict[tuple[int, int, int], _Plan] = {}
+        self._routes_nb: dict[tuple[int, int, int], _Route] = {}
+        self._sends = 0
+        self.n_stalls = 0
 
     def send(self, op_id: int, tile: int, src: int, dst: int, nbytes: int, addr: int = 0,
              ready: list[float] | None = None, at: float | None = None,
              ack: float = 0.0) -> simpy.Event:
         """As ``Fabric.send``; ``at``: flits ready at this (future) time instead of now;
         ``ack``: the returned event fires that much later (a control message back,
-        whose row the caller records), so a DMA round trip is one SimPy event."""
+        whose row the caller records), so a DMA round trip is one SimPy event.
+        The event's value is the completion time (before ``ack``)."""
         key = (src, dst, nbytes)
-        pl = self._plans.get(key)
-        if pl is None:
-            pl = self._plans[key] = _Plan(self, src, dst, nbytes)
+        rt = self._routes_nb.get(key)
+        if rt is None:
+            rt = self._routes_nb[key] = _Route(self, src, dst, nbytes)
         env = self.env
+        rec = self.rec
         now = env.now
-        nb = nbytes
         t0 = now if at is None else at
         if ready is None:
             h = t = t0
         else:
             h, t = min(ready), max(ready)
-        cb = _Done()
-        cb.rec, cb.op = self.rec, op_id
-        if not pl.links:
-            if ready is None:
-                t = t0
-            rows = [(t0, tile, pl.term_stage, dst, -1, t, pl.term_busy, 0.0, nb)]
-            cb.rows = rows
-            if pl.term_busy > 0:
-                cb.ivr, cb.ivs, cb.ive, cb.ivb = [pl.term_rid], [t0], [t], [pl.term_busy]
+        self._sends += 1
+        if self._sends % self.PRUNE_EVERY == 0:
+            self._prune_all(now)
+        pl = rt.plans[0] or rt.plan(rec, 0)
+        if not rt.links:   # source is the destination: no fabric, no commit
+            rec.transfer(op_id, tile, pl.pid, t0, t0, t, 1)
+            return env.timeout(t + ack - now, t)
+        while True:
+            k = 0
+            for iv, S, A, B in pl.res:
+                s = h + S
+                e = t + A
+                x = h + B
+                if x > e:
+                    e = x
+                if not iv or iv[-1] <= s:
+                    iv.append(s)
+                    iv.append(e)
+                else:   # a gap that takes the whole occupancy at once, or a stall
+                    i = bisect_right(iv, s)
+                    if i & 1 or e > iv[i]:
+                        break
+                    iv[i:i] = (s, e)
+                k += 1
             else:
-                cb.ivr = cb.ivs = cb.ive = cb.ivb = []
-            ev = env.timeout(t + ack - now, t)
-            ev.callbacks.append(cb)
-            return ev
-        enter = []
-        queue = []
-        leave = []
-        for niv, ov, liv, mode, hd_d, body, last_d, p in pl.hops:
-            enter.append(h)
-            q = 0.0
-            if niv is not None:
-                if not niv or h >= niv[-1]:
-                    if len(niv) > 64:
-                        _prune(niv, now)
-                    s = h
-                    niv.append(s)
-                    niv.append(s + ov)
-                else:
-                    s = _fit(niv, now, h, ov, 0.0, 0.0)
-                q = s - h
-                h = s + ov
-                if t < h:
-                    t = h
-            if mode == 2:
-                if not liv or h >= liv[-1]:
-                    if len(liv) > 64:
-                        _prune(liv, now)
-                    s = h
-                    e = s + body
-                    if e < t:
-                        e = t
-                    liv.append(s)
-                    liv.append(e + last_d)
-                else:
-                    s = _fit(liv, now, h, body, t, last_d)
-                hd = s + hd_d
-                e = s + body
-                td = (t if t > e else e) + last_d
-                q += s - h
-            elif mode == 1:
-                if not liv or h >= liv[-1]:
-                    if len(liv) > 64:
-                        _prune(liv, now)
-                    s = h
-                    liv.append(s)
-                    liv.append(s + hd_d)
-                else:
-                    s = _fit(liv, now, h, hd_d, 0.0, 0.0)
-                hd = td = s + hd_d
-                q += s - h
-            else:
-                hd = h
-                td = t if t > h else h
-            queue.append(q)
-            h = hd + p
-            t = td + p
-            leave.append(t)
+                hh = h + pl.h_end
+                tt = t + pl.t_a
+                x = h + pl.t_b
+                if x > tt:
+                    tt = x
+                done = rt.hbm.write_stream(addr, nbytes, hh, tt) if rt.hbm is not None else tt
+                rec.transfer(op_id, tile, pl.pid, h, t, done, pl.n_rows)
+                return env.timeout(done + ack - now, done)
+            # resource k is not free: undo its hop's earlier reservations, book the hop
+            self.n_stalls += 1
+            jr = pl.res_hop[k]
+            for iv, S, _A, _B in pl.res[pl.first[jr]:k]:
+                _unreserve(iv, h + S)
+            if jr:
+                rec.transfer(op_id, tile, pl.pid, h, t, 0.0, jr)
+            H, A, B = pl.start[jr]
+            tt = t + A
+            x = h + B
+            h, t = h + H, (tt if tt > x else x)
+            j = pl.j0 + jr
+            if jr == pl.n_hops:
+                done = self._arrive(rt, op_id, tile, addr, h, t, now)
+                return env.timeout(done + ack - now, done)
+            h, t = self._hop(rt, j, op_id, tile, h, t, now)
+            pl = rt.plans[j + 1] or rt.plan(rec, j + 1)
+
+    def _hop(self, rt: _Route, j: int, op_id: int, tile: int, h: float, t: float,
+             now: float) -> tuple[float, float]:
+        """Book hop ``j`` sequentially (head at ``h``, tail at ``t``); record its row;
+        return head and tail at the next node."""
+        niv, ov, liv, mode, hd_d, body, last_d, p = rt.hops[j]
+        enter = h
         q = 0.0
-        niv = pl.dst_iv
         if niv is not None:
-            s = _fit(niv, now, h, pl.dst_ov, 0.0, 0.0)
+            s = _fit(niv, now, h, ov, 0.0, 0.0)
             q = s - h
-            h_in = h
-            h = s + pl.dst_ov
+            h = s + ov
+            if t < h:
+                t = h
+        elif ov > 0:
+            h += ov
+            if t < h:
+                t = h
+        if mode == 2:
+            s = _fit(liv, now, h, body, t, last_d)
+            hd = s + hd_d
+            e = s + body
+            td = (t if t > e else e) + last_d
+            q += s - h
+        elif mode == 1:
+            s = _fit(liv, now, h, hd_d, 0.0, 0.0)
+            hd = td = s + hd_d
+            q += s - h
         else:
-            h_in = h
+            hd = h
+            td = t if t > h else h
+        t = td + p
+        self.rec.rows([(op_id, tile, rt.stage[j], rt.node[j], rt.links[j], enter, t, rt.busy[j], q,
+                        rt.nb)])
+        return hd + p, t
+
+    def _arrive(self, rt: _Route, op_id: int, tile: int, addr: int, h: float, t: float,
+                now: float) -> float:
+        """Book the destination (overhead, HBM commit) sequentially; record the terminal row."""
+        q = 0.0
+        h_in = h
+        niv = rt.dst_iv
+        if niv is not None:
+            s = _fit(niv, now, h, rt.dst_ov, 0.0, 0.0)
+            q = s - h
+            h = s + rt.dst_ov
         if t < h:
             t = h
-        hbm = pl.hbm
-        done = hbm.write_stream(addr, nb, h, t) if hbm is not None else t
-        rows = list(zip(enter, repeat(tile), pl.stage, pl.node, pl.links, leave, pl.busy, queue,
-                        repeat(nb)))
-        rows.append((h_in, tile, pl.term_stage, dst, -1, done, pl.term_busy, q, nb))
-        if pl.all_busy:
-            ivr = pl.b_links[:]
-            ivs = list(map(add, enter, queue))
-            ive = leave
-            ivb = pl.b_busy[:]
-        else:
-            bi = pl.b_idx
-            ivr, ivb = pl.b_links[:], pl.b_busy[:]
-            ivs = [enter[j] + queue[j] for j in bi]
-            ive = [leave[j] for j in bi]
-        if pl.term_busy > 0:
-            ivr.append(pl.term_rid)
-            ivs.append(h_in + q)
-            ive.append(done)
-            ivb.append(pl.term_busy)
-        cb.rows, cb.ivr, cb.ivs, cb.ive, cb.ivb = rows, ivr, ivs, ive, ivb
-        ev = env.timeout(done + ack - now, done)
-        ev.callbacks.append(cb)
-        return ev
+        done = rt.hbm.write_stream(addr, rt.nb, h, t) if rt.hbm is not None else t
+        self.rec.rows([(op_id, tile, rt.term_stage, rt.dst, -1, h_in, done, rt.term_busy, q,
+                        rt.nb)])
+        return done
+
+    def _prune_all(self, now: float) -> None:
+        for ivs in (self.link_iv, self.node_iv):
+            for iv in ivs:
+                if len(iv) > 64:
+                    _prune(iv, now)
 
 
 def _fit(iv: list[float], now: float, h: float, body: float, tail_at: float,
@@ -506,8 +582,16 @@ def _fit(iv: list[float], now: float, h: float, body: float, tail_at: float,
     The occupancy is ``[s, max(tail_at, s + body) + last]`` (a stream whose tail
     flit cannot arrive before ``tail_at``).
     """
-    while len(iv) > 1 and iv[1] <= now:
-        del iv[0:2]
+    if not iv or h >= iv[-1]:
+        s = h
+        e = s + body
+        if e < tail_at:
+            e = tail_at
+        iv.append(s)
+        iv.append(e + last)
+        return s
+    if iv[1] <= now:
+        _prune(iv, now)
     s = h
     i = 0
     k = len(iv)
@@ -528,6 +612,14 @@ def _fit(iv: list[float], now: float, h: float, body: float, tail_at: float,
     iv.insert(i, e + last)
     iv.insert(i, s)
     return s
+
+
+def _unreserve(iv: list[float], s: float) -> None:
+    """Remove the reservation starting at ``s`` (reservations have positive length)."""
+    i = bisect_left(iv, s)
+    if i & 1:             # an interval ending exactly at s precedes it
+        i += 1
+    del iv[i:i + 2]
 
 
 def _prune(iv: list[float], now: float) -> None:

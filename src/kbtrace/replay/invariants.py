@@ -61,14 +61,10 @@ def check_busy(sim: Sim) -> float:
     lies beyond the running maximum end of the resource (a per-resource running
     max done exactly on integer keys ``group * n + rank(end)``).
     """
-    rec = sim.rec
-    n = len(rec.iv_res)
+    res, s, e, b = sim.rec.intervals()
+    n = len(res)
     if not n:
         return 0.0
-    res = np.frombuffer(rec.iv_res, dtype=np.int64)
-    s = np.frombuffer(rec.iv_start, dtype=np.float64)
-    e = np.frombuffer(rec.iv_end, dtype=np.float64)
-    b = np.frombuffer(rec.iv_busy, dtype=np.float64)
     bad = np.nonzero(b > (e - s) + EPS_NS)[0]
     if bad.size:
         i = int(bad[0])

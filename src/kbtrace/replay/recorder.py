@@ -1,14 +1,26 @@
 """Columnar recording of replay results: op timing arrays + batched hop rows.
 
-Hops are buffered per op while the op is in flight (one small tuple per hop,
-``(t_enter, tile, stage, node, link, t_leave, busy, queue, nbytes)``). When the
-op completes its rows move, unsorted, to the pending batch (ops in completion
-order). When the batch holds ``batch_rows`` rows (checked after each op, so
-batches hold whole ops) it is finalised vectorised with numpy:
+Hop rows arrive from two sources, both appended in creation order:
 
-* ``hop`` index = path order = stable sort of the op's rows by ``t_enter``
-  (ties: creation order);
-* ``crit_ns``: the op's rows stably sorted by ``t_leave`` advance its
+* explicit rows (``hop`` / ``rows``): one tuple each,
+  ``(op, tile, stage_code, node, link, t_enter, t_leave, busy, queue, nbytes)``;
+* compact transfers (``transfer``, fast mode): one record per transfer on a
+  free path, ``(position, op, tile, plan, h0, t0, done)``. A *plan*
+  (registered once per route and size with ``add_plan``) holds each row's
+  constants and closed-form offsets: ``t_enter = h0 + EN``, ``t_leave =
+  max(t0 + LA, h0 + LB)`` (or ``done`` for the terminal row), queue 0. The
+  rows are expanded with numpy when the batch is finalised, so a transfer costs
+  one small tuple however long its path.
+
+Every row has a global creation index (explicit rows interleave with the rows
+of compact transfers by the position recorded with each transfer). When the
+ops completed since the last batch own ``batch_rows`` pending rows or more (or
+at ``close``) the batch is finalised vectorised with numpy, in completion
+order of the ops; rows of ops still in flight stay pending:
+
+* ``hop`` index = path order = rows of the op sorted by ``t_enter``, ties by
+  creation index;
+* ``crit_ns``: the op's rows sorted by ``t_leave`` (ties: creation) advance its
   completion frontier, starting from ``t_issue``; each row is attributed
   ``t_leave - frontier`` (0 if not beyond it). Since the rows are sorted, the
   frontier before a row is ``max(t_issue, previous t_leave)``. The remainder up
@@ -17,28 +29,35 @@ batches hold whole ops) it is finalised vectorised with numpy:
 * the op's ``queue_ns`` = sum over its rows, in hop order, of
   ``min(queue, crit)``; its ``t_end`` = max(completion, last ``t_leave``).
 
-The columns then go to a ``BatchWriter`` (one flush per batch), so memory is
-bounded by the ops in flight plus one batch; rows are in op-completion order.
-``close()`` finalises the last batch; per-op ``t_end`` / ``queue`` are final
-only after it.
+Memory is bounded by the rows of ops in flight plus one batch. ``close()``
+finalises the last batch; per-op ``t_end`` / ``queue`` are final only after it.
+A row recorded for an op whose rows were already written is an error.
 
-For the physical invariants every hop with ``busy_ns > 0`` also appends
-``(resource, start, end, busy)`` to compact typed arrays.
+For the physical invariants every finalised row with ``busy_ns > 0`` yields
+``(resource, t_enter + queue, t_leave, busy)`` (``intervals()``); a link is its
+own resource, a node-side row's resource is ``rid(node, stage)``.
 """
 
 from __future__ import annotations
 
-from array import array
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from kbtrace import schema
 from kbtrace._io import BatchWriter
+from kbtrace.errors import InvariantError
 
-__all__ = ["Recorder"]
+__all__ = ["Recorder", "STAGE_CODE"]
 
 _COMPUTE = ("gemm", "math")
+STAGE_CODE = {s: i for i, s in enumerate(schema.STAGES)}
+_STAGE_DICT = pa.array(schema.STAGES, pa.string())
+_NX = 10   # fields of an explicit row
+_NC = 8    # fields of a compact transfer record
+_COLS = ("op", "tile", "stage", "node", "link", "enter", "leave", "busy", "queue", "nbytes")
 
 
 class Recorder:
@@ -46,7 +65,6 @@ class Recorder:
                  res_alias: dict[int, int] | None = None) -> None:
         self.hops = BatchWriter(out_dir / "hops.parquet", schema.HOPS, batch_rows=batch_rows)
         self.batch_rows = batch_rows
-        self._open: dict[int, list[tuple]] = {}
         self.t_issue = np.full(n_ops, np.nan)
         self.t_start = np.full(n_ops, np.nan)
         self.t_end = np.full(n_ops, np.nan)
@@ -57,18 +75,28 @@ class Recorder:
         self._res: dict[tuple[int, str], int] = {}
         self._rid: dict[tuple[int, str], int] = {}
         self.res_names: list[tuple[int, str]] = []
-        self.iv_res = array("q")
-        self.iv_start = array("d")
-        self.iv_end = array("d")
-        self.iv_busy = array("d")
         self.n_hops = 0
-        # pending batch: rows of completed ops, and per op (op_id, n rows, t_issue, t_end)
-        self._rows: list[tuple] = []
-        self._seg_op: list[int] = []
-        self._seg_n: list[int] = []
-        self._seg_issue: list[float] = []
-        self._seg_end: list[float] = []
+        # pending rows
+        self._x: list[tuple] = []           # explicit rows
+        self._c: list[tuple] = []           # compact transfers
+        self._c_rows = 0                    # rows the compact transfers expand to
+        self._carry: dict[str, np.ndarray] | None = None   # rows of ops in flight at last flush
+        self._gbase = 0                     # creation index of the first row in _x / _c
+        # ops completed since the last flush (completion order) and their raw timing
+        self._done: list[tuple[int, float, float, float]] = []
+        self._rank = np.full(n_ops, -1, dtype=np.int64)
+        self._n_ranked = 0
+        # compact transfer plans: flat per-row constants, offsets / lengths per plan
+        self._p_rows: list[tuple] = []
+        self._p_off: list[int] = []
+        self._p_len: list[int] = []
+        self._p_nb: list[int] = []
+        self._p_np: tuple[np.ndarray, ...] | None = None
+        self.plan_len = self._p_len
+        # finalised invariant intervals, one chunk per batch
+        self._iv: list[tuple[np.ndarray, ...]] = []
 
+    # ------------------------------------------------------------------ resources
     def rid(self, node: int, stage: str) -> int:
         """Invariant resource id of a node-side hop (links use their own index)."""
         rid = self._rid.get((node, stage))
@@ -81,73 +109,178 @@ class Recorder:
             self._rid[(node, stage)] = rid
         return rid
 
+    # ------------------------------------------------------------------ recording
     def hop(self, op: int, tile: int, stage: str, node: int, link: int, enter: float,
             leave: float, busy: float, queue: float, nbytes: int) -> None:
-        lst = self._open.get(op)
-        if lst is None:
-            lst = self._open[op] = []
-        lst.append((enter, tile, stage, node, link, leave, busy, queue, nbytes))
-        if busy > 0:
-            if link < 0:
-                link = self._rid.get((node, stage)) or self.rid(node, stage)
-            self.iv_res.append(link)
-            self.iv_start.append(enter + queue)
-            self.iv_end.append(leave)
-            self.iv_busy.append(busy)
+        self._x.append((op, tile, STAGE_CODE[stage], node, link, enter, leave, busy, queue,
+                        nbytes))
 
-    def hops_bulk(self, op: int, rows: list[tuple], iv_res: list[int], iv_start: list[float],
-                  iv_end: list[float], iv_busy: list[float]) -> None:
-        """Add several hop rows of one op at once (rows in creation order), with their
-        invariant intervals (already filtered to ``busy > 0``)."""
-        lst = self._open.get(op)
-        if lst is None:
-            self._open[op] = rows
-        else:
-            lst.extend(rows)
-        if iv_res:
-            self.iv_res.extend(iv_res)
-            self.iv_start.extend(iv_start)
-            self.iv_end.extend(iv_end)
-            self.iv_busy.extend(iv_busy)
+    def rows(self, rows: list[tuple]) -> None:
+        """Explicit rows in the internal layout (stage as ``STAGE_CODE``), creation order."""
+        self._x.extend(rows)
+
+    def add_plan(self, rows: list[tuple], nbytes: int) -> int:
+        """Register a compact-transfer plan; return its id.
+
+        ``rows``: per hop row (the terminal row last),
+        ``(stage_code, node, link, busy, EN, LA, LB, terminal)``.
+        """
+        pid = len(self._p_len)
+        self._p_off.append(len(self._p_rows))
+        self._p_len.append(len(rows))
+        self._p_nb.append(nbytes)
+        self._p_rows.extend(rows)
+        self._p_np = None
+        return pid
+
+    def transfer(self, op: int, tile: int, plan: int, h0: float, t0: float, done: float,
+                 n: int) -> None:
+        """A transfer (or the leading part of one) on a free path: the first ``n`` rows of
+        ``plan`` from head / tail ready times ``h0`` / ``t0`` (expanded at finalisation)."""
+        self._c.append((len(self._x), op, tile, plan, h0, t0, done, n))
+        self._c_rows += n
 
     def op_done(self, op: int, t_issue: float, t_start: float, t_end: float, engine: str) -> None:
-        rows = self._open.pop(op, None)
-        self.t_issue[op] = t_issue
-        self.t_start[op] = t_start
-        self.t_end[op] = t_end
         self.engine[op] = engine
-        if rows:
-            self._rows.extend(rows)
-            self._seg_op.append(op)
-            self._seg_n.append(len(rows))
-            self._seg_issue.append(t_issue)
-            self._seg_end.append(t_end)
-            if len(self._rows) >= self.batch_rows:
-                self.flush()
+        self._done.append((op, t_issue, t_start, t_end))
+        if len(self._x) + self._c_rows >= self.batch_rows:
+            self.flush()
+
+    # ------------------------------------------------------------------ finalisation
+    def _plans_np(self) -> tuple[np.ndarray, ...]:
+        if self._p_np is None:
+            if self._p_rows:
+                st, nd, lk, busy, en, la, lb, term = zip(*self._p_rows, strict=True)
+            else:
+                st = nd = lk = busy = en = la = lb = term = ()
+            self._p_np = (np.array(self._p_off, dtype=np.int64), np.array(self._p_len, dtype=np.int64),
+                          np.array(self._p_nb, dtype=np.int64), np.array(st, dtype=np.int64),
+                          np.array(nd, dtype=np.int64), np.array(lk, dtype=np.int64),
+                          np.array(busy, dtype=np.float64), np.array(en, dtype=np.float64),
+                          np.array(la, dtype=np.float64), np.array(lb, dtype=np.float64),
+                          np.array(term, dtype=bool))
+        return self._p_np
+
+    def _pending(self) -> dict[str, np.ndarray]:
+        """All pending rows as columns (plus ``gidx``, the creation index); no state change."""
+        parts = [self._carry] if self._carry is not None else []
+        nx = len(self._x)
+        if nx:
+            X = np.fromiter(chain.from_iterable(self._x), np.float64, count=nx * _NX)
+            X = X.reshape(nx, _NX)
+            part = {c: X[:, i] for i, c in enumerate(_COLS)}
+            gidx = np.arange(nx, dtype=np.int64) + self._gbase
+            parts.append(part)
+        nc = len(self._c)
+        if nc:
+            C = np.fromiter(chain.from_iterable(self._c), np.float64, count=nc * _NC)
+            C = C.reshape(nc, _NC)
+            off, plen, pnb, pst, pnd, plk, pbusy, pen, pla, plb, pterm = self._plans_np()
+            pos = C[:, 0].astype(np.int64)
+            pid = C[:, 3].astype(np.int64)
+            nrows = C[:, 7].astype(np.int64)
+            tot = int(nrows.sum())
+            cum = np.cumsum(nrows)
+            first = cum - nrows                     # compact rows created before each transfer
+            rep = np.repeat(np.arange(nc), nrows)
+            idx = off[pid][rep] + (np.arange(tot) - first[rep])
+            h0, t0, done = C[:, 4][rep], C[:, 5][rep], C[:, 6][rep]
+            leave = np.maximum(t0 + pla[idx], h0 + plb[idx])
+            term = pterm[idx]
+            leave[term] = done[term]
+            parts.append({
+                "op": C[:, 1][rep], "tile": C[:, 2][rep], "stage": pst[idx], "node": pnd[idx],
+                "link": plk[idx], "enter": h0 + pen[idx], "leave": leave, "busy": pbusy[idx],
+                "queue": np.zeros(tot), "nbytes": pnb[pid][rep],
+                "gidx": self._gbase + pos[rep] + first[rep] + (np.arange(tot) - first[rep]),
+            })
+            if nx:   # explicit row i comes after every compact row of transfers at position <= i
+                k = np.searchsorted(pos, np.arange(nx), side="right")
+                gidx = gidx + np.where(k > 0, cum[np.maximum(k - 1, 0)], 0)
+        if nx:
+            parts[-2 if nc else -1]["gidx"] = gidx
+        if not parts:
+            return {}
+        if len(parts) == 1:
+            return parts[0]
+        return {c: np.concatenate([p[c] for p in parts]) for c in (*_COLS, "gidx")}
+
+    def _intervals_of(self, r: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
+        busy = r["busy"]
+        sel = np.flatnonzero(busy > 0)
+        link = r["link"][sel].astype(np.int64)
+        res = link.copy()
+        side = np.flatnonzero(link < 0)
+        if side.size:
+            key = r["node"][sel][side].astype(np.int64) * 64 + r["stage"][sel][side].astype(np.int64)
+            uniq, inv = np.unique(key, return_inverse=True)
+            ids = np.array([self.rid(int(k) >> 6, schema.STAGES[int(k) & 63])
+                            for k in uniq.tolist()], dtype=np.int64)
+            res[side] = ids[inv]
+        return (res, r["enter"][sel] + r["queue"][sel], r["leave"][sel], busy[sel])
+
+    def intervals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(resource, start, end, busy)`` of every busy row so far, written or pending."""
+        chunks = list(self._iv)
+        pend = self._pending()
+        if pend:
+            chunks.append(self._intervals_of(pend))
+        if not chunks:
+            e = np.empty(0)
+            return np.empty(0, dtype=np.int64), e, e, e
+        return tuple(np.concatenate([c[i] for c in chunks]) for i in range(4))  # type: ignore
 
     def flush(self) -> None:
-        """Finalise the pending batch (hop, crit, per-op t_end / queue) and write it."""
-        rows = self._rows
-        if not rows:
+        """Finalise the rows of the ops completed so far (hop, crit, per-op t_end / queue)."""
+        done = self._done
+        if done:
+            ops_l, ti_l, ts_l, te_l = zip(*done, strict=True)
+            ops_d = np.array(ops_l, dtype=np.int64)
+            self.t_issue[ops_d] = ti_l
+            self.t_start[ops_d] = ts_l
+            self.t_end[ops_d] = te_l
+            self._rank[ops_d] = np.arange(self._n_ranked, self._n_ranked + len(done))
+            rank_lo = self._n_ranked
+            self._n_ranked += len(done)
+            self._done = []
+        else:
+            rank_lo = self._n_ranked
+        r = self._pending()
+        self._gbase += len(self._x) + self._c_rows
+        self._x, self._c, self._c_rows = [], [], 0
+        if not r:
+            self._carry = None
             return
-        n = len(rows)
-        lens = np.array(self._seg_n, dtype=np.int64)
-        ops = np.array(self._seg_op, dtype=np.int64)
-        nseg = len(lens)
-        seg = np.repeat(np.arange(nseg), lens)
-        starts = np.zeros(nseg, dtype=np.int64)
-        np.cumsum(lens[:-1], out=starts[1:])
+        op = r["op"].astype(np.int64)
+        rank = self._rank[op]
+        late = np.flatnonzero((rank >= 0) & (rank < rank_lo))
+        if late.size:
+            o = int(op[late[0]])
+            raise InvariantError(f"a hop row of op {o} was recorded after the op completed and "
+                                 f"its rows were written (stage {schema.STAGES[int(r['stage'][late[0]])]})")
+        fin = rank >= 0
+        if not fin.all():
+            keep = ~fin
+            self._carry = {c: v[keep] for c, v in r.items()}
+            r = {c: v[fin] for c, v in r.items()}
+            op, rank = op[fin], rank[fin]
+        else:
+            self._carry = None
+        n = len(op)
+        if not n:
+            return
+        enter, leave, queue, gidx = r["enter"], r["leave"], r["queue"], r["gidx"]
+        order = np.lexsort((gidx, enter, rank))       # hop order within ops, ops by completion
+        lo = np.lexsort((gidx, leave, rank))          # crit order
+        rk = rank[order]
+        starts = np.flatnonzero(np.r_[True, rk[1:] != rk[:-1]])
+        lens = np.diff(np.r_[starts, n])
         ends = starts + lens - 1
-        enter, tile, stage, node, link, leave, busy, queue, nbytes = zip(*rows, strict=True)
-        enter = np.array(enter, dtype=np.float64)
-        leave = np.array(leave, dtype=np.float64)
-        queue = np.array(queue, dtype=np.float64)
-        issue = np.array(self._seg_issue, dtype=np.float64)
-        t_end = np.maximum(np.array(self._seg_end, dtype=np.float64),
-                           np.maximum.reduceat(leave, starts))
-        # crit: rows sorted (stably) by t_leave within their op
-        lo = np.lexsort((leave, seg))
+        seg_ops = op[order][starts]
+        seg = np.repeat(np.arange(len(starts)), lens)
+        issue = self.t_issue[seg_ops]
         lv = leave[lo]
+        t_end = np.maximum(self.t_end[seg_ops], np.maximum.reduceat(lv, starts))
         front = np.empty(n)
         front[1:] = lv[:-1]
         front[starts] = -np.inf
@@ -158,36 +291,31 @@ class Recorder:
         crit_s[ends[tail]] += t_end[tail] - f_end[tail]
         crit = np.empty(n)
         crit[lo] = crit_s
-        # hop order: rows sorted (stably) by t_enter within their op
-        order = np.lexsort((enter, seg))
-        qmin = np.minimum(queue[order], crit[order]).tolist()
-        qsum = [sum(qmin[a:a + k]) for a, k in zip(starts.tolist(), self._seg_n, strict=True)]
-        self.t_end[ops] = t_end
-        self.queue[ops] = qsum
-        c = self.hops.columns
-        c[0] = ops[seg]
-        c[1] = (np.arange(n) - starts[seg]).astype(np.int32)
-        c[2] = np.array(tile, dtype=np.int32)[order]
-        c[3] = [stage[i] for i in order.tolist()]     # str list: pyarrow's fast path
-        c[4] = np.array(node, dtype=np.int32)[order]
-        c[5] = np.array(link, dtype=np.int32)[order]
-        c[6] = enter[order]
-        c[7] = leave[order]
-        c[8] = np.array(busy, dtype=np.float64)[order]
-        c[9] = queue[order]
-        c[10] = crit[order]
-        c[11] = np.array(nbytes, dtype=np.int64)[order]
+        qmin = np.minimum(queue[order], crit[order])
+        self.t_end[seg_ops] = t_end
+        self.queue[seg_ops] = np.add.reduceat(qmin, starts)
+        stage = pa.DictionaryArray.from_arrays(pa.array(r["stage"][order].astype(np.int16)),
+                                               _STAGE_DICT)
+        cols = [op[order], (np.arange(n) - starts[seg]).astype(np.int32),
+                r["tile"][order].astype(np.int32), stage, r["node"][order].astype(np.int32),
+                r["link"][order].astype(np.int32), enter[order], leave[order],
+                r["busy"][order], queue[order], crit[order], r["nbytes"][order].astype(np.int64)]
+        self.hops.write_arrays(cols, n)
         self.n_hops += n
-        self._rows = []
-        self._seg_op, self._seg_n, self._seg_issue, self._seg_end = [], [], [], []
-        self.hops.commit(n)
-        self.hops.flush()
+        self._iv.append(self._intervals_of(r))
 
     def close(self) -> None:
         """Finalise the last batch and close the hop writer (atomic rename)."""
         self.flush()
+        if self._carry is not None:
+            o = int(self._carry["op"][0])
+            raise InvariantError(f"op {o} has hop rows but never completed")
         self.hops.close()
 
     @property
     def open_ops(self) -> list[int]:
-        return sorted(self._open)
+        pend = self._pending()
+        if not pend:
+            return []
+        op = pend["op"].astype(np.int64)
+        return sorted(set(op[self._rank[op] < 0].tolist()) - {o for o, *_ in self._done})
