@@ -103,3 +103,22 @@ def test_dma_channels_held_through_round_trip(tmp_path, fid):
     (_, f0, m0, r0), (_, f1, m1, r1) = dma[2]
     assert r0 == r1 == 0.0 and f1 < m0                          # both channels busy at once
     assert (f0, m0) == (e0, l0) and m1 < l1
+
+
+def test_hbm_read_span_equals_read():
+    rng = random.Random(7)
+    p = SimpleNamespace(pcs_per_pe=8, pc_bw_gbps=32.0, efficiency=0.9, burst_bytes=256,
+                        switch_penalty_ns=1.5)
+    a, b = HbmController(0, p), HbmController(0, p)
+    t = 0.0
+    for _ in range(400):
+        t += rng.choice([0.0, 0.5, 3.0, 40.0])
+        addr = rng.randrange(0, 1 << 16) * 64
+        nb = rng.choice([1, 64, 256, 300, 2048, 4096, 5000, 65536])
+        if rng.random() < 0.3:
+            a.commit(addr, 256, t, 1)
+            b.commit(addr, 256, t, 1)
+            continue
+        ready = a.read(addr, nb, t)
+        assert b.read_span(addr, nb, t) == (min(ready), max(ready))
+        assert a.pc_avail == b.pc_avail and a.last_dir == b.last_dir

@@ -99,6 +99,45 @@ class HbmController:
             last_dir[pc] = 0
         return out
 
+    def read_span(self, addr: int, nbytes: int, t: float) -> tuple[float, float]:
+        """``read`` reduced to (first, last) burst finish times, same PC state and bits.
+
+        The burst finish times on one PC are the same running sum as in ``read`` (same
+        additions, same order), without materialising them.
+        """
+        burst, shift, mask, bw = self.burst, self.shift, self.mask, self.bw
+        if burst != 1 << shift or self.n_pcs & mask or nbytes <= 0:   # pragma: no cover
+            ready = self.read(addr, nbytes, t)
+            return (min(ready), max(ready)) if ready else (t, t)
+        avail, last_dir, pen, npcs = self.pc_avail, self.last_dir, self.penalty, self.n_pcs
+        n = -(-nbytes // burst)
+        full = burst / bw
+        tail_b = nbytes - (n - 1) * burst
+        tail = full if tail_b == burst else tail_b / bw
+        p0 = (addr >> shift) & mask
+        first = last = -1.0
+        for j in range(npcs if n > npcs else n):
+            pc = (p0 + j) & mask
+            cnt = (n - 1 - j) // npcs + 1
+            start = avail[pc]
+            if start < t:
+                start = t
+            if pen and last_dir[pc] == 1:
+                start += pen
+            has_tail = j + (cnt - 1) * npcs == n - 1
+            f = start + (tail if has_tail and cnt == 1 else full)
+            if first < 0 or f < first:
+                first = f
+            for _ in range(cnt - 2):
+                f += full
+            if cnt > 1:
+                f += tail if has_tail else full
+            avail[pc] = f
+            last_dir[pc] = 0
+            if f > last:
+                last = f
+        return first, last
+
     def write_stream(self, addr: int, nbytes: int, head: float, tail: float) -> float:
         """Commit a write whose flits arrive evenly between ``head`` and ``tail``; last finish.
 

@@ -118,32 +118,43 @@ def check(sim: Sim, makespan: float) -> None:
                                  f"no matching recv (unmatched send)")
     rec, topo, fab = sim.rec, sim.topo, sim.fabric
     lb_end = max((ln["t_barrier_ns"] for ln in sim.launches), default=0.0)
+    bounds: dict[tuple, float] = {}
+    dmas: dict[tuple[int, int, int], int] = {}
+    host = sim.host
     for o in sim.ops:
-        if o.kind not in ("load", "store", "h2d", "d2h"):
+        kind = o.kind
+        if kind not in ("load", "store", "h2d", "d2h"):
             continue
         nb = int(o.nbytes)
-        if o.kind in ("load", "store"):
-            dma = topo.pe_node(_coord(o), "dma").idx
-            if o.kind == "load":
-                src = sim.resolve(o.src_addr)
-                lb = topo.route(dma, src).lower_bound_ns(0) + topo.route(src, dma).lower_bound_ns(nb)
-            else:
-                dst = sim.resolve(o.dst_addr)
-                lb = topo.route(dma, dst).lower_bound_ns(nb) + topo.route(dst, dma).lower_bound_ns(0)
-        elif o.kind == "h2d":
-            dst = sim.resolve(o.dst_addr)
-            lb = topo.route(sim.host, dst).lower_bound_ns(nb)
+        if kind == "load" or kind == "store":
+            dma = dmas.get((o.sip, o.cube, o.pe))
+            if dma is None:
+                dma = dmas[(o.sip, o.cube, o.pe)] = topo.pe_node(_coord(o), "dma").idx
+            key = (kind, dma, sim.resolve(o.src_addr if kind == "load" else o.dst_addr), nb)
         else:
-            src = sim.resolve(o.src_addr)
-            lb = topo.route(src, sim.host).lower_bound_ns(nb)
+            key = (kind, host, sim.resolve(o.dst_addr if kind == "h2d" else o.src_addr), nb)
+        lb = bounds.get(key)
+        if lb is None:
+            lb = bounds[key] = _lower_bound(topo, *key)
         dur = rec.t_end[o.op_id] - rec.t_issue[o.op_id]
         if dur + 1e-6 < lb:
-            raise InvariantError(f"op {o.op_id} ({o.kind}, {nb} B) took {dur:.3f} ns, below its "
+            raise InvariantError(f"op {o.op_id} ({kind}, {nb} B) took {dur:.3f} ns, below its "
                                  f"analytical lower bound {lb:.3f} ns ({fab.fidelity} mode)")
         lb_end = max(lb_end, rec.t_issue[o.op_id] + lb)
     if makespan + 1e-6 < lb_end:
         raise InvariantError(f"makespan {makespan:.3f} ns is below the analytical lower bound "
                              f"{lb_end:.3f} ns")
+
+
+def _lower_bound(topo, kind: str, a: int, mem: int, nb: int) -> float:
+    """Route lower bound of one memory op: ``a`` is the DMA (load/store) or the host."""
+    if kind == "load":
+        return topo.route(a, mem).lower_bound_ns(0) + topo.route(mem, a).lower_bound_ns(nb)
+    if kind == "store":
+        return topo.route(a, mem).lower_bound_ns(nb) + topo.route(mem, a).lower_bound_ns(0)
+    if kind == "h2d":
+        return topo.route(a, mem).lower_bound_ns(nb)
+    return topo.route(mem, a).lower_bound_ns(nb)
 
 
 def _coord(o):

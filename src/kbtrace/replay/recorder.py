@@ -4,23 +4,24 @@ Hop rows arrive from two sources, both appended in creation order:
 
 * explicit rows (``hop`` / ``rows``): one tuple each,
   ``(op, tile, stage_code, node, link, t_enter, t_leave, busy, queue, nbytes)``;
-* compact transfers (``transfer``, fast mode): one record per transfer on a
-  free path, ``(position, op, tile, plan, h0, t0, done)``. A *plan*
-  (registered once per route and size with ``add_plan``) holds each row's
+* compact transfers (``transfer``, fast mode): one record per stretch of a
+  transfer on a free path, ``(position, op, tile, plan, h0, t0, done, n)``,
+  standing for the first ``n`` rows of the plan. A *plan* (registered once per
+  route suffix and size with ``add_plan``) holds each row's
   constants and closed-form offsets: ``t_enter = h0 + EN``, ``t_leave =
   max(t0 + LA, h0 + LB)`` (or ``done`` for the terminal row), queue 0. The
   rows are expanded with numpy when the batch is finalised, so a transfer costs
   one small tuple however long its path.
 
-Every row has a global creation index (explicit rows interleave with the rows
-of compact transfers by the position recorded with each transfer). When the
+Pending rows are materialised in creation order (each compact transfer records
+its position among the explicit rows; its rows are scattered into place). When the
 ops completed since the last batch own ``batch_rows`` pending rows or more (or
 at ``close``) the batch is finalised vectorised with numpy, in completion
 order of the ops; rows of ops still in flight stay pending:
 
-* ``hop`` index = path order = rows of the op sorted by ``t_enter``, ties by
-  creation index;
-* ``crit_ns``: the op's rows sorted by ``t_leave`` (ties: creation) advance its
+* ``hop`` index = path order = rows of the op stably sorted by ``t_enter``
+  (ties: creation order);
+* ``crit_ns``: the op's rows stably sorted by ``t_leave`` advance its
   completion frontier, starting from ``t_issue``; each row is attributed
   ``t_leave - frontier`` (0 if not beyond it). Since the rows are sorted, the
   frontier before a row is ``max(t_issue, previous t_leave)``. The remainder up
@@ -81,7 +82,7 @@ class Recorder:
         self._c: list[tuple] = []           # compact transfers
         self._c_rows = 0                    # rows the compact transfers expand to
         self._carry: dict[str, np.ndarray] | None = None   # rows of ops in flight at last flush
-        self._gbase = 0                     # creation index of the first row in _x / _c
+        self._rid_of = np.full(0, -1, dtype=np.int64)   # node * 64 + stage -> rid (grows)
         # ops completed since the last flush (completion order) and their raw timing
         self._done: list[tuple[int, float, float, float]] = []
         self._rank = np.full(n_ops, -1, dtype=np.int64)
@@ -162,20 +163,24 @@ class Recorder:
         return self._p_np
 
     def _pending(self) -> dict[str, np.ndarray]:
-        """All pending rows as columns (plus ``gidx``, the creation index); no state change."""
-        parts = [self._carry] if self._carry is not None else []
-        nx = len(self._x)
+        """All pending rows as columns, in creation order; no state change.
+
+        Explicit row ``i`` follows every compact row of the transfers recorded at
+        position ``<= i``; the compact rows are scattered into place, not sorted.
+        """
+        nx, nc = len(self._x), len(self._c)
+        carry = self._carry
+        if not nx and not nc:
+            return carry or {}
         if nx:
             X = np.fromiter(chain.from_iterable(self._x), np.float64, count=nx * _NX)
             X = X.reshape(nx, _NX)
-            part = {c: X[:, i] for i, c in enumerate(_COLS)}
-            gidx = np.arange(nx, dtype=np.int64) + self._gbase
-            parts.append(part)
-        nc = len(self._c)
-        if nc:
+        if not nc:
+            new = {c: X[:, i] for i, c in enumerate(_COLS)}
+        else:
             C = np.fromiter(chain.from_iterable(self._c), np.float64, count=nc * _NC)
             C = C.reshape(nc, _NC)
-            off, plen, pnb, pst, pnd, plk, pbusy, pen, pla, plb, pterm = self._plans_np()
+            off, _plen, pnb, pst, pnd, plk, pbusy, pen, pla, plb, pterm = self._plans_np()
             pos = C[:, 0].astype(np.int64)
             pid = C[:, 3].astype(np.int64)
             nrows = C[:, 7].astype(np.int64)
@@ -183,41 +188,52 @@ class Recorder:
             cum = np.cumsum(nrows)
             first = cum - nrows                     # compact rows created before each transfer
             rep = np.repeat(np.arange(nc), nrows)
-            idx = off[pid][rep] + (np.arange(tot) - first[rep])
-            h0, t0, done = C[:, 4][rep], C[:, 5][rep], C[:, 6][rep]
+            within = np.arange(tot) - first[rep]
+            idx = off[pid][rep] + within
+            h0, t0 = C[:, 4][rep], C[:, 5][rep]
             leave = np.maximum(t0 + pla[idx], h0 + plb[idx])
-            term = pterm[idx]
-            leave[term] = done[term]
-            parts.append({
-                "op": C[:, 1][rep], "tile": C[:, 2][rep], "stage": pst[idx], "node": pnd[idx],
-                "link": plk[idx], "enter": h0 + pen[idx], "leave": leave, "busy": pbusy[idx],
-                "queue": np.zeros(tot), "nbytes": pnb[pid][rep],
-                "gidx": self._gbase + pos[rep] + first[rep] + (np.arange(tot) - first[rep]),
-            })
-            if nx:   # explicit row i comes after every compact row of transfers at position <= i
+            term = np.flatnonzero(pterm[idx])
+            leave[term] = C[:, 6][rep[term]]
+            m = nx + tot
+            at_c = pos[rep] + np.arange(tot)        # creation index of each compact row
+            new = {}
+            if nx:
                 k = np.searchsorted(pos, np.arange(nx), side="right")
-                gidx = gidx + np.where(k > 0, cum[np.maximum(k - 1, 0)], 0)
-        if nx:
-            parts[-2 if nc else -1]["gidx"] = gidx
-        if not parts:
-            return {}
-        if len(parts) == 1:
-            return parts[0]
-        return {c: np.concatenate([p[c] for p in parts]) for c in (*_COLS, "gidx")}
+                at_x = np.arange(nx) + np.where(k > 0, cum[np.maximum(k - 1, 0)], 0)
+            for i, (c, v) in enumerate((
+                    ("op", C[:, 1][rep]), ("tile", C[:, 2][rep]), ("stage", pst[idx]),
+                    ("node", pnd[idx]), ("link", plk[idx]), ("enter", h0 + pen[idx]),
+                    ("leave", leave), ("busy", pbusy[idx]), ("queue", None),
+                    ("nbytes", pnb[pid][rep]))):
+                col = np.zeros(m) if c == "queue" else np.empty(m)
+                if v is not None:
+                    col[at_c] = v
+                if nx:
+                    col[at_x] = X[:, i]
+                new[c] = col
+        if carry is None:
+            return new
+        return {c: np.concatenate((carry[c], new[c])) for c in _COLS}
 
     def _intervals_of(self, r: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
         busy = r["busy"]
         sel = np.flatnonzero(busy > 0)
         link = r["link"][sel].astype(np.int64)
-        res = link.copy()
         side = np.flatnonzero(link < 0)
         if side.size:
             key = r["node"][sel][side].astype(np.int64) * 64 + r["stage"][sel][side].astype(np.int64)
-            uniq, inv = np.unique(key, return_inverse=True)
-            ids = np.array([self.rid(int(k) >> 6, schema.STAGES[int(k) & 63])
-                            for k in uniq.tolist()], dtype=np.int64)
-            res[side] = ids[inv]
-        return (res, r["enter"][sel] + r["queue"][sel], r["leave"][sel], busy[sel])
+            top = int(key.max()) + 1
+            if top > len(self._rid_of):
+                self._rid_of = np.concatenate(
+                    (self._rid_of, np.full(top - len(self._rid_of), -1, dtype=np.int64)))
+            ids = self._rid_of[key]
+            miss = ids < 0
+            if miss.any():
+                for k in np.unique(key[miss]).tolist():
+                    self._rid_of[k] = self.rid(k >> 6, schema.STAGES[k & 63])
+                ids = self._rid_of[key]
+            link[side] = ids
+        return (link, r["enter"][sel] + r["queue"][sel], r["leave"][sel], busy[sel])
 
     def intervals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``(resource, start, end, busy)`` of every busy row so far, written or pending."""
@@ -246,7 +262,6 @@ class Recorder:
         else:
             rank_lo = self._n_ranked
         r = self._pending()
-        self._gbase += len(self._x) + self._c_rows
         self._x, self._c, self._c_rows = [], [], 0
         if not r:
             self._carry = None
@@ -269,9 +284,9 @@ class Recorder:
         n = len(op)
         if not n:
             return
-        enter, leave, queue, gidx = r["enter"], r["leave"], r["queue"], r["gidx"]
-        order = np.lexsort((gidx, enter, rank))       # hop order within ops, ops by completion
-        lo = np.lexsort((gidx, leave, rank))          # crit order
+        enter, leave, queue = r["enter"], r["leave"], r["queue"]
+        order = np.lexsort((enter, rank))   # hop order within ops (stable: ties by creation)
+        lo = np.lexsort((leave, rank))      # crit order
         rk = rank[order]
         starts = np.flatnonzero(np.r_[True, rk[1:] != rk[:-1]])
         lens = np.diff(np.r_[starts, n])
