@@ -142,10 +142,16 @@ class Sim:
     def hbm_read(self, op_id: int, tile: int, src: int, dst: int, addr: int, nbytes: int):
         h = self.hbm[src]
         t = self.env.now
-        ready = h.read(addr, nbytes, t)
-        first = min(ready)
-        self.rec.hop(op_id, tile, "hbm", src, -1, t, max(ready), nbytes / (h.bw * h.n_pcs),
+        if self.fast:   # the closed form needs only the first and last burst
+            first, last = h.read_span(addr, nbytes, t)
+            ready = None
+        else:
+            ready = h.read(addr, nbytes, t)
+            first, last = min(ready), max(ready)
+        self.rec.hop(op_id, tile, "hbm", src, -1, t, last, nbytes / (h.bw * h.n_pcs),
                      max(0.0, first - t - min(nbytes, h.burst) / h.bw), nbytes)
+        if ready is None:
+            return self.fabric.send(op_id, tile, src, dst, nbytes, addr, span=(first, last))
         return self.fabric.send(op_id, tile, src, dst, nbytes, addr, ready=ready)
 
     def dma_read(self, op_id: int, tile: int, dma: int, addr: int, nbytes: int):

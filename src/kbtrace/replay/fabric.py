@@ -448,11 +448,12 @@ class FastFabric(Fabric):
 
     def send(self, op_id: int, tile: int, src: int, dst: int, nbytes: int, addr: int = 0,
              ready: list[float] | None = None, at: float | None = None,
-             ack: float = 0.0) -> simpy.Event:
+             ack: float = 0.0, span: tuple[float, float] | None = None) -> simpy.Event:
         """As ``Fabric.send``; ``at``: flits ready at this (future) time instead of now;
-        ``ack``: the returned event fires that much later (a control message back,
-        whose row the caller records), so a DMA round trip is one SimPy event.
-        The event's value is the completion time (before ``ack``)."""
+        ``span``: (first, last) flit ready times instead of ``ready`` (the closed form
+        needs no more); ``ack``: the returned event fires that much later (a control
+        message back, whose row the caller records), so a DMA round trip is one SimPy
+        event. The event's value is the completion time (before ``ack``)."""
         key = (src, dst, nbytes)
         rt = self._routes_nb.get(key)
         if rt is None:
@@ -461,7 +462,9 @@ class FastFabric(Fabric):
         rec = self.rec
         now = env.now
         t0 = now if at is None else at
-        if ready is None:
+        if span is not None:
+            h, t = span
+        elif ready is None:
             h = t = t0
         else:
             h, t = min(ready), max(ready)
