@@ -53,21 +53,24 @@ def _run(trace, topo, tmp_path, tag, fid="fast"):
 
 
 def test_fast_pipeline_events_per_op(tmp_path):
-    """Sync load = dispatch + scheduler + DMA setup/request + data leg = 4 events; sync
-    store = 3 (its data, commit and ack leg are one event); a wait on both = 1 (dispatch).
-    The host's launch costs the same fixed number of events whatever the program."""
+    """A sync op dispatched while the scheduler is idle: dispatch + scheduling = 1 event;
+    then a load's DMA costs 2 (setup + request leg, data leg), a store's 1 (data, commit
+    and ack leg); a wait on both = 1 (dispatch). An async load pays dispatch and
+    scheduling apart (the CPU moves on): 4. The host's launch costs a fixed number of
+    events whatever the program."""
     tiny = compile_topology(TOPO_DIR / "tiny.yaml")
     a = hbm(0, 0, 0, tiny)
 
     def events(n):
         rows = []
         for i in range(n):
-            rows.append(load(a + 4096 * i, 4096, seq=3 * i))
-            rows.append(store(a + 4096 * (n + i), 4096, seq=3 * i + 1))
-            rows.append({**on(seq=3 * i + 2), "kind": "wait", "deps": [3 * i, 3 * i + 1]})
+            rows.append(load(a + 4096 * i, 4096, seq=4 * i))
+            rows.append(store(a + 4096 * (n + i), 4096, seq=4 * i + 1))
+            rows.append({**load(a + 4096 * (2 * n + i), 4096, seq=4 * i + 2), "is_async": True})
+            rows.append({**on(seq=4 * i + 3), "kind": "wait", "deps": [4 * i + 2]})
         return _run(SynthTrace(rows), tiny, tmp_path, f"n{n}").events
 
-    assert events(11) - events(1) == 10 * (4 + 3 + 1)
+    assert events(11) - events(1) == 10 * (3 + 2 + 4 + 1)
 
 
 def test_zero_length_services_do_not_recurse(tmp_path):

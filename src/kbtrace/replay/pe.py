@@ -11,27 +11,33 @@ records the hop row, routes the token to the next stage's station (ADR-0014 D6
 self-routing; the last stage completes the tile) and starts the next waiting
 token. A zero-length service completes synchronously, without an event.
 
-=============  =============================  ======================================  ==============
-component      servers (capacity)             time per token                          SimPy events
-=============  =============================  ======================================  ==============
-PE_CPU         1 (program order)              ``dispatch_cycles / clock`` per op      1
-scheduler      1 (single FIFO feeder)         ``overhead_ns`` per command             1
-DMA read       ``pe.dma.read_channels``       setup + request leg + HBM + data leg    fast 2, flit *
-DMA write      ``pe.dma.write_channels``      setup + data leg + HBM commit + ack leg fast 1, flit *
-DMA vc_comm    1 (IPCQ sends)                 setup + data leg + slot write           process
-TCM read       1 (fetch)                      ``nbytes / min(fetch_store, tcm read)``  1
-TCM write      1 (store)                      ``nbytes / min(fetch_store, tcm write)`` 1
-accel slot     1 (GEMM and MATH share it)     MAC-array / SIMD model                  1
-IPCQ rx        1 (recv, in issue order)       wait data + slot read + credit return   process
-=============  =============================  ======================================  ==============
+===========  ==========================  ========================================  ================
+component    servers (capacity)          time per token                            SimPy events
+===========  ==========================  ========================================  ================
+PE_CPU       1 (program order)           ``dispatch_cycles / clock`` per op        1 (a)
+scheduler    1 (single FIFO feeder)      ``overhead_ns`` per command               1 (a)
+DMA read     ``pe.dma.read_channels``    setup + request leg + HBM + data leg      fast 2, flit (b)
+DMA write    ``pe.dma.write_channels``   setup + data leg + HBM commit + ack leg   fast 1, flit (b)
+DMA vc_comm  1 (IPCQ sends)              setup + data leg + slot write             process (c)
+TCM read     1 (fetch)                   ``nbytes / min(fetch_store, tcm read)``   1
+TCM write    1 (store)                   ``nbytes / min(fetch_store, tcm write)``  1
+accel slot   1 (GEMM and MATH share it)  MAC-array / SIMD model                    1
+IPCQ rx      1 (recv, in issue order)    wait data + slot read + credit return     process (c)
+===========  ==========================  ========================================  ================
 
-fast DMA: a read is one timer for setup + request leg, whose callback reads HBM
-and books the data transfer (``fabric.send(..., ready=...)``), whose one event
-ends the service; a write is the single ``fabric.send(..., at=..., ack=...)``
-event. flit DMA (*) runs the per-flit legs as a process whose completion ends
-the service; IPCQ services (rare) are processes too. DMA channels are held
-through the whole round trip (request, HBM, data, ack). Consecutive DMA_READ
-stages of one tile run in place on the channel.
+(a) one for both when a sync command is dispatched while the scheduler is
+idle: the CPU, the scheduler's only feeder, is blocked until the op
+completes, so the scheduler is booked from the dispatch end at once.
+(b) flit DMA runs the per-flit legs (``Sim.dma_read`` / ``dma_write``) as a
+process whose completion ends the service. (c) IPCQ services (rare) are
+processes too.
+
+fast DMA: a read is one timer for setup + request leg, whose callback reads
+HBM and books the data transfer (``Sim.hbm_read`` -> ``fabric.send``), whose
+one event ends the service; a write is the single ``fabric.send(..., at=...,
+ack=...)`` event. DMA channels are held through the whole round trip
+(request, HBM, data, ack). Consecutive DMA_READ stages of one tile run in
+place on the channel.
 
 PE_CPU issues in program order: an op waits for its ``deps``, is dispatched,
 then either blocks the CPU (sync ops, until they complete) or lets it issue
@@ -42,7 +48,8 @@ Tie-break rule (within a PE): services ending at the same time complete in
 the order they were scheduled (SimPy's insertion id). On completion a token
 is routed on first (starting at once if the next station is idle), then the
 server takes the head of its queue; op-completion callbacks run at once, in
-the order they were registered; an idle station's servers are reused last
+the order they were registered; a fused dispatch + scheduling event (a) is
+inserted when the dispatch starts; an idle station's servers are reused last
 idle, first busy (servers of a station are identical, so this never moves a
 timestamp).
 """
@@ -109,7 +116,9 @@ class _Station:
 
     def submit(self, tok: Any) -> None:
         if self.idle:
-            self.idle.pop().start(tok)
+            srv = self.idle.pop()
+            if not srv.serve(tok):
+                srv.drain()
         else:
             self.waiting.append(tok)
 
@@ -144,21 +153,21 @@ class _Server:
         self.callbacks = self._cbl
         self.sched(self, NORMAL, delay)
 
-    def start(self, tok: Any) -> None:
-        """Serve ``tok``, then the queue, until a service takes time or the queue is empty."""
+    def drain(self) -> None:
+        """The current service ended at once: serve the next tokens until one takes time."""
         while True:
-            if self.serve(tok):
-                return
             tok = self._next()
-            if tok is None:
+            if tok is None or self.serve(tok):
                 return
 
     def _fire(self, _ev: Any) -> None:
+        """The current service ended: pass its token on, serve the next one."""
         tok = self._next()
-        if tok is not None:
-            self.start(tok)
+        if tok is not None and not self.serve(tok):
+            self.drain()
 
     def _next(self) -> Any:
+        """Finish the current service; the token to serve next (in place or queued), or None."""
         tok = self.route()
         if tok is None:
             waiting = self.station.waiting
@@ -227,7 +236,8 @@ class _Compute(_StageServer):
             dur = max(m.overhead_ns, ceil(st.a / m.simd_lanes) * st.b / m.clock_ghz)
         self.dur = dur
         if dur > 0:
-            self._timer(dur)
+            self.callbacks = self._cbl
+            self.sched(self, NORMAL, dur)
             return True
         return False
 
@@ -384,6 +394,12 @@ class _Scheduler(_Server):
             return True
         return False
 
+    def book(self, cmd: Command, t0: float) -> None:
+        """Serve ``cmd`` from ``t0`` (a dispatch end, ``>= now``); the server was idle."""
+        self.tok = cmd
+        self.t0 = t0
+        self._timer(t0 + self.pe.sched_ov - self.env._now)
+
     def route(self) -> None:
         cmd, pe = self.tok, self.pe
         now = self.env._now
@@ -419,6 +435,7 @@ class _Proc(_Server):
 
 
 DISPATCH, CYCLES = 0, 1
+_CPU_KINDS = frozenset({"wait", "cycles", "send", "recv"})   # ops PE_CPU handles itself
 
 
 class _Cpu:
@@ -513,13 +530,28 @@ class _Cpu:
             self._advance()
 
     def _dispatch(self) -> bool:
-        """Dispatch ``self.op`` (its deps are done); True if the CPU may issue the next op now."""
-        self.t_ready = self.env._now
-        d = self.pe.dispatch_ns
-        if d > 0:
+        """Dispatch ``self.op`` (its deps are done); True if the CPU may issue the next op now.
+
+        A sync command dispatched while the scheduler is idle books the scheduler at
+        once from the dispatch end: the CPU is the scheduler's only feeder and stays
+        blocked until the op completes, so nothing can reach the scheduler first, and
+        dispatch + scheduling cost one event.
+        """
+        now = self.t_ready = self.env._now
+        pe = self.pe
+        d = pe.dispatch_ns
+        if d <= 0:
+            return self._dispatched()
+        op = self.op
+        if op.is_async or op.kind in _CPU_KINDS or not pe.sched.idle:
             self._timer(DISPATCH, d)
             return False
-        return self._dispatched()
+        sim = self.sim
+        t = now + d
+        sim.rec.hop(op.op_id, -1, "pe_cpu", pe.n_cpu, -1, self.t_issue, t, d, now - self.t_issue, 0)
+        pe.sched.idle.pop().book(Command(op, sim.plan(op), self.t_issue), t)
+        sim.on_done(op.op_id, self._resume_cb)
+        return False
 
     def _fire(self, _ev: Any) -> None:
         if self.phase == DISPATCH:
@@ -594,6 +626,7 @@ class Pe:
         self.n_fs, self.n_gemm, self.n_math = nid["fetch_store"], nid["gemm"], nid["math"]
         self.n_ipcq = nid["ipcq"]
         self.names = {k: topo.nodes[v].id for k, v in nid.items()}
+        self.engine_of = {kind: self.names[eng] for kind, eng in _ENGINE.items()}
         self.dispatch_ns = p.pe_cpu.dispatch_cycles / p.pe_cpu.clock_ghz
         self.cpu_clock = p.pe_cpu.clock_ghz
         self.sched_ov = p.scheduler.overhead_ns
@@ -628,8 +661,8 @@ class Pe:
 
     def finish_cmd(self, cmd: Command) -> None:
         t_start = cmd.t_start if cmd.t_start >= 0 else self.env._now
-        self.sim.complete(cmd.op, cmd.t_issue, t_start,
-                          self.names[_ENGINE.get(cmd.op.kind, "scheduler")])
+        eng = self.engine_of.get(cmd.op.kind) or self.names["scheduler"]
+        self.sim.complete(cmd.op, cmd.t_issue, t_start, eng)
 
     # ------------------------------------------------------------------ IPCQ
     def _ipcq_send(self, item: tuple[Op, float, float]):
