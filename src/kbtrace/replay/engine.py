@@ -69,9 +69,10 @@ class Sim:
         self.env = simpy.Environment()
         self.hbm = {nd.idx: HbmController(nd.idx, self.params.cube.hbm)
                     for nd in topo.nodes if nd.kind == "hbm_ctrl"}
-        pes = sorted({PeCoord(o.sip, o.cube, o.pe) for o in ops if o.kind not in HOST_KINDS}
-                     | {PeCoord(o.peer_sip, o.peer_cube, o.peer_pe) for o in ops
-                        if o.kind in ("send", "recv") and o.peer_sip is not None})
+        used = ({(o.sip, o.cube, o.pe) for o in ops if o.kind not in HOST_KINDS}
+                | {(o.peer_sip, o.peer_cube, o.peer_pe) for o in ops
+                   if o.kind in ("send", "recv") and o.peer_sip is not None})
+        pes = [PeCoord(*c) for c in sorted(used)]      # plain tuples hash faster
         alias = {}
         for c in pes:
             alias[topo.pe_node(c, "math").idx] = topo.pe_node(c, "gemm").idx

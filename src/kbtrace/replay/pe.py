@@ -361,7 +361,7 @@ class _DmaWriteFast(_DmaServer):
         return True
 
     def _sent(self, ev: simpy.Event) -> None:
-        self.t_ack = ev._value
+        self.t_ack = ev.value
         self._fire(ev)
 
 
