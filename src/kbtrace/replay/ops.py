@@ -12,6 +12,7 @@ have no DMA_WRITE.
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from math import prod
 from typing import Any
 
@@ -86,6 +87,12 @@ def _external(space: str | None, addr: int | None) -> int | None:
     return None if space in (None, "tcm") or addr is None else int(addr)
 
 
+@lru_cache(maxsize=4096)
+def _extra(text: str | None) -> dict[str, Any]:
+    """``extra_json`` parsed once per distinct string (ops of one kernel repeat it)."""
+    return json.loads(text) if text else {}
+
+
 def plan_for(op: Op, p: TopologyParams) -> P.Plan:
     kind = op.kind
     tile = p.pe.tile
@@ -108,7 +115,7 @@ def plan_for(op: Op, p: TopologyParams) -> P.Plan:
                    P.Stage(P.STORE, int(op.nbytes))]
         return P.single_stage_plan(*stages)
     if kind in ("dot", "composite"):
-        extra = json.loads(op.extra_json) if op.extra_json else {}
+        extra = _extra(op.extra_json)
         ts = extra.get("tile_shape") or [tile.m, tile.k, tile.n]
         in_dt = (op.in_dtypes or ["f32"])[0]
         addrs = list(op.in_addrs or [])

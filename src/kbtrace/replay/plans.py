@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import ceil
+from typing import NamedTuple
 
 __all__ = [
     "DMA_READ", "DMA_WRITE", "FETCH", "STORE", "GEMM", "MATH", "STAGE_NAMES",
@@ -33,9 +34,10 @@ DMA_READ, DMA_WRITE, FETCH, STORE, GEMM, MATH = range(6)
 STAGE_NAMES = ("dma_read", "dma_write", "fetch", "store", "gemm", "math")
 
 
-@dataclass(frozen=True, slots=True)
-class Stage:
-    """One step of a tile. ``a``/``b``/``c`` are kind-specific integers (see module doc)."""
+class Stage(NamedTuple):
+    """One step of a tile. ``a``/``b``/``c`` are kind-specific integers (see module doc).
+
+    A named tuple (immutable, hashable, cheap to build: plans are made per command)."""
     kind: int
     a: int = 0
     b: int = 0
