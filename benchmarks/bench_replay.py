@@ -37,7 +37,7 @@ from kbtrace.replay.compare import compare_runs  # noqa: E402
 from kbtrace.topology import compile_topology  # noqa: E402
 
 TOPO = ROOT / "topologies" / "small.yaml"
-SIZES = (128, 256, 416)           # gemm M = N; ops grow ~ M*N: 128 -> 1,352 ops ... 10.6x
+SIZES = (256, 512, 832)           # gemm M = N; ops grow ~ M*N: 512 -> 5,408 ops: 10.6x
 REPEATS = {"fast": 7, "flit": 2}  # best of N runs per figure
 RAW_REPEATS = 5
 TARGET_RATIO = 0.5                # issue 4: fast hops/s >= 0.5x raw SimPy timeouts/s

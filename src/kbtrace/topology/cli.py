@@ -97,7 +97,7 @@ def _route(args: argparse.Namespace) -> int:
         print(f"{i:>3}  {node.id:<34} {ln.kind:<15} {bw:>8} {ln.distance_mm:>8g} {ln.latency_ns:>8.3g} "
               f"{node.overhead_ns:>8g}")
     drain = args.nbytes / r.bottleneck_gbps if r.bottleneck_gbps > 0 and args.nbytes > 0 else 0.0
-    commit = r.commit_ns_per_burst if args.nbytes > 0 else 0.0
+    commit = r.lower_bound_ns(args.nbytes) - r.overhead_ns - r.wire_ns - drain
     print(f"hops={len(r.links)}  overhead={r.overhead_ns:g} ns  wire={r.wire_ns:.4g} ns  "
           f"bottleneck={r.bottleneck_gbps:g} GB/s  drain({args.nbytes} B)={drain:.4g} ns  "
           f"hbm_commit={commit:g} ns")

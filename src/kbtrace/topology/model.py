@@ -70,10 +70,17 @@ class Route:
     overhead_ns: float
     wire_ns: float
     bottleneck_gbps: float
-    commit_ns_per_burst: float = 0.0   # HBM commit of the last burst when the route ends at HBM
+    commit_ns_per_burst: float = 0.0   # HBM commit of a whole burst when the route ends at HBM
+    burst_bytes: int = 0               # HBM burst size (0: the route does not end at HBM)
 
     def lower_bound_ns(self, nbytes: int) -> float:
-        """``Σ overhead + Σ distance·ns_per_mm + nbytes / bottleneck + HBM commit``."""
+        """``Σ overhead + Σ distance·ns_per_mm + nbytes / bottleneck + HBM commit``.
+
+        The commit is that of the transfer's last burst, which is short when ``nbytes``
+        is not a multiple of the burst size."""
         drain = nbytes / self.bottleneck_gbps if nbytes > 0 and self.bottleneck_gbps > 0 else 0.0
         commit = self.commit_ns_per_burst if nbytes > 0 else 0.0
+        b = self.burst_bytes
+        if commit and b and nbytes % b:
+            commit *= (nbytes % b) / b
         return self.overhead_ns + self.wire_ns + drain + commit

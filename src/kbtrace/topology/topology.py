@@ -213,11 +213,11 @@ class Topology:
         overhead = sum(nodes[n].overhead_ns for n in path[1:])
         wire = sum(links[i].latency_ns for i in lidx)
         bws = [links[i].bw_gbps for i in lidx if links[i].bw_gbps > 0]
-        commit = 0.0
+        commit, burst = 0.0, 0
         if nodes[d].kind == "hbm_ctrl":
             h = self.params.cube.hbm
-            commit = h.burst_bytes / (h.pc_bw_gbps * h.efficiency)
-        route = Route(tuple(path), lidx, overhead, wire, min(bws) if bws else 0.0, commit)
+            commit, burst = h.burst_bytes / (h.pc_bw_gbps * h.efficiency), h.burst_bytes
+        route = Route(tuple(path), lidx, overhead, wire, min(bws) if bws else 0.0, commit, burst)
         self._routes[(s, d)] = route
         return route
 
