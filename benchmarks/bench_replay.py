@@ -105,7 +105,7 @@ def marginal_us_per_hop(rows) -> list[float]:
     """Wall added per hop between consecutive sizes (µs): flat when cost grows linearly.
 
     (Total µs/hop also carries the fixed per-run cost -- opening the trace, writing four
-    Parquet files and run.json, ~5 ms -- which dominates the smallest size.)
+    Parquet files and run.json, ~5 ms -- which weighs most at the smallest size.)
     """
     return [1e6 * (b[4] - a[4]) / (b[3] - a[3]) for a, b in zip(rows, rows[1:], strict=False)]
 

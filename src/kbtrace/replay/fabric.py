@@ -444,7 +444,6 @@ class FastFabric(Fabric):
         self.node_iv: list[list[float]] = [[] for _ in topo.nodes]
         self._routes_nb: dict[tuple[int, int, int], _Route] = {}
         self._sends = 0
-        self.n_stalls = 0
 
     def send(self, op_id: int, tile: int, src: int, dst: int, nbytes: int, addr: int = 0,
              ready: list[float] | None = None, at: float | None = None,
@@ -502,7 +501,6 @@ class FastFabric(Fabric):
                 rec.transfer(op_id, tile, pl.pid, h, t, done, pl.n_rows)
                 return env.timeout(done + ack - now, done)
             # resource k is not free: undo its hop's earlier reservations, book the hop
-            self.n_stalls += 1
             jr = pl.res_hop[k]
             for iv, S, _A, _B in pl.res[pl.first[jr]:k]:
                 _unreserve(iv, h + S)

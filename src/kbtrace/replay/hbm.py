@@ -11,8 +11,6 @@ arrival times.
 
 from __future__ import annotations
 
-from itertools import accumulate
-
 from kbtrace.topology.params import HbmParams
 
 __all__ = ["HbmController"]
@@ -48,90 +46,58 @@ class HbmController:
         return finish
 
     def read(self, addr: int, nbytes: int, t: float) -> list[float]:
-        """Schedule every burst of a read that arrived at ``t``; finish time per burst.
+        """Schedule every burst of a read that arrived at ``t``; finish time per burst."""
+        if nbytes <= 0:
+            return []
+        out = [0.0] * -(-nbytes // self.burst)
+        self._read(addr, nbytes, t, out)
+        return out
+
+    def read_span(self, addr: int, nbytes: int, t: float) -> tuple[float, float]:
+        """``read`` reduced to its (first, last) burst finish times: same PC state, same bits."""
+        if nbytes <= 0:
+            return t, t
+        return self._read(addr, nbytes, t, None)
+
+    def _read(self, addr: int, nbytes: int, t: float,
+              out: list[float] | None) -> tuple[float, float]:
+        """Schedule a read's bursts; return (first, last) finish, filling ``out`` if given.
 
         Same arithmetic as ``commit`` per burst. Consecutive bursts go round-robin over
         the pseudo-channels (burst and PC count are powers of 2), and all arrive at
         ``t``, so on one PC every burst after the first starts when the previous one
-        finishes: the PC's finish times are a running sum (``accumulate``, the same
-        additions in the same order as burst-by-burst ``commit`` calls).
+        finishes: the PC's finish times are a running sum (the same additions in the
+        same order as burst-by-burst ``commit`` calls).
         """
         burst, shift, mask, bw = self.burst, self.shift, self.mask, self.bw
-        if nbytes <= 0:
-            return []
         if burst != 1 << shift or self.n_pcs & mask:    # pragma: no cover - params forbid
-            out = []
-            for off in range(0, nbytes, burst):
-                out.append(self.commit(addr + off, min(burst, nbytes - off), t, 0))
-            return out
+            fs = [self.commit(addr + off, min(burst, nbytes - off), t, 0)
+                  for off in range(0, nbytes, burst)]
+            if out is not None:
+                out[:] = fs
+            return min(fs), max(fs)
         avail, last_dir, pen, npcs = self.pc_avail, self.last_dir, self.penalty, self.n_pcs
         n = -(-nbytes // burst)
         full = burst / bw
         tail_b = nbytes - (n - 1) * burst
         tail = full if tail_b == burst else tail_b / bw
         p0 = (addr >> shift) & mask
-        if n == 1:
-            start = avail[p0]
-            if start < t:
-                start = t
-            if pen and last_dir[p0] == 1:
-                start += pen
-            f = avail[p0] = start + tail
-            last_dir[p0] = 0
-            return [f]
-        out = [0.0] * n
+        first, last = float("inf"), float("-inf")
         for j in range(npcs if n > npcs else n):
             pc = (p0 + j) & mask
             cnt = (n - 1 - j) // npcs + 1
-            start = avail[pc]
-            if start < t:
-                start = t
+            k_tail = cnt - 1 if j + (cnt - 1) * npcs == n - 1 else -1   # PC's (short) tail burst
+            f = avail[pc]
+            if f < t:
+                f = t
             if pen and last_dir[pc] == 1:
-                start += pen
-            if j + (cnt - 1) * npcs == n - 1:            # this PC takes the (maybe short) tail
-                durs = [full] * (cnt - 1)
-                durs.append(tail)
-            else:
-                durs = [full] * cnt
-            seq = list(accumulate(durs[1:], initial=start + durs[0]))
-            out[j::npcs] = seq
-            avail[pc] = seq[-1]
-            last_dir[pc] = 0
-        return out
-
-    def read_span(self, addr: int, nbytes: int, t: float) -> tuple[float, float]:
-        """``read`` reduced to (first, last) burst finish times, same PC state and bits.
-
-        The burst finish times on one PC are the same running sum as in ``read`` (same
-        additions, same order), without materialising them.
-        """
-        burst, shift, mask, bw = self.burst, self.shift, self.mask, self.bw
-        if burst != 1 << shift or self.n_pcs & mask or nbytes <= 0:   # pragma: no cover
-            ready = self.read(addr, nbytes, t)
-            return (min(ready), max(ready)) if ready else (t, t)
-        avail, last_dir, pen, npcs = self.pc_avail, self.last_dir, self.penalty, self.n_pcs
-        n = -(-nbytes // burst)
-        full = burst / bw
-        tail_b = nbytes - (n - 1) * burst
-        tail = full if tail_b == burst else tail_b / bw
-        p0 = (addr >> shift) & mask
-        first = last = -1.0
-        for j in range(npcs if n > npcs else n):
-            pc = (p0 + j) & mask
-            cnt = (n - 1 - j) // npcs + 1
-            start = avail[pc]
-            if start < t:
-                start = t
-            if pen and last_dir[pc] == 1:
-                start += pen
-            has_tail = j + (cnt - 1) * npcs == n - 1
-            f = start + (tail if has_tail and cnt == 1 else full)
-            if first < 0 or f < first:
-                first = f
-            for _ in range(cnt - 2):
-                f += full
-            if cnt > 1:
-                f += tail if has_tail else full
+                f += pen
+            for k in range(cnt):
+                f += tail if k == k_tail else full
+                if k == 0 and f < first:
+                    first = f
+                if out is not None:
+                    out[j + k * npcs] = f
             avail[pc] = f
             last_dir[pc] = 0
             if f > last:

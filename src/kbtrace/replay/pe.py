@@ -298,6 +298,13 @@ class _DmaServer(_StageServer):
         self.t0 = now
         return tok.stages[tok.idx]
 
+    def _begin_at(self, tok: Token) -> P.Stage:
+        """``_begin`` plus the node owning the stage's address, kept in ``self.src``."""
+        st = self._begin(tok)
+        node = self.resolved.get(st.a)
+        self.src = node if node is not None else self.sim.resolve(st.a)
+        return st
+
 
 class _DmaReadFast(_DmaServer):
     """fast read: one timer (setup + request leg), then the data leg's one fabric event."""
@@ -309,13 +316,8 @@ class _DmaReadFast(_DmaServer):
         self._data_cb = self._fire_cb
 
     def serve(self, tok: Token) -> bool:
-        st = self._begin(tok)
-        addr = st.a
-        src = self.resolved.get(addr)
-        if src is None:
-            src = self.sim.resolve(addr)
-        self.src = src
-        lat = self.fab.command_ns(self.n_dma, src)
+        self._begin_at(tok)
+        lat = self.fab.command_ns(self.n_dma, self.src)
         t = self.t0 + self.setup
         self.rec.hop(tok.cmd.op.op_id, tok.tile, "fabric", self.n_dma, -1, t, t + lat, 0.0, 0.0, 0)
         self._timer(self.setup + lat)
@@ -344,15 +346,11 @@ class _DmaWriteFast(_DmaServer):
         self._sent_cb = self._sent
 
     def serve(self, tok: Token) -> bool:
-        st = self._begin(tok)
-        addr = st.a
-        dst = self.resolved.get(addr)
-        if dst is None:
-            dst = self.sim.resolve(addr)
-        self.src = dst
+        st = self._begin_at(tok)
+        dst = self.src
         lat = self.lat = self.fab.command_ns(dst, self.n_dma)
         if st.b > 0:
-            ev = self.fab.send(tok.cmd.op.op_id, tok.tile, self.n_dma, dst, st.b, addr,
+            ev = self.fab.send(tok.cmd.op.op_id, tok.tile, self.n_dma, dst, st.b, st.a,
                                at=self.t0 + self.setup, ack=lat)
             ev.callbacks.append(self._sent_cb)
         else:

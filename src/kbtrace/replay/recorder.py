@@ -74,7 +74,6 @@ class Recorder:
         self.n_links = n_links
         self.res_alias = res_alias or {}
         self._res: dict[tuple[int, str], int] = {}
-        self._rid: dict[tuple[int, str], int] = {}
         self.res_names: list[tuple[int, str]] = []
         self.n_hops = 0
         # pending rows
@@ -93,21 +92,17 @@ class Recorder:
         self._p_len: list[int] = []
         self._p_nb: list[int] = []
         self._p_np: tuple[np.ndarray, ...] | None = None
-        self.plan_len = self._p_len
         # finalised invariant intervals, one chunk per batch
         self._iv: list[tuple[np.ndarray, ...]] = []
 
     # ------------------------------------------------------------------ resources
     def rid(self, node: int, stage: str) -> int:
         """Invariant resource id of a node-side hop (links use their own index)."""
-        rid = self._rid.get((node, stage))
+        key = (self.res_alias.get(node, node), "compute" if stage in _COMPUTE else stage)
+        rid = self._res.get(key)
         if rid is None:
-            key = (self.res_alias.get(node, node), "compute" if stage in _COMPUTE else stage)
-            rid = self._res.get(key, -1)
-            if rid < 0:
-                rid = self._res[key] = self.n_links + len(self.res_names)
-                self.res_names.append(key)
-            self._rid[(node, stage)] = rid
+            rid = self._res[key] = self.n_links + len(self.res_names)
+            self.res_names.append(key)
         return rid
 
     # ------------------------------------------------------------------ recording
@@ -326,11 +321,3 @@ class Recorder:
             o = int(self._carry["op"][0])
             raise InvariantError(f"op {o} has hop rows but never completed")
         self.hops.close()
-
-    @property
-    def open_ops(self) -> list[int]:
-        pend = self._pending()
-        if not pend:
-            return []
-        op = pend["op"].astype(np.int64)
-        return sorted(set(op[self._rank[op] < 0].tolist()) - {o for o, *_ in self._done})
