@@ -150,6 +150,31 @@ class Program:
         if len(log) >= self.tracer.sink.batch:
             self.tracer.sink.drain()
 
+    def _emit(self, kind: str, *rest: Any) -> tuple[int, int | None]:
+        """Log a hot-path op as the compact record ``(op_id, kind, program, seq, file, line,
+        *rest)`` (expanded to a row when the log drains); return ``(op_id, line)``.
+
+        Called directly by ``load`` / ``store`` / ``fill`` / ``dot``, which ``tl.*`` calls
+        from the kernel: the kernel's frame is three up. Frames from other files (helpers
+        the kernel called) are resolved by ``caller_line``.
+        """
+        t = self.tracer
+        op_id = t.next_op
+        t.next_op = op_id + 1
+        seq = self.seq
+        self.seq = seq + 1
+        f = _getframe(3)
+        file = f.f_code.co_filename
+        if file not in _KERNEL_FILES and not _is_kernel_file(file):
+            file, line = caller_line()
+        else:
+            line = f.f_lineno
+        log = self._log
+        log.append((op_id, kind, self, seq, file, line, *rest))
+        if len(log) >= t.sink.batch:
+            t.sink.drain()
+        return op_id, line
+
     def _record(self, kind: str, name: str, *, seq: int | None = None,
                 where: tuple[str | None, int | None] | None = None, **fields: Any) -> Op:
         """Record a (less frequent) op as a full ``Op`` row in the log."""
@@ -254,26 +279,12 @@ class Program:
             start = self._alloc(a, nbytes, f"tl.load of {geo[0]} {dtype}") - a.base
         a.cursor = start + nbytes
         dst = a.base + start
-        t = self.tracer
-        op_id = t.next_op
-        t.next_op = op_id + 1
-        seq = self.seq
-        self.seq = seq + 1
-        f = _getframe(2)
-        file = f.f_code.co_filename
-        if file not in _KERNEL_FILES and not _is_kernel_file(file):
-            file, line = caller_line()
-        else:
-            line = f.f_lineno
-        log = self._log
-        log.append((op_id, "load", self, seq, file, line, reg.space, ptr, dst, nbytes, geo, dtype,
-                    deps))
+        op_id, line = self._emit("load", reg.space, ptr, dst, nbytes, geo, dtype, deps)
         h = _TH(geo[0], dtype, "tcm", dst, op_id, "load", line, pending)
         if not pending:
+            t = self.tracer
             h._lazy = (0, t.kmem, ptr, geo[6])
             t.lazy.append(_wref(h))
-        if len(log) >= t.sink.batch:
-            t.sink.drain()
         return h
 
     def store(self, ptr: int, h: Any, strides: Any = None) -> None:
@@ -296,21 +307,8 @@ class Program:
         if reg is None or (reg.dtype is not None and reg.dtype != dtype):
             reg = self._region(ptr, span, "tl.store", dtype)
             ptr = int(ptr)
+        op_id, _ = self._emit("store", h, reg.space, ptr, geo)
         t = self.tracer
-        op_id = t.next_op
-        t.next_op = op_id + 1
-        seq = self.seq
-        self.seq = seq + 1
-        f = _getframe(2)
-        file = f.f_code.co_filename
-        if file not in _KERNEL_FILES and not _is_kernel_file(file):
-            file, line = caller_line()
-        else:
-            line = f.f_lineno
-        log = self._log
-        log.append((op_id, "store", self, seq, file, line, h, reg.space, ptr, geo))
-        if len(log) >= t.sink.batch:
-            t.sink.drain()
         pending = h.pending
         if not pending:  # a real value: the capture-time image must see it
             if h.space == "tcm":
@@ -344,21 +342,7 @@ class Program:
             start = self._alloc(a, nbytes, f"tl.{name} result {shp} {dtype}") - a.base
         a.cursor = start + nbytes
         dst = a.base + start
-        t = self.tracer
-        op_id = t.next_op
-        t.next_op = op_id + 1
-        seq = self.seq
-        self.seq = seq + 1
-        f = _getframe(2)
-        file = f.f_code.co_filename
-        if file not in _KERNEL_FILES and not _is_kernel_file(file):
-            file, line = caller_line()
-        else:
-            line = f.f_lineno
-        log = self._log
-        log.append((op_id, "fill", self, seq, file, line, name, dst, geo, dtype, scalars))
-        if len(log) >= t.sink.batch:
-            t.sink.drain()
+        op_id, line = self._emit("fill", name, dst, geo, dtype, scalars)
         h = _TH(shp, dtype, "tcm", dst, op_id, name, line, False)
         h._lazy = (1, name, scalars)
         return h
@@ -436,21 +420,7 @@ class Program:
             start = self._alloc(sc, nbytes, f"tl.dot result {(m, n)} {acc_dt}") - sc.base
         sc.cursor = start + nbytes
         dst = sc.base + start
-        t = self.tracer
-        op_id = t.next_op
-        t.next_op = op_id + 1
-        seq = self.seq
-        self.seq = seq + 1
-        f = _getframe(2)
-        file = f.f_code.co_filename
-        if file not in _KERNEL_FILES and not _is_kernel_file(file):
-            file, line = caller_line()
-        else:
-            line = f.f_lineno
-        log = self._log
-        log.append((op_id, "dot", self, seq, file, line, a, b, acc, dst, nbytes, acc_dt))
-        if len(log) >= t.sink.batch:
-            t.sink.drain()
+        op_id, line = self._emit("dot", a, b, acc, dst, nbytes, acc_dt)
         return _TH((m, n), acc_dt, "tcm", dst, op_id, "dot", line, True)
 
     def composite(self, op: str, a: Any, b: Any, out_ptr: Any, math_op: str | None,
