@@ -57,6 +57,7 @@ timestamp).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from math import ceil
 from typing import TYPE_CHECKING, Any
 
@@ -481,31 +482,30 @@ class _Cpu:
 
     def _advance(self) -> None:
         """Issue ops until one blocks; start the next program when one ends."""
-        sim = self.sim
-        done = sim._done
         while True:
             ops = self.prog.ops
             while self.i < len(ops):
                 op = self.op = ops[self.i]
                 self.i += 1
                 self.t_issue = self.env._now
-                if op.deps:
-                    pend = [d for d in op.deps if not done[d]]
-                    if pend:
-                        self.n_wait = len(pend)
-                        for d in pend:
-                            sim.on_done(d, self._dep_cb)
-                        return
+                if op.deps and self._wait(op.deps, self._dep_cb):
+                    return
                 if not self._dispatch():
                     return
-            pend = [o for o in self.issued if not done[o]]
-            if pend:
-                self.n_wait = len(pend)
-                for o in pend:
-                    sim.on_done(o, self._end_cb)
+            if self._wait(self.issued, self._end_cb) or not self._program_done():
                 return
-            if not self._program_done():
-                return
+
+    def _wait(self, op_ids: list[int], cb: Callable[[], Any]) -> bool:
+        """Have ``cb`` called as each op of ``op_ids`` not yet done completes (``n_wait``
+        counts them down); False if all are done already."""
+        done = self.sim._done
+        pend = [o for o in op_ids if not done[o]]
+        if not pend:
+            return False
+        self.n_wait = len(pend)
+        for o in pend:
+            self.sim.on_done(o, cb)
+        return True
 
     def _program_done(self) -> bool:
         self.prog.done.succeed()
