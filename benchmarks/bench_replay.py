@@ -13,7 +13,11 @@ Every figure is the best of ``REPEATS`` runs (the raw rate too), because the mac
 shared and a single run is easily slowed 2x by other processes; best-of-N measures the
 code, not the neighbours. ``wall`` is ``Run.wall_s`` (open trace -> outputs written, including
 invariant checks and the Parquet writes).
-3. Fidelity: every workload in ``capture/`` plus a contention scenario (8 PEs reading
+3. Where a fast replay's time goes (largest size): trace loading, fabric booking
+   (``FastFabric.send``), hop-row finalisation + Parquet (``Recorder.flush``), the
+   invariant checks, and the rest (PE pipeline stations, HBM, tile plans, SimPy), each
+   timed by wrapping the function; with the bound the 0.5x target implies per op.
+4. Fidelity: every workload in ``capture/`` plus a contention scenario (8 PEs reading
    one PE's HBM slice), flit vs fast: makespan, makespan error, median per-op error,
    speed-up (flit wall / fast wall).
 """
@@ -87,6 +91,50 @@ def throughput(tmp: Path, topo) -> list[tuple[str, int, int, int, float, float]]
     return rows
 
 
+PHASES = (("trace load", "kbtrace.replay.engine", None, "load_ops"),
+          ("fabric booking", "kbtrace.replay.fabric", "FastFabric", "send"),
+          ("hop rows + Parquet", "kbtrace.replay.recorder", "Recorder", "flush"),
+          ("invariants", "kbtrace.replay.invariants", None, "check"))
+
+
+def phase_breakdown(tmp: Path, topo, m: int = SIZES[-1]) -> tuple[dict[str, float], int, int]:
+    """Best-of-N fast replay of gemm ``m`` with the ``PHASES`` functions timed (seconds);
+    ``rest`` = wall minus the phases. Returns (phases of the best run, ops, hops)."""
+    import importlib
+    acc: dict[str, float] = {}
+    saved = []
+
+    def timed(label, fn):
+        def wrapper(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                acc[label] = acc.get(label, 0.0) + time.perf_counter() - t0
+        return wrapper
+
+    for label, mod, cls, name in PHASES:
+        owner = importlib.import_module(mod)
+        owner = getattr(owner, cls) if cls else owner
+        saved.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, timed(label, getattr(owner, name)))
+    try:
+        tr = capture(ROOT / "capture" / "gemm.py", topo, {"M": m, "N": m, "K": 128}, tmp / f"gemm{m}")
+        best: tuple[float, dict[str, float]] | None = None
+        for _ in range(REPEATS["fast"]):
+            acc.clear()
+            r = _replay(tr, topo, "fast", tmp / f"phases{m}")
+            if best is None or r.wall_s < best[0]:
+                best = (r.wall_s, dict(acc))
+    finally:
+        for owner, name, fn in saved:
+            setattr(owner, name, fn)
+    wall, ph = best
+    ph["rest: PE pipeline, HBM, plans, SimPy"] = wall - sum(ph.values())
+    ph["wall"] = wall
+    return ph, r.ops, r.hops
+
+
 def fidelity(tmp: Path, topo) -> list[tuple[str, float, float, float, float, float]]:
     rows = []
     traces = {w.stem: capture(w, topo, {}, tmp / w.stem)
@@ -115,6 +163,7 @@ def main() -> dict:
     raw = raw_simpy_rate()
     with tempfile.TemporaryDirectory() as d:
         tp = throughput(Path(d), topo)
+        ph, ph_ops, ph_hops = phase_breakdown(Path(d), topo)
         fi = fidelity(Path(d), topo)
     print(f"raw SimPy: {raw:,.0f} timeouts/s (one process, best of {RAW_REPEATS})\n")
     print("| mode | gemm M=N | ops | hops | wall s | hops/s | x raw SimPy rate | us/hop |")
@@ -126,12 +175,20 @@ def main() -> dict:
         mg = marginal_us_per_hop([r for r in tp if r[0] == fid])
         print(f"\n{fid}: marginal us/hop between sizes: {', '.join(f'{x:.2f}' for x in mg)}", end="")
     print()
+    budget = ph_hops / (TARGET_RATIO * raw)       # wall the target allows for this trace
+    print(f"\nfast gemm {SIZES[-1]} ({ph_ops:,} ops, {ph_hops:,} hops): where the time goes "
+          f"(the {TARGET_RATIO}x target allows {1e3 * budget:.0f} ms in all)\n")
+    print("| phase | ms | share | us/op | us/hop |")
+    print("|---|---|---|---|---|")
+    for label, sec in ph.items():
+        print(f"| {label} | {1e3 * sec:.1f} | {100 * sec / ph['wall']:.0f}% | "
+              f"{1e6 * sec / ph_ops:.2f} | {1e6 * sec / ph_hops:.2f} |")
     print("\n| workload | flit makespan ns | fast makespan ns | makespan err | median op err | "
           "speed-up |")
     print("|---|---|---|---|---|---|")
     for name, a, b, me, oe, sp in fi:
         print(f"| {name} | {a:,.1f} | {b:,.1f} | {100 * me:.2f}% | {100 * oe:.2f}% | {sp:.1f}x |")
-    return {"raw": raw, "throughput": tp, "fidelity": fi}
+    return {"raw": raw, "throughput": tp, "fidelity": fi, "phases": ph}
 
 
 @pytest.mark.benchmark
