@@ -310,14 +310,14 @@ def _elaborate(sim: Sim) -> list[tuple[str, Any]]:
 
 
 def _check_fit(topo: Any, ops: list[Op], meta: dict[str, Any]) -> None:
+    n_sips, n_cubes, n_pes = topo.n_sips, topo.cubes_per_sip, topo.pes_per_cube
     for o in ops:
         if o.kind in HOST_KINDS:
             continue
         for s, c, p in ((o.sip, o.cube, o.pe), (o.peer_sip, o.peer_cube, o.peer_pe)):
             if s is None:
                 continue
-            if not (0 <= s < topo.n_sips and 0 <= c < topo.cubes_per_sip
-                    and 0 <= p < topo.pes_per_cube):
+            if not (0 <= s < n_sips and 0 <= c < n_cubes and 0 <= p < n_pes):
                 captured = meta.get("topology", {}).get("name", "?")
                 raise ReplayError(
                     f"op {o.op_id} runs on sip{s}.cube{c}.pe{p}, which topology "
