@@ -243,3 +243,31 @@ def test_partial_burst_store_meets_its_lower_bound(tmp_path, fid):
     r = run(SynthTrace([store(hbm(0, 0, 0, tiny0), 128)]), tiny0, tmp_path, fid)
     hbm_row = rows(r)[5]
     assert hbm_row[:2] == ("hbm", -1) and hbm_row[3] - hbm_row[2] == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize("kind", ["load", "store"])
+@pytest.mark.parametrize("nbytes", [64, 100, 4096, 16384])
+def test_lone_transfer_fast_equals_flit(default, tmp_path, kind, nbytes):
+    """fast's closed form is exact for a transfer alone on its path: every hop row of a load
+    or store from PE0 to its own slice, a far PE of the cube, the adjacent and the diagonal
+    cube and the other SIP matches the per-flit reference (to 1e-6 ns)."""
+    import numpy as np
+    d = default
+    ops = []
+    for i, where in enumerate([(0, 0, 0), (0, 0, 7), (0, 1, 0), (0, 5, 0), (1, 0, 0)]):
+        a = hbm(*where, d, 4096 * i)
+        op = load(a, nbytes, seq=2 * i) if kind == "load" else store(a, nbytes, seq=2 * i)
+        ops.append({**op, "deps": [len(ops) - 1]} if ops else op)   # one at a time
+    tr = SynthTrace(ops, f"lone-{kind}-{nbytes}")
+    fast, flit = (run(tr, d, tmp_path, fid, "lone") for fid in ("fast", "flit"))
+    cols = ("op_id", "hop", "stage", "node_idx", "link_idx", "t_enter_ns", "t_leave_ns",
+            "busy_ns", "queue_ns", "crit_ns", "nbytes")
+    a, b = (r.hops_table().select(cols).to_pydict() for r in (fast, flit))
+    assert len(a["op_id"]) == len(b["op_id"]) > 5 * 6
+    for c in cols:
+        if c.endswith("_ns"):
+            assert np.allclose(a[c], b[c], rtol=0, atol=1e-6), c
+        else:
+            assert a[c] == b[c], c
+    ta, tb = fast.op_timing().to_pydict(), flit.op_timing().to_pydict()
+    assert np.allclose(ta["t_end_ns"], tb["t_end_ns"], rtol=0, atol=1e-6)
