@@ -251,12 +251,9 @@ class Program:
             self._rc1, self._rc0 = self._rc0, reg
         return reg
 
-    def load(self, ptr: int, shape: Any, dtype: str, strides: Any = None) -> TensorHandle:
-        try:
-            geo = _LOAD_GEO[(shape, dtype, strides)]
-        except (KeyError, TypeError):
-            geo = _geometry(_LOAD_GEO, shape, dtype, strides, "tl.load")
-        span = geo[2]
+    def _target(self, ptr: Any, span: int, dtype: str, what: str) -> tuple[Region, int]:
+        """The region ``[ptr, ptr + span)`` lies in (the last two are checked first) and
+        ``ptr`` as an int; validated by ``_region`` when it is new or has another dtype."""
         if ptr.__class__ is int:
             reg = self._rc0
             if not (reg.start <= ptr and ptr + (span or 1) <= reg.end):
@@ -266,8 +263,17 @@ class Program:
         else:
             reg = None
         if reg is None or (reg.dtype is not None and reg.dtype != dtype):
-            reg = self._region(ptr, span, "tl.load", dtype)
+            reg = self._region(ptr, span, what, dtype)
             ptr = int(ptr)
+        return reg, ptr
+
+    def load(self, ptr: int, shape: Any, dtype: str, strides: Any = None) -> TensorHandle:
+        try:
+            geo = _LOAD_GEO[(shape, dtype, strides)]
+        except (KeyError, TypeError):
+            geo = _geometry(_LOAD_GEO, shape, dtype, strides, "tl.load")
+        span = geo[2]
+        reg, ptr = self._target(ptr, span, dtype, "tl.load")
         if reg.writers:
             deps, pending = reg.readers_view(ptr, ptr + span)
         else:
@@ -296,17 +302,7 @@ class Program:
         except (KeyError, TypeError):
             geo = _geometry(_STORE_GEO, h.shape, dtype, strides, "tl.store")
         span = geo[2]
-        if ptr.__class__ is int:
-            reg = self._rc0
-            if not (reg.start <= ptr and ptr + (span or 1) <= reg.end):
-                reg = self._rc1
-                if not (reg.start <= ptr and ptr + (span or 1) <= reg.end):
-                    reg = self._lookup(ptr, span)
-        else:
-            reg = None
-        if reg is None or (reg.dtype is not None and reg.dtype != dtype):
-            reg = self._region(ptr, span, "tl.store", dtype)
-            ptr = int(ptr)
+        reg, ptr = self._target(ptr, span, dtype, "tl.store")
         op_id, _ = self._emit("store", h, reg.space, ptr, geo)
         t = self.tracer
         pending = h.pending

@@ -193,6 +193,16 @@ class _StageServer(_Server):
         self.stations = pe.stations
         self.in_place = in_place         # DMA read: consecutive DMA_READ stages stay here
 
+    def _begin(self, tok: Token) -> P.Stage:
+        """Start serving ``tok`` now (its command's start time if first); its stage."""
+        now = self.env._now
+        cmd = tok.cmd
+        if cmd.t_start < 0:
+            cmd.t_start = now
+        self.tok = tok
+        self.t0 = now
+        return tok.stages[tok.idx]
+
     def _pass_on(self, tok: Token, now: float) -> Token | None:
         idx = tok.idx = tok.idx + 1
         stages = tok.stages
@@ -215,13 +225,7 @@ class _Compute(_StageServer):
     __slots__ = ("dur",)
 
     def serve(self, tok: Token) -> bool:
-        now = self.env._now
-        cmd = tok.cmd
-        if cmd.t_start < 0:
-            cmd.t_start = now
-        self.tok = tok
-        self.t0 = now
-        st = tok.stages[tok.idx]
+        st = self._begin(tok)
         kind = st.kind
         pe = self.pe
         if kind == P.FETCH:
@@ -289,15 +293,6 @@ class _DmaServer(_StageServer):
         self.rec.hop(tok.cmd.op.op_id, tok.tile, self._stage, self.n_dma, -1, t_in, now, now - t0,
                      t0 - t_in, st.b)
         return self._pass_on(tok, now)
-
-    def _begin(self, tok: Token) -> P.Stage:
-        now = self.env._now
-        cmd = tok.cmd
-        if cmd.t_start < 0:
-            cmd.t_start = now
-        self.tok = tok
-        self.t0 = now
-        return tok.stages[tok.idx]
 
     def _begin_at(self, tok: Token) -> P.Stage:
         """``_begin`` plus the node owning the stage's address, kept in ``self.src``."""
