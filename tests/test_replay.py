@@ -213,26 +213,6 @@ def test_tcm_address_resolves(tiny):
     assert tiny.resolve(address.pe_tcm_addr(0, 0, 1, 64)).id == "sip0.cube0.pe1.tcm"
 
 
-def test_overbooked_link_is_an_invariant_error(tiny, tmp_path):
-    from kbtrace.errors import InvariantError
-    from kbtrace.replay.engine import Sim
-    from kbtrace.replay.invariants import check_busy
-    from kbtrace.replay.ops import load_ops
-
-    ops = load_ops(SynthTrace([load(hbm(0, 0, 0, tiny), 4096)]).ops())
-    sim = Sim(tiny, ops, ReplayOptions(), tmp_path)
-    try:
-        sim.rec.hop(0, -1, "fabric", 62, 185, 100.0, 110.0, 10.0, 0.0, 2560)
-        assert check_busy(sim) == pytest.approx(1.0)
-        sim.rec.hop(0, -1, "fabric", 62, 185, 102.0, 112.0, 10.0, 0.0, 2560)   # 20 ns in 12 ns
-        with pytest.raises(InvariantError, match=r"link sip0\.cube0\.hbm_ctrl\.pe0->sip0\.cube0"
-                                                 r"\.r0c0: busy 20\.000 ns in window "
-                                                 r"\[100\.000, 112\.000\]"):
-            check_busy(sim)
-    finally:
-        sim.rec.hops.abort()
-
-
 @pytest.mark.parametrize("fid", MODES)
 def test_partial_burst_store_meets_its_lower_bound(tmp_path, fid):
     """A 128 B store commits half a 256 B burst (4 ns, not 8): the analytical lower bound

@@ -77,6 +77,8 @@ class Sim:
         for c in pes:
             alias[topo.pe_node(c, "math").idx] = topo.pe_node(c, "gemm").idx
         self.rec = Recorder(out_dir, len(ops), len(topo.links), opts.batch_rows, alias)
+        if opts.check_invariants:
+            self.rec.busy = invariants.BusyCheck(self)
         self.fabric = make_fabric(opts.fidelity, self.env, topo, self.rec, self.hbm)
         self.fast = opts.fidelity == "fast"
         self._done = bytearray(len(ops))
@@ -234,6 +236,7 @@ class Sim:
     def host_copy(self, op: Op):
         env, fab = self.env, self.fabric
         t0 = env.now
+        self.rec.issue(op.op_id, t0)
         nb = int(op.nbytes)
         if op.kind == "h2d":
             dst = self.resolve(op.dst_addr)

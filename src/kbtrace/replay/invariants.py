@@ -1,10 +1,12 @@
-"""Physical invariants checked at the end of every replay (InvariantError on violation).
+"""Physical invariants checked on every replay (InvariantError on violation).
 
 1. No resource busy over 100 %: per resource (a link, or a node's engine
    channel), busy intervals ``[t_enter + queue, t_leave]`` are merged into
    connected windows; the busy time inside a window must not exceed
    ``capacity * window length`` (capacity = DMA channel count, else 1), and no
-   single hop may be busier than its own interval.
+   single hop may be busier than its own interval. Checked *while the replay
+   runs*, batch by batch (``BusyCheck``), so memory does not grow with the
+   number of hops.
 2. Bytes conserved: every transfer delivers exactly the bytes it sent (checked
    per transfer by the fabric at the destination; flit mode counts flits).
 3. Per-resource timestamps monotone: each link/node server checks service starts
@@ -13,6 +15,9 @@
 5. Analytical lower bounds: each load/store/h2d/d2h lasts at least the route's
    ``lower_bound_ns`` (request leg + data leg), and the makespan is at least the
    largest ``t_issue + lower bound`` and the last launch barrier.
+
+2 and 3 are checked where they happen; 1 as each hop batch is finalised; 4 and 5
+by ``check`` at the end of the run.
 """
 
 from __future__ import annotations
@@ -26,21 +31,18 @@ from kbtrace.errors import InvariantError
 if TYPE_CHECKING:  # pragma: no cover
     from kbtrace.replay.engine import Sim
 
-__all__ = ["check", "EPS_NS"]
+__all__ = ["check", "BusyCheck", "EPS_NS"]
 
 EPS_NS = 1e-6
 
 
-def _res_name(sim: Sim, rid: int) -> tuple[str, int]:
+def _res_name(sim: Sim, rid: int) -> str:
     topo, rec = sim.topo, sim.rec
     if rid < rec.n_links:
         lk = topo.links[rid]
-        return f"link {topo.nodes[lk.src].id}->{topo.nodes[lk.dst].id}", 1
+        return f"link {topo.nodes[lk.src].id}->{topo.nodes[lk.dst].id}"
     node, stage = rec.res_names[rid - rec.n_links]
-    dma = sim.params.pe.dma
-    cap = dma.read_channels if stage == "dma_read" else dma.write_channels \
-        if stage == "dma_write" else 1
-    return f"{topo.nodes[node].id} ({stage})", cap
+    return f"{topo.nodes[node].id} ({stage})"
 
 
 def _cap(sim: Sim, rid: int) -> int:
@@ -53,61 +55,127 @@ def _cap(sim: Sim, rid: int) -> int:
         if stage == "dma_write" else 1
 
 
-def check_busy(sim: Sim) -> float:
-    """Check invariant 1; return the highest per-window utilisation seen (0..1).
+class BusyCheck:
+    """Invariant 1, streamed over the hop batches of a run.
 
-    One vectorised sweep over all resources: intervals sorted by (resource,
-    start); a new window opens at a resource's first interval or where the start
-    lies beyond the running maximum end of the resource (a per-resource running
-    max done exactly on integer keys ``group * n + rank(end)``).
+    ``add(res, start, end, busy, watermark)`` takes the busy intervals of one
+    finalised batch and a *watermark*: no interval of a later batch starts
+    before it (the recorder passes the earliest issue time of the ops still in
+    flight, or now: every row of an op starts at or after the op's issue).
+    The new intervals and the windows carried from earlier batches (each a
+    summary ``(resource, start, end, busy, count)``, which merges exactly like
+    one interval: a window is connected) are swept together, sorted by
+    (resource, start); a window opens at a resource's first interval or where
+    a start lies beyond the resource's running maximum end (+ ``EPS_NS``). A
+    window ending before the watermark can never grow again: it is checked
+    (busy <= capacity * length + ``EPS_NS`` per interval) and dropped. Open
+    windows are carried, so memory is bounded by the windows that reach past
+    the oldest op in flight, not by the run's hop count. An interval starting
+    before the previous watermark would break that reasoning and is an error.
+    ``close()`` checks the rest and returns the highest window utilisation seen.
     """
-    res, s, e, b = sim.rec.intervals()
-    n = len(res)
-    if not n:
-        return 0.0
-    bad = np.nonzero(b > (e - s) + EPS_NS)[0]
-    if bad.size:
-        i = int(bad[0])
-        name, _ = _res_name(sim, int(res[i]))
-        raise InvariantError(f"{name}: busy {b[i]:.3f} ns inside a {e[i] - s[i]:.3f} ns interval "
-                             f"[{s[i]:.3f}, {e[i]:.3f}] ns (over 100%)")
-    order = np.lexsort((s, res))
-    res, s, e, b = res[order], s[order], e[order], b[order]
-    first = np.empty(n, dtype=bool)
-    first[0] = True
-    np.not_equal(res[1:], res[:-1], out=first[1:])
-    grp = np.cumsum(first) - 1
-    by_end = np.argsort(e, kind="stable")
-    rank = np.empty(n, dtype=np.int64)
-    rank[by_end] = np.arange(n)
-    base = grp * n
-    run_max = e[by_end[np.maximum.accumulate(base + rank) - base]]   # per-resource running max end
-    new = first.copy()
-    new[1:] |= s[1:] > run_max[:-1] + EPS_NS
-    cidx = np.flatnonzero(new)
-    w_start = s[cidx]
-    w_end = np.maximum.reduceat(e, cidx)
-    w_busy = np.add.reduceat(b, cidx)
-    g_first = np.flatnonzero(first)
-    g_size = np.diff(np.append(g_first, n))
-    g_cap = np.array([_cap(sim, int(r)) for r in res[g_first].tolist()], dtype=np.float64)
-    w_grp = grp[cidx]
-    cap = g_cap[w_grp]
-    span = w_end - w_start
-    over = np.nonzero(w_busy > cap * span + EPS_NS * g_size[w_grp])[0]
-    if over.size:
-        j = int(over[0])
-        name, c = _res_name(sim, int(res[cidx[j]]))
-        raise InvariantError(
-            f"{name}: busy {w_busy[j]:.3f} ns in window [{w_start[j]:.3f}, {w_end[j]:.3f}] ns "
-            f"of {span[j]:.3f} ns with capacity {c} (over 100%)")
-    with np.errstate(divide="ignore", invalid="ignore"):
-        u = np.where(span > 0, w_busy / (cap * span), 0.0)
-    return float(u.max(initial=0.0))
+
+    def __init__(self, sim: Sim) -> None:
+        self.sim = sim
+        self._w = -np.inf                       # watermark of the previous batch
+        e = np.empty(0)
+        self._open = (np.empty(0, dtype=np.int64), e, e, e, np.empty(0, dtype=np.int64))
+        self._cap = np.zeros(0)                 # capacity per resource id (0 = not looked up)
+        self.max_util = 0.0
+        self.max_open = 0                       # most windows carried at once (memory)
+        self.n_windows = 0                      # windows checked and dropped
+
+    @property
+    def n_open(self) -> int:
+        return len(self._open[0])
+
+    def add(self, res: np.ndarray, s: np.ndarray, e: np.ndarray, b: np.ndarray,
+            watermark: float) -> None:
+        sim = self.sim
+        if len(res):
+            bad = np.flatnonzero(b > (e - s) + EPS_NS)
+            if bad.size:
+                i = int(bad[0])
+                raise InvariantError(
+                    f"{_res_name(sim, int(res[i]))}: busy {b[i]:.3f} ns inside a "
+                    f"{e[i] - s[i]:.3f} ns interval [{s[i]:.3f}, {e[i]:.3f}] ns (over 100%)")
+            early = np.flatnonzero(s < self._w - EPS_NS)
+            if early.size:
+                i = int(early[0])
+                raise InvariantError(
+                    f"{_res_name(sim, int(res[i]))}: busy interval [{s[i]:.3f}, {e[i]:.3f}] ns "
+                    f"starts before {self._w:.3f} ns, the earliest issue time of the ops in "
+                    f"flight when the previous hop batch was written (a replay engine bug: an "
+                    f"op's rows must not start before it is issued)")
+        self._w = max(self._w, watermark)
+        o_res, o_s, o_e, o_b, o_c = self._open
+        if len(o_res):
+            res = np.concatenate((o_res, res))
+            s, e, b = np.concatenate((o_s, s)), np.concatenate((o_e, e)), np.concatenate((o_b, b))
+            c = np.concatenate((o_c, np.ones(len(res) - len(o_c), dtype=np.int64)))
+        else:
+            c = np.ones(len(res), dtype=np.int64)
+        n = len(res)
+        if not n:
+            return
+        order = np.lexsort((s, res))
+        res, s, e, b, c = res[order], s[order], e[order], b[order], c[order]
+        first = np.empty(n, dtype=bool)
+        first[0] = True
+        np.not_equal(res[1:], res[:-1], out=first[1:])
+        grp = np.cumsum(first) - 1
+        by_end = np.argsort(e, kind="stable")
+        rank = np.empty(n, dtype=np.int64)
+        rank[by_end] = np.arange(n)
+        base = grp * n
+        run_max = e[by_end[np.maximum.accumulate(base + rank) - base]]  # per-resource max end
+        new = first.copy()
+        new[1:] |= s[1:] > run_max[:-1] + EPS_NS
+        cidx = np.flatnonzero(new)
+        w = (res[cidx], s[cidx], np.maximum.reduceat(e, cidx), np.add.reduceat(b, cidx),
+             np.add.reduceat(c, cidx))
+        shut = w[2] + EPS_NS < self._w
+        self._check(*(x[shut] for x in w))
+        keep = ~shut
+        self._open = tuple(x[keep] for x in w)   # type: ignore[assignment]
+        self.max_open = max(self.max_open, self.n_open)
+
+    def close(self) -> float:
+        """Check every window still open (the run is over); the highest utilisation."""
+        self._check(*self._open)
+        e = np.empty(0)
+        self._open = (np.empty(0, dtype=np.int64), e, e, e, np.empty(0, dtype=np.int64))
+        return self.max_util
+
+    def _check(self, res: np.ndarray, ws: np.ndarray, we: np.ndarray, wb: np.ndarray,
+               wc: np.ndarray) -> None:
+        if not len(res):
+            return
+        top = int(res.max()) + 1
+        if top > len(self._cap):
+            self._cap = np.concatenate((self._cap, np.zeros(top - len(self._cap))))
+        miss = np.unique(res[self._cap[res] == 0])
+        for r in miss.tolist():
+            self._cap[r] = _cap(self.sim, r)
+        cap = self._cap[res]
+        span = we - ws
+        over = np.flatnonzero(wb > cap * span + EPS_NS * wc)
+        if over.size:
+            j = int(over[0])
+            raise InvariantError(
+                f"{_res_name(self.sim, int(res[j]))}: busy {wb[j]:.3f} ns in window "
+                f"[{ws[j]:.3f}, {we[j]:.3f}] ns of {span[j]:.3f} ns with capacity "
+                f"{int(cap[j])} (over 100%)")
+        with np.errstate(divide="ignore", invalid="ignore"):
+            u = np.where(span > 0, wb / (cap * span), 0.0)
+        self.max_util = max(self.max_util, float(u.max(initial=0.0)))
+        self.n_windows += len(res)
 
 
 def check(sim: Sim, makespan: float) -> None:
-    check_busy(sim)
+    """Invariants 4 and 5 (and the rest of 1) once the run is over and every hop is finalised."""
+    if sim.rec.busy is not None:
+        sim.rec.busy.close()
     for sid, ev in sorted(sim._ready.items()):
         if not ev.processed and sim.ops[sid].kind == "send":
             raise InvariantError(f"IPCQ send op {sid} was never delivered")

@@ -482,7 +482,8 @@ class _Cpu:
             while self.i < len(ops):
                 op = self.op = ops[self.i]
                 self.i += 1
-                self.t_issue = self.env._now
+                self.t_issue = t = self.env._now
+                self.sim.rec.issue(op.op_id, t)
                 if op.deps and self._wait(op.deps, self._dep_cb):
                     return
                 if not self._dispatch():

@@ -35,14 +35,20 @@ finalises the last batch; per-op ``t_end`` / ``queue`` are final only after it.
 A row recorded for an op whose rows were already written is an error.
 
 For the physical invariants every finalised row with ``busy_ns > 0`` yields
-``(resource, t_enter + queue, t_leave, busy)`` (``intervals()``); a link is its
-own resource, a node-side row's resource is ``rid(node, stage)``.
+``(resource, t_enter + queue, t_leave, busy)``; a link is its own resource, a
+node-side row's resource is ``rid(node, stage)``. Each batch's intervals go to
+the ``busy`` checker (``invariants.BusyCheck``) with a watermark no later row
+starts before: the earliest issue time of the ops issued (``issue``) and not yet
+finalised, or the flush time if none is in flight. The checker keeps only the
+windows that may still grow, so no per-hop state outlives its batch.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from itertools import chain
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -50,6 +56,9 @@ import pyarrow as pa
 from kbtrace import schema
 from kbtrace._io import BatchWriter
 from kbtrace.errors import InvariantError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from kbtrace.replay.invariants import BusyCheck
 
 __all__ = ["Recorder", "STAGE_CODE"]
 
@@ -59,6 +68,23 @@ _STAGE_DICT = pa.array(schema.STAGES, pa.string())
 _NX = 10   # fields of an explicit row
 _NC = 8    # fields of a compact transfer record
 _COLS = ("op", "tile", "stage", "node", "link", "enter", "leave", "busy", "queue", "nbytes")
+# a plan row: (stage_code, node, link, busy, EN, LA, LB, terminal)
+_PLAN_ROW_DT = (np.int64, np.int64, np.int64, np.float64, np.float64, np.float64, np.float64, bool)
+
+
+def _put(arrays: tuple[np.ndarray, ...], at: int, cols, dtypes) -> tuple[np.ndarray, ...]:
+    """Write columns ``cols`` into ``arrays`` from index ``at``, growing them by doubling."""
+    out = []
+    for a, c, dt in zip(arrays, cols, dtypes, strict=True):
+        c = np.asarray(c, dtype=dt)
+        need = at + len(c)
+        if need > len(a):
+            g = np.empty(max(need, 2 * len(a), 64), dtype=dt)
+            g[:at] = a[:at]
+            a = g
+        a[at:need] = c
+        out.append(a)
+    return tuple(out)
 
 
 class Recorder:
@@ -86,14 +112,16 @@ class Recorder:
         self._done: list[tuple[int, float, float, float]] = []
         self._rank = np.full(n_ops, -1, dtype=np.int64)
         self._n_ranked = 0
-        # compact transfer plans: flat per-row constants, offsets / lengths per plan
-        self._p_rows: list[tuple] = []
-        self._p_off: list[int] = []
-        self._p_len: list[int] = []
-        self._p_nb: list[int] = []
-        self._p_np: tuple[np.ndarray, ...] | None = None
-        # finalised invariant intervals, one chunk per batch
-        self._iv: list[tuple[np.ndarray, ...]] = []
+        # compact transfer plans: per plan (row offset, bytes) and flat per-row constants, as
+        # growable numpy arrays; plans registered since the last build wait as tuples
+        self._p_new: list[tuple[int, int, list[tuple]]] = []
+        self._p_n = self._p_rows_n = 0                  # plans / rows registered
+        self._p_built = self._p_rows_built = 0          # ... of which in the arrays
+        self._p_plan = (np.empty(0, dtype=np.int64),) * 2
+        self._p_row: tuple[np.ndarray, ...] = tuple(np.empty(0, dtype=t) for t in _PLAN_ROW_DT)
+        # invariant 1, fed per batch; (t_issue, op) of issued ops, in issue (= time) order
+        self.busy: BusyCheck | None = None
+        self._issued: deque[tuple[float, int]] = deque()
 
     # ------------------------------------------------------------------ resources
     def rid(self, node: int, stage: str) -> int:
@@ -121,12 +149,10 @@ class Recorder:
         ``rows``: per hop row (the terminal row last),
         ``(stage_code, node, link, busy, EN, LA, LB, terminal)``.
         """
-        pid = len(self._p_len)
-        self._p_off.append(len(self._p_rows))
-        self._p_len.append(len(rows))
-        self._p_nb.append(nbytes)
-        self._p_rows.extend(rows)
-        self._p_np = None
+        pid = self._p_n
+        self._p_new.append((self._p_rows_n, nbytes, rows))
+        self._p_n += 1
+        self._p_rows_n += len(rows)
         return pid
 
     def transfer(self, op: int, tile: int, plan: int, h0: float, t0: float, done: float,
@@ -136,26 +162,39 @@ class Recorder:
         self._c.append((len(self._x), op, tile, plan, h0, t0, done, n))
         self._c_rows += n
 
+    def issue(self, op: int, t_issue: float) -> None:
+        """Op ``op`` was issued at ``t_issue`` (now): none of its rows starts earlier."""
+        self._issued.append((t_issue, op))
+
     def op_done(self, op: int, t_issue: float, t_start: float, t_end: float, engine: str) -> None:
         self.engine[op] = engine
         self._done.append((op, t_issue, t_start, t_end))
         if len(self._x) + self._c_rows >= self.batch_rows:
-            self.flush()
+            self.flush(t_end)
+
+    def _watermark(self, now: float) -> float:
+        """No row finalised after this flush starts before the returned time."""
+        q, rank = self._issued, self._rank
+        while q and rank[q[0][1]] >= 0:
+            q.popleft()
+        return min(now, q[0][0]) if q else now
 
     # ------------------------------------------------------------------ finalisation
     def _plans_np(self) -> tuple[np.ndarray, ...]:
-        if self._p_np is None:
-            if self._p_rows:
-                st, nd, lk, busy, en, la, lb, term = zip(*self._p_rows, strict=True)
-            else:
-                st = nd = lk = busy = en = la = lb = term = ()
-            self._p_np = (np.array(self._p_off, dtype=np.int64), np.array(self._p_len, dtype=np.int64),
-                          np.array(self._p_nb, dtype=np.int64), np.array(st, dtype=np.int64),
-                          np.array(nd, dtype=np.int64), np.array(lk, dtype=np.int64),
-                          np.array(busy, dtype=np.float64), np.array(en, dtype=np.float64),
-                          np.array(la, dtype=np.float64), np.array(lb, dtype=np.float64),
-                          np.array(term, dtype=bool))
-        return self._p_np
+        """``(off, nbytes)`` per plan and the per-row constants, plans registered so far.
+
+        Only the plans added since the last call are converted (into arrays grown by
+        doubling), so the cost over a run is linear in the plans, however many batches."""
+        if self._p_new:
+            off, nb, rows = zip(*self._p_new, strict=True)
+            flat = [r for rs in rows for r in rs]
+            self._p_new = []
+            self._p_plan = _put(self._p_plan, self._p_built, (off, nb), (np.int64, np.int64))
+            self._p_row = _put(self._p_row, self._p_rows_built, zip(*flat, strict=True),
+                               _PLAN_ROW_DT)
+            self._p_built, self._p_rows_built = self._p_n, self._p_rows_n
+        n, m = self._p_built, self._p_rows_built
+        return (*(a[:n] for a in self._p_plan), *(a[:m] for a in self._p_row))
 
     def _pending(self) -> dict[str, np.ndarray]:
         """All pending rows as columns, in creation order; no state change.
@@ -175,7 +214,7 @@ class Recorder:
         else:
             C = np.fromiter(chain.from_iterable(self._c), np.float64, count=nc * _NC)
             C = C.reshape(nc, _NC)
-            off, _plen, pnb, pst, pnd, plk, pbusy, pen, pla, plb, pterm = self._plans_np()
+            off, pnb, pst, pnd, plk, pbusy, pen, pla, plb, pterm = self._plans_np()
             pos = C[:, 0].astype(np.int64)
             pid = C[:, 3].astype(np.int64)
             nrows = C[:, 7].astype(np.int64)
@@ -230,19 +269,10 @@ class Recorder:
             link[side] = ids
         return (link, r["enter"][sel] + r["queue"][sel], r["leave"][sel], busy[sel])
 
-    def intervals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """``(resource, start, end, busy)`` of every busy row so far, written or pending."""
-        chunks = list(self._iv)
-        pend = self._pending()
-        if pend:
-            chunks.append(self._intervals_of(pend))
-        if not chunks:
-            e = np.empty(0)
-            return np.empty(0, dtype=np.int64), e, e, e
-        return tuple(np.concatenate([c[i] for c in chunks]) for i in range(4))  # type: ignore
+    def flush(self, now: float = np.inf) -> None:
+        """Finalise the rows of the ops completed so far (hop, crit, per-op t_end / queue).
 
-    def flush(self) -> None:
-        """Finalise the rows of the ops completed so far (hop, crit, per-op t_end / queue)."""
+        ``now``: the simulated time (default: the run is over)."""
         done = self._done
         if done:
             ops_l, ti_l, ts_l, te_l = zip(*done, strict=True)
@@ -312,7 +342,8 @@ class Recorder:
                 r["busy"][order], queue[order], crit[order], r["nbytes"][order].astype(np.int64)]
         self.hops.write_arrays(cols, n)
         self.n_hops += n
-        self._iv.append(self._intervals_of(r))
+        if self.busy is not None:
+            self.busy.add(*self._intervals_of(r), self._watermark(now))
 
     def close(self) -> None:
         """Finalise the last batch and close the hop writer (atomic rename)."""
