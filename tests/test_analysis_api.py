@@ -108,3 +108,23 @@ def test_every_saved_query_runs(run_dir):
         for name in found:
             assert run.sql(resolve_query(name)).height > 0, name
             assert found[name].read_text().startswith(f"-- {name}:"), name
+
+
+def test_materialize_keeps_results_and_names(run_dir):
+    qs = ["SELECT * FROM utilisation ORDER BY resource_kind, resource_idx",
+          "SELECT * FROM critical_path ORDER BY step",
+          "SELECT * FROM stage_breakdown_pe ORDER BY sip, cube, pe, stage",
+          "SELECT * FROM overlap ORDER BY sip, cube, pe"]
+    with kbtrace.open_run(run_dir) as run:
+        before = [run.sql(q) for q in qs]
+        views = set(run.views())
+        run.materialize()
+        assert set(run.views()) == views
+        for q, df in zip(qs, before, strict=True):
+            assert run.sql(q).equals(df), q
+        tables = {r[0] for r in run.con.sql("SELECT table_name FROM duckdb_tables()").fetchall()}
+        assert {"_m_utilisation", "_m_critical_path", "_m__pe_segments"} <= tables
+        with pytest.raises(AnalysisError, match="not a view name"):
+            run.materialize(("hops; DROP VIEW hops",))
+        with pytest.raises(AnalysisError, match="materialising view 'nope' failed"):
+            run.materialize(("nope",))

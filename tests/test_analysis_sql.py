@@ -197,3 +197,43 @@ def test_docs_catalogue_current():
     doc = (Path(__file__).resolve().parents[1] / "docs" / "analysis.md").read_text()
     section = doc.split("<!-- catalogue:begin -->\n")[1].split("<!-- catalogue:end -->")[0]
     assert section == catalogue_markdown(), "regenerate docs/analysis.md catalogue"
+
+
+def test_resource_predecessor_ties_and_own_hops(tmp_path):
+    """The 'resource' edge: the other ops that left the queued-on resource last. Ops 0 and 1
+    both leave HBM node 11 at 40 ns; op 2 waits there until 40 ns, so both compete and the
+    later-ending op 1 wins. Op 4 waits until 42 ns, but the last hop leaving by then (41 ns)
+    is its own: the releasers before it (ops 0 and 1 at 40 ns) count."""
+    from kbtrace import schema
+    from kbtrace.analysis.synthetic import make_table
+    from kbtrace._io import write_table
+
+    run_dir = write_synthetic_run(tmp_path)
+    #          op  t_end  hops on node 11: (t_enter, t_leave, queue)
+    spec = {0: (50.0, [(0.0, 40.0, 0.0)]), 1: (55.0, [(5.0, 40.0, 0.0)]),
+            3: (45.0, [(0.0, 30.0, 0.0)]), 2: (70.0, [(10.0, 60.0, 30.0)]),
+            4: (80.0, [(20.0, 41.0, 0.0), (22.0, 70.0, 20.0)])}
+    n = len(spec)
+    ids = sorted(spec)
+    write_table(run_dir / "op_timing.parquet", make_table(schema.OP_TIMING, {
+        "op_id": ids, "launch": [0] * n, "program": ids, "sip": [0] * n, "cube": [0] * n,
+        "pe": [0] * n, "seq": [0] * n, "kind": ["load"] * n, "name": ["load"] * n,
+        "engine": ["sip0.cube0.pe0.dma"] * n, "t_issue_ns": [0.0] * n, "t_start_ns": [0.0] * n,
+        "t_end_ns": [spec[o][0] for o in ids], "queue_ns": [0.0] * n, "nbytes": [64] * n}))
+    hops = [(o, i, e, lv, q) for o in ids for i, (e, lv, q) in enumerate(spec[o][1])]
+    m = len(hops)
+    write_table(run_dir / "hops.parquet", make_table(schema.HOPS, {
+        "op_id": [h[0] for h in hops], "hop": [h[1] for h in hops], "tile": [-1] * m,
+        "stage": ["hbm"] * m, "node_idx": [11] * m, "link_idx": [-1] * m,
+        "t_enter_ns": [h[2] for h in hops], "t_leave_ns": [h[3] for h in hops],
+        "busy_ns": [0.0] * m, "queue_ns": [h[4] for h in hops], "crit_ns": [0.0] * m,
+        "nbytes": [64] * m}))
+    trace = tmp_path / "trace"
+    write_table(trace / "ops.parquet", make_table(schema.OPS, {
+        "op_id": ids, "launch": [0] * n, "program": ids, "pid0": ids, "pid1": [0] * n,
+        "sip": [0] * n, "cube": [0] * n, "pe": [0] * n, "seq": [0] * n, "kind": ["load"] * n,
+        "name": ["load"] * n, "is_async": [False] * n, "nbytes": [64] * n,
+        "src_file": ["t.py"] * n, "src_line": [1] * n, "out_digest": [0] * n}))
+    with open_run(run_dir) as r:
+        assert rows(r, "SELECT op_id, pred_op_id, edge, pred_end_ns FROM _crit_pred "
+                       "ORDER BY op_id") == [(2, 1, "resource", 55.0), (4, 1, "resource", 55.0)]

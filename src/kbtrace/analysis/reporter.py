@@ -49,6 +49,8 @@ def report(run: Any, out: str | os.PathLike[str] | None = None) -> Path:
     r = open_run(run) if owned else run
     try:
         out_dir = Path(out) if out else r.path / "report"
+        if owned:   # the report reads these views several times; a caller's Run is left as is
+            r.materialize()
         tables = frames.report_frames(r)
         for name, df in tables.items():
             write_frame(df, "csv", out_dir / "tables" / f"{name}.csv")

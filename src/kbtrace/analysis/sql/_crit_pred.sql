@@ -2,7 +2,10 @@
 --
 -- Candidates: explicit deps ('dep'), the matching send of a recv ('ipcq', via
 -- match_op_id), the op that last released a resource this op queued on ('resource':
--- latest hop on the same node/link leaving by t_enter_ns + queue_ns), and the previous
+-- the other ops whose hops on the same node/link left last by t_enter_ns + queue_ns,
+-- all of them if several left at that instant; one ASOF join per queued hop, not a scan
+-- of the resource's hops),
+-- and the previous
 -- op of the same program ('program'). Only candidates ending no later than the op are
 -- kept (ties: lower op_id), and the latest-ending one wins; ties by edge
 -- ipcq > dep > resource > program (a recv's send is also in its deps), then op_id.
@@ -19,15 +22,37 @@ WITH res AS (
          CASE WHEN link_idx >= 0 THEN link_idx ELSE node_idx END AS ri,
          t_enter_ns, t_leave_ns, queue_ns
   FROM hops
+), leave_t AS (    -- per resource and leave time: the op if only one op left then
+  SELECT rk, ri, t_leave_ns, CASE WHEN min(op_id) = max(op_id) THEN min(op_id) END AS sole
+  FROM res GROUP BY rk, ri, t_leave_ns
+), leave_prev AS (
+  SELECT *, lag(sole) OVER w AS prev_sole, lag(t_leave_ns) OVER w AS prev_t
+  FROM leave_t WINDOW w AS (PARTITION BY rk, ri ORDER BY t_leave_ns)
+), leave_run AS (   -- runs of consecutive leave times that all belong to one op
+  SELECT *, sum(CASE WHEN sole IS NOT NULL AND sole = prev_sole THEN 0 ELSE 1 END)
+              OVER (PARTITION BY rk, ri ORDER BY t_leave_ns ROWS UNBOUNDED PRECEDING) AS run
+  FROM leave_prev
+), leave_ix AS (    -- ... and the leave time just before the run
+  SELECT rk, ri, t_leave_ns, sole,
+         first_value(prev_t) OVER (PARTITION BY rk, ri, run ORDER BY t_leave_ns) AS t_before_run
+  FROM leave_run
+), queued AS (      -- one query per op, resource and entry: the longest wait
+  SELECT op_id, rk, ri, max(t_enter_ns + queue_ns) + 1e-9 AS t_free
+  FROM res WHERE queue_ns > 0 GROUP BY op_id, rk, ri, t_enter_ns
+), last_other AS (  -- the last time another op left the resource by t_free
+  SELECT q.op_id, q.rk, q.ri,
+         CASE WHEN l.sole = q.op_id THEN l.t_before_run ELSE l.t_leave_ns END AS t_last
+  FROM queued q ASOF JOIN leave_ix l
+    ON l.rk = q.rk AND l.ri = q.ri AND l.t_leave_ns <= q.t_free
 ), cand AS (
   SELECT o.op_id, unnest(o.deps) AS pred_op_id, 'dep' AS edge, 1 AS prio FROM ops o
   UNION ALL
   SELECT op_id, match_op_id, 'ipcq', 0 FROM ops WHERE kind = 'recv' AND match_op_id IS NOT NULL
   UNION ALL
-  SELECT q.op_id, arg_max(r.op_id, r.t_leave_ns), 'resource', 2
-  FROM res q JOIN res r ON r.rk = q.rk AND r.ri = q.ri AND r.op_id <> q.op_id
-   AND r.t_leave_ns <= q.t_enter_ns + q.queue_ns + 1e-9
-  WHERE q.queue_ns > 0 GROUP BY q.op_id, q.rk, q.ri, q.t_enter_ns
+  -- every other op leaving the resource at that time (simultaneous releasers all compete)
+  SELECT DISTINCT x.op_id, r.op_id, 'resource', 2
+  FROM last_other x JOIN res r
+    ON r.rk = x.rk AND r.ri = x.ri AND r.t_leave_ns = x.t_last AND r.op_id <> x.op_id
   UNION ALL
   SELECT op_id, lag(op_id) OVER (PARTITION BY launch, program ORDER BY seq), 'program', 3
   FROM op_timing
