@@ -1,7 +1,8 @@
--- _pe_segments: each PE's busy span cut at every hop boundary, one exclusive stage per piece (helper).
+-- _pe_segments: each PE's busy span cut where a category starts or stops, one exclusive stage per piece (helper).
 --
--- A sweep over the hop intervals [t_enter_ns, t_leave_ns] of the ops placed on the PE
--- counts the active hops per category. Each piece is attributed to ONE stage by
+-- The hop intervals [t_enter_ns, t_leave_ns] of the ops placed on the PE are merged per
+-- category into islands (maximal overlapping or touching runs), and a sweep over the
+-- island bounds counts the active islands per category. Each piece is attributed to ONE stage by
 -- priority gemm > math > fetch > store > dma_read > dma_write > ipcq > other, or
 -- 'idle' when nothing is active, so the pieces of a PE add up to its span exactly.
 -- Priority rationale: time hidden behind compute is not a data-movement cost.
@@ -14,9 +15,22 @@
 --   has_compute (-)      a fetch/gemm/math/store hop is active
 --   has_comm (-)         a dma_read/dma_write/ipcq hop is active
 CREATE OR REPLACE VIEW _pe_segments AS
-WITH ev AS (
-  SELECT sip, cube, pe, t_enter_ns AS t, category, 1 AS d FROM _hop_ctx
-  UNION ALL SELECT sip, cube, pe, t_leave_ns, category, -1 FROM _hop_ctx
+WITH mx AS (        -- per PE and category, hops by start, with the latest end before each
+  SELECT sip, cube, pe, category, t_enter_ns AS s, t_leave_ns AS e,
+         max(t_leave_ns) OVER (PARTITION BY sip, cube, pe, category ORDER BY t_enter_ns, t_leave_ns
+                               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_e
+  FROM _hop_ctx
+), isl AS (         -- islands: a hop starting after every earlier one ended opens a new one
+  SELECT *, sum(CASE WHEN prev_e IS NULL OR s > prev_e THEN 1 ELSE 0 END)
+              OVER (PARTITION BY sip, cube, pe, category ORDER BY s, e
+                    ROWS UNBOUNDED PRECEDING) AS k
+  FROM mx
+), islands AS (
+  SELECT sip, cube, pe, category, min(s) AS s, max(e) AS e
+  FROM isl GROUP BY sip, cube, pe, category, k
+), ev AS (
+  SELECT sip, cube, pe, s AS t, category, 1 AS d FROM islands
+  UNION ALL SELECT sip, cube, pe, e, category, -1 FROM islands
   UNION ALL SELECT sip, cube, pe, t0_ns, NULL, 0 FROM _pe_span
   UNION ALL SELECT sip, cube, pe, t1_ns, NULL, 0 FROM _pe_span
 ), pt AS (
