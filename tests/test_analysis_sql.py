@@ -205,8 +205,8 @@ def test_resource_predecessor_ties_and_own_hops(tmp_path):
     later-ending op 1 wins. Op 4 waits until 42 ns, but the last hop leaving by then (41 ns)
     is its own: the releasers before it (ops 0 and 1 at 40 ns) count."""
     from kbtrace import schema
-    from kbtrace.analysis.synthetic import make_table
     from kbtrace._io import write_table
+    from kbtrace.analysis.synthetic import make_table
 
     run_dir = write_synthetic_run(tmp_path)
     #          op  t_end  hops on node 11: (t_enter, t_leave, queue)
