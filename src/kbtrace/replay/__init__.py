@@ -2,7 +2,8 @@
 
 Role: play a trace (``ops.parquet``) on a ``Topology`` and record where time goes.
 Inputs: a trace directory (or ``Trace``), a ``Topology`` (or YAML path),
-``ReplayOptions`` (fidelity ``flit`` | ``fast``, output directory).
+``ReplayOptions`` (fidelity ``flit`` | ``fast``, output directory), optionally a
+``progress`` callback (``Progress``: ops done, events, simulated and wall time).
 Outputs: a run directory with ``op_timing.parquet`` (``schema.OP_TIMING``),
 ``hops.parquet`` (``schema.HOPS``), ``nodes.parquet`` / ``links.parquet`` (a copy
 of the topology tables) and ``run.json``; the ``Run`` handle.
@@ -16,9 +17,9 @@ IPCQ), ``plans`` (pure tile-plan generator), ``recorder`` (columnar outputs),
 from __future__ import annotations
 
 from kbtrace.replay.engine import replay
-from kbtrace.replay.options import FIDELITIES, ReplayOptions, Run
+from kbtrace.replay.options import FIDELITIES, Progress, ReplayOptions, Run
 
-__all__ = ["replay", "ReplayOptions", "Run", "FIDELITIES"]
+__all__ = ["replay", "ReplayOptions", "Run", "Progress", "FIDELITIES"]
 
 from kbtrace._callable import make_module_callable  # noqa: E402
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from kbtrace.replay.engine import replay
-from kbtrace.replay.options import FIDELITIES, ReplayOptions
+from kbtrace.replay.options import FIDELITIES, Progress, ReplayOptions
 
 __all__ = ["register"]
 
@@ -26,7 +27,34 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         "--set cube.hbm.pc_bw_gbps=16 (repeatable)")
     p.add_argument("-o", "--out", default=None, metavar="DIR",
                    help="run directory (default data/runs/<trace>-<topology>-<fidelity>)")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="status line on stderr while the simulation runs (ops done, simulated "
+                        "time, events, wall time); default: when stderr is a terminal")
     p.set_defaults(func=_replay)
+
+
+class _StatusLine:
+    """Prints a replay's progress to stderr, at most once a second: rewritten in place on a
+    terminal, one line each otherwise."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.last = -1.0
+        self.shown = False
+
+    def __call__(self, p: Progress) -> None:
+        final = p.ops_done == p.ops
+        if p.wall_s - self.last < 1.0 and not (final and self.shown):
+            return
+        self.last = p.wall_s
+        line = (f"replay: {p.ops_done:,}/{p.ops:,} ops ({100 * p.fraction:.0f}%), "
+                f"t = {p.sim_ns:,.1f} ns, {p.events:,} events, {p.wall_s:.1f} s")
+        self.stream.write(f"\r{line}\033[K" if self.tty else line + "\n")
+        self.shown = True
+        if final and self.tty:
+            self.stream.write("\n")
+        self.stream.flush()
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -38,7 +66,9 @@ def _replay(args: argparse.Namespace) -> int:
         tag = "-".join(s.replace("=", "_") for s in args.set)
         out = str(Path("data") / "runs" / f"{Path(args.trace).name}-{topo.params.name}-{tag}-"
                                           f"{args.fidelity}")
-    run = replay(args.trace, topo, ReplayOptions(fidelity=args.fidelity, out_dir=out))
+    show = sys.stderr.isatty() if args.progress is None else args.progress
+    run = replay(args.trace, topo, ReplayOptions(fidelity=args.fidelity, out_dir=out),
+                 progress=_StatusLine(sys.stderr) if show else None)
     print(f"replayed {args.trace} on {topo.params.name} ({run.fidelity}): "
           f"makespan {run.makespan_ns:.1f} ns, {run.ops} ops, {run.hops} hops, "
           f"{run.events} events, {run.wall_s:.2f} s wall")

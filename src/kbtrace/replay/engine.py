@@ -41,7 +41,7 @@ from kbtrace.replay import invariants
 from kbtrace.replay.fabric import make_fabric
 from kbtrace.replay.hbm import HbmController
 from kbtrace.replay.ops import HOST_KINDS, Op, load_ops, plan_for
-from kbtrace.replay.options import ReplayOptions, Run
+from kbtrace.replay.options import Progress, ReplayOptions, Run
 from kbtrace.replay.pe import Pe, Program
 from kbtrace.replay.recorder import Recorder
 from kbtrace.topology.model import PeCoord
@@ -49,6 +49,7 @@ from kbtrace.topology.model import PeCoord
 __all__ = ["replay", "Sim"]
 
 GC_GEN0_THRESHOLD = 1_000_000
+PROGRESS_EVERY = 1 << 15          # SimPy events between progress reports
 
 
 def _open(trace: Any) -> tuple[Path | None, dict[str, Any], pa.Table]:
@@ -130,6 +131,10 @@ class Sim:
         if cbs is not None:
             for fn in cbs:
                 fn()
+
+    def progress(self, events: int, t_wall: float) -> Progress:
+        return Progress(self.rec.n_done, len(self.ops), events, float(self.env.now),
+                        time.perf_counter() - t_wall)
 
     def resolve(self, addr: int) -> int:
         n = self._resolved.get(addr)
@@ -334,8 +339,35 @@ def _default_dir(trace_path: Path | None, meta: dict[str, Any], topo: Any, fid: 
     return Path("data") / "runs" / f"{name}-{topo.params.name}-{fid}"
 
 
-def replay(trace: Any, topology: Any, options: ReplayOptions | None = None) -> Run:
-    """Replay a trace (directory or ``Trace``) on a ``Topology`` (or YAML path); return the Run."""
+def _step_all(env: simpy.Environment, progress: Callable[[Progress], Any] | None,
+              sim: Sim, t_wall: float) -> int:
+    """Step ``env`` to exhaustion; the number of events. With ``progress``, report every
+    ``PROGRESS_EVERY`` events and at the end (a separate loop: the plain one stays tight)."""
+    events = 0
+    step = env.step
+    try:
+        if progress is None:
+            while True:
+                step()
+                events += 1
+        while True:
+            step()
+            events += 1
+            if not events % PROGRESS_EVERY:
+                progress(sim.progress(events, t_wall))
+    except simpy.core.EmptySchedule:
+        pass
+    if progress is not None:
+        progress(sim.progress(events, t_wall))
+    return events
+
+
+def replay(trace: Any, topology: Any, options: ReplayOptions | None = None,
+           progress: Callable[[Progress], Any] | None = None) -> Run:
+    """Replay a trace (directory or ``Trace``) on a ``Topology`` (or YAML path); return the Run.
+
+    ``progress``: called with a ``Progress`` every ``PROGRESS_EVERY`` SimPy events while the
+    simulation runs and once when it ends (the CLI prints a status line from it)."""
     opts = options or ReplayOptions()
     phase = "build"
     t_wall = time.perf_counter()
@@ -367,14 +399,7 @@ def replay(trace: Any, topology: Any, options: ReplayOptions | None = None) -> R
         sim.env.process(sim.host_program(items))
         phase = "run"
         env = sim.env
-        events = 0
-        step = env.step
-        try:
-            while True:
-                step()
-                events += 1
-        except simpy.core.EmptySchedule:
-            pass
+        events = _step_all(env, progress, sim, t_wall)
         phase = "finalize"
         unfinished = [o for o in ops if not sim._done[o.op_id]]
         if unfinished:

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 
 from kbtrace.errors import ReplayError
 
-__all__ = ["ReplayOptions", "Run", "FIDELITIES"]
+__all__ = ["ReplayOptions", "Run", "Progress", "FIDELITIES"]
 
 FIDELITIES = ("flit", "fast")
 
@@ -44,6 +44,21 @@ class ReplayOptions:
         d.pop("out_dir")
         d.pop("batch_rows")
         return d
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """Where a running replay is (``replay(..., progress=fn)`` calls ``fn`` with one of these
+    every ``PROGRESS_EVERY`` SimPy events and once when the simulation ends)."""
+    ops_done: int
+    ops: int
+    events: int
+    sim_ns: float
+    wall_s: float
+
+    @property
+    def fraction(self) -> float:
+        return self.ops_done / self.ops if self.ops else 1.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -162,6 +162,11 @@ class Recorder:
         self._c.append((len(self._x), op, tile, plan, h0, t0, done, n))
         self._c_rows += n
 
+    @property
+    def n_done(self) -> int:
+        """Ops completed so far."""
+        return self._n_ranked + len(self._done)
+
     def issue(self, op: int, t_issue: float) -> None:
         """Op ``op`` was issued at ``t_issue`` (now): none of its rows starts earlier."""
         self._issued.append((t_issue, op))
