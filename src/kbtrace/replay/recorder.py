@@ -347,8 +347,9 @@ class Recorder:
                 r["busy"][order], queue[order], crit[order], r["nbytes"][order].astype(np.int64)]
         self.hops.write_arrays(cols, n)
         self.n_hops += n
+        w = self._watermark(now)    # (also trims the issued-op queue when nothing is checked)
         if self.busy is not None:
-            self.busy.add(*self._intervals_of(r), self._watermark(now))
+            self.busy.add(*self._intervals_of(r), w)
 
     def close(self) -> None:
         """Finalise the last batch and close the hop writer (atomic rename)."""
