@@ -55,6 +55,12 @@ def _cap(sim: Sim, rid: int) -> int:
         if stage == "dma_write" else 1
 
 
+def _no_windows() -> tuple[np.ndarray, ...]:
+    """Empty window summaries ``(resource, start, end, busy, count)``."""
+    e = np.empty(0)
+    return np.empty(0, dtype=np.int64), e, e, e, np.empty(0, dtype=np.int64)
+
+
 class BusyCheck:
     """Invariant 1, streamed over the hop batches of a run.
 
@@ -78,8 +84,7 @@ class BusyCheck:
     def __init__(self, sim: Sim) -> None:
         self.sim = sim
         self._w = -np.inf                       # watermark of the previous batch
-        e = np.empty(0)
-        self._open = (np.empty(0, dtype=np.int64), e, e, e, np.empty(0, dtype=np.int64))
+        self._open = _no_windows()
         self._cap = np.zeros(0)                 # capacity per resource id (0 = not looked up)
         self.max_util = 0.0
         self.max_open = 0                       # most windows carried at once (memory)
@@ -143,8 +148,7 @@ class BusyCheck:
     def close(self) -> float:
         """Check every window still open (the run is over); the highest utilisation."""
         self._check(*self._open)
-        e = np.empty(0)
-        self._open = (np.empty(0, dtype=np.int64), e, e, e, np.empty(0, dtype=np.int64))
+        self._open = _no_windows()
         return self.max_util
 
     def _check(self, res: np.ndarray, ws: np.ndarray, we: np.ndarray, wb: np.ndarray,
