@@ -20,6 +20,7 @@ __all__ = [
     "SanitizerError",
     "ReplayError",
     "InvariantError",
+    "SweepError",
     "SchemaError",
     "AnalysisError",
     "VerifyError",
@@ -62,6 +63,12 @@ class ReplayError(KbtraceError):
 
 class InvariantError(ReplayError):
     """A physical invariant was violated during replay (a model bug, not a user error)."""
+
+
+class SweepError(ReplayError):
+    """A sweep config is invalid, or points of a sweep failed (exit 1; outputs are kept)."""
+
+    exit_code = 1
 
 
 class SchemaError(KbtraceError):

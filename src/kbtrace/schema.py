@@ -10,6 +10,7 @@ Tables
 topology  ``nodes``, ``links``          (compile_topology, cached by content hash)
 capture   ``ops``, ``memory``           (ops.parquet, memory.parquet + trace.json)
 replay    ``op_timing``, ``hops``       (op_timing.parquet, hops.parquet + run.json)
+sweep     ``sweep_points``              (points.parquet + sweep.json; grid columns appended)
 
 Bump ``SCHEMA_VERSION`` whenever a column is added, removed, renamed or changes
 meaning; readers refuse files written with another major version.
@@ -39,6 +40,7 @@ __all__ = [
     "MEMORY",
     "OP_TIMING",
     "HOPS",
+    "SWEEP_POINTS",
     "TABLES",
     "check_schema",
     "check_version",
@@ -253,9 +255,30 @@ HOPS = _schema("hops", "One row per op per hop (fabric link or engine stage).", 
     _f("nbytes", pa.int64(), "bytes", "bytes through the hop"),
 ])
 
+# --------------------------------------------------------------------------- sweep
+
+SWEEP_POINTS = _schema(
+    "sweep_points", "One row per point of a sweep (points.parquet), sorted by point; one typed "
+    "column per grid key follows these (named by the key, e.g. cube.hbm.pc_bw_gbps).", [
+        _f("point", pa.int32(), "-", "index in enumeration order (traces x topologies x "
+           "fidelities x grid, the last grid key varying fastest)"),
+        _f("trace", pa.string(), "-", "trace name (the trace=... partition)"),
+        _f("topology", pa.string(), "-", "topology name (the topology=... partition)"),
+        _f("fidelity", pa.string(), "-", "replay fidelity, fast or flit"),
+        _f("params_json", pa.string(), "-", "the point's grid values as a JSON object"),
+        _f("run_dir", pa.string(), "-", "the point's run directory, relative to the sweep's"),
+        _f("status", pa.string(), "-", "ok or error"),
+        _f("error", pa.string(), "-", "the error line of a failed point", nullable=True),
+        _f("run_id", pa.string(), "-", "run.json run_id", nullable=True),
+        _f("makespan_ns", pa.float64(), "ns", "run makespan", nullable=True),
+        _f("ops", pa.int64(), "-", "ops replayed", nullable=True),
+        _f("hops", pa.int64(), "-", "hop rows written", nullable=True),
+        _f("events", pa.int64(), "-", "SimPy events processed", nullable=True),
+    ])
+
 TABLES: dict[str, pa.Schema] = {
     "nodes": NODES, "links": LINKS, "ops": OPS, "memory": MEMORY,
-    "op_timing": OP_TIMING, "hops": HOPS,
+    "op_timing": OP_TIMING, "hops": HOPS, "sweep_points": SWEEP_POINTS,
 }
 
 

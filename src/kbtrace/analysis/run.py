@@ -167,11 +167,14 @@ def flat_info(info: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _runs_table(dirs: list[Path], infos: list[dict[str, Any]]) -> pa.Table:
+def _runs_table(root: Path, dirs: list[Path], infos: list[dict[str, Any]]) -> pa.Table:
+    """One row per run; ``name`` is the run's directory relative to ``root`` (a sweep point's
+    partition path, e.g. ``trace=gemm/topology=small/fidelity=fast/cube.hbm.pc_bw_gbps=16``)."""
     infos = [flat_info(i) for i in infos]
     keys = ("run_id", "workload", "trace_hash", "topology", "topology_hash", "fidelity", "makespan_ns",
             "events", "ops", "hops", "wall_s", "schema_version", "kbtrace_version")
-    cols: dict[str, list[Any]] = {"run_dir": [str(d) for d in dirs], "name": [d.name for d in dirs]}
+    names = [d.relative_to(root).as_posix() if d != root else d.name for d in dirs]
+    cols: dict[str, list[Any]] = {"run_dir": [str(d) for d in dirs], "name": names}
     for k in keys:
         vals = [i.get(k) for i in infos]
         cols[k] = [None if v is None else (float(v) if k in ("makespan_ns", "wall_s") else
@@ -194,8 +197,14 @@ def open_run(path: str | os.PathLike[str], *, n_windows: int = DEFAULT_WINDOWS) 
     if (root / "run.json").is_file():
         dirs = [root]
     else:
-        # a sweep or a folder of runs: every run.json below (hive-partitioned sweeps nest)
+        # a sweep or a folder of runs: every run.json below (hive-partitioned sweeps nest);
+        # a sweep's runs in point order, others by path
         dirs = sorted(p.parent for p in root.rglob("run.json"))
+        points = root / "points.parquet"
+        if points.is_file():
+            order = {d: i for i, d in enumerate(pq.read_table(points, columns=["run_dir"])
+                                                .column("run_dir").to_pylist())}
+            dirs.sort(key=lambda d: (order.get(d.relative_to(root).as_posix(), len(order)), d))
         if not dirs:
             raise AnalysisError(f"{root}: neither a run directory (no run.json) nor a "
                                 "directory of runs; pass a directory written by `kbtrace replay`")
@@ -208,11 +217,13 @@ def open_run(path: str | os.PathLike[str], *, n_windows: int = DEFAULT_WINDOWS) 
         files = [_checked(d / f"{table}.parquet", sch) for d in dirs]
         if table in ("nodes", "links"):  # one topology per view: the first run's
             con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet({_q(files[0])})")
-        elif multi:
+        elif multi:   # run_name: the run's directory relative to root (sweep: its partitions)
             lst = "[" + ", ".join(_q(f) for f in files) + "]"
+            cut = len(str(root).rstrip("/")) + 2
             con.execute(
                 f"CREATE VIEW {table} AS SELECT * EXCLUDE (filename), "
-                f"regexp_extract(filename, '([^/]+)/[^/]+$', 1) AS run_name FROM read_parquet({lst}, filename=true)")
+                f"regexp_replace(substr(filename, {cut}), '/[^/]+$', '') AS run_name "
+                f"FROM read_parquet({lst}, filename=true)")
         else:
             con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet({_q(files[0])})")
     trace_dir = find_trace_dir(dirs[0], infos[0])
@@ -222,7 +233,9 @@ def open_run(path: str | os.PathLike[str], *, n_windows: int = DEFAULT_WINDOWS) 
     else:
         con.register("_ops_empty", schema.OPS.empty_table())
         con.execute("CREATE VIEW ops AS SELECT * FROM _ops_empty")
-    con.register("_runs_arrow", _runs_table(dirs, infos))
+    con.register("_runs_arrow", _runs_table(root, dirs, infos))
+    if multi and (root / "points.parquet").is_file():    # a sweep: its points table too
+        con.execute(f"CREATE VIEW points AS SELECT * FROM read_parquet({_q(root / 'points.parquet')})")
     con.execute("CREATE VIEW runs AS SELECT * FROM _runs_arrow")
     con.execute(f"CREATE TABLE _config AS SELECT {int(n_windows)} AS n_windows")
     ms = infos[0].get("makespan_ns")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from kbtrace.replay.engine import replay
 from kbtrace.replay.options import FIDELITIES, Progress, ReplayOptions
+from kbtrace.replay.sweep import EXECUTORS
 
 __all__ = ["register"]
 
@@ -31,6 +32,25 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="status line on stderr while the simulation runs (ops done, simulated "
                         "time, events, wall time); default: when stderr is a terminal")
     p.set_defaults(func=_replay)
+
+    s = sub.add_parser("sweep", help="replay traces on topologies over a grid of parameters",
+                       description="Replay every point of a sweep config (traces x topologies x "
+                                   "fidelities x grid) into a hive-partitioned directory; write "
+                                   "points.parquet (one row per point) and sweep.json. Exit 1 "
+                                   "if any point failed (the others are kept).")
+    s.add_argument("config", metavar="CONFIG", help="sweep YAML, e.g. replay/hbm_bandwidth.yaml")
+    s.add_argument("-o", "--out", default=None, metavar="DIR",
+                   help="sweep directory (default data/sweeps/<config name>)")
+    s.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
+                   help="add or replace a grid axis, e.g. --grid cube.hbm.pc_bw_gbps=8,16,32 "
+                        "(repeatable)")
+    s.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
+                   help="worker processes for the local executor (default 1: in this process)")
+    s.add_argument("--executor", choices=EXECUTORS, default="local",
+                   help="local processes (default) or a Ray cluster (pip install 'kbtrace[ray]')")
+    s.add_argument("--resume", action="store_true",
+                   help="skip points already replayed ok with the same config and inputs")
+    s.set_defaults(func=_sweep)
 
 
 class _StatusLine:
@@ -73,4 +93,43 @@ def _replay(args: argparse.Namespace) -> int:
           f"makespan {run.makespan_ns:.1f} ns, {run.ops} ops, {run.hops} hops, "
           f"{run.events} events, {run.wall_s:.2f} s wall")
     print(f"run {run.run_id} written to {run.run_dir}")
+    return 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from kbtrace.errors import SweepError
+    from kbtrace.replay.sweep import load_config, parse_grid_items, run_sweep
+    cfg = load_config(args.config, parse_grid_items(args.grid))
+    out = Path(args.out) if args.out else Path("data") / "sweeps" / Path(args.config).stem
+    n = 0
+
+    def shown(point, res) -> None:
+        nonlocal n
+        n += 1
+        what = (f"makespan {res['makespan_ns']:,.1f} ns ({res['wall_s']} s)"
+                if res["status"] == "ok" else f"FAILED: {res['error']}")
+        print(f"sweep: [{n}] {point.rel_dir}: {what}", file=sys.stderr, flush=True)
+
+    res = run_sweep(cfg, out, jobs=args.jobs, executor=args.executor, resume=args.resume,
+                    on_point=shown)
+    t = res.points
+    keys = t.column_names[len(t.column_names) - len(cfg.grid):] if cfg.grid else []
+    head = ["point", "trace", "topology", "fidelity", *keys, "makespan_ns", "vs point 0"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    rows = t.to_pylist()
+    base = rows[0]["makespan_ns"]
+    for r in rows:
+        ms = r["makespan_ns"]
+        rel = f"{ms / base:.3f}x" if ms is not None and base else "-"
+        msf = f"{ms:,.1f}" if ms is not None else r["status"]
+        print("| " + " | ".join([str(r["point"]), r["trace"], r["topology"], r["fidelity"],
+                                 *(str(r[k]) for k in keys), msf, rel]) + " |")
+    reused = f", {res.reused} reused" if res.reused else ""
+    print(f"sweep of {len(rows)} point(s){reused} written to {out} (points.parquet, sweep.json)")
+    if res.failed:
+        f = res.failed[0]
+        raise SweepError(f"sweep: {len(res.failed)} of {len(rows)} point(s) failed; first: "
+                         f"point {f['point']} ({f['run_dir']}): {f['error']}; see "
+                         f"{out / 'points.parquet'}")
     return 0

@@ -1,0 +1,479 @@
+"""Sweeps: replay traces on topologies over a grid of parameter values (DESIGN §9).
+
+A sweep config (YAML; examples in the top-level ``replay/``) names what to replay
+and the grid::
+
+    traces: [data/traces/gemm]         # trace directories written by `kbtrace capture`
+    workloads:                         # and/or workloads, captured once per topology
+      - capture/softmax.py             #   a path, or {path: ..., params: {R: 64}, name: ...}
+    topologies: [topologies/small.yaml]
+    fidelity: [fast]                   # optional, default [fast]
+    grid:                              # topology parameter (YAML path) -> values
+      cube.hbm.pc_bw_gbps: [8, 16, 32]
+      cube.mesh.link_bw_gbps: [128, 256]
+
+Points are the product traces × topologies × fidelities × grid values, enumerated in
+that nesting order (config order; grid keys in the order written, the last varying
+fastest); ``point`` is that index. Relative paths are relative to the current
+directory. Every point is one ``replay`` into its own hive-partitioned directory::
+
+    OUT/trace=gemm/topology=small/fidelity=fast/cube.hbm.pc_bw_gbps=8/cube.mesh.link_bw_gbps=128/
+        op_timing.parquet  hops.parquet  nodes.parquet  links.parquet  run.json  point.json
+
+``point.json`` holds the point's config, its status (``ok`` / ``error``) and the error
+line (plus the traceback of an internal error). The sweep writes ``OUT/points.parquet``
+(``schema.SWEEP_POINTS`` followed by one typed column per grid key, one row per
+point, sorted by ``point``) and ``OUT/sweep.json`` (the resolved config). Captured
+workload traces go to ``OUT/traces/<name>-<topology>/``.
+
+A point that fails (a grid value the topology compiler rejects, a trace that does
+not fit the topology) is recorded and does not stop the others; the sweep's result
+lists the failures and the CLI exits 1. A bad config is refused before anything runs.
+
+Executors: ``local`` runs points in this process (``jobs=1``) or in ``jobs`` worker
+processes (spawned, so no inherited threads); ``ray`` submits one task per point to
+a Ray cluster (``ray.init()`` honours ``RAY_ADDRESS``; OUT must be on a filesystem
+the workers share). Determinism: a point's outputs do not depend on the executor or
+on the order points finish in; ``points.parquet`` and ``sweep.json`` carry no wall
+times, so the same config gives byte-identical sweep files (wall times stay in each
+point's ``run.json`` / ``point.json``). ``resume=True`` skips points whose
+``point.json`` says ``ok`` for the same point key (config, trace and topology
+content, kbtrace version).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import yaml
+
+from kbtrace import __version__, schema
+from kbtrace._io import stable_hash, write_json, write_table
+from kbtrace.errors import KbtraceError, SweepError
+from kbtrace.replay.options import FIDELITIES
+
+__all__ = ["SweepConfig", "TraceSpec", "Point", "SweepResult", "load_config", "run_sweep",
+           "run_point", "EXECUTORS"]
+
+EXECUTORS = ("local", "ray")
+_KEYS = ("traces", "workloads", "topologies", "fidelity", "grid", "check_invariants")
+_VALUE = re.compile(r"^[A-Za-z0-9_.+\-]+$")
+_RUN_FILES = ("op_timing.parquet", "hops.parquet", "nodes.parquet", "links.parquet", "run.json",
+              "point.json")
+
+
+@dataclass(frozen=True)
+class TraceSpec:
+    """A trace to replay: an existing directory (``path``) or a workload to capture."""
+    name: str
+    path: str | None = None
+    workload: str | None = None
+    params: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    traces: tuple[TraceSpec, ...]
+    topologies: tuple[str, ...]
+    fidelities: tuple[str, ...] = ("fast",)
+    grid: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    check_invariants: bool = True
+    source: str = "<config>"
+
+    def as_json(self) -> dict[str, Any]:
+        return {"traces": [{"name": t.name, "path": t.path, "workload": t.workload,
+                            "params": dict(t.params)} for t in self.traces],
+                "topologies": list(self.topologies), "fidelity": list(self.fidelities),
+                "grid": {k: list(v) for k, v in self.grid},
+                "check_invariants": self.check_invariants}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One replay of a sweep."""
+    index: int
+    trace: str
+    trace_dir: str
+    topology: str
+    topology_name: str
+    fidelity: str
+    params: tuple[tuple[str, Any], ...]
+    check_invariants: bool = True
+
+    @property
+    def rel_dir(self) -> str:
+        """The point's hive-partitioned directory, relative to the sweep's."""
+        parts = [f"trace={self.trace}", f"topology={self.topology_name}",
+                 f"fidelity={self.fidelity}"]
+        return "/".join(parts + [f"{k}={_fmt(v)}" for k, v in self.params])
+
+    def as_json(self) -> dict[str, Any]:
+        return {"point": self.index, "trace": self.trace, "trace_dir": self.trace_dir,
+                "topology": self.topology, "topology_name": self.topology_name,
+                "fidelity": self.fidelity, "params": dict(self.params),
+                "check_invariants": self.check_invariants, "run_dir": self.rel_dir}
+
+
+@dataclass
+class SweepResult:
+    """A finished sweep: its directory, the points table, what failed and what was reused."""
+    out_dir: Path
+    points: pa.Table
+    failed: list[dict[str, Any]] = field(default_factory=list)
+    reused: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return repr(v) if isinstance(v, float) else str(v)
+
+
+# --------------------------------------------------------------------------- config
+
+def _list(raw: Any, where: str, example: str) -> list[Any]:
+    if isinstance(raw, (str, int, float, bool)):
+        return [raw]
+    if not isinstance(raw, list) or not raw:
+        raise SweepError(f"{where}: expected a non-empty list, e.g. {example}")
+    return raw
+
+
+def parse_grid_items(items: Sequence[str] | None) -> dict[str, list[Any]]:
+    """``["cube.hbm.pc_bw_gbps=8,16,32", ...]`` -> grid axes (values parsed as YAML scalars)."""
+    out: dict[str, list[Any]] = {}
+    for item in items or []:
+        key, sep, vals = item.partition("=")
+        if not sep or not key.strip() or not vals.strip():
+            raise SweepError(f"--grid {item!r}: expected KEY=V1,V2,..., e.g. "
+                             "--grid cube.hbm.pc_bw_gbps=8,16,32")
+        out[key.strip()] = [yaml.safe_load(v.strip()) for v in vals.split(",")]
+    return out
+
+
+def load_config(src: str | Path | Mapping[str, Any],
+                grid: Mapping[str, Sequence[Any]] | None = None) -> SweepConfig:
+    """Read and validate a sweep config (YAML path or mapping); ``grid`` adds or replaces
+    grid axes (the CLI's ``--grid``). Raises ``SweepError`` naming the file and key."""
+    if isinstance(src, Mapping):
+        raw, where = dict(src), "sweep config"
+    else:
+        where = str(src)
+        try:
+            raw = yaml.safe_load(Path(src).read_text())
+        except FileNotFoundError:
+            raise SweepError(f"{where}: no such sweep config; see replay/*.yaml") from None
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            at = f" line {mark.line + 1}" if mark else ""
+            raise SweepError(f"{where}:{at}: not valid YAML; fix the syntax") from None
+        if not isinstance(raw, dict):
+            raise SweepError(f"{where}: expected a mapping with traces/workloads, topologies "
+                             "and grid keys")
+    unknown = sorted(set(raw) - set(_KEYS))
+    if unknown:
+        raise SweepError(f"{where}: unknown key {unknown[0]!r}; expected one of "
+                         f"{', '.join(_KEYS)}")
+    traces: list[TraceSpec] = []
+    raw_traces, raw_workloads = raw.get("traces"), raw.get("workloads")
+    for p in _list(raw_traces, f"{where}: traces", "[data/traces/gemm]") if raw_traces else []:
+        if not isinstance(p, str):
+            raise SweepError(f"{where}: traces: {p!r} is not a path; list trace directories")
+        traces.append(TraceSpec(name=Path(p).name, path=p))
+    for w in (_list(raw_workloads, f"{where}: workloads", "[capture/gemm.py]")
+              if raw_workloads else []):
+        if isinstance(w, str):
+            w = {"path": w}
+        if not isinstance(w, dict) or not isinstance(w.get("path"), str):
+            raise SweepError(f"{where}: workloads: {w!r}: expected a path or "
+                             "{path: capture/gemm.py, params: {M: 256}, name: gemm256}")
+        extra = sorted(set(w) - {"path", "params", "name"})
+        if extra:
+            raise SweepError(f"{where}: workloads: {w['path']}: unknown key {extra[0]!r}; "
+                             "use path, params, name")
+        params = w.get("params") or {}
+        if not isinstance(params, dict):
+            raise SweepError(f"{where}: workloads: {w['path']}: params must be a mapping, "
+                             "e.g. {M: 256}")
+        traces.append(TraceSpec(name=str(w.get("name") or Path(w["path"]).stem),
+                                workload=w["path"], params=tuple(params.items())))
+    if not traces:
+        raise SweepError(f"{where}: nothing to replay; add traces: [DIR, ...] or "
+                         "workloads: [capture/WORKLOAD.py, ...]")
+    names = [t.name for t in traces]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup:
+        raise SweepError(f"{where}: two traces are named {dup!r}; give workloads distinct "
+                         "`name:`s (the name is the trace=... partition)")
+    for t in traces:
+        if not _VALUE.match(t.name):
+            raise SweepError(f"{where}: trace name {t.name!r} cannot name a directory; use "
+                             "letters, digits, '_', '.', '+', '-'")
+    topos = [str(t) for t in _list(raw.get("topologies"), f"{where}: topologies",
+                                   "[topologies/small.yaml]")]
+    fids = [str(f) for f in _list(raw.get("fidelity", ["fast"]), f"{where}: fidelity",
+                                  "[fast, flit]")]
+    for f in fids:
+        if f not in FIDELITIES:
+            raise SweepError(f"{where}: fidelity: unknown {f!r}; use {' or '.join(FIDELITIES)}")
+    axes = raw.get("grid") or {}
+    if not isinstance(axes, dict):
+        raise SweepError(f"{where}: grid: expected a mapping KEY: [values], e.g. "
+                         "cube.hbm.pc_bw_gbps: [8, 16, 32]")
+    axes = {**axes, **(grid or {})}
+    g: list[tuple[str, tuple[Any, ...]]] = []
+    for key, vals in axes.items():
+        vals = _list(vals, f"{where}: grid.{key}", "[8, 16, 32]")
+        for v in vals:
+            if not isinstance(v, (str, int, float, bool)) or not _VALUE.match(_fmt(v)):
+                raise SweepError(f"{where}: grid.{key}: value {v!r} cannot name a directory; "
+                                 "use numbers or words of letters, digits, '_', '.', '+', '-'")
+        if len(set(map(_fmt, vals))) != len(vals):
+            raise SweepError(f"{where}: grid.{key}: repeated value in {vals}")
+        g.append((str(key), tuple(vals)))
+    check = raw.get("check_invariants", True)
+    if not isinstance(check, bool):
+        raise SweepError(f"{where}: check_invariants: expected true or false")
+    return SweepConfig(tuple(traces), tuple(topos), tuple(dict.fromkeys(fids)), tuple(g), check,
+                       where)
+
+
+# --------------------------------------------------------------------------- points
+
+def _topology_names(cfg: SweepConfig) -> list[str]:
+    from kbtrace.topology import compile_topology
+    names = [compile_topology(t).params.name for t in cfg.topologies]
+    for n, t in zip(names, cfg.topologies, strict=True):
+        if names.count(n) > 1:
+            raise SweepError(f"{cfg.source}: topologies: two files are named {n!r} (one is {t}); "
+                             "give each topology YAML a distinct name:")
+        if not _VALUE.match(n):
+            raise SweepError(f"{t}: topology name {n!r} cannot name a directory; rename it")
+    return names
+
+
+def _trace_dirs(cfg: SweepConfig, out: Path, topo_names: list[str]) -> dict[tuple[str, str], str]:
+    """Trace directory per (trace, topology); workloads are captured here (once each)."""
+    from kbtrace.capture import capture
+    from kbtrace.topology import compile_topology
+    dirs: dict[tuple[str, str], str] = {}
+    for t in cfg.traces:
+        for topo, tname in zip(cfg.topologies, topo_names, strict=True):
+            if t.path is not None:
+                if not (Path(t.path) / "ops.parquet").is_file():
+                    raise SweepError(f"{cfg.source}: traces: {t.path} is not a trace directory "
+                                     "(no ops.parquet); run `kbtrace capture` first")
+                dirs[t.name, topo] = t.path
+            else:
+                d = out / "traces" / f"{t.name}-{tname}"
+                try:
+                    capture(t.workload, compile_topology(topo), dict(t.params), d)
+                except KbtraceError as e:
+                    raise SweepError(f"{cfg.source}: workloads: {t.workload} on {topo}: {e}") \
+                        from None
+                dirs[t.name, topo] = str(d)
+    return dirs
+
+
+def points(cfg: SweepConfig, trace_dirs: Mapping[tuple[str, str], str],
+           topo_names: Sequence[str]) -> list[Point]:
+    keys = [k for k, _ in cfg.grid]
+    combos = list(itertools.product(*(v for _, v in cfg.grid)))
+    out: list[Point] = []
+    for t in cfg.traces:
+        for topo, tname in zip(cfg.topologies, topo_names, strict=True):
+            for fid in cfg.fidelities:
+                for combo in combos:
+                    out.append(Point(len(out), t.name, trace_dirs[t.name, topo], topo, tname, fid,
+                                     tuple(zip(keys, combo, strict=True)), cfg.check_invariants))
+    return out
+
+
+def _point_key(p: Point) -> str:
+    """Identity of a point's result: its config plus trace and topology content."""
+    tdir = Path(p.trace_dir)
+    meta = json.loads((tdir / "trace.json").read_text()) if (tdir / "trace.json").is_file() else {}
+    topo_text = Path(p.topology).read_text()
+    cfg = {k: v for k, v in p.as_json().items() if k not in ("trace_dir", "topology")}
+    return stable_hash(cfg, meta.get("content_hash"), topo_text, __version__)
+
+
+# --------------------------------------------------------------------------- running
+
+def run_point(job: dict[str, Any]) -> dict[str, Any]:
+    """Replay one point (``job``: ``Point.as_json()`` plus ``out`` and ``key``); write its
+    ``point.json``; return its result fields. Top-level so worker processes and Ray can
+    import it. Errors are recorded, never raised."""
+    from kbtrace.replay.engine import replay
+    from kbtrace.replay.options import ReplayOptions
+    from kbtrace.topology import compile_topology
+    out = Path(job["out"])
+    out.mkdir(parents=True, exist_ok=True)
+    for name in _RUN_FILES:              # nothing stale from an earlier sweep survives
+        (out / name).unlink(missing_ok=True)
+    res: dict[str, Any] = {"status": "ok", "error": None, "run_id": None, "makespan_ns": None,
+                           "ops": None, "hops": None, "events": None, "wall_s": None}
+    try:
+        topo = compile_topology(job["topology"], overrides=dict(job["params"]))
+        run = replay(job["trace_dir"], topo, ReplayOptions(
+            fidelity=job["fidelity"], out_dir=str(out), check_invariants=job["check_invariants"]))
+        res.update(run_id=run.run_id, makespan_ns=run.makespan_ns, ops=run.ops, hops=run.hops,
+                   events=run.events, wall_s=round(run.wall_s, 3))
+    except KbtraceError as e:
+        res.update(status="error", error=str(e))
+    except Exception as e:  # a model bug: keep the traceback, let the other points run
+        res.update(status="error", error=f"internal error: {type(e).__name__}: {e}",
+                   traceback=traceback.format_exc())
+    point = {k: v for k, v in job.items() if k != "out"}
+    write_json(out / "point.json", {**point, **res})
+    return res
+
+
+def _reusable(job: dict[str, Any]) -> dict[str, Any] | None:
+    f = Path(job["out"]) / "point.json"
+    if not f.is_file() or not (Path(job["out"]) / "run.json").is_file():
+        return None
+    try:
+        prev = json.loads(f.read_text())
+    except ValueError:
+        return None
+    if prev.get("key") != job["key"] or prev.get("status") != "ok":
+        return None
+    return {k: prev.get(k) for k in ("status", "error", "run_id", "makespan_ns", "ops", "hops",
+                                      "events", "wall_s")}
+
+
+def _execute(jobs: list[dict[str, Any]], n_jobs: int, executor: str,
+             done: Callable[[int, dict[str, Any]], None]) -> None:
+    if executor == "ray":
+        try:
+            import ray
+        except ImportError:
+            raise SweepError("--executor ray: ray is not installed; pip install 'kbtrace[ray]' "
+                             "(or use --executor local)") from None
+        if not ray.is_initialized():
+            ray.init()
+        task = ray.remote(run_point)
+        refs = {task.remote(j): i for i, j in enumerate(jobs)}
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            for r in ready:
+                done(refs[r], ray.get(r))
+        return
+    if n_jobs <= 1 or len(jobs) <= 1:
+        for i, j in enumerate(jobs):
+            done(i, run_point(j))
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    with ProcessPoolExecutor(max_workers=min(n_jobs, len(jobs)),
+                             mp_context=multiprocessing.get_context("spawn")) as pool:
+        futs = {pool.submit(run_point, j): i for i, j in enumerate(jobs)}
+        for f in as_completed(futs):
+            done(futs[f], f.result())
+
+
+def _grid_type(vals: Sequence[Any]) -> pa.DataType:
+    if all(isinstance(v, bool) for v in vals):
+        return pa.bool_()
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
+        return pa.int64()
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+        return pa.float64()
+    return pa.string()
+
+
+def points_table(cfg: SweepConfig, pts: Sequence[Point],
+                 results: Sequence[dict[str, Any]]) -> pa.Table:
+    """``schema.SWEEP_POINTS`` columns, then one typed column per grid key."""
+    cols: dict[str, list[Any]] = {
+        "point": [p.index for p in pts], "trace": [p.trace for p in pts],
+        "topology": [p.topology_name for p in pts], "fidelity": [p.fidelity for p in pts],
+        "params_json": [json.dumps(dict(p.params), sort_keys=True) for p in pts],
+        "run_dir": [p.rel_dir for p in pts]}
+    for c in ("status", "error", "run_id", "makespan_ns", "ops", "hops", "events"):
+        cols[c] = [r.get(c) for r in results]
+    fields = list(schema.SWEEP_POINTS)
+    arrays = [pa.array(cols[f.name], f.type) for f in fields]
+    for key, vals in cfg.grid:
+        typ = _grid_type(vals)
+        fields.append(pa.field(key, typ, nullable=False,
+                               metadata={"unit": "-", "doc": f"grid value of {key}"}))
+        arrays.append(pa.array([dict(p.params)[key] for p in pts], typ))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields,
+                                                          metadata=schema.SWEEP_POINTS.metadata))
+
+
+def run_sweep(config: str | Path | Mapping[str, Any] | SweepConfig, out_dir: str | Path, *,
+              jobs: int = 1, executor: str = "local", resume: bool = False,
+              grid: Mapping[str, Sequence[Any]] | None = None,
+              on_point: Callable[[Point, dict[str, Any]], None] | None = None) -> SweepResult:
+    """Run a sweep (see module docstring); return its ``SweepResult``.
+
+    ``on_point(point, result)`` is called as each point finishes (in finishing order).
+    Failed points are listed in ``SweepResult.failed``; they do not raise."""
+    cfg = config if isinstance(config, SweepConfig) else load_config(config, grid)
+    if executor not in EXECUTORS:
+        raise SweepError(f"executor {executor!r}: use one of {', '.join(EXECUTORS)}")
+    if jobs < 1:
+        raise SweepError(f"jobs: {jobs} must be >= 1")
+    out = Path(out_dir)
+    meta = {"kbtrace_version": __version__, "schema_version": schema.SCHEMA_VERSION,
+            "config": cfg.as_json(), "source": cfg.source}
+    prev = out / "sweep.json"
+    if prev.is_file():
+        try:
+            old = json.loads(prev.read_text()).get("config")
+        except ValueError:
+            old = None
+        if old != meta["config"]:
+            raise SweepError(f"{out}: holds a different sweep (sweep.json); write to another "
+                             "-o directory or delete this one")
+    elif out.is_dir() and any(out.iterdir()):
+        raise SweepError(f"{out}: exists and is not a sweep directory (no sweep.json); "
+                         "choose another -o directory")
+    out.mkdir(parents=True, exist_ok=True)
+    topo_names = _topology_names(cfg)
+    pts = points(cfg, _trace_dirs(cfg, out, topo_names), topo_names)
+    meta["points"] = len(pts)
+    jobs_l = [{**p.as_json(), "out": str(out / p.rel_dir), "key": _point_key(p)} for p in pts]
+    results: list[dict[str, Any] | None] = [None] * len(pts)
+    todo: list[int] = []
+    reused = 0
+    for i, j in enumerate(jobs_l):
+        r = _reusable(j) if resume else None
+        if r is None:
+            todo.append(i)
+        else:
+            results[i] = r
+            reused += 1
+            if on_point:
+                on_point(pts[i], r)
+
+    def done(k: int, res: dict[str, Any]) -> None:
+        i = todo[k]
+        results[i] = res
+        if on_point:
+            on_point(pts[i], res)
+
+    _execute([jobs_l[i] for i in todo], jobs, executor, done)
+    res_l = [r for r in results if r is not None]
+    table = points_table(cfg, pts, res_l)
+    write_table(out / "points.parquet", table)
+    write_json(out / "sweep.json", meta)
+    failed = [{"point": p.index, "run_dir": p.rel_dir, "error": r.get("error")}
+              for p, r in zip(pts, res_l, strict=True) if r.get("status") != "ok"]
+    return SweepResult(out, table, failed, reused)

@@ -1,0 +1,199 @@
+"""kbtrace sweep: points = traces x topologies x fidelities x grid, one replay each, into a
+hive-partitioned directory with points.parquet; failures recorded; deterministic; resumable."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+
+import kbtrace
+from kbtrace import schema
+from kbtrace.capture import capture
+from kbtrace.cli import main
+from kbtrace.errors import SweepError
+from kbtrace.replay import ReplayOptions, replay
+from kbtrace.replay.sweep import load_config, parse_grid_items, run_sweep
+from kbtrace.topology import compile_topology
+from test_replay_util import TOPO_DIR
+
+ROOT = TOPO_DIR.parent
+SMALL = str(TOPO_DIR / "small.yaml")
+BW = "cube.hbm.pc_bw_gbps"
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory):
+    d = tmp_path_factory.mktemp("sweep_trace") / "gemm"
+    capture(ROOT / "capture" / "gemm.py", compile_topology(SMALL), {"M": 128, "N": 128, "K": 128},
+            d)
+    return d
+
+
+def cfg(trace, **kw):
+    return {"traces": [str(trace)], "topologies": [SMALL], "grid": {BW: [8, 32]}, **kw}
+
+
+def files(d):
+    return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*.parquet"))}
+
+
+def test_points_equal_direct_replays_and_do_not_depend_on_the_executor(trace, tmp_path):
+    a = run_sweep(cfg(trace, fidelity=["fast", "flit"]), tmp_path / "a")
+    assert a.ok and a.reused == 0
+    t = a.points
+    assert t.schema.names == [f.name for f in schema.SWEEP_POINTS] + [BW]
+    schema.check_schema(pq.read_schema(tmp_path / "a" / "points.parquet"), schema.SWEEP_POINTS,
+                        "points.parquet")
+    rows = t.to_pylist()
+    assert [(r["point"], r["fidelity"], r[BW], r["status"]) for r in rows] == [
+        (0, "fast", 8, "ok"), (1, "fast", 32, "ok"), (2, "flit", 8, "ok"), (3, "flit", 32, "ok")]
+    assert rows[0]["run_dir"] == f"trace=gemm/topology=small/fidelity=fast/{BW}=8"
+    assert rows[0]["makespan_ns"] > rows[1]["makespan_ns"]     # a quarter of the HBM bandwidth
+    for r in rows:                      # each point is exactly the replay it names
+        direct = tmp_path / f"direct{r['point']}"
+        run = replay(trace, compile_topology(SMALL, overrides={BW: r[BW]}),
+                     ReplayOptions(fidelity=r["fidelity"], out_dir=str(direct)))
+        assert (run.run_id, run.makespan_ns, run.hops) == (r["run_id"], r["makespan_ns"], r["hops"])
+        for f in ("op_timing.parquet", "hops.parquet"):
+            assert (tmp_path / "a" / r["run_dir"] / f).read_bytes() == (direct / f).read_bytes()
+        pj = json.loads((tmp_path / "a" / r["run_dir"] / "point.json").read_text())
+        assert (pj["status"], pj["params"], pj["point"]) == ("ok", {BW: r[BW]}, r["point"])
+    b = run_sweep(cfg(trace, fidelity=["fast", "flit"]), tmp_path / "b", jobs=2)
+    assert b.ok
+    assert files(tmp_path / "a") == files(tmp_path / "b")       # points.parquet included
+    assert (tmp_path / "a" / "sweep.json").read_bytes() == (tmp_path / "b" / "sweep.json").read_bytes()
+
+
+def test_failed_point_is_recorded_and_the_others_run(trace, tmp_path, capsys):
+    res = run_sweep(cfg(trace, grid={BW: [16, -1]}), tmp_path / "s")
+    assert not res.ok
+    assert [f["point"] for f in res.failed] == [1]
+    assert "cube.hbm.pc_bw_gbps = -1.0: bandwidth must be > 0" in res.failed[0]["error"]
+    rows = res.points.to_pylist()
+    assert [r["status"] for r in rows] == ["ok", "error"]
+    assert rows[1]["makespan_ns"] is None and rows[1]["run_id"] is None
+    bad = tmp_path / "s" / rows[1]["run_dir"]
+    assert json.loads((bad / "point.json").read_text())["status"] == "error"
+    assert not (bad / "op_timing.parquet").exists()
+    # the CLI: the table, then one error line naming the point; exit 1
+    (tmp_path / "c.yaml").write_text(json.dumps(cfg(trace, grid={BW: [16, -1]})))
+    assert main(["sweep", str(tmp_path / "c.yaml"), "-o", str(tmp_path / "cli")]) == 1
+    out, err = capsys.readouterr()
+    assert "| 0 | gemm | small | fast | 16 |" in out and "| 1 | gemm | small | fast | -1 | error |" in out
+    assert err.strip().splitlines()[-1].startswith(
+        "kbtrace: error: sweep: 1 of 2 point(s) failed; first: point 1 "
+        f"(trace=gemm/topology=small/fidelity=fast/{BW}=-1): ")
+
+
+def test_resume_reuses_finished_points_only(trace, tmp_path):
+    out = tmp_path / "s"
+    first = run_sweep(cfg(trace), out)
+    before = files(out)
+    again = run_sweep(cfg(trace), out, resume=True)
+    assert again.reused == 2 and files(out) == before
+    # a point whose outputs are gone is replayed again; the others are reused
+    (out / first.points.column("run_dir")[1].as_py() / "run.json").unlink()
+    third = run_sweep(cfg(trace), out, resume=True)
+    assert third.reused == 1 and files(out) == before
+    assert run_sweep(cfg(trace), out).reused == 0            # without resume: all replayed
+
+
+def test_sweep_directory_must_be_this_sweep(trace, tmp_path):
+    run_sweep(cfg(trace), tmp_path / "s")
+    with pytest.raises(SweepError, match="holds a different sweep"):
+        run_sweep(cfg(trace, grid={BW: [8, 16]}), tmp_path / "s")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("x")
+    with pytest.raises(SweepError, match="not a sweep directory"):
+        run_sweep(cfg(trace), tmp_path / "other")
+
+
+def test_open_run_on_a_sweep_names_runs_by_partition(trace, tmp_path):
+    run_sweep(cfg(trace, grid={BW: [8, 16, 32]}), tmp_path / "s")
+    with kbtrace.open_run(tmp_path / "s") as rs:
+        got = rs.sql(f'SELECT p."{BW}", r.name, r.makespan_ns FROM points p JOIN runs r '
+                     "ON r.name = p.run_dir ORDER BY p.point").rows()
+        assert [g[0] for g in got] == [8, 16, 32]                 # point order, not "16" < "8"
+        assert got[0][1] == f"trace=gemm/topology=small/fidelity=fast/{BW}=8"
+        assert got[0][2] > got[1][2] > got[2][2]
+        assert rs.sql("SELECT run_name, count(*) FROM op_timing GROUP BY ALL ORDER BY 1").rows() \
+            == [(f"trace=gemm/topology=small/fidelity=fast/{BW}={v}", 128) for v in (16, 32, 8)]
+    # plain hive partitioning: the grid key is a typed column
+    got = duckdb.sql(f"SELECT \"{BW}\", max(t_end_ns) FROM read_parquet("
+                     f"'{tmp_path}/s/**/op_timing.parquet', hive_partitioning=true) "
+                     "GROUP BY ALL ORDER BY 1").fetchall()
+    assert [g[0] for g in got] == [8, 16, 32]
+
+
+def test_workloads_are_captured_once_per_topology(tmp_path):
+    res = run_sweep({"workloads": [{"path": str(ROOT / "capture" / "softmax.py"),
+                                    "params": {"R": 32}, "name": "sm32"}],
+                     "topologies": [SMALL, str(TOPO_DIR / "tiny.yaml")], "grid": {BW: [16]}},
+                    tmp_path / "s")
+    assert res.ok
+    assert sorted(p.name for p in (tmp_path / "s" / "traces").iterdir()) == ["sm32-small",
+                                                                            "sm32-tiny"]
+    assert [(r["trace"], r["topology"]) for r in res.points.to_pylist()] == [
+        ("sm32", "small"), ("sm32", "tiny")]
+
+
+@pytest.mark.parametrize("conf, msg", [
+    ({"topologies": [SMALL]}, "nothing to replay; add traces:"),
+    ({"traces": ["T"], "topologies": [SMALL], "grids": {}}, "unknown key 'grids'"),
+    ({"traces": ["T"]}, "topologies: expected a non-empty list"),
+    ({"traces": ["T"], "topologies": [SMALL], "fidelity": ["exact"]}, "unknown 'exact'"),
+    ({"traces": ["T"], "topologies": [SMALL], "grid": [1]}, "grid: expected a mapping"),
+    ({"traces": ["T"], "topologies": [SMALL], "grid": {BW: []}}, f"grid.{BW}: expected a non-empty"),
+    ({"traces": ["T"], "topologies": [SMALL], "grid": {BW: ["a/b"]}}, "cannot name a directory"),
+    ({"traces": ["T"], "topologies": [SMALL], "grid": {BW: [8, 8]}}, "repeated value"),
+    ({"traces": ["a/T", "b/T"], "topologies": [SMALL]}, "two traces are named 'T'"),
+    ({"workloads": [{"path": "w.py", "param": {}}], "topologies": [SMALL]}, "unknown key 'param'"),
+])
+def test_bad_config_is_refused_with_the_key(conf, msg):
+    with pytest.raises(SweepError, match="sweep config: .*" + msg.replace("[", r"\[")
+                       .replace("(", r"\(")):
+        load_config(conf)
+
+
+def test_bad_inputs_name_the_file(trace, tmp_path):
+    with pytest.raises(SweepError, match=r"nope.yaml: no such sweep config"):
+        load_config(tmp_path / "nope.yaml")
+    with pytest.raises(SweepError, match="is not a trace directory"):
+        run_sweep({"traces": [str(tmp_path)], "topologies": [SMALL]}, tmp_path / "s")
+    with pytest.raises(SweepError, match="expected KEY=V1,V2"):
+        parse_grid_items(["cube.hbm.pc_bw_gbps"])
+    assert parse_grid_items([f"{BW}=8,16.5,x"]) == {BW: [8, 16.5, "x"]}
+    c = load_config(cfg(trace), {BW: [4]})                       # --grid replaces an axis
+    assert c.grid == ((BW, (4,)),)
+
+
+def test_ray_executor(trace, tmp_path, monkeypatch):
+    """Without ray: one actionable line. With it (here a stand-in exposing the calls the
+    executor makes: init, remote, wait, get), points run as remote tasks."""
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(SweepError, match=r"ray is not installed; pip install 'kbtrace\[ray\]'"):
+        run_sweep(cfg(trace), tmp_path / "none", executor="ray")
+    calls: list[str] = []
+
+    class Ref:                          # an object ref: hashable, resolved by get()
+        def __init__(self, value):
+            self.value = value
+
+    def remote(fn):
+        calls.append("remote")
+        return types.SimpleNamespace(remote=lambda job: Ref(fn(job)))
+
+    fake = types.SimpleNamespace(
+        is_initialized=lambda: False, init=lambda: calls.append("init"), remote=remote,
+        wait=lambda pending, num_returns: (pending[:num_returns], pending[num_returns:]),
+        get=lambda ref: ref.value)
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    res = run_sweep(cfg(trace), tmp_path / "ray", executor="ray")
+    assert res.ok and calls == ["init", "remote"]
+    local = run_sweep(cfg(trace), tmp_path / "local")
+    assert files(tmp_path / "ray") == files(local.out_dir)
