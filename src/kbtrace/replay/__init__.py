@@ -11,7 +11,9 @@ Phases: build -> elaborate -> run -> finalize (``engine``); components:
 ``fabric`` (links, forwarding nodes; flit and fast modes), ``hbm`` (per-PE
 controller), ``pe`` (PE_CPU, scheduler, DMA, fetch/store, GEMM, MATH, TCM,
 IPCQ), ``plans`` (pure tile-plan generator), ``recorder`` (columnar outputs),
-``invariants`` (physical checks).
+``invariants`` (physical checks). ``sweep``: many replays of traces on topologies
+over a grid of parameter values (``kbtrace sweep``; hive-partitioned run directories
+plus ``points.parquet``).
 """
 
 from __future__ import annotations
