@@ -151,6 +151,10 @@ def test_workloads_are_captured_once_per_topology(tmp_path):
     ({"traces": ["T"], "topologies": [SMALL], "grid": {BW: []}}, f"grid.{BW}: expected a non-empty"),
     ({"traces": ["T"], "topologies": [SMALL], "grid": {BW: ["a/b"]}}, "cannot name a directory"),
     ({"traces": ["T"], "topologies": [SMALL], "grid": {BW: [8, 8]}}, "repeated value"),
+    ({"traces": ["T"], "topologies": [SMALL], "grid": {"cube.hbm.pc_bw": [8]}},
+     "grid: override 'cube.hbm.pc_bw': unknown key 'pc_bw' under cube.hbm; did you mean "
+     "'pc_bw_gbps'"),
+    ({"traces": ["T"], "topologies": [SMALL], "grid": {"cube.hbm": [8]}}, "names a section"),
     ({"traces": ["a/T", "b/T"], "topologies": [SMALL]}, "two traces are named 'T'"),
     ({"workloads": [{"path": "w.py", "param": {}}], "topologies": [SMALL]}, "unknown key 'param'"),
 ])
@@ -163,6 +167,7 @@ def test_bad_config_is_refused_with_the_key(conf, msg):
 def test_bad_inputs_name_the_file(trace, tmp_path):
     with pytest.raises(SweepError, match=r"nope.yaml: no such sweep config"):
         load_config(tmp_path / "nope.yaml")
+    assert main(["sweep", str(tmp_path / "nope.yaml")]) == 2     # a config error: nothing ran
     with pytest.raises(SweepError, match="is not a trace directory"):
         run_sweep({"traces": [str(tmp_path)], "topologies": [SMALL]}, tmp_path / "s")
     with pytest.raises(SweepError, match="expected KEY=V1,V2"):

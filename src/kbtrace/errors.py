@@ -21,6 +21,7 @@ __all__ = [
     "ReplayError",
     "InvariantError",
     "SweepError",
+    "SweepPointsFailed",
     "SchemaError",
     "AnalysisError",
     "VerifyError",
@@ -66,7 +67,11 @@ class InvariantError(ReplayError):
 
 
 class SweepError(ReplayError):
-    """A sweep config is invalid, or points of a sweep failed (exit 1; outputs are kept)."""
+    """A sweep config or directory is invalid (nothing was run)."""
+
+
+class SweepPointsFailed(SweepError):
+    """Points of a sweep failed; the others ran and every output was kept (exit 1)."""
 
     exit_code = 1
 

@@ -97,7 +97,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from kbtrace.errors import SweepError
+    from kbtrace.errors import SweepPointsFailed
     from kbtrace.replay.sweep import load_config, parse_grid_items, run_sweep
     cfg = load_config(args.config, parse_grid_items(args.grid))
     out = Path(args.out) if args.out else Path("data") / "sweeps" / Path(args.config).stem
@@ -129,7 +129,7 @@ def _sweep(args: argparse.Namespace) -> int:
     print(f"sweep of {len(rows)} point(s){reused} written to {out} (points.parquet, sweep.json)")
     if res.failed:
         f = res.failed[0]
-        raise SweepError(f"sweep: {len(res.failed)} of {len(rows)} point(s) failed; first: "
+        raise SweepPointsFailed(f"sweep: {len(res.failed)} of {len(rows)} point(s) failed; first: "
                          f"point {f['point']} ({f['run_dir']}): {f['error']}; see "
                          f"{out / 'points.parquet'}")
     return 0

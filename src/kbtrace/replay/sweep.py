@@ -57,8 +57,9 @@ import yaml
 
 from kbtrace import __version__, schema
 from kbtrace._io import stable_hash, write_json, write_table
-from kbtrace.errors import KbtraceError, SweepError
+from kbtrace.errors import KbtraceError, SweepError, TopologyError
 from kbtrace.replay.options import FIDELITIES
+from kbtrace.topology._spec import apply_overrides
 
 __all__ = ["SweepConfig", "TraceSpec", "Point", "SweepResult", "load_config", "run_sweep",
            "run_point", "EXECUTORS"]
@@ -236,6 +237,10 @@ def load_config(src: str | Path | Mapping[str, Any],
     g: list[tuple[str, tuple[Any, ...]]] = []
     for key, vals in axes.items():
         vals = _list(vals, f"{where}: grid.{key}", "[8, 16, 32]")
+        try:   # the key must name a topology parameter (values are judged per point)
+            apply_overrides({}, {str(key): vals[0]}, f"{where}: grid")
+        except TopologyError as e:
+            raise SweepError(str(e)) from None
         for v in vals:
             if not isinstance(v, (str, int, float, bool)) or not _VALUE.match(_fmt(v)):
                 raise SweepError(f"{where}: grid.{key}: value {v!r} cannot name a directory; "
