@@ -112,24 +112,24 @@ def _sweep(args: argparse.Namespace) -> int:
 
     res = run_sweep(cfg, out, jobs=args.jobs, executor=args.executor, resume=args.resume,
                     on_point=shown)
-    t = res.points
-    keys = t.column_names[len(t.column_names) - len(cfg.grid):] if cfg.grid else []
-    head = ["point", "trace", "topology", "fidelity", *keys, "makespan_ns", "vs point 0"]
-    print("| " + " | ".join(head) + " |")
-    print("|" + "---|" * len(head))
-    rows = t.to_pylist()
+    import polars as pl
+
+    from kbtrace.analysis.formats import render
+    keys = [k for k, _ in cfg.grid]
+    rows = res.points.to_pylist()
     base = rows[0]["makespan_ns"]
-    for r in rows:
-        ms = r["makespan_ns"]
-        rel = f"{ms / base:.3f}x" if ms is not None and base else "-"
-        msf = f"{ms:,.1f}" if ms is not None else r["status"]
-        print("| " + " | ".join([str(r["point"]), r["trace"], r["topology"], r["fidelity"],
-                                 *(str(r[k]) for k in keys), msf, rel]) + " |")
+    table = {c: [str(r[c]) for r in rows] for c in ("point", "trace", "topology", "fidelity",
+                                                     *keys)}
+    table["makespan_ns"] = [f"{r['makespan_ns']:,.1f}" if r["makespan_ns"] is not None
+                            else r["status"] for r in rows]
+    table["vs point 0"] = [f"{r['makespan_ns'] / base:.3f}x" if r["makespan_ns"] is not None
+                           and base else "-" for r in rows]
+    print(render(pl.DataFrame(table), "md"), end="")
     reused = f", {res.reused} reused" if res.reused else ""
     print(f"sweep of {len(rows)} point(s){reused} written to {out} (points.parquet, sweep.json)")
     if res.failed:
         f = res.failed[0]
-        raise SweepPointsFailed(f"sweep: {len(res.failed)} of {len(rows)} point(s) failed; first: "
-                         f"point {f['point']} ({f['run_dir']}): {f['error']}; see "
-                         f"{out / 'points.parquet'}")
+        raise SweepPointsFailed(f"sweep: {len(res.failed)} of {len(rows)} point(s) failed; "
+                                f"first: point {f['point']} ({f['run_dir']}): {f['error']}; "
+                                f"see {out / 'points.parquet'}")
     return 0

@@ -67,6 +67,8 @@ __all__ = ["SweepConfig", "TraceSpec", "Point", "SweepResult", "load_config", "r
 EXECUTORS = ("local", "ray")
 _KEYS = ("traces", "workloads", "topologies", "fidelity", "grid", "check_invariants")
 _VALUE = re.compile(r"^[A-Za-z0-9_.+\-]+$")
+#: What a point's replay yields (point.json; all but wall_s also go to points.parquet).
+_RESULT = ("status", "error", "run_id", "makespan_ns", "ops", "hops", "events", "wall_s")
 _RUN_FILES = ("op_timing.parquet", "hops.parquet", "nodes.parquet", "links.parquet", "run.json",
               "point.json")
 
@@ -257,34 +259,36 @@ def load_config(src: str | Path | Mapping[str, Any],
 
 # --------------------------------------------------------------------------- points
 
-def _topology_names(cfg: SweepConfig) -> list[str]:
+def _topologies(cfg: SweepConfig) -> list[Any]:
+    """The config's topologies compiled (without grid values); their names must be usable
+    as distinct ``topology=`` partitions."""
     from kbtrace.topology import compile_topology
-    names = [compile_topology(t).params.name for t in cfg.topologies]
+    topos = [compile_topology(t) for t in cfg.topologies]
+    names = [t.params.name for t in topos]
     for n, t in zip(names, cfg.topologies, strict=True):
         if names.count(n) > 1:
             raise SweepError(f"{cfg.source}: topologies: two files are named {n!r} (one is {t}); "
                              "give each topology YAML a distinct name:")
         if not _VALUE.match(n):
             raise SweepError(f"{t}: topology name {n!r} cannot name a directory; rename it")
-    return names
+    return topos
 
 
-def _trace_dirs(cfg: SweepConfig, out: Path, topo_names: list[str]) -> dict[tuple[str, str], str]:
-    """Trace directory per (trace, topology); workloads are captured here (once each)."""
+def _trace_dirs(cfg: SweepConfig, out: Path, topos: list[Any]) -> dict[tuple[str, str], str]:
+    """Trace directory per (trace, topology path); workloads are captured here (once each)."""
     from kbtrace.capture import capture
-    from kbtrace.topology import compile_topology
     dirs: dict[tuple[str, str], str] = {}
     for t in cfg.traces:
-        for topo, tname in zip(cfg.topologies, topo_names, strict=True):
+        for topo, compiled in zip(cfg.topologies, topos, strict=True):
             if t.path is not None:
                 if not (Path(t.path) / "ops.parquet").is_file():
                     raise SweepError(f"{cfg.source}: traces: {t.path} is not a trace directory "
                                      "(no ops.parquet); run `kbtrace capture` first")
                 dirs[t.name, topo] = t.path
             else:
-                d = out / "traces" / f"{t.name}-{tname}"
+                d = out / "traces" / f"{t.name}-{compiled.params.name}"
                 try:
-                    capture(t.workload, compile_topology(topo), dict(t.params), d)
+                    capture(t.workload, compiled, dict(t.params), d)
                 except KbtraceError as e:
                     raise SweepError(f"{cfg.source}: workloads: {t.workload} on {topo}: {e}") \
                         from None
@@ -306,13 +310,22 @@ def points(cfg: SweepConfig, trace_dirs: Mapping[tuple[str, str], str],
     return out
 
 
-def _point_key(p: Point) -> str:
-    """Identity of a point's result: its config plus trace and topology content."""
-    tdir = Path(p.trace_dir)
-    meta = json.loads((tdir / "trace.json").read_text()) if (tdir / "trace.json").is_file() else {}
-    topo_text = Path(p.topology).read_text()
-    cfg = {k: v for k, v in p.as_json().items() if k not in ("trace_dir", "topology")}
-    return stable_hash(cfg, meta.get("content_hash"), topo_text, __version__)
+def _point_keys(pts: Sequence[Point]) -> list[str]:
+    """Identity of each point's result: its config plus trace and topology content (each
+    trace.json and topology YAML read once)."""
+    trace_hash: dict[str, Any] = {}
+    topo_text: dict[str, str] = {}
+    keys = []
+    for p in pts:
+        if p.trace_dir not in trace_hash:
+            meta = Path(p.trace_dir) / "trace.json"
+            trace_hash[p.trace_dir] = (json.loads(meta.read_text()).get("content_hash")
+                                       if meta.is_file() else None)
+        if p.topology not in topo_text:
+            topo_text[p.topology] = Path(p.topology).read_text()
+        cfg = {k: v for k, v in p.as_json().items() if k not in ("trace_dir", "topology")}
+        keys.append(stable_hash(cfg, trace_hash[p.trace_dir], topo_text[p.topology], __version__))
+    return keys
 
 
 # --------------------------------------------------------------------------- running
@@ -328,8 +341,7 @@ def run_point(job: dict[str, Any]) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     for name in _RUN_FILES:              # nothing stale from an earlier sweep survives
         (out / name).unlink(missing_ok=True)
-    res: dict[str, Any] = {"status": "ok", "error": None, "run_id": None, "makespan_ns": None,
-                           "ops": None, "hops": None, "events": None, "wall_s": None}
+    res: dict[str, Any] = {**dict.fromkeys(_RESULT), "status": "ok"}
     try:
         topo = compile_topology(job["topology"], overrides=dict(job["params"]))
         run = replay(job["trace_dir"], topo, ReplayOptions(
@@ -356,8 +368,7 @@ def _reusable(job: dict[str, Any]) -> dict[str, Any] | None:
         return None
     if prev.get("key") != job["key"] or prev.get("status") != "ok":
         return None
-    return {k: prev.get(k) for k in ("status", "error", "run_id", "makespan_ns", "ops", "hops",
-                                      "events", "wall_s")}
+    return {k: prev.get(k) for k in _RESULT}
 
 
 def _execute(jobs: list[dict[str, Any]], n_jobs: int, executor: str,
@@ -409,10 +420,9 @@ def points_table(cfg: SweepConfig, pts: Sequence[Point],
         "topology": [p.topology_name for p in pts], "fidelity": [p.fidelity for p in pts],
         "params_json": [json.dumps(dict(p.params), sort_keys=True) for p in pts],
         "run_dir": [p.rel_dir for p in pts]}
-    for c in ("status", "error", "run_id", "makespan_ns", "ops", "hops", "events"):
-        cols[c] = [r.get(c) for r in results]
-    fields = list(schema.SWEEP_POINTS)
-    arrays = [pa.array(cols[f.name], f.type) for f in fields]
+    fields = list(schema.SWEEP_POINTS)      # the rest: the replay's result fields
+    arrays = [pa.array(cols[f.name] if f.name in cols else [r.get(f.name) for r in results],
+                       f.type) for f in fields]
     for key, vals in cfg.grid:
         typ = _grid_type(vals)
         fields.append(pa.field(key, typ, nullable=False,
@@ -451,10 +461,11 @@ def run_sweep(config: str | Path | Mapping[str, Any] | SweepConfig, out_dir: str
         raise SweepError(f"{out}: exists and is not a sweep directory (no sweep.json); "
                          "choose another -o directory")
     out.mkdir(parents=True, exist_ok=True)
-    topo_names = _topology_names(cfg)
-    pts = points(cfg, _trace_dirs(cfg, out, topo_names), topo_names)
+    topos = _topologies(cfg)
+    pts = points(cfg, _trace_dirs(cfg, out, topos), [t.params.name for t in topos])
     meta["points"] = len(pts)
-    jobs_l = [{**p.as_json(), "out": str(out / p.rel_dir), "key": _point_key(p)} for p in pts]
+    jobs_l = [{**p.as_json(), "out": str(out / p.rel_dir), "key": k}
+              for p, k in zip(pts, _point_keys(pts), strict=True)]
     results: list[dict[str, Any] | None] = [None] * len(pts)
     todo: list[int] = []
     reused = 0
