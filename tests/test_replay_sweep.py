@@ -202,3 +202,18 @@ def test_ray_executor(trace, tmp_path, monkeypatch):
     assert res.ok and calls == ["init", "remote"]
     local = run_sweep(cfg(trace), tmp_path / "local")
     assert files(tmp_path / "ray") == files(local.out_dir)
+
+
+@pytest.mark.slow
+def test_real_ray_cluster_gives_the_local_bytes(trace, tmp_path):
+    """On a real local Ray cluster (``pip install 'kbtrace[ray]'``; ~5 s to start): every
+    point's Parquet, points.parquet and sweep.json equal the in-process sweep's bytes."""
+    ray = pytest.importorskip("ray")
+    try:
+        res = run_sweep(cfg(trace, fidelity=["fast", "flit"]), tmp_path / "ray", executor="ray")
+    finally:
+        ray.shutdown()
+    local = run_sweep(cfg(trace, fidelity=["fast", "flit"]), tmp_path / "local")
+    assert res.ok and len(res.points) == 4
+    assert files(tmp_path / "ray") == files(local.out_dir)
+    assert (tmp_path / "ray" / "sweep.json").read_bytes() == (local.out_dir / "sweep.json").read_bytes()
