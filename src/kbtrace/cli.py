@@ -50,11 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 0 if args.command is None else 2
     try:
+        args = parser.parse_args(argv)   # path arguments resolve here (kbtrace._paths)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 0 if args.command is None else 2
         return int(args.func(args) or 0)
     except KbtraceError as err:
         print(f"kbtrace: error: {err}", file=sys.stderr)

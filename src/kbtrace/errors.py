@@ -25,6 +25,7 @@ __all__ = [
     "SchemaError",
     "AnalysisError",
     "VerifyError",
+    "UsageError",
 ]
 
 
@@ -88,3 +89,7 @@ class VerifyError(AnalysisError):
     """Phase-2 numeric verification found a mismatch (or could not run)."""
 
     exit_code = 1
+
+
+class UsageError(KbtraceError):
+    """A command's path argument names nothing: no such path and no catalog entry of that name."""

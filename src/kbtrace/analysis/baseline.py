@@ -14,8 +14,9 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from kbtrace._paths import REPO_ROOT, resolve
 from kbtrace.analysis.differ import DiffResult, diff
-from kbtrace.analysis.main import DEFAULT_TOPOLOGY, REPO_ROOT, capture_and_replay, resolve_path
+from kbtrace.analysis.main import DEFAULT_TOPOLOGY, capture_and_replay
 from kbtrace.analysis.summary import Summary, summarize, write_summary
 from kbtrace.errors import AnalysisError
 
@@ -29,7 +30,7 @@ def baseline_root() -> Path:
 
 def workloads(names: list[str] | None = None) -> list[Path]:
     """Workload files in capture/ (all, or those named)."""
-    d = resolve_path("capture", "workload directory")
+    d = Path("capture") if Path("capture").is_dir() else REPO_ROOT / "capture"
     found = {p.stem: p for p in sorted(d.glob("*.py")) if not p.name.startswith("_")}
     if not names:
         return list(found.values())
@@ -51,7 +52,7 @@ def fresh_summary(workload: Path, topology: Path, fidelity: str = "fast") -> Sum
 
 def update_baselines(names: list[str] | None = None, topology: str | os.PathLike[str] | None = None,
                      root: str | os.PathLike[str] | None = None) -> Iterator[tuple[str, Path]]:
-    topo = resolve_path(topology or DEFAULT_TOPOLOGY, "topology")
+    topo = resolve(topology or DEFAULT_TOPOLOGY, "topology")
     base = Path(root) if root else baseline_root()
     for wl in workloads(names):
         yield wl.stem, write_summary(fresh_summary(wl, topo), base / wl.stem)
@@ -60,7 +61,7 @@ def update_baselines(names: list[str] | None = None, topology: str | os.PathLike
 def check_baselines(names: list[str] | None = None, topology: str | os.PathLike[str] | None = None,
                     root: str | os.PathLike[str] | None = None,
                     fail_on: list[str] | None = None) -> Iterator[tuple[str, DiffResult]]:
-    topo = resolve_path(topology or DEFAULT_TOPOLOGY, "topology")
+    topo = resolve(topology or DEFAULT_TOPOLOGY, "topology")
     base = Path(root) if root else baseline_root()
     for wl in workloads(names):
         bl = base / wl.stem

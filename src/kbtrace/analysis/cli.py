@@ -6,7 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from kbtrace._paths import arg
+
 __all__ = ["register"]
+
+_RUN_HELP = "run directory, or its name in data/runs/"
 
 
 def _sql(args: argparse.Namespace) -> int:
@@ -101,8 +105,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                        description="Capture WORKLOAD.py, replay it on a topology, verify the "
                                    "numbers, write a report; print where everything went.")
     p.add_argument("workload", nargs="?", default=None,
-                   help="workload file (default: capture/gemm.py)")
-    p.add_argument("--topology", "-t", default=None, help="topology YAML (default: topologies/small.yaml)")
+                   help="workload file or its name in capture/ (default: capture/gemm.py)")
+    p.add_argument("--topology", "-t", default=None,
+                   help="topology YAML or its name in topologies/ (default: topologies/small.yaml)")
     p.add_argument("-p", "--param", action="append", metavar="KEY=VALUE",
                    help="workload parameter override, repeatable (-p M=512)")
     p.add_argument("--fidelity", choices=("fast", "flit"), default="fast", help="replay fidelity")
@@ -112,7 +117,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=_run)
 
     p = sub.add_parser("sql", help="run SQL (or a saved query by name) over a run's views")
-    p.add_argument("run", help="run directory (or a directory of runs)")
+    p.add_argument("run", type=arg("run"),
+                   help="run directory (or a directory of runs), or its name in data/runs/")
     p.add_argument("query", help="SQL text, a saved query name from analysis/ (top_hotspots), "
                                  "or a .sql file")
     p.add_argument("--format", "-f", choices=FORMATS, default="table")
@@ -120,12 +126,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=_sql)
 
     p = sub.add_parser("verify", help="phase-2 numeric verification in replay order (exit 1 on mismatch)")
-    p.add_argument("run", help="run directory")
+    p.add_argument("run", type=arg("run"), help=_RUN_HELP)
     p.set_defaults(func=_verify)
 
     p = sub.add_parser("diff", help="compare two runs or baselines op by op; thresholds set the exit code")
-    p.add_argument("base", help="baseline run or baseline directory")
-    p.add_argument("new", help="new run or baseline directory")
+    p.add_argument("base", type=arg("run"), help="baseline run or baseline directory (or a "
+                   "name in data/runs/ or data/baselines/)")
+    p.add_argument("new", type=arg("run"), help="new run or baseline directory")
     p.add_argument("--fail-on", action="append", metavar="RULE",
                    help="regression rule, repeatable: makespan>2%%, stage.dma_read>5%%, "
                         "util.node.hbm_ctrl<-10%%, ops.added>0, op.max>10%%")
@@ -139,20 +146,21 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                           ("check", _baseline_check, "re-run workloads and diff against baselines")):
         b = bsub.add_parser(name, help=hlp)
         b.add_argument("workloads", nargs="*", help="workload names (default: every capture/*.py)")
-        b.add_argument("--topology", default=None, help="topology YAML (default: topologies/small.yaml)")
+        b.add_argument("--topology", "-t", default=None,
+                       help="topology YAML or its name in topologies/ (default: topologies/small.yaml)")
         b.add_argument("--root", default=None, help="baseline root (default: data/baselines)")
         if name == "check":
             b.add_argument("--fail-on", action="append", metavar="RULE")
         b.set_defaults(func=fn)
 
     p = sub.add_parser("report", help="tables, PNG plots and one self-contained HTML page for a run")
-    p.add_argument("run", help="run directory")
+    p.add_argument("run", type=arg("run"), help=_RUN_HELP)
     p.add_argument("-o", "--output", default=None, help="report directory (default: RUN/report)")
     p.set_defaults(func=_report)
 
     p = sub.add_parser("export", help="export a run's timeline")
     esub = p.add_subparsers(dest="export_format", metavar="FORMAT", required=True)
     e = esub.add_parser("perfetto", help="Chrome trace-event JSON for ui.perfetto.dev")
-    e.add_argument("run", help="run directory")
+    e.add_argument("run", type=arg("run"), help=_RUN_HELP)
     e.add_argument("-o", "--output", required=True, type=Path, help="output .json file")
     e.set_defaults(func=_export_perfetto)

@@ -14,25 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kbtrace.errors import AnalysisError
+from kbtrace._paths import resolve
 
-__all__ = ["run_workload", "RunSummary", "resolve_path", "DEFAULT_WORKLOAD", "DEFAULT_TOPOLOGY",
+__all__ = ["run_workload", "RunSummary", "DEFAULT_WORKLOAD", "DEFAULT_TOPOLOGY",
            "capture_and_replay"]
 
 DEFAULT_WORKLOAD = "capture/gemm.py"
 DEFAULT_TOPOLOGY = "topologies/small.yaml"
-REPO_ROOT = Path(__file__).resolve().parents[3]
-
-
-def resolve_path(p: str | os.PathLike[str], what: str) -> Path:
-    """``p`` as given if it exists, else relative to the repository root; error if neither."""
-    cand = Path(p)
-    if cand.exists():
-        return cand
-    if not cand.is_absolute() and (REPO_ROOT / cand).exists():
-        return REPO_ROOT / cand
-    raise AnalysisError(f"{what} {str(p)!r} not found (looked in {Path.cwd()} and {REPO_ROOT}); "
-                        f"pass an existing file")
 
 
 @dataclass
@@ -130,8 +118,8 @@ def run_workload(workload: str | os.PathLike[str] | None = None, *,
     from kbtrace.analysis.reporter import report
     from kbtrace.analysis.verifier import verify
 
-    wl = resolve_path(workload or DEFAULT_WORKLOAD, "workload")
-    topo = resolve_path(topology or DEFAULT_TOPOLOGY, "topology")
+    wl = resolve(workload or DEFAULT_WORKLOAD, "workload")
+    topo = resolve(topology or DEFAULT_TOPOLOGY, "topology")
     name = wl.stem
     out = Path(out)
     trace_dir = out / "traces" / name

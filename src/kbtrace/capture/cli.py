@@ -7,6 +7,7 @@ from collections import Counter
 
 import pyarrow.parquet as pq
 
+from kbtrace._paths import arg
 from kbtrace.capture.trace import Trace, capture, open_trace
 
 __all__ = ["register"]
@@ -18,11 +19,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("capture", help="run a workload's kernels and write an op trace",
                        description="Capture WORKLOAD.py (a file in capture/) into ops.parquet, "
                                    "memory.parquet and trace.json.")
-    p.add_argument("workload", metavar="WORKLOAD.py", help="workload file, e.g. capture/gemm.py")
+    p.add_argument("workload", metavar="WORKLOAD.py", type=arg("workload"),
+                   help="workload file or its name in capture/, e.g. capture/gemm.py or gemm")
     p.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
                    help="override a workload parameter, typed like its default (repeatable)")
-    p.add_argument("--topology", default=DEFAULT_TOPOLOGY, metavar="PATH",
-                   help=f"topology YAML (default {DEFAULT_TOPOLOGY})")
+    p.add_argument("--topology", "-t", default=DEFAULT_TOPOLOGY, metavar="PATH",
+                   type=arg("topology"),
+                   help=f"topology YAML or its name in topologies/ (default {DEFAULT_TOPOLOGY})")
     p.add_argument("-o", "--out", default=None, metavar="DIR",
                    help="trace directory (default data/traces/<workload>)")
     p.set_defaults(func=_capture)
@@ -30,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     t = sub.add_parser("trace", help="inspect captured traces")
     tsub = t.add_subparsers(dest="trace_command", metavar="SUBCOMMAND", required=True)
     s = tsub.add_parser("show", help="summarise a trace directory")
-    s.add_argument("dir", metavar="DIR", help="trace directory")
+    s.add_argument("dir", metavar="DIR", type=arg("trace"),
+                   help="trace directory or its name in data/traces/")
     s.set_defaults(func=_show)
 
 

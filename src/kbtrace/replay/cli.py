@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from kbtrace._paths import arg
 from kbtrace.replay.engine import replay
 from kbtrace.replay.options import FIDELITIES, Progress, ReplayOptions
 from kbtrace.replay.sweep import EXECUTORS
@@ -17,9 +18,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("replay", help="time a captured trace on a topology (SimPy)",
                        description="Replay TRACE_DIR on a topology; write op_timing.parquet, "
                                    "hops.parquet, nodes/links.parquet and run.json.")
-    p.add_argument("trace", metavar="TRACE_DIR", help="trace directory written by kbtrace capture")
-    p.add_argument("--topology", required=True, metavar="PATH",
-                   help="topology YAML, e.g. topologies/default.yaml")
+    p.add_argument("trace", metavar="TRACE_DIR", type=arg("trace"),
+                   help="trace directory written by kbtrace capture, or its name in data/traces/")
+    p.add_argument("--topology", "-t", required=True, metavar="PATH", type=arg("topology"),
+                   help="topology YAML or its name in topologies/, e.g. topologies/default.yaml "
+                        "or default")
     p.add_argument("--fidelity", choices=FIDELITIES, default="fast",
                    help="flit: per-flit events (reference); fast: closed-form per transfer "
                         "(default)")
@@ -38,7 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                    "fidelities x grid) into a hive-partitioned directory; write "
                                    "points.parquet (one row per point) and sweep.json. Exit 1 "
                                    "if any point failed (the others are kept).")
-    s.add_argument("config", metavar="CONFIG", help="sweep YAML, e.g. replay/hbm_bandwidth.yaml")
+    s.add_argument("config", metavar="CONFIG", type=arg("sweep"),
+                   help="sweep YAML or its name in replay/, e.g. replay/hbm_bandwidth.yaml")
     s.add_argument("-o", "--out", default=None, metavar="DIR",
                    help="sweep directory (default data/sweeps/<config name>)")
     s.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",

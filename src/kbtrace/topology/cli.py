@@ -6,6 +6,7 @@ import argparse
 from collections import Counter
 from typing import Any
 
+from kbtrace._paths import arg
 from kbtrace.errors import TopologyError
 from kbtrace.topology.topology import Topology, compile_topology
 
@@ -33,7 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     tsub = topo.add_subparsers(dest="topo_command", metavar="SUBCOMMAND", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("path", help="topology YAML, e.g. topologies/default.yaml")
+        p.add_argument("path", type=arg("topology"),
+                       help="topology YAML or its name in topologies/, e.g. default")
         p.add_argument("--set", action="append", metavar="KEY=VALUE",
                        help="override a parameter by its YAML path (repeatable)")
 
