@@ -1,9 +1,12 @@
 """The memory image: a sparse, byte-addressable store keyed by 51-bit physical address.
 
 Shared by capture (where ``tl.load`` reads real values from it) and the data
-executor (which replays every op against it). Memory is paged (64 KiB pages,
-created on first write, zero-filled), so HBM slices, TCM and SRAM of any
-topology fit without reserving their capacity.
+executor (which replays every op against it). Memory is paged (1 MiB pages,
+created zero-filled on first write; ``np.zeros`` maps them lazily, so resident
+memory follows the bytes actually written), so HBM slices, TCM and SRAM of any
+topology fit without reserving their capacity. TCM is used as a ring by the
+programs' load buffers, so a long kernel touches all of it: resident memory is
+bounded by ``pe.tcm.size_kb`` per PE used (2 MiB on default.yaml), not by trace length.
 
 Also here: ``Allocator`` (bump allocation, aligned, fixed capacity: TCM load
 buffers and compute scratch per program, HBM per PE slice) and ``RegionMap``
