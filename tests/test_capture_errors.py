@@ -69,17 +69,19 @@ def test_loaded_values_allow_control_flow(small, tmp_path):
 
 def test_tcm_overflow(small, tmp_path):
     def hog(tl, x, y):
-        for _ in range(2000):  # 2000 x 1 KiB > 1 MiB of load TCM
-            tl.load(x, (256,), "f32")
-    with pytest.raises(SanitizerError, match=r"TCM of sip0.cube0.pe0 overflow.*smaller tiles"):
+        live = [tl.load(x, (256,), "f32") for _ in range(2000)]  # 2000 x 1 KiB > 1 MiB, all alive
+        assert live
+    with pytest.raises(SanitizerError, match=r"TCM of sip0.cube0.pe0 overflow: tl.load of "
+                       r"\(256,\) f32 needs 1024 B but 1024 live buffer\(s\) hold 1048576 of "
+                       r"1048576 B and no gap fits; use smaller tiles"):
         _run(hog, small, tmp_path, n=256)
 
 
 def test_scratch_overflow(small, tmp_path):
     def hog(tl, x, y):
         a = tl.load(x, (256,), "f32")
-        for _ in range(2000):
-            a = a + 1.0
+        keep = [a + 1.0 for _ in range(2000)]
+        assert keep
     with pytest.raises(SanitizerError, match="scratch of sip0.cube0.pe0 overflow"):
         _run(hog, small, tmp_path, n=256)
 
@@ -192,8 +194,7 @@ def test_tl_outside_kernel():
             pass
      """, "pending result"),
     ("""
-        for _ in range(2000):
-            tl.load(x, (256,), "f32")
+        live = [tl.load(x, (256,), "f32") for _ in range(2000)]
      """, "overflow"),
     ("""
         tl.recv("intra_E", (64,), "f32")

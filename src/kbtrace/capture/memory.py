@@ -4,13 +4,13 @@ Shared by capture (where ``tl.load`` reads real values from it) and the data
 executor (which replays every op against it). Memory is paged (1 MiB pages,
 created zero-filled on first write; ``np.zeros`` maps them lazily, so resident
 memory follows the bytes actually written), so HBM slices, TCM and SRAM of any
-topology fit without reserving their capacity. TCM is used as a ring by the
-programs' load buffers, so a long kernel touches all of it: resident memory is
-bounded by ``pe.tcm.size_kb`` per PE used (2 MiB on default.yaml), not by trace length.
+topology fit without reserving their capacity. A long kernel fills its TCM and
+then reuses it (``Allocator``), so the TCM part of resident memory is bounded by
+``pe.tcm.size_kb`` per PE used (2 MiB on default.yaml), not by trace length.
 
-Also here: ``Allocator`` (bump allocation, aligned, fixed capacity: TCM load
-buffers and compute scratch per program, HBM per PE slice) and ``RegionMap``
-(the allocated ranges the address sanitizer checks every access against, with
+Also here: ``Allocator`` (aligned, fixed capacity; bump allocation, then reuse of
+dead handles' buffers: TCM load buffers and compute scratch per program; HBM per PE
+slice uses the bump only) and ``RegionMap`` (the allocated ranges the address sanitizer checks every access against, with
 the last writer of each range for dependencies and pending-value tracking).
 """
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -196,15 +197,34 @@ class MemoryImage:
 
 
 class Allocator:
-    """Bump allocator over ``[base, base + capacity)`` with ``align``-byte alignment."""
+    """Allocator over ``[base, base + capacity)`` with ``align``-byte alignment: a bump
+    allocator until it is full, then first fit over the buffers of dead handles.
 
-    __slots__ = ("base", "capacity", "align", "cursor", "name")
+    While the bump cursor fits, addresses are those of a plain bump allocator (the
+    recorder's hot paths inline that step). Every buffer is noted with a weak
+    reference to the handle that owns it (``owned``). When the bump does not fit,
+    ``reclaim`` returns the lowest aligned gap between buffers that are still
+    owned by a live handle or *pinned* (read or written by an asynchronous op: a
+    send or composite still in flight, a receive landing), and parks the cursor at
+    the capacity so every later allocation comes back to ``reclaim``. Handles die
+    by reference counting (capture pauses the cyclic GC), so which buffers are
+    free, and hence every address, is deterministic. Only ops of one program use
+    its allocators, and they are issued in program order, so a reclaimed buffer's
+    earlier readers are done with it when the replay reaches its next writer.
+    """
+
+    __slots__ = ("base", "capacity", "align", "cursor", "name", "owned", "pinned")
 
     def __init__(self, base: int, capacity: int, name: str, align: int = 16) -> None:
         self.base, self.capacity, self.align, self.name = base, capacity, align, name
         self.cursor = 0
+        #: (start, end, weak reference to the owning handle or None) per buffer, offsets
+        self.owned: list[tuple[int, int, Any]] = []
+        #: start offsets of buffers never to reclaim
+        self.pinned: set[int] = set()
 
     def alloc(self, nbytes: int, what: str) -> int:
+        """Bump allocation (no reclaiming: for buffers that live as long as the allocator)."""
         start = -(-self.cursor // self.align) * self.align
         if start + nbytes > self.capacity:
             raise SanitizerError(
@@ -214,8 +234,47 @@ class Allocator:
         self.cursor = start + nbytes
         return self.base + start
 
+    def pin(self, addr: int) -> None:
+        """Never reclaim the buffer starting at ``addr`` (if it is one of ours)."""
+        off = addr - self.base
+        if 0 <= off < self.capacity:
+            self.pinned.add(off)
+
+    def _live(self) -> list[tuple[int, int]]:
+        pinned = self.pinned
+        live = [b for b in self.owned
+                if b[0] in pinned or (b[2] is not None and b[2]() is not None)]
+        self.owned = live
+        return sorted((s, e) for s, e, _ in live)
+
+    def reclaim(self, nbytes: int) -> int | None:
+        """Offset of the lowest gap of ``nbytes`` between live or pinned buffers, or None."""
+        al = self.align
+        pos = 0
+        for s, e in self._live():
+            if s - pos >= nbytes:
+                break
+            pos = max(pos, -(-e // al) * al)
+        else:
+            if self.capacity - pos < nbytes:
+                return None
+        self.cursor = self.capacity
+        return pos
+
+    def full(self, nbytes: int, what: str) -> str:
+        """The overflow message once nothing can be reclaimed: what holds the space."""
+        spans = self._live()
+        held = sum(e - s for s, e in spans)
+        n_pin = sum(1 for s, _e in spans if s in self.pinned)
+        pinned = f" ({n_pin} pinned by sends, composites or receives)" if n_pin else ""
+        return (f"{self.name} overflow: {what} needs {nbytes} B but {len(spans)} live "
+                f"buffer(s){pinned} hold {held} of {self.capacity} B and no gap fits; use "
+                f"smaller tiles or keep fewer tiles alive at once per program")
+
     def reset(self) -> None:
         self.cursor = 0
+        self.owned.clear()
+        self.pinned.clear()
 
 
 class Region:

@@ -2,8 +2,9 @@
 
 Every ``tl.*`` call ends here. A call validates addresses against the region
 map (the address sanitizer), allocates its destination (TCM for loads and
-receives, scratch for compute results; bump allocators sized from
-``pe.tcm.size_kb`` / ``pe.tcm.scratch_kb``) and appends one compact record to
+receives, scratch for compute results; allocators sized from ``pe.tcm.size_kb`` /
+``pe.tcm.scratch_kb`` that bump until full, then reuse the buffers of dropped
+handles, see ``memory.Allocator``) and appends one compact record to
 the tracer's op log (see ``tracer``: rows are expanded, executed by the golden
 ``Machine`` in capture order and written at drain time). Loads return real
 values, read lazily from the capture-time memory image; compute results come
@@ -225,14 +226,26 @@ class Program:
         return self._alloc(self.scratch, nbytes, f"{what} result {shape} {dtype}"), nbytes
 
     def _alloc(self, a: Allocator, nbytes: int, what: str) -> int:
+        """Address of ``nbytes`` in ``a``: bump while it fits, else reclaim the buffers of
+        dead handles (draining the op log first if its records still hold them); the
+        caller notes the new buffer's owner in ``a.owned``."""
         start = -(-a.cursor // a.align) * a.align
-        if start + nbytes > a.capacity:
-            try:
-                a.alloc(nbytes, what)
-            except SanitizerError as e:
-                raise self.fail(SanitizerError, str(e)) from None
-        a.cursor = start + nbytes
-        return a.base + start
+        if start + nbytes <= a.capacity:
+            a.cursor = start + nbytes
+            return a.base + start
+        off = a.reclaim(nbytes)
+        if off is None:
+            self.tracer.sink.drain()
+            off = a.reclaim(nbytes)
+        if off is None:
+            raise self.fail(SanitizerError, a.full(nbytes, what))
+        return a.base + off
+
+    def _pin(self, h: TensorHandle) -> None:
+        """``h``'s buffer is used by an op that may outlast the next ones: never reclaim it."""
+        if h.space == "tcm":
+            self.tcm.pin(h.addr)
+            self.scratch.pin(h.addr)
 
     # ------------------------------------------------------------------ memory
     def ref(self, ptr: int, shape: Any, dtype: str) -> TensorHandle:
@@ -283,14 +296,17 @@ class Program:
         start = -(-a.cursor // a.align) * a.align
         if start + nbytes > a.capacity:
             start = self._alloc(a, nbytes, f"tl.load of {geo[0]} {dtype}") - a.base
-        a.cursor = start + nbytes
+        else:
+            a.cursor = start + nbytes
         dst = a.base + start
         op_id, line = self._emit("load", reg.space, ptr, dst, nbytes, geo, dtype, deps)
         h = _TH(geo[0], dtype, "tcm", dst, op_id, "load", line, pending)
+        r = _wref(h)
+        a.owned.append((start, start + nbytes, r))
         if not pending:
             t = self.tracer
             h._lazy = (0, t.kmem, ptr, geo[6])
-            t.lazy.append(_wref(h))
+            t.lazy.append(r)
         return h
 
     def store(self, ptr: int, h: Any, strides: Any = None) -> None:
@@ -336,11 +352,13 @@ class Program:
         start = -(-a.cursor // a.align) * a.align
         if start + nbytes > a.capacity:
             start = self._alloc(a, nbytes, f"tl.{name} result {shp} {dtype}") - a.base
-        a.cursor = start + nbytes
+        else:
+            a.cursor = start + nbytes
         dst = a.base + start
         op_id, line = self._emit("fill", name, dst, geo, dtype, scalars)
         h = _TH(shp, dtype, "tcm", dst, op_id, name, line, False)
         h._lazy = (1, name, scalars)
+        a.owned.append((start, start + nbytes, _wref(h)))
         return h
 
     def math(self, name: str, args: list[Any], *, axis: int | None = None,
@@ -388,7 +406,10 @@ class Program:
                              in_dtypes=[h.dtype for h in handles], scalars=scalars,
                              out_shape=list(shape), out_dtype=out_dt, axis=ax, deps=deps,
                              extra_json=extra)
-        return TensorHandle(shape, out_dt, "tcm", dst, op.op_id, name, op.src_line, True)
+        h = TensorHandle(shape, out_dt, "tcm", dst, op.op_id, name, op.src_line, True)
+        off = dst - self.scratch.base
+        self.scratch.owned.append((off, off + nbytes, _wref(h)))
+        return h
 
     def dot(self, a: Any, b: Any, acc: Any, acc_dtype: str | None) -> TensorHandle:
         if a.__class__ is not _TH or a.space != "tcm" or b.__class__ is not _TH or b.space != "tcm":
@@ -414,10 +435,13 @@ class Program:
         start = -(-sc.cursor // sc.align) * sc.align
         if start + nbytes > sc.capacity:
             start = self._alloc(sc, nbytes, f"tl.dot result {(m, n)} {acc_dt}") - sc.base
-        sc.cursor = start + nbytes
+        else:
+            sc.cursor = start + nbytes
         dst = sc.base + start
         op_id, line = self._emit("dot", a, b, acc, dst, nbytes, acc_dt)
-        return _TH((m, n), acc_dt, "tcm", dst, op_id, "dot", line, True)
+        h = _TH((m, n), acc_dt, "tcm", dst, op_id, "dot", line, True)
+        sc.owned.append((start, start + nbytes, _wref(h)))
+        return h
 
     def composite(self, op: str, a: Any, b: Any, out_ptr: Any, math_op: str | None,
                   epilogue: Any, acc_dtype: str | None, tile_shape: Any,
@@ -456,6 +480,8 @@ class Program:
                  "b_pinned": op == "gemm" and ins[1].space == "tcm"}
         if math_op:
             extra["math_op"] = math_op
+        for h in ins:           # read while later ops run: never reclaimed
+            self._pin(h)
         hid = self.n_async
         self.n_async += 1
         rec = self._record("composite", op, is_async=True, dst_space=reg.space,
@@ -534,6 +560,7 @@ class Program:
     def send(self, direction: str, src: Any) -> None:
         peer = self.run.peer(self, direction)
         h = self._tensor(src, f"tl.send({direction!r})")
+        self._pin(h)            # the DMA reads it after the CPU has moved on
         rx_dir = self.run.reverse_direction(self.index, peer, direction)
         chan = (self.index, peer, direction)
         iseq = self.run.chan_seq.get(chan, 0)
@@ -598,10 +625,14 @@ class Program:
                 f"{send.program} sent {mshape} {mdtype} (send op {send.op_id}, line "
                 f"{send.src_file}:{send.src_line}); make both sides agree")
         nbytes = send.nbytes
+        a = self.tcm
         try:
-            dst = self.tcm.alloc(nbytes, f"tl.recv of {mshape} {mdtype}")
-        except SanitizerError as e:
-            raise SanitizerError(f"{self.describe()}: {e}") from None
+            dst = self._alloc(a, nbytes, f"tl.recv of {mshape} {mdtype}")
+        except SanitizerError as e:     # (may run in the sender's context: name the receiver)
+            msg = str(e).split(": ", 1)[1] if str(e).startswith(self.describe()) else str(e)
+            raise SanitizerError(f"{self.describe()}: {msg}") from None
+        a.owned.append((dst - a.base, dst - a.base + nbytes, None))
+        a.pin(dst)                      # written by the vc_comm DMA whenever it lands
         op = self._record(
             "recv", "recv_async" if fut is not None else "recv", seq=None if fut is None else fut.seq,
             where=where, is_async=fut is not None, src_space="ipcq", src_addr=send.src_addr,
