@@ -31,19 +31,20 @@ def loads(trace_dir: Path) -> list[tuple[int, int, int]]:
 
 
 def test_allocator_bumps_then_reuses_the_lowest_dead_gap():
-    class H:                            # a handle stand-in (weak-referenceable)
-        pass
+    class H:                            # a handle stand-in: addr, nbytes, weak-referenceable
+        def __init__(self, addr):
+            self.addr, self.nbytes = addr, 16
 
     a = Allocator(0x1000, 64, "TCM of pe")
-    hs = [H() for _ in range(4)]
-    for i, h in enumerate(hs):          # bump: 0, 16, 32, 48
-        a.cursor = 16 * (i + 1)
-        a.owned.append((16 * i, 16 * (i + 1), weakref.ref(h)))
+    hs = [H(0x1000 + 16 * i) for i in range(4)]          # bump: 0, 16, 32, 48
+    a.cursor = 64
+    a.owned = [weakref.ref(h) for h in hs]
     assert a.reclaim(16) is None        # every buffer owned by a live handle
     del hs[1]                           # frees [16, 32)
-    a.pin(0x1000 + 32)
+    a.pin(0x1000 + 32, 16)
     del hs[1]                           # [32, 48) is pinned: stays
     assert a.reclaim(16) == 16 and a.cursor == 64      # parked: later allocations reclaim
+    assert len(a.owned) == 2            # dead owners forgotten
     assert a.reclaim(32) is None
     assert "TCM of pe overflow: x needs 32 B but 3 live buffer(s) (1 pinned by sends, " \
            "composites or receives) hold 48 of 64 B and no gap fits" in a.full(32, "x")

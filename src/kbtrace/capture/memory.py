@@ -218,10 +218,11 @@ class Allocator:
     def __init__(self, base: int, capacity: int, name: str, align: int = 16) -> None:
         self.base, self.capacity, self.align, self.name = base, capacity, align, name
         self.cursor = 0
-        #: (start, end, weak reference to the owning handle or None) per buffer, offsets
-        self.owned: list[tuple[int, int, Any]] = []
-        #: start offsets of buffers never to reclaim
-        self.pinned: set[int] = set()
+        #: weak references to the handles owning buffers here (each spans its handle's
+        #: ``addr`` .. ``addr + nbytes``); dead ones are dropped at each ``reclaim``
+        self.owned: list[Any] = []
+        #: start -> end (offsets) of buffers never to reclaim
+        self.pinned: dict[int, int] = {}
 
     def alloc(self, nbytes: int, what: str) -> int:
         """Bump allocation (no reclaiming: for buffers that live as long as the allocator)."""
@@ -234,18 +235,25 @@ class Allocator:
         self.cursor = start + nbytes
         return self.base + start
 
-    def pin(self, addr: int) -> None:
-        """Never reclaim the buffer starting at ``addr`` (if it is one of ours)."""
+    def pin(self, addr: int, nbytes: int) -> None:
+        """Never reclaim ``[addr, addr + nbytes)`` (if it is ours)."""
         off = addr - self.base
         if 0 <= off < self.capacity:
-            self.pinned.add(off)
+            self.pinned[off] = off + nbytes
 
     def _live(self) -> list[tuple[int, int]]:
-        pinned = self.pinned
-        live = [b for b in self.owned
-                if b[0] in pinned or (b[2] is not None and b[2]() is not None)]
+        """Sorted (start, end) offsets of the buffers still in use; forgets dead owners."""
+        base = self.base
+        live = []
+        spans = set(self.pinned.items())
+        for r in self.owned:
+            h = r()
+            if h is not None:
+                live.append(r)
+                s = h.addr - base
+                spans.add((s, s + h.nbytes))
         self.owned = live
-        return sorted((s, e) for s, e, _ in live)
+        return sorted(spans)
 
     def reclaim(self, nbytes: int) -> int | None:
         """Offset of the lowest gap of ``nbytes`` between live or pinned buffers, or None."""
@@ -265,7 +273,7 @@ class Allocator:
         """The overflow message once nothing can be reclaimed: what holds the space."""
         spans = self._live()
         held = sum(e - s for s, e in spans)
-        n_pin = sum(1 for s, _e in spans if s in self.pinned)
+        n_pin = len(self.pinned)
         pinned = f" ({n_pin} pinned by sends, composites or receives)" if n_pin else ""
         return (f"{self.name} overflow: {what} needs {nbytes} B but {len(spans)} live "
                 f"buffer(s){pinned} hold {held} of {self.capacity} B and no gap fits; use "

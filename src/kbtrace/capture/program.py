@@ -244,8 +244,9 @@ class Program:
     def _pin(self, h: TensorHandle) -> None:
         """``h``'s buffer is used by an op that may outlast the next ones: never reclaim it."""
         if h.space == "tcm":
-            self.tcm.pin(h.addr)
-            self.scratch.pin(h.addr)
+            nb = h.nbytes
+            self.tcm.pin(h.addr, nb)
+            self.scratch.pin(h.addr, nb)
 
     # ------------------------------------------------------------------ memory
     def ref(self, ptr: int, shape: Any, dtype: str) -> TensorHandle:
@@ -302,7 +303,7 @@ class Program:
         op_id, line = self._emit("load", reg.space, ptr, dst, nbytes, geo, dtype, deps)
         h = _TH(geo[0], dtype, "tcm", dst, op_id, "load", line, pending)
         r = _wref(h)
-        a.owned.append((start, start + nbytes, r))
+        a.owned.append(r)
         if not pending:
             t = self.tracer
             h._lazy = (0, t.kmem, ptr, geo[6])
@@ -358,7 +359,7 @@ class Program:
         op_id, line = self._emit("fill", name, dst, geo, dtype, scalars)
         h = _TH(shp, dtype, "tcm", dst, op_id, name, line, False)
         h._lazy = (1, name, scalars)
-        a.owned.append((start, start + nbytes, _wref(h)))
+        a.owned.append(_wref(h))
         return h
 
     def math(self, name: str, args: list[Any], *, axis: int | None = None,
@@ -407,8 +408,7 @@ class Program:
                              out_shape=list(shape), out_dtype=out_dt, axis=ax, deps=deps,
                              extra_json=extra)
         h = TensorHandle(shape, out_dt, "tcm", dst, op.op_id, name, op.src_line, True)
-        off = dst - self.scratch.base
-        self.scratch.owned.append((off, off + nbytes, _wref(h)))
+        self.scratch.owned.append(_wref(h))
         return h
 
     def dot(self, a: Any, b: Any, acc: Any, acc_dtype: str | None) -> TensorHandle:
@@ -440,7 +440,7 @@ class Program:
         dst = sc.base + start
         op_id, line = self._emit("dot", a, b, acc, dst, nbytes, acc_dt)
         h = _TH((m, n), acc_dt, "tcm", dst, op_id, "dot", line, True)
-        sc.owned.append((start, start + nbytes, _wref(h)))
+        sc.owned.append(_wref(h))
         return h
 
     def composite(self, op: str, a: Any, b: Any, out_ptr: Any, math_op: str | None,
@@ -631,8 +631,7 @@ class Program:
         except SanitizerError as e:     # (may run in the sender's context: name the receiver)
             msg = str(e).split(": ", 1)[1] if str(e).startswith(self.describe()) else str(e)
             raise SanitizerError(f"{self.describe()}: {msg}") from None
-        a.owned.append((dst - a.base, dst - a.base + nbytes, None))
-        a.pin(dst)                      # written by the vc_comm DMA whenever it lands
+        a.pin(dst, nbytes)              # written by the vc_comm DMA whenever it lands
         op = self._record(
             "recv", "recv_async" if fut is not None else "recv", seq=None if fut is None else fut.seq,
             where=where, is_async=fut is not None, src_space="ipcq", src_addr=send.src_addr,
