@@ -217,3 +217,21 @@ def test_real_ray_cluster_gives_the_local_bytes(trace, tmp_path):
     assert res.ok and len(res.points) == 4
     assert files(tmp_path / "ray") == files(local.out_dir)
     assert (tmp_path / "ray" / "sweep.json").read_bytes() == (local.out_dir / "sweep.json").read_bytes()
+
+
+def test_config_paths_resolve_from_anywhere_and_take_names(tmp_path, monkeypatch):
+    """Paths that exist stay as written (point keys do not move); others resolve under the
+    repository or name a catalog entry, checked once the config is well formed."""
+    monkeypatch.chdir(tmp_path)
+    c = load_config({"workloads": ["capture/gemm.py", {"path": "softmax", "name": "sm"}],
+                     "topologies": ["small", "topologies/tiny.yaml"]})
+    assert [t.workload for t in c.traces] == [str(ROOT / "capture" / "gemm.py"),
+                                               str(ROOT / "capture" / "softmax.py")]
+    assert c.topologies == (str(ROOT / "topologies" / "small.yaml"),
+                            str(ROOT / "topologies" / "tiny.yaml"))
+    monkeypatch.chdir(ROOT)
+    assert load_config({"workloads": ["capture/gemm.py"], "topologies": ["topologies/small.yaml"]}
+                       ).topologies == ("topologies/small.yaml",)
+    with pytest.raises(SweepError, match=r"sweep config: topologies: topology 'smal': no such "
+                                         r"path.*did you mean 'small'\?"):
+        load_config({"workloads": ["gemm"], "topologies": ["smal"]})

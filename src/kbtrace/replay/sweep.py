@@ -57,7 +57,8 @@ import yaml
 
 from kbtrace import __version__, schema
 from kbtrace._io import stable_hash, write_json, write_table
-from kbtrace.errors import KbtraceError, SweepError, TopologyError
+from kbtrace._paths import resolve
+from kbtrace.errors import KbtraceError, SweepError, TopologyError, UsageError
 from kbtrace.replay.options import FIDELITIES
 from kbtrace.topology._spec import apply_overrides
 
@@ -253,8 +254,24 @@ def load_config(src: str | Path | Mapping[str, Any],
     check = raw.get("check_invariants", True)
     if not isinstance(check, bool):
         raise SweepError(f"{where}: check_invariants: expected true or false")
+    # the config is well formed: now what its paths (or catalog names) point at
+    traces = [TraceSpec(t.name, _find(t.path, "trace", where, "traces"), None, t.params)
+              if t.path is not None else
+              TraceSpec(t.name, None, _find(t.workload or "", "workload", where, "workloads"),
+                        t.params) for t in traces]
+    topos = [_find(t, "topology", where, "topologies") for t in topos]
     return SweepConfig(tuple(traces), tuple(topos), tuple(dict.fromkeys(fids)), tuple(g), check,
                        where)
+
+
+def _find(p: str, kind: str, where: str, key: str) -> str:
+    """``p`` as written when it exists (so a config's point keys do not depend on where it
+    runs from), else its path under the repository or the catalog entry it names."""
+    try:
+        found = resolve(p, kind)
+    except UsageError as e:
+        raise SweepError(f"{where}: {key}: {e}") from None
+    return p if found == Path(p) else str(found)
 
 
 # --------------------------------------------------------------------------- points
