@@ -29,3 +29,24 @@ def test_readme_quick_start_has_exactly_two_commands() -> None:
     assert cmds[1].startswith("pip install -e '.[test]' && python -m pytest")
     ci = (ROOT / ".ci" / "run").read_text()
     assert "pip install -e '.[test]' && python -m pytest" in ci
+
+
+def test_readme_typical_session_runs(tmp_path, monkeypatch, capsys) -> None:
+    """Every command of the quick start's "typical session" works, in a fresh directory,
+    after the main job (``kbtrace run``): the names it uses resolve, the exit codes are 0."""
+    import shlex
+
+    from kbtrace.cli import main
+
+    text = (ROOT / "README.md").read_text()
+    block = text.split("A typical session after that:", 1)[1].split("```bash", 1)[1]
+    lines = [ln for ln in block.split("```", 1)[0].splitlines() if ln.strip()]
+    assert len(lines) >= 6 and all(ln.startswith("kbtrace ") for ln in lines)
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--no-report", "--no-verify"]) == 0
+    for ln in lines:
+        argv = shlex.split(ln, comments=True)[1:]
+        assert main(argv) == 0, (ln, capsys.readouterr().err)
+    assert (tmp_path / "gemm.json").is_file()
+    assert (tmp_path / "data" / "sweeps" / "hbm_bandwidth" / "points.parquet").is_file()
+    assert (tmp_path / "data" / "runs" / "softmax-hbm16" / "run.json").is_file()
