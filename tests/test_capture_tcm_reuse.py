@@ -14,6 +14,7 @@ import pytest
 from kbtrace.analysis import verify
 from kbtrace.capture import capture, ring
 from kbtrace.capture.memory import Allocator
+from kbtrace.errors import SanitizerError
 from kbtrace.replay import ReplayOptions, replay
 from kbtrace.topology import compile_topology
 
@@ -114,8 +115,6 @@ def test_a_sent_buffer_is_never_reused(tmp_path):
 @pytest.mark.parametrize("keep", [True, False])
 def test_only_live_tiles_count(tmp_path, keep):
     """Many short-lived tiles fit; the same tiles kept alive overflow, naming the holders."""
-    from kbtrace.errors import SanitizerError
-
     def k(tl, x, y):
         live = []
         for _ in range(1100):           # 1100 x 1 KiB > 1 MiB

@@ -22,13 +22,15 @@ paths; the CLI's arguments and ``kbtrace.run_workload`` go through ``resolve``.
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import os
 from pathlib import Path
 
 from kbtrace.errors import UsageError
 
-__all__ = ["REPO_ROOT", "CATALOGS", "resolve", "catalog_names", "arg"]
+__all__ = ["REPO_ROOT", "CATALOGS", "DEFAULT_TOPOLOGY", "resolve", "catalog_names", "project_dir",
+           "arg", "add_topology"]
 
 #: the checkout this package was installed from (an editable install); holds capture/ etc.
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -42,10 +44,20 @@ CATALOGS: dict[str, tuple[tuple[str, str], ...]] = {
     "sweep": (("replay", ".yaml"),),
 }
 
+#: the topology every command uses unless told otherwise
+DEFAULT_TOPOLOGY = "topologies/small.yaml"
+
 
 def _roots() -> list[Path]:
     cwd = Path.cwd()
     return [cwd] if cwd.resolve() == REPO_ROOT else [cwd, REPO_ROOT]
+
+
+def project_dir(rel: str) -> Path:
+    """The project directory ``rel`` (e.g. ``capture``) under the current directory if it
+    is there, else under the repository."""
+    local = Path(rel)
+    return local if local.is_dir() else REPO_ROOT / rel
 
 
 def _entry_ok(p: Path, suffix: str) -> bool:
@@ -101,3 +113,11 @@ def arg(kind: str):
         return resolve(value, kind)
     convert.__name__ = kind            # argparse names the type in its own messages
     return convert
+
+
+def add_topology(p: argparse.ArgumentParser, *, required: bool = False) -> None:
+    """The ``--topology/-t`` option every command shares (a path or a name in topologies/)."""
+    p.add_argument("--topology", "-t", required=required, metavar="PATH", type=arg("topology"),
+                   default=None if required else DEFAULT_TOPOLOGY,
+                   help="topology YAML or its name in topologies/, e.g. default"
+                        + ("" if required else f" (default {DEFAULT_TOPOLOGY})"))

@@ -14,9 +14,9 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from kbtrace._paths import REPO_ROOT, resolve
+from kbtrace._paths import DEFAULT_TOPOLOGY, project_dir, resolve
 from kbtrace.analysis.differ import DiffResult, diff
-from kbtrace.analysis.main import DEFAULT_TOPOLOGY, capture_and_replay
+from kbtrace.analysis.main import capture_and_replay
 from kbtrace.analysis.summary import Summary, summarize, write_summary
 from kbtrace.errors import AnalysisError
 
@@ -24,13 +24,12 @@ __all__ = ["workloads", "baseline_root", "update_baselines", "check_baselines", 
 
 
 def baseline_root() -> Path:
-    local = Path.cwd() / "data" / "baselines"
-    return local if local.is_dir() else REPO_ROOT / "data" / "baselines"
+    return project_dir("data/baselines")
 
 
 def workloads(names: list[str] | None = None) -> list[Path]:
     """Workload files in capture/ (all, or those named)."""
-    d = Path("capture") if Path("capture").is_dir() else REPO_ROOT / "capture"
+    d = project_dir("capture")
     found = {p.stem: p for p in sorted(d.glob("*.py")) if not p.name.startswith("_")}
     if not names:
         return list(found.values())

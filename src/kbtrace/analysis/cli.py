@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kbtrace._paths import arg
+from kbtrace._paths import add_topology, arg
 
 __all__ = ["register"]
 
@@ -106,8 +106,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                    "numbers, write a report; print where everything went.")
     p.add_argument("workload", nargs="?", default=None,
                    help="workload file or its name in capture/ (default: capture/gemm.py)")
-    p.add_argument("--topology", "-t", default=None,
-                   help="topology YAML or its name in topologies/ (default: topologies/small.yaml)")
+    add_topology(p)
     p.add_argument("-p", "--param", action="append", metavar="KEY=VALUE",
                    help="workload parameter override, repeatable (-p M=512)")
     p.add_argument("--fidelity", choices=("fast", "flit"), default="fast", help="replay fidelity")
@@ -146,8 +145,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                           ("check", _baseline_check, "re-run workloads and diff against baselines")):
         b = bsub.add_parser(name, help=hlp)
         b.add_argument("workloads", nargs="*", help="workload names (default: every capture/*.py)")
-        b.add_argument("--topology", "-t", default=None,
-                       help="topology YAML or its name in topologies/ (default: topologies/small.yaml)")
+        add_topology(b)
         b.add_argument("--root", default=None, help="baseline root (default: data/baselines)")
         if name == "check":
             b.add_argument("--fail-on", action="append", metavar="RULE")

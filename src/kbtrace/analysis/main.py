@@ -14,13 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kbtrace._paths import resolve
+from kbtrace._paths import DEFAULT_TOPOLOGY, resolve
 
 __all__ = ["run_workload", "RunSummary", "DEFAULT_WORKLOAD", "DEFAULT_TOPOLOGY",
            "capture_and_replay"]
 
 DEFAULT_WORKLOAD = "capture/gemm.py"
-DEFAULT_TOPOLOGY = "topologies/small.yaml"
 
 
 @dataclass

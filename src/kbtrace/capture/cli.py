@@ -7,12 +7,10 @@ from collections import Counter
 
 import pyarrow.parquet as pq
 
-from kbtrace._paths import arg
+from kbtrace._paths import add_topology, arg
 from kbtrace.capture.trace import Trace, capture, open_trace
 
 __all__ = ["register"]
-
-DEFAULT_TOPOLOGY = "topologies/small.yaml"
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -23,9 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="workload file or its name in capture/, e.g. capture/gemm.py or gemm")
     p.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
                    help="override a workload parameter, typed like its default (repeatable)")
-    p.add_argument("--topology", "-t", default=DEFAULT_TOPOLOGY, metavar="PATH",
-                   type=arg("topology"),
-                   help=f"topology YAML or its name in topologies/ (default {DEFAULT_TOPOLOGY})")
+    add_topology(p)
     p.add_argument("-o", "--out", default=None, metavar="DIR",
                    help="trace directory (default data/traces/<workload>)")
     p.set_defaults(func=_capture)

@@ -10,8 +10,9 @@ then reuses it (``Allocator``), so the TCM part of resident memory is bounded by
 
 Also here: ``Allocator`` (aligned, fixed capacity; bump allocation, then reuse of
 dead handles' buffers: TCM load buffers and compute scratch per program; HBM per PE
-slice uses the bump only) and ``RegionMap`` (the allocated ranges the address sanitizer checks every access against, with
-the last writer of each range for dependencies and pending-value tracking).
+slice uses the bump only) and ``RegionMap`` (the allocated ranges the address
+sanitizer checks every access against, with the last writer of each range for
+dependencies and pending-value tracking).
 """
 
 from __future__ import annotations

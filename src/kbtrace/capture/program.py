@@ -225,10 +225,10 @@ class Program:
         nbytes = math.prod(shape) * itemsize(dtype)
         return self._alloc(self.scratch, nbytes, f"{what} result {shape} {dtype}"), nbytes
 
-    def _alloc(self, a: Allocator, nbytes: int, what: str) -> int:
+    def _place(self, a: Allocator, nbytes: int) -> int | None:
         """Address of ``nbytes`` in ``a``: bump while it fits, else reclaim the buffers of
-        dead handles (draining the op log first if its records still hold them); the
-        caller notes the new buffer's owner in ``a.owned``."""
+        dead handles (draining the op log first if its records still hold them); None if
+        live buffers fill it. The caller notes the new buffer's owner in ``a.owned``."""
         start = -(-a.cursor // a.align) * a.align
         if start + nbytes <= a.capacity:
             a.cursor = start + nbytes
@@ -237,9 +237,14 @@ class Program:
         if off is None:
             self.tracer.sink.drain()
             off = a.reclaim(nbytes)
-        if off is None:
+        return None if off is None else a.base + off
+
+    def _alloc(self, a: Allocator, nbytes: int, what: str) -> int:
+        """``_place``, or a ``SanitizerError`` at the kernel's line naming what holds ``a``."""
+        addr = self._place(a, nbytes)
+        if addr is None:
             raise self.fail(SanitizerError, a.full(nbytes, what))
-        return a.base + off
+        return addr
 
     def _pin(self, h: TensorHandle) -> None:
         """``h``'s buffer is used by an op that may outlast the next ones: never reclaim it."""
@@ -626,11 +631,10 @@ class Program:
                 f"{send.src_file}:{send.src_line}); make both sides agree")
         nbytes = send.nbytes
         a = self.tcm
-        try:
-            dst = self._alloc(a, nbytes, f"tl.recv of {mshape} {mdtype}")
-        except SanitizerError as e:     # (may run in the sender's context: name the receiver)
-            msg = str(e).split(": ", 1)[1] if str(e).startswith(self.describe()) else str(e)
-            raise SanitizerError(f"{self.describe()}: {msg}") from None
+        dst = self._place(a, nbytes)
+        if dst is None:     # (may run in the sender's context: name the receiver, not a line)
+            raise SanitizerError(
+                f"{self.describe()}: {a.full(nbytes, f'tl.recv of {mshape} {mdtype}')}")
         a.pin(dst, nbytes)              # written by the vc_comm DMA whenever it lands
         op = self._record(
             "recv", "recv_async" if fut is not None else "recv", seq=None if fut is None else fut.seq,

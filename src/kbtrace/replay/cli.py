@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kbtrace._paths import arg
+from kbtrace._paths import add_topology, arg
 from kbtrace.replay.engine import replay
 from kbtrace.replay.options import FIDELITIES, Progress, ReplayOptions
 from kbtrace.replay.sweep import EXECUTORS
@@ -20,9 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                    "hops.parquet, nodes/links.parquet and run.json.")
     p.add_argument("trace", metavar="TRACE_DIR", type=arg("trace"),
                    help="trace directory written by kbtrace capture, or its name in data/traces/")
-    p.add_argument("--topology", "-t", required=True, metavar="PATH", type=arg("topology"),
-                   help="topology YAML or its name in topologies/, e.g. topologies/default.yaml "
-                        "or default")
+    add_topology(p, required=True)
     p.add_argument("--fidelity", choices=FIDELITIES, default="fast",
                    help="flit: per-flit events (reference); fast: closed-form per transfer "
                         "(default)")

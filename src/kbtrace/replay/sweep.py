@@ -48,7 +48,7 @@ import json
 import re
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -255,10 +255,9 @@ def load_config(src: str | Path | Mapping[str, Any],
     if not isinstance(check, bool):
         raise SweepError(f"{where}: check_invariants: expected true or false")
     # the config is well formed: now what its paths (or catalog names) point at
-    traces = [TraceSpec(t.name, _find(t.path, "trace", where, "traces"), None, t.params)
-              if t.path is not None else
-              TraceSpec(t.name, None, _find(t.workload or "", "workload", where, "workloads"),
-                        t.params) for t in traces]
+    traces = [replace(t, path=_find(t.path, "trace", where, "traces")) if t.path is not None
+              else replace(t, workload=_find(t.workload or "", "workload", where, "workloads"))
+              for t in traces]
     topos = [_find(t, "topology", where, "topologies") for t in topos]
     return SweepConfig(tuple(traces), tuple(topos), tuple(dict.fromkeys(fids)), tuple(g), check,
                        where)
