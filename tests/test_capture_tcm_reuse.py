@@ -10,6 +10,8 @@ from types import SimpleNamespace
 
 import duckdb
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kbtrace.analysis import verify
 from kbtrace.capture import capture, ring
@@ -45,7 +47,8 @@ def test_allocator_bumps_then_reuses_the_lowest_dead_gap():
     a.pin(0x1000 + 32, 16)
     del hs[1]                           # [32, 48) is pinned: stays
     assert a.reclaim(16) == 16 and a.cursor == 64      # parked: later allocations reclaim
-    assert len(a.owned) == 2            # dead owners forgotten
+    # dead owners below the gap are forgotten as the walk passes them
+    assert [(s, e) for s, e, _ in a._spans] == [(0, 16), (32, 48), (48, 64)]
     assert a.reclaim(32) is None
     assert "TCM of pe overflow: x needs 32 B but 3 live buffer(s) (1 pinned by sends, " \
            "composites or receives) hold 48 of 64 B and no gap fits" in a.full(32, "x")
@@ -132,3 +135,46 @@ def test_only_live_tiles_count(tmp_path, keep):
             capture(wl, compile_topology(SMALL), out_dir=tmp_path / "t")
     else:
         assert capture(wl, compile_topology(SMALL), out_dir=tmp_path / "t").n_ops == 1100
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["alloc", "drop", "pin"]), st.integers(1, 6),
+                          st.integers(0, 50)), max_size=60))
+def test_reclaim_is_first_fit_over_live_and_pinned_buffers(steps):
+    """Against a brute-force first fit over every buffer still owned or pinned."""
+    class H:
+        def __init__(self, addr, nbytes):
+            self.addr, self.nbytes = addr, nbytes
+
+    base, cap, al = 0x4000, 256, 16
+    a = Allocator(base, cap, "TCM of pe", align=al)
+    a.cursor = cap                                   # full: every allocation reclaims
+    live: list[H] = []
+    pinned: dict[int, int] = {}
+    for what, units, pick in steps:
+        if what == "alloc":
+            nb = units * 8
+            spans = sorted({(h.addr - base, h.addr - base + h.nbytes) for h in live}
+                           | set(pinned.items()))
+            pos, want = 0, None
+            for s, e in spans:
+                if s - pos >= nb:
+                    want = pos
+                    break
+                pos = max(pos, -(-e // al) * al)
+            else:
+                want = pos if cap - pos >= nb else None
+            got = a.reclaim(nb)
+            assert got == want
+            if got is not None:
+                h = H(base + got, nb)
+                live.append(h)
+                a.owned.append(weakref.ref(h))
+                del h                                # the list holds the only reference
+        elif what == "drop" and live:
+            live.pop(pick % len(live))
+        elif what == "pin" and live:
+            h = live[pick % len(live)]
+            a.pin(h.addr, h.nbytes)
+            pinned[h.addr - base] = h.addr - base + h.nbytes
+            del h

@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,8 @@ def span_elems(shape: Sequence[int], strides: Sequence[int] | None) -> int:
         return 0
     return 1 + sum((d - 1) * s for d, s in zip(shape, strides, strict=True))
 
+
+_START = itemgetter(0)
 
 _CHUNK_BITS = 13   # read-cache invalidation granularity (8 KiB)
 _CACHE_CAP = 4096  # cached reads kept at most (then the cache starts over)
@@ -214,16 +217,20 @@ class Allocator:
     earlier readers are done with it when the replay reaches its next writer.
     """
 
-    __slots__ = ("base", "capacity", "align", "cursor", "name", "owned", "pinned")
+    __slots__ = ("base", "capacity", "align", "cursor", "name", "owned", "pinned", "_spans")
 
     def __init__(self, base: int, capacity: int, name: str, align: int = 16) -> None:
         self.base, self.capacity, self.align, self.name = base, capacity, align, name
         self.cursor = 0
-        #: weak references to the handles owning buffers here (each spans its handle's
-        #: ``addr`` .. ``addr + nbytes``); dead ones are dropped at each ``reclaim``
+        #: weak references to the handles owning buffers noted here since the last
+        #: ``reclaim`` (each spans its handle's ``addr`` .. ``addr + nbytes``); the hot
+        #: paths append to it
         self.owned: list[Any] = []
         #: start -> end (offsets) of buffers never to reclaim
         self.pinned: dict[int, int] = {}
+        #: (start, end, weak reference or None if pinned) of the buffers known to be in use,
+        #: sorted by start; dead owners are dropped as ``reclaim`` walks past them
+        self._spans: list[tuple[int, int, Any]] = []
 
     def alloc(self, nbytes: int, what: str) -> int:
         """Bump allocation (no reclaiming: for buffers that live as long as the allocator)."""
@@ -240,30 +247,48 @@ class Allocator:
         """Never reclaim ``[addr, addr + nbytes)`` (if it is ours)."""
         off = addr - self.base
         if 0 <= off < self.capacity:
+            old = self.pinned.get(off)
+            if old is not None:
+                self._spans.remove((off, old, None))
             self.pinned[off] = off + nbytes
+            bisect.insort(self._spans, (off, off + nbytes, None), key=_START)
 
-    def _live(self) -> list[tuple[int, int]]:
-        """Sorted (start, end) offsets of the buffers still in use; forgets dead owners."""
-        base = self.base
-        live = []
-        spans = set(self.pinned.items())
+    def _note(self) -> None:
+        """Move the buffers noted since the last reclaim, if still owned, into ``_spans``."""
+        base, spans = self.base, self._spans
         for r in self.owned:
             h = r()
             if h is not None:
-                live.append(r)
                 s = h.addr - base
-                spans.add((s, s + h.nbytes))
-        self.owned = live
-        return sorted(spans)
+                bisect.insort(spans, (s, s + h.nbytes, r), key=_START)
+        self.owned = []
+
+    def _live(self) -> list[tuple[int, int]]:
+        """Sorted (start, end) offsets of the buffers still in use; forgets dead owners."""
+        self._note()
+        self._spans = [t for t in self._spans if t[2] is None or t[2]() is not None]
+        return sorted({(s, e) for s, e, _ in self._spans})
 
     def reclaim(self, nbytes: int) -> int | None:
-        """Offset of the lowest gap of ``nbytes`` between live or pinned buffers, or None."""
+        """Offset of the lowest gap of ``nbytes`` between live or pinned buffers, or None.
+
+        Walks the spans in address order only up to that gap, dropping the dead owners it
+        passes (those further on are dropped by a later walk)."""
+        self._note()
+        spans = self._spans
         al = self.align
         pos = 0
-        for s, e in self._live():
+        i = 0
+        while i < len(spans):
+            s, e, r = spans[i]
+            if r is not None and r() is None:
+                del spans[i]
+                continue
             if s - pos >= nbytes:
                 break
-            pos = max(pos, -(-e // al) * al)
+            if e > pos:
+                pos = -(-e // al) * al
+            i += 1
         else:
             if self.capacity - pos < nbytes:
                 return None
@@ -283,6 +308,7 @@ class Allocator:
     def reset(self) -> None:
         self.cursor = 0
         self.owned.clear()
+        self._spans.clear()
         self.pinned.clear()
 
 
