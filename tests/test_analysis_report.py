@@ -84,3 +84,46 @@ def test_perfetto_lanes_for_overlapping_ops(run_dir, tmp_path):
     assert n == len(ev)
     tracks = sorted(e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name")
     assert "pe0.dma [2]" in tracks and tracks.count("pe0.dma") == 1
+
+
+def test_timeline_image_mixes_stage_colours_by_time_per_pixel():
+    import numpy as np
+    from matplotlib.colors import to_rgb
+
+    from kbtrace.analysis.plots import STAGE_COLORS, timeline_image
+
+    # PE (0,0,0): gemm [0, 50), dma_read [50, 75); PE (0,0,1): math [25, 100)
+    seg = pl.DataFrame({"sip": [0, 0, 0], "cube": [0, 0, 0], "pe": [0, 0, 1],
+                        "t0_ns": [0.0, 50.0, 25.0], "dur_ns": [50.0, 25.0, 75.0],
+                        "stage": ["gemm", "dma_read", "math"]})
+    img = timeline_image(seg, [(0, 0, 0), (0, 0, 1)], 100.0, width_px=8, band=(1, 2, 1))
+    assert img.shape == (8, 8, 3)
+    gemm, dma, math_ = (np.array(to_rgb(STAGE_COLORS[s])) for s in ("gemm", "dma_read", "math"))
+    white = np.ones(3)
+    pe0, pe1 = img[1], img[5]                      # first coloured row of each band
+    assert (img[0] == 1).all() and (img[3] == 1).all() and (img[1] == img[2]).all()
+    np.testing.assert_allclose(pe0[:4], np.tile(gemm, (4, 1)))    # 12.5 ns per pixel
+    np.testing.assert_allclose(pe0[4:6], np.tile(dma, (2, 1)))
+    np.testing.assert_allclose(pe0[6:], np.tile(white, (2, 1)))
+    np.testing.assert_allclose(pe1[:2], np.tile(white, (2, 1)))
+    np.testing.assert_allclose(pe1[2:], np.tile(math_, (6, 1)))
+    # a piece shorter than a pixel is mixed in by its share of the pixel's time
+    seg2 = pl.DataFrame({"sip": [0], "cube": [0], "pe": [0], "t0_ns": [10.0], "dur_ns": [5.0],
+                         "stage": ["gemm"]})
+    px = timeline_image(seg2, [(0, 0, 0)], 100.0, width_px=4, band=(0, 1, 0))[0]
+    np.testing.assert_allclose(px[0], 0.2 * gemm + 0.8 * white)
+    np.testing.assert_allclose(px[1:], np.tile(white, (3, 1)))
+
+
+def test_timeline_frame_keeps_every_piece_of_the_first_pes(run_dir):
+    from kbtrace.analysis import frames
+    from kbtrace.analysis.run import open_run
+
+    with open_run(run_dir) as r:
+        every = r.sql("SELECT count(*) AS n FROM _pe_segments WHERE stage <> 'idle'")["n"][0]
+        assert frames.pe_segments(r).height == every
+        first = frames.pe_segments(r, max_pes=1)
+        assert set(first.select("sip", "cube", "pe").rows()) == {(0, 0, 0)}
+        assert first.height == r.sql("SELECT count(*) AS n FROM _pe_segments WHERE pe = 0 "
+                                     "AND stage <> 'idle'")["n"][0]
+        assert frames.n_pes(r) == 2

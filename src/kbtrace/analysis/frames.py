@@ -7,7 +7,7 @@ from typing import Any
 import polars as pl
 
 __all__ = ["summary_frame", "stage_totals", "stage_wide", "top_hotspots", "critical_path_by_kind",
-           "node_util_by_kind", "top_links", "pe_overlap", "pe_segments", "mesh_util",
+           "node_util_by_kind", "top_links", "pe_overlap", "pe_segments", "n_pes", "mesh_util",
            "link_mesh_util", "util_windows", "report_frames"]
 
 
@@ -70,9 +70,19 @@ def pe_overlap(run: Any) -> pl.DataFrame:
     return run.sql("SELECT * FROM overlap ORDER BY sip, cube, pe")
 
 
-def pe_segments(run: Any, max_rows: int = 200_000) -> pl.DataFrame:
-    return run.sql(f"SELECT sip, cube, pe, t0_ns, dur_ns, stage FROM _pe_segments "
-                   f"WHERE stage <> 'idle' ORDER BY sip, cube, pe, t0_ns LIMIT {int(max_rows)}")
+def pe_segments(run: Any, max_pes: int | None = None) -> pl.DataFrame:
+    """Non-idle ``_pe_segments`` pieces (sip, cube, pe, t0_ns, dur_ns, stage) of every PE, or of
+    the first ``max_pes`` PEs (by sip, cube, pe) that have a span; all pieces of each."""
+    pes = "" if max_pes is None else (
+        f"JOIN (SELECT sip, cube, pe FROM _pe_span ORDER BY sip, cube, pe LIMIT {int(max_pes)}) "
+        "USING (sip, cube, pe) ")
+    return run.sql("SELECT sip, cube, pe, t0_ns, dur_ns, stage FROM _pe_segments "
+                   f"{pes}WHERE stage <> 'idle' ORDER BY sip, cube, pe, t0_ns")
+
+
+def n_pes(run: Any) -> int:
+    """PEs with a busy span (those the per-PE views cover)."""
+    return int(run.sql("SELECT count(*) AS n FROM _pe_span")["n"][0])
 
 
 def mesh_util(run: Any) -> pl.DataFrame:

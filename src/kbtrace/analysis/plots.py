@@ -9,12 +9,14 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
+import matplotlib.colors  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
-from matplotlib.collections import LineCollection  # noqa: E402
+from matplotlib.collections import LineCollection, PolyCollection  # noqa: E402
 
 __all__ = ["STAGE_COLORS", "plot_mesh_heatmap", "plot_stage_bars", "plot_timeline",
-           "plot_link_util", "plot_util_windows"]
+           "timeline_image", "plot_link_util", "plot_util_windows"]
 
 STAGE_COLORS = {
     "dma_read": "#1f77b4", "fetch": "#17becf", "gemm": "#d62728", "math": "#ff7f0e",
@@ -24,83 +26,191 @@ STAGE_COLORS = {
 _PNG_META = {"Software": None}
 
 
-def _save(fig: plt.Figure, path: str | os.PathLike[str]) -> Path:
+def _save(fig: plt.Figure, path: str | os.PathLike[str], tight: bool = False) -> Path:
+    """Write ``fig`` as PNG atomically (``tight``: cropped to the drawn content)."""
     from kbtrace._io import atomic_path
 
+    crop = {"bbox_inches": "tight", "pad_inches": 0.15} if tight else {}
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=90, metadata=_PNG_META)
+        fig.savefig(tmp, format="png", dpi=90, metadata=_PNG_META, **crop)
     plt.close(fig)
     return Path(path)
 
 
+def _cube_offsets(cubes: list[tuple[int, int]], w: float, h: float) -> dict[tuple[int, int], tuple[float, float]]:
+    """Drawing offset of each (sip, cube) tile: a SIP's cubes in a near-square grid (row-major
+    from the top left), SIPs side by side; ``w`` / ``h``: tile pitch."""
+    per_sip: dict[int, list[int]] = {}
+    for sip, cube in cubes:
+        per_sip.setdefault(sip, []).append(cube)
+    out = {}
+    x0 = 0.0
+    for sip in sorted(per_sip):
+        cs = per_sip[sip]
+        cols = max(1, math.ceil(math.sqrt(len(cs))))
+        for i, cube in enumerate(cs):
+            out[(sip, cube)] = (x0 + (i % cols) * w, -(i // cols) * h)
+        x0 += cols * w + 0.35 * w
+    return out
+
+
 def plot_mesh_heatmap(nodes: pl.DataFrame, links: pl.DataFrame, path: str | os.PathLike[str]) -> Path:
-    """Utilisation of nodes (dots) and intra-cube links (segments), one panel per cube."""
-    cubes = nodes.select("sip", "cube").unique().sort("sip", "cube").rows()
-    n = max(1, len(cubes))
-    cols = max(1, math.ceil(math.sqrt(n)))
-    rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols + 1, 3.0 * rows), squeeze=False)
+    """Utilisation of nodes (dots) and intra-cube links (segments) of every cube, drawn as tiles
+    of one plot (a SIP's cubes in a grid, SIPs side by side; positions in mm within each cube)."""
+    cubes = [tuple(r) for r in nodes.select("sip", "cube").unique().sort("sip", "cube").rows()]
     cmap = plt.get_cmap("inferno_r")
-    sc = None
-    for i, (sip, cube) in enumerate(cubes):
-        ax = axes[i // cols][i % cols]
-        nd = nodes.filter((pl.col("sip") == sip) & (pl.col("cube") == cube))
-        lk = links.filter((pl.col("sip") == sip) & (pl.col("cube") == cube))
-        if lk.height:
-            segs = [((r[0], r[1]), (r[2], r[3])) for r in lk.select("x0", "y0", "x1", "y1").rows()]
-            lc = LineCollection(segs, cmap=cmap, norm=plt.Normalize(0, 1), linewidths=2)
-            lc.set_array(lk["util"].to_numpy())
-            ax.add_collection(lc)
-        sc = ax.scatter(nd["x_mm"], nd["y_mm"], c=nd["util"], cmap=cmap, vmin=0, vmax=1, s=18,
-                        edgecolors="k", linewidths=0.3)
-        ax.set_title(f"sip{sip}.cube{cube}", fontsize=9)
-        ax.set_aspect("equal", adjustable="datalim")
-        ax.tick_params(labelsize=6)
-    for j in range(len(cubes), rows * cols):
-        axes[j // cols][j % cols].axis("off")
-    if sc is not None:
-        fig.colorbar(sc, ax=axes, shrink=0.8, label="utilisation (busy fraction of makespan)")
-    fig.suptitle("Utilisation over the cube mesh (nodes and intra-cube links)", fontsize=10)
-    return _save(fig, path)
+    norm = plt.Normalize(0, 1)
+    if nodes.height:
+        x_lo, x_hi = float(nodes["x_mm"].min()), float(nodes["x_mm"].max())
+        y_lo, y_hi = float(nodes["y_mm"].min()), float(nodes["y_mm"].max())
+    else:
+        x_lo = y_lo = 0.0
+        x_hi = y_hi = 1.0
+    span_x, span_y = max(x_hi - x_lo, 1e-9), max(y_hi - y_lo, 1e-9)
+    pitch_x, pitch_y = span_x * 1.15, span_y * 1.3
+    off = _cube_offsets(cubes, pitch_x, pitch_y)
+    tiles_x = (max(o[0] for o in off.values()) / pitch_x + 1) if off else 1
+    tiles_y = (-min(o[1] for o in off.values()) / pitch_y + 1) if off else 1
+    fig_w = min(18.0, max(7.0, (3.0 if tiles_x <= 3 else 1.9) * tiles_x + 1.6))
+    fig, ax = plt.subplots(figsize=(fig_w, max(3.0, 0.75 * fig_w * tiles_y * pitch_y
+                                                   / (tiles_x * pitch_x) + 1.0)))
+
+    def shifted(df: pl.DataFrame, xs: list[str], ys: list[str]) -> list[np.ndarray]:
+        o = [off[(a, b)] for a, b in df.select("sip", "cube").rows()]
+        dx = np.array([v[0] for v in o]) - x_lo
+        dy = np.array([v[1] for v in o]) - y_lo
+        return ([df[c].to_numpy() + dx for c in xs] + [df[c].to_numpy() + dy for c in ys])
+
+    if links.height:
+        x0, x1, y0, y1 = shifted(links, ["x0", "x1"], ["y0", "y1"])
+        segs = np.stack([np.stack([x0, y0], axis=1), np.stack([x1, y1], axis=1)], axis=1)
+        lc = LineCollection(segs, cmap=cmap, norm=norm, linewidths=1.6)
+        lc.set_array(links["util"].to_numpy())
+        ax.add_collection(lc)
+    if nodes.height:
+        x, y = shifted(nodes, ["x_mm"], ["y_mm"])
+        ax.scatter(x, y, c=nodes["util"].to_numpy(), cmap=cmap, norm=norm, s=10,
+                   edgecolors="k", linewidths=0.25, zorder=3)
+    frames = []
+    for (sip, cube), (ox, oy) in off.items():
+        bx, by = ox - 0.05 * span_x, oy - 0.05 * span_y
+        bw, bh = span_x * 1.1, span_y * 1.1
+        frames.append([(bx, by), (bx + bw, by), (bx + bw, by + bh), (bx, by + bh), (bx, by)])
+        ax.text(ox + span_x / 2, by + bh, f"sip{sip}.cube{cube}", ha="center", va="bottom",
+                fontsize=7)
+    if frames:
+        ax.add_collection(LineCollection(frames, colors="#bbbbbb", linewidths=0.6, zorder=0))
+    ax.set_aspect("equal", adjustable="datalim")
+    ax.autoscale_view()
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for side in ax.spines.values():
+        side.set_visible(False)
+    fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, shrink=0.7, pad=0.01,
+                 label="utilisation (busy fraction of makespan)")
+    ax.set_title("Utilisation over the cube mesh (nodes and intra-cube links)", fontsize=10)
+    return _save(fig, path, tight=True)
 
 
 def plot_stage_bars(wide: pl.DataFrame, path: str | os.PathLike[str], max_pes: int = 64) -> Path:
-    """Stacked exclusive stage time per PE (adds up to each PE's busy span)."""
+    """Stacked exclusive stage time per PE (adds up to each PE's busy span); the first
+    ``max_pes`` PEs, one rectangle collection per stage."""
     df = wide.head(max_pes)
     fig, ax = plt.subplots(figsize=(max(6, 0.22 * df.height + 2), 4))
-    bottom = [0.0] * df.height
-    x = list(range(df.height))
+    x = np.arange(df.height, dtype=float)
+    bottom = np.zeros(df.height)
+    handles, labels = [], []
     for stage, color in STAGE_COLORS.items():
         if stage not in df.columns:
             continue
-        vals = [v / 1000 for v in df[stage].fill_null(0).to_list()]
-        ax.bar(x, vals, bottom=bottom, color=color, label=stage, width=0.85)
-        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+        vals = df[stage].fill_null(0).to_numpy().astype(float) / 1000
+        x0, x1, top = x - 0.425, x + 0.425, bottom + vals
+        verts = np.stack([np.stack(c, axis=1) for c in
+                          ((x0, bottom), (x1, bottom), (x1, top), (x0, top))], axis=1)
+        ax.add_collection(PolyCollection(verts, facecolors=color, edgecolors="none"))
+        handles.append(plt.Rectangle((0, 0), 1, 1, color=color))
+        labels.append(stage)
+        bottom = top
+    ax.set_xlim(-0.6, max(df.height, 1) - 0.4)
+    ax.set_ylim(0, float(bottom.max()) * 1.05 if df.height and bottom.max() > 0 else 1.0)
     ax.set_xticks(x, df["pe_label"].to_list(), rotation=90, fontsize=6)
     ax.set_ylabel("time (us)")
-    ax.set_title("Stage breakdown per PE (exclusive time)")
-    ax.legend(fontsize=7, ncol=3)
+    more = f", first {df.height} of {wide.height} PEs" if wide.height > df.height else ""
+    ax.set_title(f"Stage breakdown per PE (exclusive time{more})")
+    ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     return _save(fig, path)
 
 
-def plot_timeline(seg: pl.DataFrame, path: str | os.PathLike[str], max_pes: int = 64) -> Path:
-    """Per-PE timeline: exclusive stage of every instant (idle left blank)."""
+def _coverage(t0: np.ndarray, t1: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Time each pixel ``[edges[k], edges[k+1])`` spends inside the sorted, disjoint intervals
+    ``[t0, t1)``: differences of the covered time before each edge."""
+    cum = np.concatenate(([0.0], np.cumsum(t1 - t0)))
+    i = np.searchsorted(t1, edges, side="right")          # intervals ended by each edge
+    inside = np.zeros(len(edges))
+    part = i < len(t0)
+    j = i[part]
+    inside[part] = np.clip(edges[part] - t0[j], 0.0, t1[j] - t0[j])
+    return np.diff(cum[i] + inside)
+
+
+def timeline_image(seg: pl.DataFrame, pes: list[tuple[int, int, int]], t_end_ns: float,
+                   width_px: int = 1200, band: tuple[int, int, int] = (1, 8, 1)) -> np.ndarray:
+    """RGB image of the per-PE timeline: one band of rows per PE in ``pes`` (``band`` = blank,
+    coloured, blank pixel rows), ``width_px`` columns over ``[0, t_end_ns]``. A pixel's colour is
+    the time-weighted mix of the stage colours over its time slice (white where idle), so every
+    piece is drawn, however short, and the image is exact at its resolution."""
+    pad0, body, pad1 = band
+    rows_per = pad0 + body + pad1
+    img = np.ones((max(1, len(pes)) * rows_per, width_px, 3))
+    if not len(pes) or t_end_ns <= 0:
+        return img
+    edges = np.linspace(0.0, t_end_ns, width_px + 1)
+    px = t_end_ns / width_px
+    white = np.ones(3)
+    row_of = {p: r for r, p in enumerate(pes)}
+    keyed = seg.with_columns(pl.col("stage").cast(pl.Utf8)).partition_by(
+        ["sip", "cube", "pe"], as_dict=True, maintain_order=True)
+    for key, df in keyed.items():
+        r = row_of.get(tuple(key))
+        if r is None:
+            continue
+        mix = np.zeros((width_px, 3))
+        busy = np.zeros(width_px)
+        for (stage,), part in df.partition_by("stage", as_dict=True, maintain_order=True).items():
+            t0 = part["t0_ns"].to_numpy()
+            t1 = t0 + part["dur_ns"].to_numpy()
+            order = np.argsort(t0, kind="stable")
+            frac = _coverage(t0[order], t1[order], edges) / px
+            rgb = np.array(matplotlib.colors.to_rgb(STAGE_COLORS.get(stage, "#444444")))
+            mix += frac[:, None] * rgb
+            busy += frac
+        line = mix + np.clip(1.0 - busy, 0.0, 1.0)[:, None] * white
+        img[r * rows_per + pad0:r * rows_per + pad0 + body] = np.clip(line, 0.0, 1.0)
+    return img
+
+
+def plot_timeline(seg: pl.DataFrame, path: str | os.PathLike[str], max_pes: int = 64,
+                  n_pes: int | None = None, t_end_ns: float | None = None) -> Path:
+    """Per-PE timeline: exclusive stage of every instant (idle left blank), the first
+    ``max_pes`` PEs of ``seg``, drawn as one image (``timeline_image``); ``n_pes``: how many PEs
+    the run has (the title says when only some are shown)."""
     pes = seg.select("sip", "cube", "pe").unique().sort("sip", "cube", "pe").head(max_pes).rows()
+    if t_end_ns is None:
+        t_end_ns = float((seg["t0_ns"] + seg["dur_ns"]).max() or 0.0) if seg.height else 0.0
+    img = timeline_image(seg, pes, t_end_ns)
     fig, ax = plt.subplots(figsize=(10, max(2.5, 0.22 * len(pes) + 1.2)))
-    for row, (sip, cube, pe) in enumerate(pes):
-        s = seg.filter((pl.col("sip") == sip) & (pl.col("cube") == cube) & (pl.col("pe") == pe))
-        for stage, grp in s.group_by("stage", maintain_order=True):
-            st = stage[0]
-            bars = [(a / 1000, d / 1000) for a, d in grp.select("t0_ns", "dur_ns").rows()]
-            ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=STAGE_COLORS.get(st, "#444444"))
+    ax.imshow(img, aspect="auto", interpolation="antialiased",
+              extent=(0.0, t_end_ns / 1000, max(1, len(pes)) - 0.5, -0.5))
     ax.set_yticks(range(len(pes)), [f"s{a}.c{b}.pe{c}" for a, b, c in pes], fontsize=6)
-    ax.invert_yaxis()
     ax.set_xlabel("time (us)")
-    ax.set_title("Per-PE timeline (exclusive stage)")
+    shown = len(pes)
+    total = n_pes if n_pes is not None else shown
+    more = f", first {shown} of {total} PEs" if total > shown else ""
+    ax.set_title(f"Per-PE timeline (exclusive stage{more})")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for s, c in STAGE_COLORS.items() if s != "idle"]
     ax.legend(handles, [s for s in STAGE_COLORS if s != "idle"], fontsize=6, ncol=8,
-              loc="upper center", bbox_to_anchor=(0.5, -0.12))
+              loc="upper center", bbox_to_anchor=(0.5, 0.0), borderaxespad=6.0)
     fig.tight_layout()
     return _save(fig, path)
 
@@ -121,8 +231,6 @@ def plot_link_util(links: pl.DataFrame, path: str | os.PathLike[str]) -> Path:
 
 def plot_util_windows(df: pl.DataFrame, makespan_ns: float, path: str | os.PathLike[str]) -> Path:
     """Heat map: busiest resources (rows) x equal time windows (columns), utilisation colour."""
-    import numpy as np
-
     names = df["resource_id"].unique(maintain_order=True).to_list()
     n_win = int(df["win"].max() or 0) + 1 if df.height else 1
     grid = np.zeros((max(1, len(names)), n_win))

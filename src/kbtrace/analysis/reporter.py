@@ -22,7 +22,9 @@ from kbtrace._io import atomic_path
 from kbtrace.analysis import frames, plots
 from kbtrace.analysis.formats import render, write_frame
 
-__all__ = ["report"]
+__all__ = ["report", "TIMELINE_PES"]
+
+TIMELINE_PES = 64     # PEs drawn in timeline.png (the first ones, by sip, cube, pe)
 
 
 def _html_table(df: pl.DataFrame, max_rows: int = 40) -> str:
@@ -60,7 +62,9 @@ def report(run: Any, out: str | os.PathLike[str] | None = None) -> Path:
                                                     out_dir / "mesh_heatmap.png"),
             "stage_breakdown": plots.plot_stage_bars(tables["stage_breakdown_pe"],
                                                      out_dir / "stage_breakdown.png"),
-            "timeline": plots.plot_timeline(frames.pe_segments(r), out_dir / "timeline.png"),
+            "timeline": plots.plot_timeline(frames.pe_segments(r, TIMELINE_PES),
+                                            out_dir / "timeline.png", TIMELINE_PES,
+                                            frames.n_pes(r)),
             "link_util": plots.plot_link_util(tables["top_links"], out_dir / "link_util.png"),
             "util_windows": plots.plot_util_windows(frames.util_windows(r), r.makespan_ns,
                                                     out_dir / "util_windows.png"),

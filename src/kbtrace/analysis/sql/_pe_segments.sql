@@ -1,8 +1,9 @@
 -- _pe_segments: each PE's busy span cut where a category starts or stops, one exclusive stage per piece (helper).
 --
 -- The hop intervals [t_enter_ns, t_leave_ns] of the ops placed on the PE are merged per
--- category into islands (maximal overlapping or touching runs), and a sweep over the
--- island bounds counts the active islands per category. Each piece is attributed to ONE stage by
+-- category into islands (maximal overlapping or touching runs). Islands of one category
+-- are disjoint, so a sweep over the island bounds keeps the set of active categories as
+-- one bit mask (a running sum of +-bit). Each piece is attributed to ONE stage by
 -- priority gemm > math > fetch > store > dma_read > dma_write > ipcq > other, or
 -- 'idle' when nothing is active, so the pieces of a PE add up to its span exactly.
 -- Priority rationale: time hidden behind compute is not a data-movement cost.
@@ -25,43 +26,34 @@ WITH mx AS (        -- per PE and category, hops by start, with the latest end b
               OVER (PARTITION BY sip, cube, pe, category ORDER BY s, e
                     ROWS UNBOUNDED PRECEDING) AS k
   FROM mx
-), islands AS (
-  SELECT sip, cube, pe, category, min(s) AS s, max(e) AS e
+), islands AS (    -- bit: the category's bit in the mask, by priority (gemm = 1 ... other = 128)
+  SELECT sip, cube, pe, min(s) AS s, max(e) AS e,
+         CASE category WHEN 'gemm' THEN 1 WHEN 'math' THEN 2 WHEN 'fetch' THEN 4
+              WHEN 'store' THEN 8 WHEN 'dma_read' THEN 16 WHEN 'dma_write' THEN 32
+              WHEN 'ipcq' THEN 64 ELSE 128 END AS bit
   FROM isl GROUP BY sip, cube, pe, category, k
-), ev AS (
-  SELECT sip, cube, pe, s AS t, category, 1 AS d FROM islands
-  UNION ALL SELECT sip, cube, pe, e, category, -1 FROM islands
-  UNION ALL SELECT sip, cube, pe, t0_ns, NULL, 0 FROM _pe_span
-  UNION ALL SELECT sip, cube, pe, t1_ns, NULL, 0 FROM _pe_span
+), ev AS (         -- island bounds as changes of the PE's active-category bit mask
+  SELECT sip, cube, pe, s AS t, bit AS d FROM islands
+  UNION ALL SELECT sip, cube, pe, e, -bit FROM islands
+  UNION ALL SELECT sip, cube, pe, t0_ns, 0 FROM _pe_span
+  UNION ALL SELECT sip, cube, pe, t1_ns, 0 FROM _pe_span
 ), pt AS (
-  SELECT sip, cube, pe, t,
-    sum(CASE WHEN category = 'gemm' THEN d ELSE 0 END) AS d_gemm,
-    sum(CASE WHEN category = 'math' THEN d ELSE 0 END) AS d_math,
-    sum(CASE WHEN category = 'fetch' THEN d ELSE 0 END) AS d_fetch,
-    sum(CASE WHEN category = 'store' THEN d ELSE 0 END) AS d_store,
-    sum(CASE WHEN category = 'dma_read' THEN d ELSE 0 END) AS d_dma_read,
-    sum(CASE WHEN category = 'dma_write' THEN d ELSE 0 END) AS d_dma_write,
-    sum(CASE WHEN category = 'ipcq' THEN d ELSE 0 END) AS d_ipcq,
-    sum(CASE WHEN category = 'other' THEN d ELSE 0 END) AS d_other
-  FROM ev GROUP BY sip, cube, pe, t
-), cnt AS (
+  SELECT sip, cube, pe, t, sum(d) AS d FROM ev GROUP BY sip, cube, pe, t
+), cnt AS (         -- islands of one category are disjoint, so one running sum is the mask
   SELECT sip, cube, pe, t AS t0_ns,
     lead(t) OVER (PARTITION BY sip, cube, pe ORDER BY t) AS t1_ns,
-    sum(d_gemm) OVER w AS n_gemm, sum(d_math) OVER w AS n_math,
-    sum(d_fetch) OVER w AS n_fetch, sum(d_store) OVER w AS n_store,
-    sum(d_dma_read) OVER w AS n_dma_read, sum(d_dma_write) OVER w AS n_dma_write,
-    sum(d_ipcq) OVER w AS n_ipcq, sum(d_other) OVER w AS n_other
+    CAST(sum(d) OVER (PARTITION BY sip, cube, pe ORDER BY t ROWS UNBOUNDED PRECEDING)
+         AS INTEGER) AS mask
   FROM pt
-  WINDOW w AS (PARTITION BY sip, cube, pe ORDER BY t ROWS UNBOUNDED PRECEDING)
 ), clip AS (
   SELECT c.*, greatest(c.t0_ns, s.t0_ns) AS a, least(c.t1_ns, s.t1_ns) AS b
   FROM cnt c JOIN _pe_span s USING (sip, cube, pe)
 )
 SELECT sip, cube, pe, a AS t0_ns, b AS t1_ns, b - a AS dur_ns,
-  CASE WHEN n_gemm > 0 THEN 'gemm' WHEN n_math > 0 THEN 'math' WHEN n_fetch > 0 THEN 'fetch'
-       WHEN n_store > 0 THEN 'store' WHEN n_dma_read > 0 THEN 'dma_read'
-       WHEN n_dma_write > 0 THEN 'dma_write' WHEN n_ipcq > 0 THEN 'ipcq'
-       WHEN n_other > 0 THEN 'other' ELSE 'idle' END AS stage,
-  (n_gemm + n_math + n_fetch + n_store) > 0 AS has_compute,
-  (n_dma_read + n_dma_write + n_ipcq) > 0 AS has_comm
+  CASE WHEN mask & 1 <> 0 THEN 'gemm' WHEN mask & 2 <> 0 THEN 'math'
+       WHEN mask & 4 <> 0 THEN 'fetch' WHEN mask & 8 <> 0 THEN 'store'
+       WHEN mask & 16 <> 0 THEN 'dma_read' WHEN mask & 32 <> 0 THEN 'dma_write'
+       WHEN mask & 64 <> 0 THEN 'ipcq' WHEN mask & 128 <> 0 THEN 'other' ELSE 'idle' END AS stage,
+  mask & 15 <> 0 AS has_compute,
+  mask & 112 <> 0 AS has_comm
 FROM clip WHERE t1_ns IS NOT NULL AND b > a;
