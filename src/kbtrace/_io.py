@@ -1,4 +1,4 @@
-"""Shared output plumbing: atomic files, batched Parquet writers, stable hashes.
+"""Shared I/O plumbing: atomic files, batched Parquet writers, stable hashes, fast column reads.
 
 Every artefact kbtrace writes goes through here, so a failed or interrupted run
 never leaves a half-written file that looks complete: data is written to
@@ -18,7 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 __all__ = [
@@ -28,6 +30,7 @@ __all__ = [
     "BatchWriter",
     "stable_hash",
     "file_hash",
+    "column_pylist",
 ]
 
 ROW_GROUP_SIZE = 65_536
@@ -148,6 +151,29 @@ class BatchWriter:
             self._writer.close()
         if self._tmp.exists():
             self._tmp.unlink()
+
+
+def column_pylist(col: pa.ChunkedArray) -> list[Any]:
+    """``col.to_pylist()``, through numpy for primitive / dictionary columns (much faster;
+    nulls become None as in ``to_pylist``)."""
+    t = col.type
+    if not len(col):
+        return []
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
+        if not col.null_count:
+            return col.to_numpy().tolist()
+        arr = col.combine_chunks()
+        vals = pc.fill_null(arr, False if pa.types.is_boolean(t) else 0).to_numpy(
+            zero_copy_only=False).tolist()
+        for i in np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False)).tolist():
+            vals[i] = None
+        return vals
+    if pa.types.is_dictionary(t):
+        arr = col.combine_chunks()
+        lut = [*arr.dictionary.to_pylist(), None]     # index -1 (a null) -> None
+        idx = pc.fill_null(arr.indices, -1).to_numpy(zero_copy_only=False)
+        return [lut[i] for i in idx.tolist()]
+    return col.to_pylist()
 
 
 def stable_hash(*parts: Any) -> str:

@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from kbtrace import schema
+from kbtrace._io import column_pylist
 from kbtrace.capture.dtypes import COMPUTE, STORAGE, digest, from_bytes, to_compute, to_storage
 from kbtrace.capture.memory import MemoryImage
 from kbtrace.errors import VerifyError
@@ -317,11 +318,14 @@ def _none(op: Op) -> None:
 
 
 def ops_from_table(ops: pa.Table) -> list[Op]:
-    cols = {name: ops.column(name).to_pylist() for name in OP_FIELDS if name in ops.column_names}
-    n = ops.num_rows
+    names = [name for name in OP_FIELDS if name in ops.column_names]
+    cols = [column_pylist(ops.column(name)) for name in names]
+    new = Op.__new__
     out = []
-    for i in range(n):
-        out.append(Op(**{name: col[i] for name, col in cols.items()}))
+    for vals in zip(*cols, strict=True):
+        op = new(Op)
+        op.__dict__.update(zip(names, vals, strict=True))
+        out.append(op)
     return out
 
 

@@ -16,10 +16,9 @@ from functools import lru_cache
 from math import prod
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from kbtrace._io import column_pylist
 from kbtrace.replay import plans as P
 from kbtrace.topology.params import TopologyParams
 
@@ -57,33 +56,10 @@ _assign = _make_assign()
 
 def load_ops(table: pa.Table) -> list[Op]:
     """One ``Op`` per row, indexed by ``op_id`` (which the trace keeps dense from 0)."""
-    cols = [_pylist(table.column(f)) for f in _FIELDS]
+    cols = [column_pylist(table.column(f)) for f in _FIELDS]
     ops = [Op(v) for v in zip(*cols, strict=True)]
     ops.sort(key=lambda o: o.op_id)
     return ops
-
-
-def _pylist(col: pa.ChunkedArray) -> list[Any]:
-    """``col.to_pylist()``, through numpy for primitive / dictionary columns (much faster;
-    nulls become None as in ``to_pylist``)."""
-    t = col.type
-    if not len(col):
-        return []
-    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
-        if not col.null_count:
-            return col.to_numpy().tolist()
-        arr = col.combine_chunks()
-        vals = pc.fill_null(arr, False if pa.types.is_boolean(t) else 0).to_numpy(
-            zero_copy_only=False).tolist()
-        for i in np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False)).tolist():
-            vals[i] = None
-        return vals
-    if pa.types.is_dictionary(t):
-        arr = col.combine_chunks()
-        lut = [*arr.dictionary.to_pylist(), None]     # index -1 (a null) -> None
-        idx = pc.fill_null(arr.indices, -1).to_numpy(zero_copy_only=False)
-        return [lut[i] for i in idx.tolist()]
-    return col.to_pylist()
 
 
 def _cycles_per_elem(name: str, p: TopologyParams) -> int:
