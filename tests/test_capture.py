@@ -16,7 +16,7 @@ from kbtrace.errors import SchemaError
 from kbtrace.topology import compile_topology
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKLOADS = ["gemm", "gemm_composite", "softmax", "ring_allreduce", "data_dependent"]
+WORKLOADS = ["gemm", "gemm_composite", "softmax", "ring_allreduce", "data_dependent", "attention"]
 
 
 @pytest.fixture(scope="module")

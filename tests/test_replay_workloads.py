@@ -20,6 +20,7 @@ WORKLOADS = {
     "softmax": {"R": 128},
     "ring_allreduce": {},
     "data_dependent": {"R": 32},
+    "attention": {"S": 128},
 }
 
 
