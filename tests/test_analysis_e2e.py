@@ -14,7 +14,7 @@ from kbtrace._io import write_table
 from kbtrace.analysis.baseline import baseline_root, check_baselines, workloads
 from kbtrace.analysis.differ import diff
 from kbtrace.analysis.main import capture_and_replay
-from kbtrace.analysis.run import open_run
+from kbtrace.analysis.run import open_run, read_run_json
 from kbtrace.analysis.verifier import verify
 from kbtrace.cli import main
 
@@ -146,6 +146,24 @@ def test_kbtrace_run_main_job(tmp_path, capsys, monkeypatch):
     assert (run_dir / "report" / "timeline.perfetto.json").is_file()
     assert main(["sql", str(run_dir), "top_hotspots", "-f", "csv"]) == 0
     assert capsys.readouterr().out.startswith("rank,resource_kind,resource_id")
+
+
+def test_kbtrace_run_with_topology_overrides(tmp_path, capsys):
+    data = tmp_path / "data"
+    base = ["run", "gemm", "-p", "M=128", "-p", "N=128", "--out", str(data), "--no-report"]
+    assert main(base) == 0
+    capsys.readouterr()
+    assert main([*base, "--set", "cube.hbm.pc_bw_gbps=16"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("kbtrace run: gemm on small-cube.hbm.pc_bw_gbps_16 (fast)")
+    assert "verify    PASS" in out
+    runs = data / "runs"
+    plain = read_run_json(runs / "gemm-small-fast")
+    slow = read_run_json(runs / "gemm-small-cube.hbm.pc_bw_gbps_16-fast")
+    assert slow["makespan_ns"] > 1.5 * plain["makespan_ns"]     # loads are HBM-bound
+    assert slow["topology"]["hash"] != plain["topology"]["hash"]
+    assert main([*base, "--set", "cube.hbm.nonsense=1"]) == 2
+    assert "unknown key 'nonsense'" in capsys.readouterr().err
 
 
 def test_same_run_gives_identical_analysis_outputs(runs, tmp_path):

@@ -178,3 +178,18 @@ def test_reclaim_is_first_fit_over_live_and_pinned_buffers(steps):
             a.pin(h.addr, h.nbytes)
             pinned[h.addr - base] = h.addr - base + h.nbytes
             del h
+
+
+def test_capture_cli_takes_topology_overrides(tmp_path, capsys):
+    import json
+
+    from kbtrace.cli import main
+
+    sets = [a for k, v in TIGHT.items() for a in ("--set", f"{k}={v}")]
+    assert main(["capture", "gemm", *sets, "-o", str(tmp_path / "t")]) == 0
+    assert "matches its numpy reference" in capsys.readouterr().out
+    meta = json.loads((tmp_path / "t" / "trace.json").read_text())
+    assert meta["topology"]["content_hash"] == compile_topology(SMALL, overrides=TIGHT).content_hash
+    # the stock topology gives different (bump-only) load addresses
+    capture(ROOT / "capture" / "gemm.py", compile_topology(SMALL), out_dir=tmp_path / "s")
+    assert loads(tmp_path / "t") != loads(tmp_path / "s")

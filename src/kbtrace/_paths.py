@@ -115,9 +115,15 @@ def arg(kind: str):
     return convert
 
 
-def add_topology(p: argparse.ArgumentParser, *, required: bool = False) -> None:
-    """The ``--topology/-t`` option every command shares (a path or a name in topologies/)."""
+def add_topology(p: argparse.ArgumentParser, *, required: bool = False,
+                 overrides: bool = False) -> None:
+    """The ``--topology/-t`` option every command shares (a path or a name in topologies/);
+    ``overrides``: also ``--set KEY=VALUE`` (repeatable) for its parameters."""
     p.add_argument("--topology", "-t", required=required, metavar="PATH", type=arg("topology"),
                    default=None if required else DEFAULT_TOPOLOGY,
                    help="topology YAML or its name in topologies/, e.g. default"
                         + ("" if required else f" (default {DEFAULT_TOPOLOGY})"))
+    if overrides:
+        p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a topology parameter by its YAML path, e.g. "
+                            "--set cube.hbm.pc_bw_gbps=16 (repeatable)")

@@ -92,8 +92,8 @@ def _run(args: argparse.Namespace) -> int:
     from kbtrace.analysis.main import run_workload
 
     summary = run_workload(args.workload, topology=args.topology, params=args.param or [],
-                           fidelity=args.fidelity, out=args.out, verify_data=not args.no_verify,
-                           make_report=not args.no_report)
+                           sets=args.set, fidelity=args.fidelity, out=args.out,
+                           verify_data=not args.no_verify, make_report=not args.no_report)
     print(summary.text())
     return 0 if summary.ok else 1
 
@@ -106,7 +106,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                    "numbers, write a report; print where everything went.")
     p.add_argument("workload", nargs="?", default=None,
                    help="workload file or its name in capture/ (default: capture/gemm.py)")
-    add_topology(p)
+    add_topology(p, overrides=True)
     p.add_argument("-p", "--param", action="append", metavar="KEY=VALUE",
                    help="workload parameter override, repeatable (-p M=512)")
     p.add_argument("--fidelity", choices=("fast", "flit"), default="fast", help="replay fidelity")

@@ -109,24 +109,32 @@ def _bottleneck(run_dir: Path) -> tuple[str, str]:
 
 def run_workload(workload: str | os.PathLike[str] | None = None, *,
                  topology: str | os.PathLike[str] | None = None,
-                 params: list[str] | dict[str, Any] | None = None, fidelity: str = "fast",
+                 params: list[str] | dict[str, Any] | None = None,
+                 sets: list[str] | None = None, fidelity: str = "fast",
                  out: str | os.PathLike[str] = "data", verify_data: bool = True,
                  make_report: bool = True) -> RunSummary:
-    """Capture, replay, verify and report one workload; return a ``RunSummary``."""
+    """Capture, replay, verify and report one workload; return a ``RunSummary``.
+
+    ``sets``: topology overrides (``["cube.hbm.pc_bw_gbps=16"]``) for both capture and
+    replay; the run directory name carries them."""
     from kbtrace.analysis.perfetto import export_perfetto
     from kbtrace.analysis.reporter import report
     from kbtrace.analysis.verifier import verify
+    from kbtrace.capture import capture
+    from kbtrace.replay import ReplayOptions, replay
+    from kbtrace.topology import compile_topology
+    from kbtrace.topology.cli import parse_sets, set_tag
 
     wl = resolve(workload or DEFAULT_WORKLOAD, "workload")
-    topo = resolve(topology or DEFAULT_TOPOLOGY, "topology")
+    topo_path = resolve(topology or DEFAULT_TOPOLOGY, "topology")
+    topo = compile_topology(topo_path, overrides=parse_sets(sets))
     name = wl.stem
     out = Path(out)
     trace_dir = out / "traces" / name
-    run_dir = out / "runs" / f"{name}-{topo.stem}-{fidelity}"
-    summary = RunSummary(name, topo.stem, fidelity, trace_dir, run_dir)
+    tag = f"-{set_tag(sets)}" if sets else ""
+    run_dir = out / "runs" / f"{name}-{topo_path.stem}{tag}-{fidelity}"
+    summary = RunSummary(name, topo_path.stem + tag, fidelity, trace_dir, run_dir)
     t = time.perf_counter()
-    from kbtrace.capture import capture
-    from kbtrace.replay import ReplayOptions, replay
 
     trace = capture(wl, topo, params=params or [], out_dir=trace_dir)
     summary.n_ops = trace.n_ops

@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="workload file or its name in capture/, e.g. capture/gemm.py or gemm")
     p.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
                    help="override a workload parameter, typed like its default (repeatable)")
-    add_topology(p)
+    add_topology(p, overrides=True)
     p.add_argument("-o", "--out", default=None, metavar="DIR",
                    help="trace directory (default data/traces/<workload>)")
     p.set_defaults(func=_capture)
@@ -39,7 +39,12 @@ def _counts(trace: Trace) -> str:
 
 
 def _capture(args: argparse.Namespace) -> int:
-    tr = capture(args.workload, args.topology, params=args.param, out_dir=args.out)
+    topo = args.topology
+    if args.set:
+        from kbtrace.topology import compile_topology
+        from kbtrace.topology.cli import parse_sets
+        topo = compile_topology(topo, overrides=parse_sets(args.set))
+    tr = capture(args.workload, topo, params=args.param, out_dir=args.out)
     print(f"captured {tr.name}: {tr.n_ops} ops ({_counts(tr)})")
     for name, chk in sorted(tr.meta["reference_check"].items()):
         state = "matches" if chk["ok"] else "DIFFERS FROM"

@@ -20,13 +20,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                    "hops.parquet, nodes/links.parquet and run.json.")
     p.add_argument("trace", metavar="TRACE_DIR", type=arg("trace"),
                    help="trace directory written by kbtrace capture, or its name in data/traces/")
-    add_topology(p, required=True)
+    add_topology(p, required=True, overrides=True)
     p.add_argument("--fidelity", choices=FIDELITIES, default="fast",
                    help="flit: per-flit events (reference); fast: closed-form per transfer "
                         "(default)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a topology parameter by its YAML path, e.g. "
-                        "--set cube.hbm.pc_bw_gbps=16 (repeatable)")
     p.add_argument("-o", "--out", default=None, metavar="DIR",
                    help="run directory (default data/runs/<trace>-<topology>-<fidelity>)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
@@ -80,14 +77,13 @@ class _StatusLine:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from kbtrace.topology.cli import parse_sets
+    from kbtrace.topology.cli import parse_sets, set_tag
     from kbtrace.topology.topology import compile_topology
     topo = compile_topology(args.topology, overrides=parse_sets(args.set))
     out = args.out
     if out is None and args.set:
-        tag = "-".join(s.replace("=", "_") for s in args.set)
-        out = str(Path("data") / "runs" / f"{Path(args.trace).name}-{topo.params.name}-{tag}-"
-                                          f"{args.fidelity}")
+        out = str(Path("data") / "runs" / f"{Path(args.trace).name}-{topo.params.name}-"
+                                          f"{set_tag(args.set)}-{args.fidelity}")
     show = sys.stderr.isatty() if args.progress is None else args.progress
     run = replay(args.trace, topo, ReplayOptions(fidelity=args.fidelity, out_dir=out),
                  progress=_StatusLine(sys.stderr) if show else None)
