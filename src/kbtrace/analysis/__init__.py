@@ -10,6 +10,7 @@ Inputs / outputs
                            ->  VerifyResult (phase-2 numerics)     (``verify``)
     base + new runs        ->  DiffResult (+ CI exit code)         (``diff``)
     run dir                ->  report dir: CSV/MD tables, PNGs, HTML (``report``)
+    sweep / dir of runs    ->  report dir: per-point table, sweep plots (``report``)
                            ->  Chrome/Perfetto trace JSON           (``export_perfetto``)
 
 Phases

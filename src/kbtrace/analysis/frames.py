@@ -6,7 +6,7 @@ from typing import Any
 
 import polars as pl
 
-__all__ = ["summary_frame", "stage_totals", "stage_wide", "top_hotspots", "critical_path_by_kind",
+__all__ = ["summary_frame", "headline", "stage_totals", "stage_wide", "top_hotspots", "critical_path_by_kind",
            "node_util_by_kind", "top_links", "pe_overlap", "pe_segments", "n_pes", "mesh_util",
            "link_mesh_util", "util_windows", "report_frames"]
 
@@ -26,6 +26,33 @@ def summary_frame(run: Any) -> pl.DataFrame:
             ("critical_path_ops", str(cp[0])), ("critical_path_ns", f"{(cp[1] or 0):.3f}"),
             ("max_resource_util", f"{(util or 0):.4f}")]
     return pl.DataFrame(rows, schema=["key", "value"], orient="row")
+
+
+def headline(run: Any) -> dict[str, Any]:
+    """Where a run's time went, in a few numbers: the exclusive stage with the most PE busy
+    time (``top_stage``, ``top_stage_share``), the op kind holding most of the critical path
+    (``crit_kind``, ``crit_share`` of the makespan), the resource with the most queueing
+    (``hot_spot``, ``hot_spot_kind``, ``hot_spot_queue_ns``, ``hot_spot_share`` of all
+    queueing) and the highest link utilisation (``max_link_util``). None where a run has
+    nothing to say (no queueing, no links used)."""
+    st = run.sql("SELECT stage, sum(time_ns) / sum(sum(time_ns)) OVER () AS share "
+                 "FROM stage_breakdown_pe GROUP BY stage ORDER BY sum(time_ns) DESC, stage LIMIT 1")
+    cp = run.sql("SELECT kind, sum(contrib_ns) / (SELECT makespan_ns FROM _span) AS share "
+                 "FROM critical_path GROUP BY kind ORDER BY share DESC, kind LIMIT 1")
+    hs = run.sql("SELECT resource_id, kind, queue_ns, queue_share FROM hotspots ORDER BY rank LIMIT 1")
+    lk = run.sql("SELECT max(util) AS u FROM utilisation WHERE resource_kind = 'link' AND n_hops > 0")
+    out: dict[str, Any] = dict.fromkeys(
+        ("top_stage", "top_stage_share", "crit_kind", "crit_share", "hot_spot", "hot_spot_kind",
+         "hot_spot_queue_ns", "hot_spot_share"))
+    if st.height:
+        out["top_stage"], out["top_stage_share"] = st.row(0)
+    if cp.height:
+        out["crit_kind"], out["crit_share"] = cp.row(0)
+    if hs.height:
+        (out["hot_spot"], out["hot_spot_kind"], out["hot_spot_queue_ns"],
+         out["hot_spot_share"]) = hs.row(0)
+    out["max_link_util"] = lk["u"][0]
+    return out
 
 
 def stage_totals(run: Any) -> pl.DataFrame:

@@ -86,24 +86,21 @@ def capture_and_replay(workload: Path, topology: Path, params: list[str] | dict[
 
 
 def _bottleneck(run_dir: Path) -> tuple[str, str]:
+    """The summary's bottleneck and hot-spot lines (``frames.headline``)."""
+    from kbtrace.analysis.frames import headline
     from kbtrace.analysis.run import open_run
 
     with open_run(run_dir) as r:
-        st = r.sql("SELECT stage, sum(time_ns) AS t, sum(time_ns) / sum(sum(time_ns)) OVER () AS share "
-                   "FROM stage_breakdown_pe GROUP BY stage ORDER BY t DESC, stage LIMIT 1")
-        hs = r.sql("SELECT resource_id, kind, queue_ns, queue_share FROM hotspots ORDER BY rank LIMIT 1")
-        cp = r.sql("SELECT kind, sum(contrib_ns) / (SELECT makespan_ns FROM _span) AS share "
-                   "FROM critical_path GROUP BY kind ORDER BY share DESC, kind LIMIT 1")
+        h = headline(r)
     parts = []
-    if st.height:
-        stage, _, share = st.row(0)
-        parts.append(f"{stage} = {share:.0%} of PE busy time")
-    if cp.height:
-        parts.append(f"critical path {cp.row(0)[1]:.0%} in {cp.row(0)[0]} ops")
+    if h["top_stage"] is not None:
+        parts.append(f"{h['top_stage']} = {h['top_stage_share']:.0%} of PE busy time")
+    if h["crit_kind"] is not None:
+        parts.append(f"critical path {h['crit_share']:.0%} in {h['crit_kind']} ops")
     hot = ""
-    if hs.height:
-        rid, kind, q, share = hs.row(0)
-        hot = f"{rid} ({kind}): {q / 1000:.2f} us of queueing, {share:.0%} of all queueing"
+    if h["hot_spot"] is not None:
+        hot = (f"{h['hot_spot']} ({h['hot_spot_kind']}): {h['hot_spot_queue_ns'] / 1000:.2f} us of "
+               f"queueing, {h['hot_spot_share']:.0%} of all queueing")
     return "; ".join(parts), hot
 
 

@@ -16,7 +16,8 @@ import polars as pl  # noqa: E402
 from matplotlib.collections import LineCollection, PolyCollection  # noqa: E402
 
 __all__ = ["STAGE_COLORS", "plot_mesh_heatmap", "plot_stage_bars", "plot_timeline",
-           "timeline_image", "plot_link_util", "plot_util_windows"]
+           "timeline_image", "plot_link_util", "plot_util_windows", "plot_sweep_makespan",
+           "plot_sweep_stages"]
 
 STAGE_COLORS = {
     "dma_read": "#1f77b4", "fetch": "#17becf", "gemm": "#d62728", "math": "#ff7f0e",
@@ -112,32 +113,116 @@ def plot_mesh_heatmap(nodes: pl.DataFrame, links: pl.DataFrame, path: str | os.P
     return _save(fig, path, tight=True)
 
 
-def plot_stage_bars(wide: pl.DataFrame, path: str | os.PathLike[str], max_pes: int = 64) -> Path:
-    """Stacked exclusive stage time per PE (adds up to each PE's busy span); the first
-    ``max_pes`` PEs, one rectangle collection per stage."""
-    df = wide.head(max_pes)
-    fig, ax = plt.subplots(figsize=(max(6, 0.22 * df.height + 2), 4))
-    x = np.arange(df.height, dtype=float)
-    bottom = np.zeros(df.height)
+def _stacked_bars(ax: plt.Axes, stacks: dict[str, np.ndarray]) -> tuple[list, list[str]]:
+    """Stacked bars at x = 0..n-1, one ``PolyCollection`` per stage (in ``STAGE_COLORS``
+    order; far faster than a patch per bar); returns legend handles and labels."""
+    n = len(next(iter(stacks.values()))) if stacks else 0
+    x = np.arange(n, dtype=float)
+    bottom = np.zeros(n)
     handles, labels = [], []
     for stage, color in STAGE_COLORS.items():
-        if stage not in df.columns:
+        if stage not in stacks:
             continue
-        vals = df[stage].fill_null(0).to_numpy().astype(float) / 1000
-        x0, x1, top = x - 0.425, x + 0.425, bottom + vals
+        top = bottom + stacks[stage]
+        x0, x1 = x - 0.425, x + 0.425
         verts = np.stack([np.stack(c, axis=1) for c in
                           ((x0, bottom), (x1, bottom), (x1, top), (x0, top))], axis=1)
         ax.add_collection(PolyCollection(verts, facecolors=color, edgecolors="none"))
         handles.append(plt.Rectangle((0, 0), 1, 1, color=color))
         labels.append(stage)
         bottom = top
-    ax.set_xlim(-0.6, max(df.height, 1) - 0.4)
-    ax.set_ylim(0, float(bottom.max()) * 1.05 if df.height and bottom.max() > 0 else 1.0)
-    ax.set_xticks(x, df["pe_label"].to_list(), rotation=90, fontsize=6)
+    ax.set_xlim(-0.6, max(n, 1) - 0.4)
+    ax.set_ylim(0, float(bottom.max()) * 1.05 if n and bottom.max() > 0 else 1.0)
+    return handles, labels
+
+
+def plot_stage_bars(wide: pl.DataFrame, path: str | os.PathLike[str], max_pes: int = 64) -> Path:
+    """Stacked exclusive stage time per PE (adds up to each PE's busy span); the first
+    ``max_pes`` PEs."""
+    df = wide.head(max_pes)
+    fig, ax = plt.subplots(figsize=(max(6, 0.22 * df.height + 2), 4))
+    handles, labels = _stacked_bars(ax, {st: df[st].fill_null(0).to_numpy().astype(float) / 1000
+                                         for st in STAGE_COLORS if st in df.columns})
+    ax.set_xticks(range(df.height), df["pe_label"].to_list(), rotation=90, fontsize=6)
     ax.set_ylabel("time (us)")
     more = f", first {df.height} of {wide.height} PEs" if wide.height > df.height else ""
     ax.set_title(f"Stage breakdown per PE (exclusive time{more})")
     ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_sweep_makespan(points: pl.DataFrame, params: list[str], path: str | os.PathLike[str],
+                        groups: tuple[str, ...] = (), max_panels: int = 4,
+                        max_lines: int = 10) -> Path:
+    """Makespan of a sweep's points: one panel per grid parameter in ``params`` (x = its
+    values, log2 when they span >= 8x; one line per combination of the other parameters and
+    the ``groups`` columns, e.g. trace), or one bar per point when there are no parameters.
+    Log y when makespans span >= 20x. Failed points are left out."""
+    ok = points.filter(pl.col("status") == "ok")
+    ms = ok["makespan_ns"]
+    log_y = ok.height > 0 and float(ms.min()) > 0 and float(ms.max()) / float(ms.min()) >= 20
+    if not params:
+        fig, ax = plt.subplots(figsize=(max(6.0, 0.3 * ok.height + 2), 4))
+        ax.bar(range(ok.height), (ms / 1000).to_list(), color="#1f77b4")
+        ax.set_xticks(range(ok.height), ok["run_dir"].to_list(), rotation=90, fontsize=6)
+        ax.set_ylabel("makespan (us)")
+        if log_y:
+            ax.set_yscale("log")
+        ax.set_title("Makespan per run")
+        fig.tight_layout()
+        return _save(fig, path)
+    panels = params[:max_panels]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels) + 0.8, 3.8), squeeze=False)
+    for ax, dim in zip(axes[0], panels, strict=False):
+        others = [d for d in (*groups, *params) if d != dim]
+        numeric = ok[dim].dtype.is_numeric()
+        cats = sorted({str(v) for v in ok[dim].to_list()})
+        lines = ok.group_by(others, maintain_order=True) if others else [((), ok)]
+        n = 0
+        for key, g in lines:
+            g = g.sort(dim)
+            x = g[dim].to_list() if numeric else [cats.index(str(v)) for v in g[dim].to_list()]
+            label = ", ".join(f"{d}={v}" for d, v in zip(others, key, strict=True)) or None
+            ax.plot(x, (g["makespan_ns"] / 1000).to_list(), marker="o", markersize=3,
+                    linewidth=1.2, label=label if n < max_lines else None)
+            n += 1
+        vals = sorted(set(ok[dim].to_list())) if numeric else []
+        if numeric and vals and vals[0] > 0 and vals[-1] / vals[0] >= 8:
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(vals, [f"{v:g}" for v in vals])
+            ax.minorticks_off()
+        elif not numeric:
+            ax.set_xticks(range(len(cats)), cats, rotation=30, fontsize=7)
+        ax.set_xlabel(dim, fontsize=8)
+        ax.set_ylabel("makespan (us)")
+        if log_y:
+            ax.set_yscale("log")
+        else:
+            ax.set_ylim(bottom=0)
+        if others and n:
+            ax.legend(fontsize=6, title=None if n <= max_lines else f"first {max_lines} of {n}",
+                      title_fontsize=6)
+    fig.suptitle("Makespan over the sweep", fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_sweep_stages(stages: pl.DataFrame, path: str | os.PathLike[str]) -> Path:
+    """Stacked share of PE busy time per exclusive stage, one bar per point."""
+    pts = sorted(set(stages["point"].to_list())) if stages.height else []
+    idx = {p: i for i, p in enumerate(pts)}
+    stacks: dict[str, np.ndarray] = {}
+    for point, stage, share in stages.select("point", "stage", "share").iter_rows():
+        stacks.setdefault(stage, np.zeros(len(pts)))[idx[point]] = share or 0.0
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.25 * len(pts) + 2.5), 3.8))
+    handles, labels = _stacked_bars(ax, stacks) if stacks else ([], [])
+    ax.set_xticks(range(len(pts)), [str(p) for p in pts], fontsize=7)
+    ax.set_xlabel("point")
+    ax.set_ylabel("share of PE busy time")
+    ax.set_title("Exclusive stage mix per point")
+    if handles:
+        ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     return _save(fig, path)
 

@@ -6,6 +6,8 @@ Layout of the report directory (default ``RUN/report``)::
     tables/<name>.csv|.md      summary, stage_totals, stage_breakdown_pe, hotspots,
                                critical_path, utilisation_by_kind, top_links, overlap
     mesh_heatmap.png  stage_breakdown.png  timeline.png  link_util.png  util_windows.png
+
+A sweep or a directory of runs gets the report of ``sweepreport`` instead (same page writer).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from kbtrace._io import atomic_path
 from kbtrace.analysis import frames, plots
 from kbtrace.analysis.formats import render, write_frame
 
-__all__ = ["report", "TIMELINE_PES"]
+__all__ = ["report", "write_page", "TIMELINE_PES"]
 
 TIMELINE_PES = 64     # PEs drawn in timeline.png (the first ones, by sip, cube, pe)
 
@@ -43,10 +45,37 @@ _CSS = ("body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-co
         "th{background:#eee}img{max-width:100%;border:1px solid #ddd}h2{margin-top:1.5em}")
 
 
-def report(run: Any, out: str | os.PathLike[str] | None = None) -> Path:
-    """Write the report for a run (path or open Run); return the report directory."""
-    from kbtrace.analysis.run import Run, open_run
+def write_page(out_dir: Path, title: str, sections: list[tuple[str, str | None, str | None]],
+               tables: dict[str, pl.DataFrame], pngs: dict[str, Path], *, note: str | None = None,
+               max_rows: int = 40) -> None:
+    """``index.html`` (PNGs embedded) and ``summary.md`` (every table) in ``out_dir``;
+    ``sections``: (heading, table name or None, png name or None); ``note``: HTML under the title."""
+    parts = [f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title>"
+             f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>"]
+    if note:
+        parts.append(f"<p>{note}</p>")
+    for heading, table, png in sections:
+        parts.append(f"<h2>{html.escape(heading)}</h2>")
+        if png:
+            b64 = base64.b64encode(pngs[png].read_bytes()).decode()
+            parts.append(f'<img alt="{png}" src="data:image/png;base64,{b64}">')
+        if table:
+            parts.append(_html_table(tables[table], max_rows))
+    parts.append("</body></html>\n")
+    with atomic_path(out_dir / "index.html") as tmp:
+        tmp.write_text("\n".join(parts))
+    with atomic_path(out_dir / "summary.md") as tmp:
+        tmp.write_text("\n".join(f"## {n}\n\n{render(df, 'md')}" for n, df in tables.items()))
 
+
+def report(run: Any, out: str | os.PathLike[str] | None = None) -> Path:
+    """Write the report for a run (path or open Run), or for a sweep / directory of runs
+    (``sweepreport.report_sweep``); return the report directory."""
+    from kbtrace.analysis.run import Run, open_run
+    from kbtrace.analysis.sweepreport import is_run_set, report_sweep
+
+    if not isinstance(run, Run) and is_run_set(run):
+        return report_sweep(run, out)
     owned = not isinstance(run, Run)
     r = open_run(run) if owned else run
     try:
@@ -69,9 +98,6 @@ def report(run: Any, out: str | os.PathLike[str] | None = None) -> Path:
             "util_windows": plots.plot_util_windows(frames.util_windows(r), r.makespan_ns,
                                                     out_dir / "util_windows.png"),
         }
-        title = f"kbtrace report: {r.path.name}"
-        parts = [f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title>"
-                 f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>"]
         sections = [("Summary", "summary", None), ("Stage totals (all PEs)", "stage_totals", None),
                     ("Stage breakdown per PE", "stage_breakdown_pe", "stage_breakdown"),
                     ("Per-PE timeline", None, "timeline"),
@@ -81,18 +107,7 @@ def report(run: Any, out: str | os.PathLike[str] | None = None) -> Path:
                     ("Queueing hot spots", "hotspots", None),
                     ("Critical path by op kind", "critical_path", None),
                     ("Comm/compute overlap per PE", "overlap", None)]
-        for heading, table, png in sections:
-            parts.append(f"<h2>{html.escape(heading)}</h2>")
-            if png:
-                b64 = base64.b64encode(pngs[png].read_bytes()).decode()
-                parts.append(f'<img alt="{png}" src="data:image/png;base64,{b64}">')
-            if table:
-                parts.append(_html_table(tables[table]))
-        parts.append("</body></html>\n")
-        with atomic_path(out_dir / "index.html") as tmp:
-            tmp.write_text("\n".join(parts))
-        with atomic_path(out_dir / "summary.md") as tmp:
-            tmp.write_text("\n".join(f"## {n}\n\n{render(df, 'md')}" for n, df in tables.items()))
+        write_page(out_dir, f"kbtrace report: {r.path.name}", sections, tables, pngs)
         return out_dir
     finally:
         if owned:

@@ -1,0 +1,133 @@
+"""Report over many runs: a sweep (``points.parquet``) or any directory of run directories.
+
+One row per point: its grid values (for a sweep), makespan, speed-up against the slowest
+point of the same trace, and the run's headline (``frames.headline``: top exclusive stage, critical-path op
+kind, queueing hot spot, busiest link); plus each point's exclusive stage totals. Plots:
+makespan against each swept parameter, and the stage mix per point. Each point's own
+report is one ``kbtrace report POINT_DIR`` away (the tables give the directories).
+
+Layout of the report directory (default ``SWEEP/report``)::
+
+    index.html                 everything below, PNGs embedded as base64
+    tables/points.csv|.md      one row per point
+    tables/stages.csv|.md      point x exclusive stage: time_ns, share of PE busy time
+    sweep_makespan.png  sweep_stages.png
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from kbtrace.errors import AnalysisError
+
+__all__ = ["is_run_set", "point_frames", "report_sweep"]
+
+_CATEGORIES = ("trace", "topology", "fidelity")
+_HEADLINE = ("top_stage", "top_stage_share", "crit_kind", "crit_share", "hot_spot",
+             "hot_spot_share", "max_link_util")   # frames.headline keys shown per point
+
+
+def is_run_set(path: str | os.PathLike[str]) -> bool:
+    """A sweep directory or a directory holding run directories (not a run itself)."""
+    p = Path(path)
+    return p.is_dir() and not (p / "run.json").is_file() and (
+        (p / "points.parquet").is_file() or any(p.rglob("run.json")))
+
+
+def _points(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """(point rows, grid parameter names): from points.parquet, else every run.json below."""
+    pts = root / "points.parquet"
+    if pts.is_file():
+        t = pq.read_table(pts)
+        fixed = {"point", "trace", "topology", "fidelity", "params_json", "run_dir", "status",
+                 "error", "run_id", "makespan_ns", "ops", "hops", "events"}
+        params = [c for c in t.column_names if c not in fixed]
+        return t.to_pylist(), params
+    from kbtrace.analysis.run import flat_info, read_run_json
+
+    rows = []
+    for i, d in enumerate(sorted(p.parent for p in root.rglob("run.json"))):
+        info = flat_info(read_run_json(d))
+        rows.append({"point": i, "trace": info.get("workload") or "", "topology":
+                     info.get("topology") or "", "fidelity": info.get("fidelity") or "",
+                     "run_dir": d.relative_to(root).as_posix(), "status": "ok", "error": None,
+                     "run_id": info.get("run_id"), "makespan_ns": info.get("makespan_ns"),
+                     "ops": info.get("ops"), "hops": info.get("hops"), "events": info.get("events")})
+    if not rows:
+        raise AnalysisError(f"{root}: no runs below it (no run.json); pass a run, a sweep or a "
+                            "directory of runs")
+    return rows, []
+
+
+def point_frames(root: str | os.PathLike[str]) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
+    """``(points, stages, params)``: one row per point (grid values, makespan, ``speedup``
+    against the slowest point of the same trace, the headline of its run), the exclusive stage totals per
+    point (long format), and the grid parameter names (empty for a plain set of runs)."""
+    from kbtrace.analysis.frames import headline, stage_totals
+    from kbtrace.analysis.run import open_run
+
+    root = Path(root)
+    rows, params = _points(root)
+    out, stages = [], []
+    for r in rows:
+        row: dict[str, Any] = {"point": r["point"]}
+        row.update({c: r[c] for c in _CATEGORIES})
+        row.update({p: r[p] for p in params})
+        row.update(status=r["status"], makespan_ns=r["makespan_ns"], ops=r["ops"],
+                   hops=r["hops"], run_dir=r["run_dir"], error=r["error"])
+        h: dict[str, Any] = {}
+        if r["status"] == "ok":
+            with open_run(root / r["run_dir"]) as run:
+                h = headline(run)
+                st = stage_totals(run)
+            stages += [{"point": r["point"], "stage": s, "time_ns": t, "share": sh}
+                       for s, t, sh in st.iter_rows()]
+        for k in _HEADLINE:
+            row[k] = h.get(k)
+        out.append(row)
+    points = pl.DataFrame(out, infer_schema_length=None)
+    points = points.with_columns(   # only points of one trace are comparable
+        (pl.col("makespan_ns").max().over("trace") / pl.col("makespan_ns")).alias("speedup")).select(
+        "point", *_CATEGORIES, *params, "status", "makespan_ns", "speedup", *_HEADLINE,
+        "ops", "hops", "run_dir", "error")
+    stage_df = (pl.DataFrame(stages, schema={"point": pl.Int64, "stage": pl.Utf8,
+                                             "time_ns": pl.Float64, "share": pl.Float64})
+                .sort("point", "stage"))
+    return points, stage_df, params
+
+
+def report_sweep(root: str | os.PathLike[str], out: str | os.PathLike[str] | None = None) -> Path:
+    """Write the report of a sweep or directory of runs; return the report directory."""
+    from kbtrace.analysis import plots
+    from kbtrace.analysis.formats import write_frame
+    from kbtrace.analysis.reporter import write_page
+
+    root = Path(root)
+    out_dir = Path(out) if out else root / "report"
+    points, stages, params = point_frames(root)
+    tables = {"points": points, "stages": stages}
+    for name, df in tables.items():
+        write_frame(df, "csv", out_dir / "tables" / f"{name}.csv")
+        write_frame(df, "md", out_dir / "tables" / f"{name}.md")
+    groups = tuple(c for c in _CATEGORIES if points[c].n_unique() > 1)
+    pngs = {"sweep_makespan": plots.plot_sweep_makespan(points, params,
+                                                        out_dir / "sweep_makespan.png", groups),
+            "sweep_stages": plots.plot_sweep_stages(stages, out_dir / "sweep_stages.png")}
+    failed = points.filter(pl.col("status") != "ok").height
+    cfg = root / "sweep.json"
+    source = json.loads(cfg.read_text()).get("source") if cfg.is_file() else None
+    note = (f"{points.height} point(s), {failed} failed" + (f"; config {source}" if source else "")
+            + ". Each point's own report: <code>kbtrace report "
+            + f"{root}/&lt;run_dir&gt;</code>.")
+    sections = [("Makespan", None, "sweep_makespan"),
+                ("Points", "points", None),
+                ("Where the PE time went, per point", "stages", "sweep_stages")]
+    write_page(out_dir, f"kbtrace sweep report: {root.name}", sections, tables, pngs, note=note,
+               max_rows=200)
+    return out_dir

@@ -1,0 +1,87 @@
+"""kbtrace report over many runs: a sweep (points.parquet) or a directory of run directories."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from kbtrace.analysis.reporter import report
+from kbtrace.analysis.sweepreport import is_run_set, point_frames
+from kbtrace.capture import capture
+from kbtrace.cli import main
+from kbtrace.replay.sweep import run_sweep
+from kbtrace.topology import compile_topology
+from test_replay_util import TOPO_DIR
+
+ROOT = TOPO_DIR.parent
+SMALL = str(TOPO_DIR / "small.yaml")
+BW = "cube.hbm.pc_bw_gbps"
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    d = tmp_path_factory.mktemp("sweep_report")
+    small = compile_topology(SMALL)
+    traces = []
+    for name, params in (("gemm", {"M": 128, "N": 128, "K": 128}), ("softmax", {"R": 64})):
+        capture(ROOT / "capture" / f"{name}.py", small, params, d / name)
+        traces.append(str(d / name))
+    res = run_sweep({"traces": traces, "topologies": [SMALL], "grid": {BW: [0, 4, 16, 64]}},
+                    d / "sweep")
+    assert not res.ok      # bandwidth 0 is refused: two failed points
+    return d / "sweep"
+
+
+def test_points_table_per_point_with_headline_and_speedup_within_a_trace(sweep):
+    points, stages, params = point_frames(sweep)
+    assert params == [BW]
+    assert points.columns[:9] == ["point", "trace", "topology", "fidelity", BW, "status",
+                                  "makespan_ns", "speedup", "top_stage"]
+    assert points.select("point", "trace", BW, "status").rows() == [
+        (0, "gemm", 0, "error"), (1, "gemm", 4, "ok"), (2, "gemm", 16, "ok"), (3, "gemm", 64, "ok"),
+        (4, "softmax", 0, "error"), (5, "softmax", 4, "ok"), (6, "softmax", 16, "ok"),
+        (7, "softmax", 64, "ok")]
+    failed = points.filter(pl.col("status") == "error")
+    assert failed["makespan_ns"].is_null().all() and failed["top_stage"].is_null().all()
+    assert all("bandwidth must be > 0" in e for e in failed["error"].to_list())
+    for trace in ("gemm", "softmax"):   # slowest point of each trace = 1x; more bandwidth, faster
+        ok = points.filter((pl.col("trace") == trace) & (pl.col("status") == "ok")).sort(BW)
+        assert ok["speedup"][0] == 1.0
+        assert ok["makespan_ns"].is_sorted(descending=True)
+        ms = ok["makespan_ns"].to_list()
+        assert ok["speedup"].to_list() == pytest.approx([ms[0] / m for m in ms])
+    gemm4 = points.row(1, named=True)
+    assert gemm4["top_stage"] == "dma_read" and gemm4["crit_kind"] == "load"
+    assert gemm4["hot_spot"].endswith("hbm_ctrl.pe0") and 0.9 < gemm4["hot_spot_share"] <= 1.0
+    # stage shares of each ok point add up to 1; failed points have none
+    sums = stages.group_by("point").agg(pl.col("share").sum()).sort("point")
+    assert sums["point"].to_list() == [1, 2, 3, 5, 6, 7]
+    assert sums["share"].to_list() == pytest.approx([1.0] * 6)
+
+
+def test_report_of_a_sweep_is_self_contained_and_deterministic(sweep, tmp_path, capsys):
+    a_point = pl.read_parquet(sweep / "points.parquet")["run_dir"][1]
+    assert is_run_set(sweep) and not is_run_set(sweep / a_point)
+    assert main(["report", str(sweep), "-o", str(tmp_path / "a")]) == 0
+    assert capsys.readouterr().out.strip() == f"report: {tmp_path / 'a' / 'index.html'}"
+    report(sweep, tmp_path / "b")
+    files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
+    assert [f.as_posix() for f in files] == [
+        "index.html", "summary.md", "sweep_makespan.png", "sweep_stages.png", "tables/points.csv",
+        "tables/points.md", "tables/stages.csv", "tables/stages.md"]
+    for f in files:
+        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
+    html = (tmp_path / "a" / "index.html").read_text()
+    assert html.count("data:image/png;base64,") == 2 and "8 point(s), 2 failed" in html
+
+
+def test_report_of_a_directory_of_runs(tmp_path):
+    data = tmp_path / "data"
+    for wl in ("gemm", "softmax"):
+        assert main(["run", wl, "--out", str(data), "--no-report", "--no-verify"]) == 0
+    out = report(data / "runs")
+    points = pl.read_csv(out / "tables" / "points.csv")
+    assert points.select("point", "trace", "run_dir").rows() == [
+        (0, "gemm", "gemm-small-fast"), (1, "softmax", "softmax-small-fast")]
+    assert points["speedup"].to_list() == [1.0, 1.0]     # each alone in its trace
+    assert (out / "sweep_makespan.png").read_bytes()[:4] == b"\x89PNG"
