@@ -81,12 +81,17 @@ def test_failed_point_is_recorded_and_the_others_run(trace, tmp_path, capsys):
     assert json.loads((bad / "point.json").read_text())["status"] == "error"
     assert not (bad / "op_timing.parquet").exists()
     # the CLI: the table, then one error line naming the point; exit 1
-    (tmp_path / "c.yaml").write_text(json.dumps(cfg(trace, grid={BW: [16, -1]})))
+    (tmp_path / "c.yaml").write_text(json.dumps(cfg(trace, grid={BW: [-1, 16, 64]})))
     assert main(["sweep", str(tmp_path / "c.yaml"), "-o", str(tmp_path / "cli")]) == 1
     out, err = capsys.readouterr()
-    assert "| 0 | gemm | small | fast | 16 |" in out and "| 1 | gemm | small | fast | -1 | error |" in out
+    lines = out.splitlines()
+    assert lines[0].endswith("| makespan_ns | vs trace's first |")
+    assert lines[2] == "| 0 | gemm | small | fast | -1 | error | - |"
+    assert lines[3].startswith("| 1 | gemm | small | fast | 16 |") and lines[3].endswith(" 1.000x |")
+    assert lines[4].startswith("| 2 | gemm | small | fast | 64 |") and lines[4].endswith("x |")
+    assert float(lines[4].split("|")[-2].strip()[:-1]) < 1.0     # relative to point 1
     assert err.strip().splitlines()[-1].startswith(
-        "kbtrace: error: sweep: 1 of 2 point(s) failed; first: point 1 "
+        "kbtrace: error: sweep: 1 of 3 point(s) failed; first: point 0 "
         f"(trace=gemm/topology=small/fidelity=fast/{BW}=-1): ")
 
 

@@ -115,13 +115,17 @@ def _sweep(args: argparse.Namespace) -> int:
     from kbtrace.analysis.formats import render
     keys = [k for k, _ in cfg.grid]
     rows = res.points.to_pylist()
-    base = rows[0]["makespan_ns"]
+    base: dict[str, float] = {}     # per trace: the makespan of its first successful point
+    for r in rows:
+        if r["makespan_ns"]:
+            base.setdefault(r["trace"], r["makespan_ns"])
     table = {c: [str(r[c]) for r in rows] for c in ("point", "trace", "topology", "fidelity",
                                                      *keys)}
     table["makespan_ns"] = [f"{r['makespan_ns']:,.1f}" if r["makespan_ns"] is not None
                             else r["status"] for r in rows]
-    table["vs point 0"] = [f"{r['makespan_ns'] / base:.3f}x" if r["makespan_ns"] is not None
-                           and base else "-" for r in rows]
+    table["vs trace's first"] = [f"{r['makespan_ns'] / base[r['trace']]:.3f}x"
+                                 if r["makespan_ns"] is not None and r["trace"] in base else "-"
+                                 for r in rows]
     print(render(pl.DataFrame(table), "md"), end="")
     reused = f", {res.reused} reused" if res.reused else ""
     print(f"sweep of {len(rows)} point(s){reused} written to {out} (points.parquet, sweep.json)")
