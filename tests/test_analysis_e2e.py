@@ -141,6 +141,7 @@ def test_kbtrace_run_main_job(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert out.startswith("kbtrace run: gemm on small (fast)")
     assert "verify    PASS" in out and "bottleneck" in out
+    assert "\n  roofline  " in out and "GFLOP/s on 32 PE(s)" in out and "memory-bound" in out
     run_dir = tmp_path / "data" / "runs" / "gemm-small-fast"
     assert (run_dir / "report" / "index.html").is_file()
     assert (run_dir / "report" / "timeline.perfetto.json").is_file()
@@ -185,3 +186,30 @@ def test_ring_allreduce_critical_path_crosses_pes_via_ipcq(runs):
         bad = r.sql("SELECT count(*) FROM critical_path c JOIN ops o USING (op_id) "
                     "WHERE c.edge = 'ipcq' AND (o.kind <> 'recv' OR o.match_op_id <> c.pred_op_id)")
         assert bad.item() == 0
+
+
+def test_roofline_counts_gemm_flops_and_hbm_bytes_against_the_recorded_peaks(runs):
+    from kbtrace.analysis.frames import roofline, roofline_total
+    from kbtrace.topology import compile_topology
+
+    peaks = compile_topology(SMALL).peaks()
+    assert peaks == {"gemm_gflops_per_pe": 2048.0, "math_gops_per_pe": 64.0,
+                     "hbm_gbps_per_pe": 256.0, "pes": 32.0}      # 2*32*32*1 GHz; 8 PCs x 32 GB/s
+    with open_run(runs["gemm"]) as r:
+        assert r.info["peaks"] == peaks
+        roof = roofline(r)
+        assert roof["flops"].sum() == 2 * 256 * 256 * 128          # the default gemm: 2*M*N*K
+        moved = int(r.sql("SELECT sum(nbytes) FROM ops WHERE kind IN ('load', 'store')").item())
+        assert roof["hbm_bytes"].sum() == moved                   # every load / store is HBM
+        row = roof.row(0, named=True)
+        assert row["intensity"] == pytest.approx(row["flops"] / row["hbm_bytes"])
+        assert row["roof_gflops"] == pytest.approx(min(2048.0, row["intensity"] * 256.0))
+        assert row["attainment"] == pytest.approx(row["flops"] / row["span_ns"] / row["roof_gflops"])
+        assert row["bound"] == ("memory" if row["intensity"] < 8.0 else "compute")
+        tot = roofline_total(r)
+        assert tot["n_gemm_pes"] == roof.height
+        assert tot["gflops"] == pytest.approx(roof["flops"].sum() / r.makespan_ns)
+        assert tot["peak_gflops"] == 2048.0 * roof.height and tot["ridge"] == 8.0
+        assert tot["intensity"] == pytest.approx(2 * 256 * 256 * 128 / moved)
+    with open_run(runs["softmax"]) as r:                         # no GEMM work
+        assert roofline(r).height == 0 and roofline_total(r)["gflops"] is None

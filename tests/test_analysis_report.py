@@ -21,11 +21,12 @@ def run_dir(tmp_path_factory):
 
 def test_report_writes_tables_pngs_and_self_contained_html(run_dir, tmp_path):
     out = report(run_dir, tmp_path / "r")
-    for png in ("mesh_heatmap", "stage_breakdown", "timeline", "link_util", "util_windows"):
+    for png in ("mesh_heatmap", "stage_breakdown", "timeline", "link_util", "util_windows",
+                "roofline"):
         data = (out / f"{png}.png").read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 2000
     html = (out / "index.html").read_text()
-    assert html.count("data:image/png;base64,") == 5 and "src=\"http" not in html
+    assert html.count("data:image/png;base64,") == 6 and "src=\"http" not in html
     first = html.split("data:image/png;base64,")[1].split('"')[0]
     assert base64.b64decode(first)[:4] == b"\x89PNG"
     totals = pl.read_csv(out / "tables" / "stage_totals.csv")
@@ -40,7 +41,7 @@ def test_report_writes_tables_pngs_and_self_contained_html(run_dir, tmp_path):
 def test_report_tables_deterministic(run_dir, tmp_path):
     a, b = report(run_dir, tmp_path / "a"), report(run_dir, tmp_path / "b")
     files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
-    assert len(files) == 23   # 8 tables x (csv, md) + 5 PNGs + index.html + summary.md
+    assert len(files) == 26   # 9 tables x (csv, md) + 6 PNGs + index.html + summary.md
     for f in files:           # PNGs and the HTML page too: same run -> same bytes
         assert (a / f).read_bytes() == (b / f).read_bytes(), f
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import polars as pl
 
-__all__ = ["summary_frame", "headline", "stage_totals", "stage_wide", "top_hotspots", "critical_path_by_kind",
+__all__ = ["summary_frame", "headline", "roofline", "roofline_total", "stage_totals", "stage_wide", "top_hotspots", "critical_path_by_kind",
            "node_util_by_kind", "top_links", "pe_overlap", "pe_segments", "n_pes", "mesh_util",
            "link_mesh_util", "util_windows", "report_frames"]
 
@@ -25,6 +25,11 @@ def summary_frame(run: Any) -> pl.DataFrame:
             ("hops", str(run.sql("SELECT count(*) FROM hops").item())),
             ("critical_path_ops", str(cp[0])), ("critical_path_ns", f"{(cp[1] or 0):.3f}"),
             ("max_resource_util", f"{(util or 0):.4f}")]
+    roof = roofline_total(run)
+    for key, fmt in (("gflops", ".3f"), ("peak_gflops", ".1f"), ("intensity", ".4f"),
+                     ("ridge", ".4f"), ("bound", "s"), ("attainment", ".4f")):
+        if roof[key] is not None:
+            rows.append((f"roofline_{key}", format(roof[key], fmt)))
     return pl.DataFrame(rows, schema=["key", "value"], orient="row")
 
 
@@ -52,6 +57,38 @@ def headline(run: Any) -> dict[str, Any]:
         (out["hot_spot"], out["hot_spot_kind"], out["hot_spot_queue_ns"],
          out["hot_spot_share"]) = hs.row(0)
     out["max_link_util"] = lk["u"][0]
+    out.update(roofline_total(run))
+    return out
+
+
+def roofline(run: Any) -> pl.DataFrame:
+    """The ``roofline`` view: one row per PE with GEMM work."""
+    return run.sql("SELECT * FROM roofline WHERE flops > 0 ORDER BY sip, cube, pe")
+
+
+def roofline_total(run: Any) -> dict[str, Any]:
+    """The run against the roofline of the PEs that did GEMM work (``n_gemm_pes``): ``gflops``
+    (all their FLOPs over the makespan), ``peak_gflops`` and ``peak_hbm_gbps`` (per-PE peaks x
+    those PEs), ``intensity`` (FLOP/B), ``ridge`` (FLOP/B where the roofs meet), ``bound``,
+    ``roof_gflops`` and ``attainment`` (gflops / roof). None without GEMM work or peaks."""
+    f, b, n, pg, pb, ms = run.sql(
+        "SELECT CAST(sum(flops) AS DOUBLE), CAST(sum(hbm_bytes) AS DOUBLE), count(*), "
+        "any_value(peak_gflops), "
+        "any_value(peak_hbm_gbps), (SELECT makespan_ns FROM _span) FROM roofline "
+        "WHERE flops > 0").row(0)
+    out: dict[str, Any] = dict.fromkeys(("gflops", "peak_gflops", "peak_hbm_gbps", "intensity",
+                                         "ridge", "bound", "roof_gflops", "attainment"))
+    out["n_gemm_pes"] = int(n or 0)
+    if not n or not ms:
+        return out
+    out["gflops"] = f / ms
+    out["intensity"] = f / b if b else None
+    if pg is None or pb is None:
+        return out
+    peak, bw = pg * n, pb * n
+    roof = peak if out["intensity"] is None else min(peak, out["intensity"] * bw)
+    out.update(peak_gflops=peak, peak_hbm_gbps=bw, ridge=pg / pb, roof_gflops=roof,
+               bound="compute" if roof >= peak else "memory", attainment=out["gflops"] / roof)
     return out
 
 
@@ -144,5 +181,5 @@ def report_frames(run: Any) -> dict[str, pl.DataFrame]:
         "summary": summary_frame(run), "stage_totals": stage_totals(run),
         "stage_breakdown_pe": stage_wide(run), "hotspots": top_hotspots(run),
         "critical_path": critical_path_by_kind(run), "utilisation_by_kind": node_util_by_kind(run),
-        "top_links": top_links(run), "overlap": pe_overlap(run),
+        "top_links": top_links(run), "overlap": pe_overlap(run), "roofline": roofline(run),
     }

@@ -37,6 +37,7 @@ class RunSummary:
     events: int = 0
     bottleneck: str = ""
     hotspot: str = ""
+    roofline: str = ""
     verify: Any = None
     report_dir: Path | None = None
     perfetto: Path | None = None
@@ -55,6 +56,8 @@ class RunSummary:
                  f"  bottleneck {self.bottleneck}"]
         if self.hotspot:
             lines.append(f"  hot spot  {self.hotspot}")
+        if self.roofline:
+            lines.append(f"  roofline  {self.roofline}")
         if self.verify is not None:
             v = self.verify
             worst = max(v.tensors, key=lambda t: t.max_abs, default=None)
@@ -85,8 +88,8 @@ def capture_and_replay(workload: Path, topology: Path, params: list[str] | dict[
     return trace, run
 
 
-def _bottleneck(run_dir: Path) -> tuple[str, str]:
-    """The summary's bottleneck and hot-spot lines (``frames.headline``)."""
+def _headline(run_dir: Path) -> tuple[str, str, str]:
+    """The summary's bottleneck, hot-spot and roofline lines (``frames.headline``)."""
     from kbtrace.analysis.frames import headline
     from kbtrace.analysis.run import open_run
 
@@ -101,7 +104,15 @@ def _bottleneck(run_dir: Path) -> tuple[str, str]:
     if h["hot_spot"] is not None:
         hot = (f"{h['hot_spot']} ({h['hot_spot_kind']}): {h['hot_spot_queue_ns'] / 1000:.2f} us of "
                f"queueing, {h['hot_spot_share']:.0%} of all queueing")
-    return "; ".join(parts), hot
+    roof = ""
+    if h["gflops"] is not None:
+        roof = f"{h['gflops']:,.0f} GFLOP/s on {h['n_gemm_pes']} PE(s)"
+        if h["peak_gflops"] is not None:
+            ai = (f"{h['intensity']:.2f} FLOP/B (ridge {h['ridge']:.2f})"
+                  if h["intensity"] is not None else "no HBM traffic")
+            roof += (f" = {h['gflops'] / h['peak_gflops']:.1%} of their {h['peak_gflops']:,.0f} "
+                     f"peak; {ai}: {h['bound']}-bound, {h['attainment']:.1%} of the roof")
+    return "; ".join(parts), hot, roof
 
 
 def run_workload(workload: str | os.PathLike[str] | None = None, *,
@@ -140,7 +151,7 @@ def run_workload(workload: str | os.PathLike[str] | None = None, *,
     rr = replay(trace_dir, topo, ReplayOptions(fidelity=fidelity, out_dir=str(run_dir)))
     summary.makespan_ns, summary.hops, summary.events = rr.makespan_ns, rr.hops, rr.events
     summary.seconds["replay"] = time.perf_counter() - t
-    summary.bottleneck, summary.hotspot = _bottleneck(run_dir)
+    summary.bottleneck, summary.hotspot, summary.roofline = _headline(run_dir)
     if verify_data:
         t = time.perf_counter()
         summary.verify = verify(run_dir)

@@ -14,9 +14,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 from matplotlib.collections import LineCollection, PolyCollection  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 __all__ = ["STAGE_COLORS", "plot_mesh_heatmap", "plot_stage_bars", "plot_timeline",
-           "timeline_image", "plot_link_util", "plot_util_windows", "plot_sweep_makespan",
+           "timeline_image", "plot_link_util", "plot_roofline", "plot_util_windows",
+           "plot_sweep_makespan",
            "plot_sweep_stages"]
 
 STAGE_COLORS = {
@@ -310,6 +312,41 @@ def plot_link_util(links: pl.DataFrame, path: str | os.PathLike[str]) -> Path:
     ax.set_xlim(0, 1)
     ax.set_xlabel("utilisation (busy fraction of makespan)")
     ax.set_title("Most utilised links")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_roofline(roof: pl.DataFrame, path: str | os.PathLike[str]) -> Path:
+    """Roofline of one PE (log-log: arithmetic intensity vs GFLOP/s) with every PE that did
+    GEMM work as a point; the roofs are the per-PE GEMM and HBM peaks of the run."""
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    ok = roof.filter(pl.col("intensity").is_not_null() & (pl.col("gflops") > 0))
+    pg = roof["peak_gflops"].drop_nulls()
+    pb = roof["peak_hbm_gbps"].drop_nulls()
+    if ok.height and pg.len() and pb.len():
+        peak, bw = float(pg[0]), float(pb[0])
+        ai = ok["intensity"].to_numpy()
+        lo = min(float(ai.min()), peak / bw) / 4
+        hi = max(float(ai.max()), peak / bw) * 4
+        xs = np.geomspace(lo, hi, 200)
+        ax.plot(xs, np.minimum(peak, xs * bw), color="k", linewidth=1.2,
+                label=f"roof: {peak:,.0f} GFLOP/s, {bw:,.0f} GB/s per PE")
+        ax.axvline(peak / bw, color="#999999", linestyle=":", linewidth=0.8)
+        ax.scatter(ai, ok["gflops"].to_numpy(), s=14, color="#d62728", zorder=3,
+                   label=f"{ok.height} PE(s)")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+            axis.set_minor_formatter(NullFormatter())
+        ax.legend(fontsize=7, loc="upper left")
+    else:
+        ax.text(0.5, 0.5, "no GEMM work with HBM traffic in this run (or no recorded peaks)",
+                ha="center", va="center", transform=ax.transAxes, fontsize=9)
+    ax.set_xlabel("arithmetic intensity (FLOP per HBM byte)")
+    ax.set_ylabel("GFLOP/s (over the PE's busy span)")
+    ax.set_title("Roofline per PE (GEMM work)")
     fig.tight_layout()
     return _save(fig, path)
 

@@ -4,8 +4,9 @@ Layout of the report directory (default ``RUN/report``)::
 
     index.html                 everything below, PNGs embedded as base64
     tables/<name>.csv|.md      summary, stage_totals, stage_breakdown_pe, hotspots,
-                               critical_path, utilisation_by_kind, top_links, overlap
+                               critical_path, utilisation_by_kind, top_links, overlap, roofline
     mesh_heatmap.png  stage_breakdown.png  timeline.png  link_util.png  util_windows.png
+    roofline.png
 
 A sweep or a directory of runs gets the report of ``sweepreport`` instead (same page writer).
 """
@@ -97,6 +98,7 @@ def report(run: Any, out: str | os.PathLike[str] | None = None) -> Path:
             "link_util": plots.plot_link_util(tables["top_links"], out_dir / "link_util.png"),
             "util_windows": plots.plot_util_windows(frames.util_windows(r), r.makespan_ns,
                                                     out_dir / "util_windows.png"),
+            "roofline": plots.plot_roofline(tables["roofline"], out_dir / "roofline.png"),
         }
         sections = [("Summary", "summary", None), ("Stage totals (all PEs)", "stage_totals", None),
                     ("Stage breakdown per PE", "stage_breakdown_pe", "stage_breakdown"),
@@ -106,6 +108,7 @@ def report(run: Any, out: str | os.PathLike[str] | None = None) -> Path:
                     ("Links", "top_links", "link_util"),
                     ("Queueing hot spots", "hotspots", None),
                     ("Critical path by op kind", "critical_path", None),
+                    ("Roofline", "roofline", "roofline"),
                     ("Comm/compute overlap per PE", "overlap", None)]
         write_page(out_dir, f"kbtrace report: {r.path.name}", sections, tables, pngs)
         return out_dir

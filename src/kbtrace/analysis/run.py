@@ -184,6 +184,19 @@ def _runs_table(root: Path, dirs: list[Path], infos: list[dict[str, Any]]) -> pa
     return pa.table(cols)
 
 
+#: run.json "peaks" keys kept in _run_meta (NULL for runs written before they were recorded)
+PEAKS = ("gemm_gflops_per_pe", "math_gops_per_pe", "hbm_gbps_per_pe", "pes")
+
+
+def _run_meta_sql(info: dict[str, Any], multi: bool) -> str:
+    """``_run_meta``: one row, the run's makespan and machine peaks (NULL for a run set)."""
+    peaks = info.get("peaks") or {}
+    vals = {"makespan_ns": info.get("makespan_ns"), **{k: peaks.get(k) for k in PEAKS}}
+    cols = ", ".join(f"CAST({'NULL' if v is None or multi else repr(float(v))} AS DOUBLE) AS {k}"
+                     for k, v in vals.items())
+    return f"CREATE TABLE _run_meta AS SELECT {cols}"
+
+
 def open_run(path: str | os.PathLike[str], *, n_windows: int = DEFAULT_WINDOWS) -> Run:
     """Open a run directory (or a directory of run directories) for SQL/polars analysis.
 
@@ -238,9 +251,7 @@ def open_run(path: str | os.PathLike[str], *, n_windows: int = DEFAULT_WINDOWS) 
         con.execute(f"CREATE VIEW points AS SELECT * FROM read_parquet({_q(root / 'points.parquet')})")
     con.execute("CREATE VIEW runs AS SELECT * FROM _runs_arrow")
     con.execute(f"CREATE TABLE _config AS SELECT {int(n_windows)} AS n_windows")
-    ms = infos[0].get("makespan_ns")
-    ms_sql = "NULL" if ms is None or multi else repr(float(ms))
-    con.execute(f"CREATE TABLE _run_meta AS SELECT CAST({ms_sql} AS DOUBLE) AS makespan_ns")
+    con.execute(_run_meta_sql(infos[0], multi))
     if not multi:
         load_views(con)
     return Run(root, infos[0], trace_dir, con, tuple(dirs))

@@ -437,6 +437,7 @@ def replay(trace: Any, topology: Any, options: ReplayOptions | None = None,
             "topology": {"path": getattr(topology, "source", None), "name": topology.params.name,
                          "hash": topology.content_hash},
             "launches": sim.launches,
+            "peaks": topology.peaks(),
         })
         ok = True
         return Run(out, run_id, opts.fidelity, makespan, len(ops), rec.n_hops, events, wall)

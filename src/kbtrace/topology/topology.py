@@ -119,6 +119,18 @@ class Topology:
         h = self.params.cube.hbm
         return self.pes_per_cube * h.pcs_per_pe * h.pc_bw_gbps
 
+    def peaks(self) -> dict[str, float]:
+        """Per-PE peak rates, the roofs of a roofline: ``gemm_gflops_per_pe`` (2 FLOP per MAC:
+        2 x mac_rows x mac_cols x clock), ``math_gops_per_pe`` (SIMD lanes x clock, element
+        operations), ``hbm_gbps_per_pe`` (the PE's own HBM slice: PCs x PC bandwidth x
+        efficiency), and ``pes`` (PEs in the system)."""
+        p = self.params
+        g, m, h = p.pe.gemm, p.pe.math, p.cube.hbm
+        return {"gemm_gflops_per_pe": 2.0 * g.mac_rows * g.mac_cols * g.clock_ghz,
+                "math_gops_per_pe": float(m.simd_lanes * m.clock_ghz),
+                "hbm_gbps_per_pe": float(h.pcs_per_pe * h.pc_bw_gbps * h.efficiency),
+                "pes": float(len(self._pes))}
+
     # ------------------------------------------------------------------ lookups
     def node(self, node_id: str | int | Node) -> Node:
         if isinstance(node_id, Node):
