@@ -1,8 +1,9 @@
 """Report over many runs: a sweep (``points.parquet``) or any directory of run directories.
 
 One row per point: its grid values (for a sweep), makespan, speed-up against the slowest
-point of the same trace, and the run's headline (``frames.headline``: top exclusive stage, critical-path op
-kind, queueing hot spot, busiest link); plus each point's exclusive stage totals. Plots:
+point of the same trace, and the run's headline (``frames.headline``: top exclusive stage,
+critical-path op kind, queueing hot spot, busiest link, GEMM GFLOP/s, roofline bound and
+attainment); plus each point's exclusive stage totals. Plots:
 makespan against each swept parameter, and the stage mix per point. Each point's own
 report is one ``kbtrace report POINT_DIR`` away (the tables give the directories).
 
@@ -30,7 +31,8 @@ __all__ = ["is_run_set", "point_frames", "report_sweep"]
 
 _CATEGORIES = ("trace", "topology", "fidelity")
 _HEADLINE = ("top_stage", "top_stage_share", "crit_kind", "crit_share", "hot_spot",
-             "hot_spot_share", "max_link_util")   # frames.headline keys shown per point
+             "hot_spot_share", "max_link_util", "gflops", "bound",
+             "attainment")   # frames.headline keys shown per point
 
 
 def is_run_set(path: str | os.PathLike[str]) -> bool:
