@@ -33,8 +33,11 @@ def allreduce_kernel(tl, x_ptr, N, dtype):
 
 
 def build(w, p):
-    if w.topo.pes_per_cube < p.P or p.N % p.P:
-        raise ValueError(f"need P <= {w.topo.pes_per_cube} PEs and N a multiple of P")
+    if w.topo.pes_per_cube < p.P:
+        raise ValueError(f"P={p.P} PEs but a cube of {w.topo.params.name!r} has "
+                         f"{w.topo.pes_per_cube}; pass -p P={w.topo.pes_per_cube} or less")
+    if p.N % p.P:
+        raise ValueError(f"N={p.N} is not a multiple of P={p.P}; pass an N that is")
     x = w.tensor("x", (w.topo.pes_per_cube, p.N), p.dtype, init=w.random(p.seed), shard="pes")
     w.launch(allreduce_kernel, grid=(p.P, 1), args=(x, p.N, p.dtype), neighbors=ring(p.P))
 
