@@ -85,3 +85,15 @@ def test_report_of_a_directory_of_runs(tmp_path):
         (0, "gemm", "gemm-small-fast"), (1, "softmax", "softmax-small-fast")]
     assert points["speedup"].to_list() == [1.0, 1.0]     # each alone in its trace
     assert (out / "sweep_makespan.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_report_of_a_sweep_whose_points_all_failed(sweep, tmp_path):
+    trace = sweep.parent / "softmax"        # captured by the fixture
+    run_sweep({"traces": [str(trace)], "topologies": [SMALL], "grid": {BW: [0, -1]}},
+              tmp_path / "s")
+    out = report(tmp_path / "s")
+    points = pl.read_csv(out / "tables" / "points.csv")
+    assert points["status"].to_list() == ["error", "error"]
+    assert points["makespan_ns"].is_null().all() and points["speedup"].is_null().all()
+    assert (out / "tables" / "stages.csv").read_text().strip() == "point,stage,time_ns,share"
+    assert "2 point(s), 2 failed" in (out / "index.html").read_text()
