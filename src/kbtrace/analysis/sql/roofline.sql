@@ -8,7 +8,9 @@
 -- 2 * mac_rows * mac_cols * clock_ghz GFLOP/s and HBM pcs_per_pe * pc_bw_gbps * efficiency
 -- GB/s (the PE's own slice) per PE; NULL for runs written before they were recorded.
 -- The roof is min(peak_gflops, intensity * peak_hbm_gbps); the ridge point is
--- peak_gflops / peak_hbm_gbps FLOP/B. Host copies are left out.
+-- peak_gflops / peak_hbm_gbps FLOP/B. The memory roof assumes a PE streams from its own
+-- slice: one that reads several slices at once (more than one DMA read channel) can pass
+-- it (attainment > 1). Host copies are left out.
 --
 -- Columns:
 --   sip, cube, pe (-)        PE coordinates
