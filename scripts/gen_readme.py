@@ -10,7 +10,9 @@ and are copied in between markers:
 * ``<!-- BEGIN:cli-help -->`` … ``<!-- END:cli-help -->``: ``kbtrace --help``.
 
 ``tests/test_readme.py`` fails when README.md is stale; run
-``python scripts/gen_readme.py`` to refresh it.
+``python scripts/gen_readme.py`` to refresh it. It first refreshes the SQL view catalogue
+of docs/analysis.md (``<!-- catalogue:begin -->`` … ``<!-- catalogue:end -->``, from the
+``.sql`` headers; ``tests/test_analysis_sql.py`` checks it), so the README copy is current too.
 """
 
 from __future__ import annotations
@@ -69,12 +71,27 @@ def render(text: str) -> str:
     return _BLOCK.sub(lambda m: m.group(1) + block(m.group("name")) + m.group(3), text)
 
 
+def _catalogue(check: bool) -> bool:
+    """Refresh the SQL view catalogue in docs/analysis.md; True if it was current."""
+    from kbtrace.analysis.sqllib import catalogue_markdown
+
+    doc = ROOT / "docs" / "analysis.md"
+    text = doc.read_text()
+    head, rest = text.split("<!-- catalogue:begin -->\n", 1)
+    _, tail = rest.split("<!-- catalogue:end -->", 1)
+    new = f"{head}<!-- catalogue:begin -->\n{catalogue_markdown()}<!-- catalogue:end -->{tail}"
+    if new != text and not check:
+        doc.write_text(new)
+    return new == text
+
+
 def main() -> int:
+    current = _catalogue("--check" in sys.argv)
     readme = ROOT / "README.md"
     old = readme.read_text()
     new = render(old)
     if "--check" in sys.argv:
-        if new != old:
+        if new != old or not current:
             print("README.md is stale; run: python scripts/gen_readme.py", file=sys.stderr)
             return 1
         return 0

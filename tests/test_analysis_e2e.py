@@ -163,6 +163,10 @@ def test_kbtrace_run_with_topology_overrides(tmp_path, capsys):
     slow = read_run_json(runs / "gemm-small-cube.hbm.pc_bw_gbps_16-fast")
     assert slow["makespan_ns"] > 1.5 * plain["makespan_ns"]     # loads are HBM-bound
     assert slow["topology"]["hash"] != plain["topology"]["hash"]
+    # each run keeps the trace placed for its topology and overrides
+    assert sorted(p.name for p in (data / "traces").iterdir()) == [
+        "gemm-small", "gemm-small-cube.hbm.pc_bw_gbps_16"]
+    assert slow["trace"]["path"].endswith("gemm-small-cube.hbm.pc_bw_gbps_16")
     assert main([*base, "--set", "cube.hbm.nonsense=1"]) == 2
     assert "unknown key 'nonsense'" in capsys.readouterr().err
 

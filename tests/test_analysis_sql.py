@@ -237,3 +237,39 @@ def test_resource_predecessor_ties_and_own_hops(tmp_path):
     with open_run(run_dir) as r:
         assert rows(r, "SELECT op_id, pred_op_id, edge, pred_end_ns FROM _crit_pred "
                        "ORDER BY op_id") == [(2, 1, "resource", 55.0), (4, 1, "resource", 55.0)]
+
+
+def test_roofline_without_and_with_peaks(run, tmp_path):
+    q = ("SELECT sip, cube, pe, span_ns, flops, vector_ops, hbm_bytes, intensity, gflops, "
+         "hbm_gbps, peak_gflops, peak_hbm_gbps, roof_gflops, bound, attainment FROM roofline")
+    # run.json has no peaks and the composite carries no m/n/k: no FLOPs, no roofs
+    assert rows(run, q) == [
+        (0, 0, 0, 120.0, 0.0, 0, 1024, 0.0, 0.0, 8.533333, None, None, None, None, None),
+        (0, 0, 1, 180.0, 0.0, 128, 768, 0.0, 0.0, 4.266667, None, None, None, None, None)]
+    # op 1 (composite gemm on PE0) as a 32 x 32 x 64 GEMM, and the peaks kbtrace replay records
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from kbtrace._io import write_table
+
+    d = write_synthetic_run(tmp_path)
+    ops_path = d.parent / "trace" / "ops.parquet"
+    t = pq.read_table(ops_path)
+    for col, v in (("m", 32), ("n", 32), ("k", 64)):
+        vals = [v if i == 1 else None for i in t.column("op_id").to_pylist()]
+        t = t.set_column(t.schema.get_field_index(col), t.schema.field(col),
+                         pa.array(vals, t.schema.field(col).type))
+    write_table(ops_path, t)
+    info = json.loads((d / "run.json").read_text())
+    info["peaks"] = {"gemm_gflops_per_pe": 2048.0, "math_gops_per_pe": 64.0,
+                     "hbm_gbps_per_pe": 256.0, "pes": 2.0}
+    (d / "run.json").write_text(json.dumps(info))
+    with open_run(d) as r:
+        # PE0: 2*32*32*64 = 131072 FLOP over 1024 HBM bytes = 128 FLOP/B, above the ridge
+        # (2048 / 256 = 8): compute-bound; 131072 / 120 ns = 1092.27 GFLOP/s of a 2048 roof
+        assert rows(r, q) == [
+            (0, 0, 0, 120.0, 131072.0, 0, 1024, 128.0, 1092.266667, 8.533333, 2048.0, 256.0,
+             2048.0, "compute", 0.533333),
+            (0, 0, 1, 180.0, 0.0, 128, 768, 0.0, 0.0, 4.266667, 2048.0, 256.0, 0.0, None, None)]

@@ -6,6 +6,7 @@ import polars as pl
 import pytest
 
 from kbtrace.analysis.reporter import report
+from kbtrace.analysis.run import open_run
 from kbtrace.analysis.sweepreport import is_run_set, point_frames
 from kbtrace.capture import capture
 from kbtrace.cli import main
@@ -73,6 +74,9 @@ def test_report_of_a_sweep_is_self_contained_and_deterministic(sweep, tmp_path, 
         assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
     html = (tmp_path / "a" / "index.html").read_text()
     assert html.count("data:image/png;base64,") == 2 and "8 point(s), 2 failed" in html
+    with open_run(sweep) as r:          # an open run set gets the same report
+        report(r, tmp_path / "c")
+    assert (tmp_path / "c" / "index.html").read_bytes() == (tmp_path / "a" / "index.html").read_bytes()
 
 
 def test_report_of_a_directory_of_runs(tmp_path):

@@ -110,7 +110,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("-p", "--param", action="append", metavar="KEY=VALUE",
                    help="workload parameter override, repeatable (-p M=512)")
     p.add_argument("--fidelity", choices=("fast", "flit"), default="fast", help="replay fidelity")
-    p.add_argument("--out", default="data", help="output root: OUT/traces/<workload>, OUT/runs/<run> (report in RUN/report) (default: data/)")
+    p.add_argument("--out", default="data", help="output root: OUT/traces/<workload>-<topology>, "
+                   "OUT/runs/<workload>-<topology>-<fidelity> (report in RUN/report) (default: data/)")
     p.add_argument("--no-verify", action="store_true", help="skip phase-2 verification")
     p.add_argument("--no-report", action="store_true", help="skip the HTML/PNG report")
     p.set_defaults(func=_run)

@@ -33,30 +33,30 @@ def summary_frame(run: Any) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=["key", "value"], orient="row")
 
 
-def headline(run: Any) -> dict[str, Any]:
+def headline(run: Any, stages: pl.DataFrame | None = None) -> dict[str, Any]:
     """Where a run's time went, in a few numbers: the exclusive stage with the most PE busy
     time (``top_stage``, ``top_stage_share``), the op kind holding most of the critical path
     (``crit_kind``, ``crit_share`` of the makespan), the resource with the most queueing
     (``hot_spot``, ``hot_spot_kind``, ``hot_spot_queue_ns``, ``hot_spot_share`` of all
-    queueing) and the highest link utilisation (``max_link_util``). None where a run has
-    nothing to say (no queueing, no links used)."""
-    st = run.sql("SELECT stage, sum(time_ns) / sum(sum(time_ns)) OVER () AS share "
-                 "FROM stage_breakdown_pe GROUP BY stage ORDER BY sum(time_ns) DESC, stage LIMIT 1")
+    queueing) and the highest link utilisation (``max_link_util``), plus ``roofline_total``.
+    None where a run has nothing to say (no queueing, no links used). ``stages``: the run's
+    ``stage_totals`` if the caller has them already."""
+    st = (stages if stages is not None else stage_totals(run)).head(1)
     cp = run.sql("SELECT kind, sum(contrib_ns) / (SELECT makespan_ns FROM _span) AS share "
                  "FROM critical_path GROUP BY kind ORDER BY share DESC, kind LIMIT 1")
     hs = run.sql("SELECT resource_id, kind, queue_ns, queue_share FROM hotspots ORDER BY rank LIMIT 1")
-    lk = run.sql("SELECT max(util) AS u FROM utilisation WHERE resource_kind = 'link' AND n_hops > 0")
+    lk = top_links(run, 1)
     out: dict[str, Any] = dict.fromkeys(
         ("top_stage", "top_stage_share", "crit_kind", "crit_share", "hot_spot", "hot_spot_kind",
          "hot_spot_queue_ns", "hot_spot_share"))
     if st.height:
-        out["top_stage"], out["top_stage_share"] = st.row(0)
+        out["top_stage"], out["top_stage_share"] = st["stage"][0], st["share"][0]
     if cp.height:
         out["crit_kind"], out["crit_share"] = cp.row(0)
     if hs.height:
         (out["hot_spot"], out["hot_spot_kind"], out["hot_spot_queue_ns"],
          out["hot_spot_share"]) = hs.row(0)
-    out["max_link_util"] = lk["u"][0]
+    out["max_link_util"] = lk["util"][0] if lk.height else None
     out.update(roofline_total(run))
     return out
 

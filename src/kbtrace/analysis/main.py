@@ -138,8 +138,10 @@ def run_workload(workload: str | os.PathLike[str] | None = None, *,
     topo = compile_topology(topo_path, overrides=parse_sets(sets))
     name = wl.stem
     out = Path(out)
-    trace_dir = out / "traces" / name
     tag = f"-{set_tag(sets)}" if sets else ""
+    # the trace is specific to the topology it was placed on (as a sweep's traces/<wl>-<topo>):
+    # a run on another topology or with other overrides must not overwrite this run's trace
+    trace_dir = out / "traces" / f"{name}-{topo_path.stem}{tag}"
     run_dir = out / "runs" / f"{name}-{topo_path.stem}{tag}-{fidelity}"
     summary = RunSummary(name, topo_path.stem + tag, fidelity, trace_dir, run_dir)
     t = time.perf_counter()

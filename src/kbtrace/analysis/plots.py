@@ -205,7 +205,8 @@ def plot_sweep_makespan(points: pl.DataFrame, params: list[str], path: str | os.
         if others and n:
             ax.legend(fontsize=6, title=None if n <= max_lines else f"first {max_lines} of {n}",
                       title_fontsize=6)
-    fig.suptitle("Makespan over the sweep", fontsize=10)
+    more = f" (first {max_panels} of {len(params)} grid parameters)" if len(params) > max_panels else ""
+    fig.suptitle(f"Makespan over the sweep{more}", fontsize=10)
     fig.tight_layout()
     return _save(fig, path)
 
@@ -288,7 +289,7 @@ def plot_timeline(seg: pl.DataFrame, path: str | os.PathLike[str], max_pes: int 
     img = timeline_image(seg, pes, t_end_ns)
     fig, ax = plt.subplots(figsize=(10, max(2.5, 0.22 * len(pes) + 1.2)))
     ax.imshow(img, aspect="auto", interpolation="antialiased",
-              extent=(0.0, t_end_ns / 1000, max(1, len(pes)) - 0.5, -0.5))
+              extent=(0.0, max(t_end_ns, 1.0) / 1000, max(1, len(pes)) - 0.5, -0.5))
     ax.set_yticks(range(len(pes)), [f"s{a}.c{b}.pe{c}" for a, b, c in pes], fontsize=6)
     ax.set_xlabel("time (us)")
     shown = len(pes)
@@ -318,9 +319,12 @@ def plot_link_util(links: pl.DataFrame, path: str | os.PathLike[str]) -> Path:
 
 def plot_roofline(roof: pl.DataFrame, path: str | os.PathLike[str]) -> Path:
     """Roofline of one PE (log-log: arithmetic intensity vs GFLOP/s) with every PE that did
-    GEMM work as a point; the roofs are the per-PE GEMM and HBM peaks of the run."""
+    GEMM work and moved HBM bytes as a point (a PE without HBM traffic has no finite
+    intensity: the legend counts those apart); the roofs are the run's per-PE GEMM and HBM
+    peaks."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
     ok = roof.filter(pl.col("intensity").is_not_null() & (pl.col("gflops") > 0))
+    no_hbm = roof.filter(pl.col("intensity").is_null() & (pl.col("gflops") > 0)).height
     pg = roof["peak_gflops"].drop_nulls()
     pb = roof["peak_hbm_gbps"].drop_nulls()
     if ok.height and pg.len() and pb.len():
@@ -333,7 +337,8 @@ def plot_roofline(roof: pl.DataFrame, path: str | os.PathLike[str]) -> Path:
                 label=f"roof: {peak:,.0f} GFLOP/s, {bw:,.0f} GB/s per PE")
         ax.axvline(peak / bw, color="#999999", linestyle=":", linewidth=0.8)
         ax.scatter(ai, ok["gflops"].to_numpy(), s=14, color="#d62728", zorder=3,
-                   label=f"{ok.height} PE(s)")
+                   label=f"{ok.height} PE(s)" + (f" (+{no_hbm} without HBM traffic, not shown)"
+                                                  if no_hbm else ""))
         ax.set_xscale("log")
         ax.set_yscale("log")
         for axis in (ax.xaxis, ax.yaxis):

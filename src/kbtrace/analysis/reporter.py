@@ -75,6 +75,8 @@ def report(run: Any, out: str | os.PathLike[str] | None = None) -> Path:
     from kbtrace.analysis.run import Run, open_run
     from kbtrace.analysis.sweepreport import is_run_set, report_sweep
 
+    if isinstance(run, Run) and (len(run.run_dirs) > 1 or run.path != run.run_dirs[0]):
+        return report_sweep(run.path, out)
     if not isinstance(run, Run) and is_run_set(run):
         return report_sweep(run, out)
     owned = not isinstance(run, Run)

@@ -17,6 +17,7 @@ Layout of the report directory (default ``SWEEP/report``)::
 
 from __future__ import annotations
 
+import html
 import json
 import os
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any
 import polars as pl
 import pyarrow.parquet as pq
 
+from kbtrace import schema
 from kbtrace.errors import AnalysisError
 
 __all__ = ["is_run_set", "point_frames", "report_sweep"]
@@ -47,8 +49,7 @@ def _points(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
     pts = root / "points.parquet"
     if pts.is_file():
         t = pq.read_table(pts)
-        fixed = {"point", "trace", "topology", "fidelity", "params_json", "run_dir", "status",
-                 "error", "run_id", "makespan_ns", "ops", "hops", "events"}
+        fixed = set(schema.SWEEP_POINTS.names)
         params = [c for c in t.column_names if c not in fixed]
         return t.to_pylist(), params
     from kbtrace.analysis.run import flat_info, read_run_json
@@ -86,8 +87,8 @@ def point_frames(root: str | os.PathLike[str]) -> tuple[pl.DataFrame, pl.DataFra
         h: dict[str, Any] = {}
         if r["status"] == "ok":
             with open_run(root / r["run_dir"]) as run:
-                h = headline(run)
                 st = stage_totals(run)
+                h = headline(run, st)
             stages += [{"point": r["point"], "stage": s, "time_ns": t, "share": sh}
                        for s, t, sh in st.iter_rows()]
         for k in _HEADLINE:
@@ -124,9 +125,10 @@ def report_sweep(root: str | os.PathLike[str], out: str | os.PathLike[str] | Non
     failed = points.filter(pl.col("status") != "ok").height
     cfg = root / "sweep.json"
     source = json.loads(cfg.read_text()).get("source") if cfg.is_file() else None
-    note = (f"{points.height} point(s), {failed} failed" + (f"; config {source}" if source else "")
-            + ". Each point's own report: <code>kbtrace report "
-            + f"{root}/&lt;run_dir&gt;</code>.")
+    note = html.escape(f"{points.height} point(s), {failed} failed"
+                       + (f"; config {Path(source).name}" if source else "")
+                       + ". Each point's own report: ") + "<code>kbtrace report " + html.escape(
+        f"{root.name}/<run_dir>") + "</code>."
     sections = [("Makespan", None, "sweep_makespan"),
                 ("Points", "points", None),
                 ("Where the PE time went, per point", "stages", "sweep_stages")]

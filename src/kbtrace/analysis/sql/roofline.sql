@@ -24,7 +24,7 @@
 --   peak_gflops (GFLOP/s)    GEMM peak of one PE
 --   peak_hbm_gbps (GB/s)     HBM peak of one PE's slice
 --   roof_gflops (GFLOP/s)    what the roofline allows at this intensity
---   bound (-)                'memory' below the ridge point, 'compute' at or above it (NULL without flops)
+--   bound (-)                'memory' below the ridge point, 'compute' at or above it (NULL without flops or peaks)
 --   attainment (-)           gflops / roof_gflops
 CREATE OR REPLACE VIEW roofline AS
 WITH work AS (
@@ -52,7 +52,7 @@ SELECT sip, cube, pe, span_ns, flops, vector_ops, hbm_bytes, intensity, gflops, 
        peak_gflops, peak_hbm_gbps,
        CASE WHEN intensity IS NULL THEN peak_gflops
             ELSE least(peak_gflops, intensity * peak_hbm_gbps) END AS roof_gflops,
-       CASE WHEN flops = 0 THEN NULL
+       CASE WHEN flops = 0 OR peak_gflops IS NULL OR peak_hbm_gbps IS NULL THEN NULL
             WHEN intensity IS NULL OR intensity >= peak_gflops / peak_hbm_gbps THEN 'compute'
             ELSE 'memory' END AS bound,
        CASE WHEN flops = 0 THEN NULL
