@@ -114,6 +114,12 @@ def test_timeline_image_mixes_stage_colours_by_time_per_pixel():
     px = timeline_image(seg2, [(0, 0, 0)], 100.0, width_px=4, band=(0, 1, 0))[0]
     np.testing.assert_allclose(px[0], 0.2 * gemm + 0.8 * white)
     np.testing.assert_allclose(px[1:], np.tile(white, (3, 1)))
+    # folded batch by batch (how the report streams pieces), the image is the same
+    pes = [(0, 0, 0), (0, 0, 1)]
+    whole = timeline_image(seg, pes, 100.0, width_px=8, band=(1, 2, 1))
+    parts = timeline_image((seg.slice(i, 1) for i in range(seg.height)), pes, 100.0,
+                           width_px=8, band=(1, 2, 1))
+    np.testing.assert_allclose(parts, whole)
 
 
 def test_timeline_frame_keeps_every_piece_of_the_first_pes(run_dir):
@@ -127,4 +133,7 @@ def test_timeline_frame_keeps_every_piece_of_the_first_pes(run_dir):
         assert set(first.select("sip", "cube", "pe").rows()) == {(0, 0, 0)}
         assert first.height == r.sql("SELECT count(*) AS n FROM _pe_segments WHERE pe = 0 "
                                      "AND stage <> 'idle'")["n"][0]
-        assert frames.n_pes(r) == 2
+        assert frames.n_pes(r) == 2 and frames.first_pes(r, 1) == [(0, 0, 0)]
+        batches = list(frames.pe_segment_batches(r, batch_rows=3))
+        assert [b.height for b in batches][:-1] == [3] * (len(batches) - 1)
+        assert pl.concat(batches).equals(frames.pe_segments(r))

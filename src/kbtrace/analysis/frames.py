@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import polars as pl
 
+from kbtrace.errors import AnalysisError
+
 __all__ = ["summary_frame", "headline", "roofline", "roofline_total", "stage_totals", "stage_wide", "top_hotspots", "critical_path_by_kind",
-           "node_util_by_kind", "top_links", "pe_overlap", "pe_segments", "n_pes", "mesh_util",
+           "node_util_by_kind", "top_links", "pe_overlap", "pe_segments", "pe_segment_batches", "first_pes", "n_pes", "mesh_util",
            "link_mesh_util", "util_windows", "report_frames"]
 
 
@@ -134,14 +137,37 @@ def pe_overlap(run: Any) -> pl.DataFrame:
     return run.sql("SELECT * FROM overlap ORDER BY sip, cube, pe")
 
 
+def _pe_segments_sql(max_pes: int | None) -> str:
+    pes = "" if max_pes is None else (
+        "JOIN (SELECT sip, cube, pe FROM _pe_span WHERE sip IS NOT NULL ORDER BY sip, cube, pe "
+        f"LIMIT {int(max_pes)}) USING (sip, cube, pe) ")
+    return ("SELECT sip, cube, pe, t0_ns, dur_ns, stage FROM _pe_segments "
+            f"{pes}WHERE stage <> 'idle' ORDER BY sip, cube, pe, t0_ns")
+
+
 def pe_segments(run: Any, max_pes: int | None = None) -> pl.DataFrame:
     """Non-idle ``_pe_segments`` pieces (sip, cube, pe, t0_ns, dur_ns, stage) of every PE, or of
     the first ``max_pes`` PEs (by sip, cube, pe) that have a span; all pieces of each."""
-    pes = "" if max_pes is None else (
-        f"JOIN (SELECT sip, cube, pe FROM _pe_span ORDER BY sip, cube, pe LIMIT {int(max_pes)}) "
-        "USING (sip, cube, pe) ")
-    return run.sql("SELECT sip, cube, pe, t0_ns, dur_ns, stage FROM _pe_segments "
-                   f"{pes}WHERE stage <> 'idle' ORDER BY sip, cube, pe, t0_ns")
+    return run.sql(_pe_segments_sql(max_pes))
+
+
+def pe_segment_batches(run: Any, max_pes: int | None = None,
+                       batch_rows: int = 262_144) -> Iterator[pl.DataFrame]:
+    """``pe_segments`` in frames of at most ``batch_rows`` rows (streamed from DuckDB), so a
+    consumer that folds them (``plots.timeline_image``) holds one batch at a time."""
+    try:
+        reader = run.con.sql(_pe_segments_sql(max_pes)).to_arrow_reader(batch_rows)
+    except Exception as exc:  # duckdb.Error, surfaced like Run.sql's
+        raise AnalysisError(f"SQL failed: {str(exc).splitlines()[0]}") from exc
+    for batch in reader:
+        yield pl.from_arrow(batch)
+
+
+def first_pes(run: Any, n: int) -> list[tuple[int, int, int]]:
+    """The first ``n`` PEs with a busy span, by (sip, cube, pe)."""
+    return [tuple(r) for r in run.sql(
+        f"SELECT sip, cube, pe FROM _pe_span WHERE sip IS NOT NULL ORDER BY sip, cube, pe "
+        f"LIMIT {int(n)}").rows()]
 
 
 def n_pes(run: Any) -> int:

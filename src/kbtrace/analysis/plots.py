@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 import matplotlib
@@ -242,12 +243,16 @@ def _coverage(t0: np.ndarray, t1: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return np.diff(cum[i] + inside)
 
 
-def timeline_image(seg: pl.DataFrame, pes: list[tuple[int, int, int]], t_end_ns: float,
-                   width_px: int = 1200, band: tuple[int, int, int] = (1, 8, 1)) -> np.ndarray:
+def timeline_image(seg: pl.DataFrame | Iterable[pl.DataFrame], pes: list[tuple[int, int, int]],
+                   t_end_ns: float, width_px: int = 1200,
+                   band: tuple[int, int, int] = (1, 8, 1)) -> np.ndarray:
     """RGB image of the per-PE timeline: one band of rows per PE in ``pes`` (``band`` = blank,
     coloured, blank pixel rows), ``width_px`` columns over ``[0, t_end_ns]``. A pixel's colour is
     the time-weighted mix of the stage colours over its time slice (white where idle), so every
-    piece is drawn, however short, and the image is exact at its resolution."""
+    piece is drawn, however short, and the image is exact at its resolution. ``seg``: the
+    pieces (``frames.pe_segments``), or batches of them (``frames.pe_segment_batches``: folded
+    one at a time, so memory does not grow with the run); pieces of PEs not in ``pes`` are
+    ignored."""
     pad0, body, pad1 = band
     rows_per = pad0 + body + pad1
     img = np.ones((max(1, len(pes)) * rows_per, width_px, 3))
@@ -255,37 +260,48 @@ def timeline_image(seg: pl.DataFrame, pes: list[tuple[int, int, int]], t_end_ns:
         return img
     edges = np.linspace(0.0, t_end_ns, width_px + 1)
     px = t_end_ns / width_px
-    white = np.ones(3)
     row_of = {p: r for r, p in enumerate(pes)}
-    keyed = seg.with_columns(pl.col("stage").cast(pl.Utf8)).partition_by(
-        ["sip", "cube", "pe"], as_dict=True, maintain_order=True)
-    for key, df in keyed.items():
-        r = row_of.get(tuple(key))
-        if r is None:
-            continue
-        mix = np.zeros((width_px, 3))
-        busy = np.zeros(width_px)
-        for (stage,), part in df.partition_by("stage", as_dict=True, maintain_order=True).items():
+    mix = np.zeros((len(pes), width_px, 3))      # time-weighted colour per PE and pixel
+    busy = np.zeros((len(pes), width_px))        # busy fraction per PE and pixel
+    rgb: dict[str, np.ndarray] = {}
+    for batch in ([seg] if isinstance(seg, pl.DataFrame) else seg):
+        keyed = batch.with_columns(pl.col("stage").cast(pl.Utf8)).partition_by(
+            ["sip", "cube", "pe", "stage"], as_dict=True, maintain_order=True)
+        for (sip, cube, pe, stage), part in keyed.items():
+            r = row_of.get((sip, cube, pe))
+            if r is None:
+                continue
             t0 = part["t0_ns"].to_numpy()
             t1 = t0 + part["dur_ns"].to_numpy()
             order = np.argsort(t0, kind="stable")
             frac = _coverage(t0[order], t1[order], edges) / px
-            rgb = np.array(matplotlib.colors.to_rgb(STAGE_COLORS.get(stage, "#444444")))
-            mix += frac[:, None] * rgb
-            busy += frac
-        line = mix + np.clip(1.0 - busy, 0.0, 1.0)[:, None] * white
-        img[r * rows_per + pad0:r * rows_per + pad0 + body] = np.clip(line, 0.0, 1.0)
+            c = rgb.get(stage)
+            if c is None:
+                c = rgb[stage] = np.array(matplotlib.colors.to_rgb(STAGE_COLORS.get(stage,
+                                                                                    "#444444")))
+            mix[r] += frac[:, None] * c
+            busy[r] += frac
+    line = np.clip(mix + np.clip(1.0 - busy, 0.0, 1.0)[:, :, None], 0.0, 1.0)
+    for r in range(len(pes)):
+        img[r * rows_per + pad0:r * rows_per + pad0 + body] = line[r]
     return img
 
 
-def plot_timeline(seg: pl.DataFrame, path: str | os.PathLike[str], max_pes: int = 64,
-                  n_pes: int | None = None, t_end_ns: float | None = None) -> Path:
-    """Per-PE timeline: exclusive stage of every instant (idle left blank), the first
-    ``max_pes`` PEs of ``seg``, drawn as one image (``timeline_image``); ``n_pes``: how many PEs
-    the run has (the title says when only some are shown)."""
-    pes = seg.select("sip", "cube", "pe").unique().sort("sip", "cube", "pe").head(max_pes).rows()
-    if t_end_ns is None:
-        t_end_ns = float((seg["t0_ns"] + seg["dur_ns"]).max() or 0.0) if seg.height else 0.0
+def plot_timeline(seg: pl.DataFrame | Iterable[pl.DataFrame], path: str | os.PathLike[str],
+                  max_pes: int = 64, n_pes: int | None = None, t_end_ns: float | None = None,
+                  pes: list[tuple[int, int, int]] | None = None) -> Path:
+    """Per-PE timeline: exclusive stage of every instant (idle left blank), drawn as one image
+    (``timeline_image``) over ``[0, t_end_ns]``. ``pes``: the PEs to draw (default: the first
+    ``max_pes`` of ``seg``, which must then be a frame; batches need both ``pes`` and
+    ``t_end_ns``); ``n_pes``: how many PEs the run has (the title says when only some are shown)."""
+    if pes is None or t_end_ns is None:
+        if not isinstance(seg, pl.DataFrame):
+            raise ValueError("plot_timeline: pass pes and t_end_ns with batches of pieces")
+        if pes is None:
+            pes = seg.select("sip", "cube", "pe").unique().sort("sip", "cube", "pe").head(
+                max_pes).rows()
+        if t_end_ns is None:
+            t_end_ns = float((seg["t0_ns"] + seg["dur_ns"]).max() or 0.0) if seg.height else 0.0
     img = timeline_image(seg, pes, t_end_ns)
     fig, ax = plt.subplots(figsize=(10, max(2.5, 0.22 * len(pes) + 1.2)))
     ax.imshow(img, aspect="auto", interpolation="antialiased",
