@@ -6,12 +6,14 @@ committed at the destination (HBM: last pseudo-channel commit). Transfers move
 as flits of ``cube.hbm.burst_bytes``.
 
 flit (reference)
-    One standing process per directed link (its own ``simpy.Store``, never
-    shared with a node) serialises flits FIFO for ``flit_bytes / bw_gbps`` and
-    delivers each after the propagation delay. One standing process per node
-    (its own inbox ``Store``) forwards flits in arrival order and charges the
-    node's ``overhead_ns`` once per transaction, on the head flit. Flits of
-    concurrent transfers interleave at flit granularity.
+    One standing process per directed link (its own FIFO, never shared with a
+    node) serialises flits FIFO for ``flit_bytes / bw_gbps`` and delivers each
+    after the propagation delay. One standing process per node (its own inbox
+    FIFO) forwards flits in arrival order and charges the node's
+    ``overhead_ns`` once per transaction, on the head flit. Flits of concurrent
+    transfers interleave at flit granularity. The FIFOs (``_Fifo``) and delays
+    (``_after``) schedule exactly the events a ``simpy.Store`` and
+    ``env.timeout`` would, in the same order, without their per-event objects.
 fast
     Per transfer, in closed form: the head reaches link *j* after the node's
     overhead, starts at the earliest time the link is free for the whole
@@ -33,9 +35,11 @@ destination node, and one row per control message.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import simpy
+from simpy.events import NORMAL  # the priority of a Timeout
 
 from kbtrace.errors import InvariantError
 from kbtrace.replay.hbm import HbmController
@@ -45,6 +49,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from kbtrace.replay.recorder import Recorder
 
 __all__ = ["Fabric", "FlitFabric", "FastFabric", "Transfer", "make_fabric"]
+
 
 
 class Transfer:
@@ -152,6 +157,57 @@ class Fabric:
         raise NotImplementedError
 
 
+class _Ev:
+    """A bare SimPy event: what ``Environment.step`` and ``Process._resume`` touch."""
+    __slots__ = ("callbacks", "_ok", "_value")
+
+
+class _Fifo:
+    """An unbounded FIFO with one getter process: ``simpy.Store``'s event sequence, minus its
+    generic machinery (per-request objects with resource bookkeeping, trigger loops).
+
+    The same events are scheduled in the same order as with a ``Store`` (so equal-time ties,
+    and every output, are unchanged): ``put`` appends the item and schedules a put event whose
+    processing hands the head item to a waiting ``get``, which is then scheduled; ``get``
+    returns an event scheduled at once if an item is there, else left waiting.
+    """
+    __slots__ = ("items", "waiting", "sched", "_hand_cb")
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.items: deque[Any] = deque()
+        self.waiting: _Ev | None = None
+        self.sched = env.schedule
+        self._hand_cb = self._hand
+
+    def put(self, item: Any) -> None:
+        self.items.append(item)
+        ev = _Ev()
+        ev.callbacks = [self._hand_cb]
+        ev._ok = True
+        ev._value = None
+        self.sched(ev)
+
+    def _hand(self, _ev: _Ev) -> None:
+        g = self.waiting
+        if g is not None and self.items:
+            self.waiting = None
+            g._ok = True
+            g._value = self.items.popleft()
+            self.sched(g)
+
+    def get(self) -> _Ev:
+        g = _Ev()
+        g.callbacks = []
+        if self.items:
+            g._ok = True
+            g._value = self.items.popleft()
+            self.sched(g)
+        else:
+            g._value = None
+            self.waiting = g
+        return g
+
+
 class FlitFabric(Fabric):
     """Reference mode: per-flit events through standing link and node processes."""
 
@@ -160,8 +216,8 @@ class FlitFabric(Fabric):
     def __init__(self, env: simpy.Environment, topo: Any, rec: Recorder,
                  hbm: dict[int, HbmController]) -> None:
         super().__init__(env, topo, rec, hbm)
-        self.lstore = [simpy.Store(env) for _ in topo.links]
-        self.inbox = [simpy.Store(env) for _ in topo.nodes]
+        self.lstore = [_Fifo(env) for _ in topo.links]
+        self.inbox = [_Fifo(env) for _ in topo.nodes]
         for lk in topo.links:
             env.process(self._link_proc(lk.idx, lk.dst))
         for nd in topo.nodes:
@@ -201,13 +257,22 @@ class FlitFabric(Fabric):
             else:
                 env.timeout(t - now, fs).callbacks.append(lambda e, put=put: [put(f) for f in e.value])
 
+    def _after(self, delay: float, value: Any = None) -> _Ev:
+        """``env.timeout(delay, value)`` without the ``Timeout`` object (same scheduling)."""
+        ev = _Ev()
+        ev.callbacks = []
+        ev._ok = True
+        ev._value = value
+        self.env.schedule(ev, NORMAL, delay)
+        return ev
+
     def _link_proc(self, li: int, dst: int):
         env = self.env
         get = self.lstore[li].get
         bw = self.link_bw[li]
         prop = self.link_prop[li]
         deliver = self._deliver
-        timeout = env.timeout
+        after = self._after
         last_start = 0.0
         while True:
             f = yield get()
@@ -219,14 +284,14 @@ class FlitFabric(Fabric):
             if f.idx == 0:
                 x.queue[f.pos] += now - x.hput
             if bw > 0 and f.nbytes > 0:
-                yield timeout(f.nbytes / bw)
+                yield after(f.nbytes / bw)
             if prop > 0:
-                timeout(prop, f).callbacks.append(deliver)
+                after(prop, f).callbacks.append(deliver)
             else:
                 self._arrive(f)
 
-    def _deliver(self, ev: simpy.Event) -> None:
-        self._arrive(ev.value)
+    def _deliver(self, ev: _Ev) -> None:
+        self._arrive(ev._value)
 
     def _arrive(self, f: _Flit) -> None:
         x = f.x
@@ -243,6 +308,7 @@ class FlitFabric(Fabric):
         get = self.inbox[ni].get
         ov = self.node_ov[ni]
         lstore = self.lstore
+        after = self._after
         while True:
             f = yield get()
             x = f.x
@@ -250,7 +316,7 @@ class FlitFabric(Fabric):
             if f.idx == 0:
                 x.queue[pos] += env.now - x.enter[pos]
                 if ov > 0:
-                    yield env.timeout(ov)
+                    yield after(ov)
             if pos == len(x.links):
                 self._terminal(x, f)
             else:

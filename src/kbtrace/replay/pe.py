@@ -62,6 +62,7 @@ from math import ceil
 from typing import TYPE_CHECKING, Any
 
 import simpy
+from simpy.events import NORMAL  # the priority of a Timeout
 
 from kbtrace.replay import plans as P
 from kbtrace.replay.ops import Op
@@ -72,7 +73,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["Pe", "Command", "Token", "Program"]
 
-NORMAL = 1            # simpy.events.NORMAL: the priority of a Timeout
 _ENGINE = {"load": "dma", "store": "dma", "dot": "gemm", "fill": "math", "math": "math",
            "composite": "scheduler"}
 
