@@ -162,6 +162,17 @@ class _Ev:
     __slots__ = ("callbacks", "_ok", "_value")
 
 
+def after(env: simpy.Environment, delay: float, value: Any = None) -> _Ev:
+    """``env.timeout(delay, value)`` without the ``Timeout`` object: the same event scheduled
+    the same way (its value is ``_value``)."""
+    ev = _Ev()
+    ev.callbacks = []
+    ev._ok = True
+    ev._value = value
+    env.schedule(ev, NORMAL, delay)
+    return ev
+
+
 class _Fifo:
     """An unbounded FIFO with one getter process: ``simpy.Store``'s event sequence, minus its
     generic machinery (per-request objects with resource bookkeeping, trigger loops).
@@ -258,13 +269,7 @@ class FlitFabric(Fabric):
                 env.timeout(t - now, fs).callbacks.append(lambda e, put=put: [put(f) for f in e.value])
 
     def _after(self, delay: float, value: Any = None) -> _Ev:
-        """``env.timeout(delay, value)`` without the ``Timeout`` object (same scheduling)."""
-        ev = _Ev()
-        ev.callbacks = []
-        ev._ok = True
-        ev._value = value
-        self.env.schedule(ev, NORMAL, delay)
-        return ev
+        return after(self.env, delay, value)
 
     def _link_proc(self, li: int, dst: int):
         env = self.env
@@ -513,7 +518,7 @@ class FastFabric(Fabric):
 
     def send(self, op_id: int, tile: int, src: int, dst: int, nbytes: int, addr: int = 0,
              ready: list[float] | None = None, at: float | None = None,
-             ack: float = 0.0, span: tuple[float, float] | None = None) -> simpy.Event:
+             ack: float = 0.0, span: tuple[float, float] | None = None) -> _Ev:
         """As ``Fabric.send``; ``at``: flits ready at this (future) time instead of now;
         ``span``: (first, last) flit ready times instead of ``ready`` (the closed form
         needs no more); ``ack``: the returned event fires that much later (a control
@@ -539,7 +544,7 @@ class FastFabric(Fabric):
         pl = rt.plans[0] or rt.plan(rec, 0)
         if not rt.links:   # source is the destination: no fabric, no commit
             rec.transfer(op_id, tile, pl.pid, t0, t0, t, 1)
-            return env.timeout(t + ack - now, t)
+            return after(env, t + ack - now, t)
         while True:
             k = 0
             for iv, S, A, B in pl.res:
@@ -565,7 +570,7 @@ class FastFabric(Fabric):
                     tt = x
                 done = rt.hbm.write_stream(addr, nbytes, hh, tt) if rt.hbm is not None else tt
                 rec.transfer(op_id, tile, pl.pid, h, t, done, pl.n_rows)
-                return env.timeout(done + ack - now, done)
+                return after(env, done + ack - now, done)
             # resource k is not free: undo its hop's earlier reservations, book the hop
             jr = pl.res_hop[k]
             for iv, S, _A, _B in pl.res[pl.first[jr]:k]:
@@ -579,7 +584,7 @@ class FastFabric(Fabric):
             j = pl.j0 + jr
             if jr == pl.n_hops:
                 done = self._arrive(rt, op_id, tile, addr, h, t, now)
-                return env.timeout(done + ack - now, done)
+                return after(env, done + ack - now, done)
             h, t = self._hop(rt, j, op_id, tile, h, t, now)
             pl = rt.plans[j + 1] or rt.plan(rec, j + 1)
 
