@@ -158,8 +158,13 @@ class Fabric:
 
 
 class _Ev:
-    """A bare SimPy event: what ``Environment.step`` and ``Process._resume`` touch."""
+    """A bare SimPy event: what ``Environment.step`` and ``Process._resume`` touch (plus
+    ``value``, as on a ``Timeout``)."""
     __slots__ = ("callbacks", "_ok", "_value")
+
+    @property
+    def value(self) -> Any:
+        return self._value
 
 
 def after(env: simpy.Environment, delay: float, value: Any = None) -> _Ev:

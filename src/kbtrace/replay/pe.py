@@ -355,7 +355,7 @@ class _DmaWriteFast(_DmaServer):
         return True
 
     def _sent(self, ev: simpy.Event) -> None:
-        self.t_ack = ev._value          # fabric.send's event: a bare event (fabric.after)
+        self.t_ack = ev._value          # fabric.send's event (fabric.after): its value
         self._fire(ev)
 
 
