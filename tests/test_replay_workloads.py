@@ -3,6 +3,8 @@ GEMM tile scaling, HBM bandwidth sensitivity."""
 
 from __future__ import annotations
 
+import copy
+
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -149,3 +151,34 @@ def test_progress_reports_and_changes_nothing(traces, small, tmp_path, monkeypat
                "-o", str(tmp_path / "cli")])
     err = capsys.readouterr().err.splitlines()
     assert rc == 0 and err[-1].startswith(f"replay: {a.ops}/{a.ops} ops (100%), t = ")
+
+
+def test_memoised_plans_equal_fresh_ones(small, traces, tmp_path):
+    """Sim.plan memoises plans: for every op of every workload (including the same op
+    shapes at other addresses, operands in and out of TCM) it returns what plan_for builds."""
+    from kbtrace.replay.engine import Sim
+    from kbtrace.replay.ops import load_ops, plan_for
+
+    for w, tr in traces.items():
+        ops = load_ops(tr.ops())
+        sim = Sim(small, ops, ReplayOptions(out_dir=str(tmp_path / w)), tmp_path / w)
+        planned = [o for o in ops if o.kind not in ("wait", "cycles", "send", "recv", "h2d", "d2h")]
+        for o in planned:
+            assert sim.plan(o) == plan_for(o, small.params), (w, o.op_id)
+        loads = [o for o in planned if o.kind == "load"]
+        again = [o for o in loads if o is not loads[0] and (o.src_addr, o.nbytes) ==
+                 (loads[0].src_addr, loads[0].nbytes)]
+        if again:                                  # one plan object per distinct load
+            assert sim.plan(again[0]) is sim.plan(loads[0])
+        for o in planned:       # the same op with an operand elsewhere, or its result
+            if o.kind not in ("dot", "composite"):
+                continue
+            for field, spaces in (("in_addrs", o.in_spaces), ("dst_addr", [o.dst_space])):
+                if "hbm" not in spaces:
+                    continue
+                moved = copy.copy(o)
+                setattr(moved, field, [a + 4096 for a in o.in_addrs] if field == "in_addrs"
+                        else o.dst_addr + 4096)
+                assert sim.plan(moved) == plan_for(moved, small.params) != plan_for(
+                    o, small.params), (w, o.op_id, field)
+        sim.rec.hops.abort()

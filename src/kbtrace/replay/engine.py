@@ -50,6 +50,7 @@ __all__ = ["replay", "Sim"]
 
 GC_GEN0_THRESHOLD = 1_000_000
 PROGRESS_EVERY = 1 << 15          # SimPy events between progress reports
+PLAN_CACHE = 1 << 14              # memoised load / store plans (cleared when full)
 
 
 def _open(trace: Any) -> tuple[Path | None, dict[str, Any], pa.Table]:
@@ -89,13 +90,39 @@ class Sim:
         self._chan: dict[tuple[int, int, int], simpy.Container] = {}
         self._match: dict[int, int] = {}
         self._resolved: dict[int, int] = {}
+        self._plans: dict[tuple[Any, ...], Any] = {}
         self.launches: list[dict[str, float]] = []
         self.host = topo.host.idx
         self.pes = {c: Pe(self, c) for c in pes}
 
     # ------------------------------------------------------------------ op bookkeeping
     def plan(self, op: Op):
-        return plan_for(op, self.params)
+        """``plan_for(op)``, memoised (plans are immutable, and a kernel's ops repeat them):
+        loads and stores by (address, size); dots and composites by everything their plan
+        reads (shape, tiling, dtypes, epilogue, and the addresses of operands outside TCM); at
+        most ``PLAN_CACHE`` entries."""
+        kind = op.kind
+        if kind == "load":
+            key = (op.src_addr, op.nbytes, 0)
+        elif kind == "store":
+            key = (op.dst_addr, op.nbytes, 1)
+        elif kind == "dot" or kind == "composite":
+            spaces = op.in_spaces or ()
+            key = (kind, op.name, op.m, op.n, op.k, op.extra_json, op.out_dtype,
+                   (op.in_dtypes or ("f32",))[0], tuple(spaces), op.dst_space,
+                   tuple(a if s != "tcm" else None for a, s in zip(op.in_addrs or (), spaces,
+                                                                    strict=False)),
+                   op.dst_addr if kind == "composite" and op.dst_space != "tcm" else None,
+                   tuple(op.out_shape or ()))
+        else:
+            return plan_for(op, self.params)
+        cache = self._plans
+        pl = cache.get(key)
+        if pl is None:
+            if len(cache) >= PLAN_CACHE:
+                cache.clear()
+            pl = cache[key] = plan_for(op, self.params)
+        return pl
 
     def on_done(self, op_id: int, fn: Callable[[], Any]) -> None:
         """Call ``fn()`` when op ``op_id`` completes (it must not have completed yet)."""
