@@ -90,6 +90,8 @@ def test_failed_point_is_recorded_and_the_others_run(trace, tmp_path, capsys):
     assert lines[3].startswith("| 1 | gemm | small | fast | 16 |") and lines[3].endswith(" 1.000x |")
     assert lines[4].startswith("| 2 | gemm | small | fast | 64 |") and lines[4].endswith("x |")
     assert float(lines[4].split("|")[-2].strip()[:-1]) < 1.0     # relative to point 1
+    assert lines[-1] == f"next: kbtrace report {tmp_path / 'cli'}   (makespan against each grid " \
+                        "parameter, per-point bottlenecks)"
     assert err.strip().splitlines()[-1].startswith(
         "kbtrace: error: sweep: 1 of 3 point(s) failed; first: point 0 "
         f"(trace=gemm/topology=small/fidelity=fast/{BW}=-1): ")

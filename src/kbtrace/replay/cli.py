@@ -129,6 +129,8 @@ def _sweep(args: argparse.Namespace) -> int:
     print(render(pl.DataFrame(table), "md"), end="")
     reused = f", {res.reused} reused" if res.reused else ""
     print(f"sweep of {len(rows)} point(s){reused} written to {out} (points.parquet, sweep.json)")
+    print(f"next: kbtrace report {out}   (makespan against each grid parameter, per-point "
+          "bottlenecks)")
     if res.failed:
         f = res.failed[0]
         raise SweepPointsFailed(f"sweep: {len(res.failed)} of {len(rows)} point(s) failed; "
