@@ -204,12 +204,13 @@ def plot_sweep_makespan(points: pl.DataFrame, params: list[str], path: str | os.
         else:
             ax.set_ylim(bottom=0)
         if others and n:
+            outside = {"loc": "upper left", "bbox_to_anchor": (1.0, 1.0)} if n > 3 else {}
             ax.legend(fontsize=6, title=None if n <= max_lines else f"first {max_lines} of {n}",
-                      title_fontsize=6)
+                      title_fontsize=6, **outside)
     more = f" (first {max_panels} of {len(params)} grid parameters)" if len(params) > max_panels else ""
     fig.suptitle(f"Makespan over the sweep{more}", fontsize=10)
     fig.tight_layout()
-    return _save(fig, path)
+    return _save(fig, path, tight=True)     # legends may sit right of the panels
 
 
 def plot_sweep_stages(stages: pl.DataFrame, path: str | os.PathLike[str]) -> Path:
