@@ -70,8 +70,9 @@ def _points(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
 
 def point_frames(root: str | os.PathLike[str]) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
     """``(points, stages, params)``: one row per point (grid values, makespan, ``speedup``
-    against the slowest point of the same trace, the headline of its run), the exclusive stage totals per
-    point (long format), and the grid parameter names (empty for a plain set of runs)."""
+    against the slowest point of the same trace, the headline of its run), the exclusive
+    stage totals per point (long format), and the grid parameter names (empty for a plain
+    set of runs)."""
     from kbtrace.analysis.frames import headline, stage_totals
     from kbtrace.analysis.run import open_run
 
