@@ -16,7 +16,8 @@ from kbtrace.errors import SchemaError
 from kbtrace.topology import compile_topology
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKLOADS = ["gemm", "gemm_composite", "softmax", "ring_allreduce", "data_dependent", "attention"]
+WORKLOADS = ["gemm", "gemm_composite", "softmax", "ring_allreduce", "data_dependent", "attention",
+             "gemm_sharded"]
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,7 @@ WORKLOADS = {
     "ring_allreduce": {},
     "data_dependent": {"R": 32},
     "attention": {"S": 128},
+    "gemm_sharded": {"M": 128, "N": 128, "K": 128},
 }
 
 
