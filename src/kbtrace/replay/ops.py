@@ -16,8 +16,6 @@ from functools import lru_cache
 from math import prod
 from typing import Any
 
-import numpy as np
-import polars as pl
 import pyarrow as pa
 
 from kbtrace._io import column_pylist
@@ -56,42 +54,12 @@ def _make_assign():
 _assign = _make_assign()
 
 
-#: list columns whose values repeat across a kernel's ops (shapes, dtypes, spaces): read once
-#: per distinct value, as tuples shared by every op that has it
-_SHARED = frozenset({"in_spaces", "in_shapes", "in_dtypes", "out_shape"})
-
-
 def load_ops(table: pa.Table) -> list[Op]:
-    """One ``Op`` per row, indexed by ``op_id`` (which the trace keeps dense from 0).
-
-    The columns in ``_SHARED`` hold tuples shared between ops with equal values (a gemm's
-    32,768 ops have two distinct ``in_shapes``), which saves most of their memory; the
-    other list columns (``in_addrs``, ``deps``) are lists, unique per op anyway."""
-    cols = [_shared(table.column(f)) if f in _SHARED else column_pylist(table.column(f))
-            for f in _FIELDS]
+    """One ``Op`` per row, indexed by ``op_id`` (which the trace keeps dense from 0)."""
+    cols = [column_pylist(table.column(f)) for f in _FIELDS]
     ops = [Op(v) for v in zip(*cols, strict=True)]
     ops.sort(key=lambda o: o.op_id)
     return ops
-
-
-def _tuples(v: Any) -> Any:
-    return None if v is None else tuple(_tuples(x) if isinstance(x, list) else x for x in v)
-
-
-def _shared(col: pa.ChunkedArray) -> list[Any]:
-    """A list column as Python values, one tuple object per distinct value (nested lists as
-    nested tuples, nulls as None), grouped by polars."""
-    n = len(col)
-    if not n:
-        return []
-    groups = (pl.DataFrame({"v": pl.from_arrow(col.combine_chunks())}).with_row_index("i")
-              .group_by("v", maintain_order=True).agg(pl.col("i")))
-    out = np.empty(n, dtype=object)
-    one = np.empty(1, dtype=object)       # broadcasts one object (a tuple would be unpacked)
-    for v, idx in groups.iter_rows():
-        one[0] = _tuples(v)
-        out[np.asarray(idx, dtype=np.int64)] = one
-    return out.tolist()
 
 
 def _cycles_per_elem(name: str, p: TopologyParams) -> int:
