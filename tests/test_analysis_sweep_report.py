@@ -33,11 +33,12 @@ def sweep(tmp_path_factory):
     return d / "sweep"
 
 
-def test_points_table_per_point_with_headline_and_speedup_within_a_trace(sweep):
+def test_points_table_per_point_with_headline_and_speedup_within_a_workload(sweep):
     points, stages, params = point_frames(sweep)
     assert params == [BW]
-    assert points.columns[:9] == ["point", "trace", "topology", "fidelity", BW, "status",
-                                  "makespan_ns", "speedup", "top_stage"]
+    assert points.columns[:10] == ["point", "workload", "trace", "topology", "fidelity", BW,
+                                   "status", "makespan_ns", "speedup", "top_stage"]
+    assert points["workload"].to_list() == points["trace"].to_list()   # no workload grid
     assert points.select("point", "trace", BW, "status").rows() == [
         (0, "gemm", 0, "error"), (1, "gemm", 4, "ok"), (2, "gemm", 16, "ok"), (3, "gemm", 64, "ok"),
         (4, "softmax", 0, "error"), (5, "softmax", 4, "ok"), (6, "softmax", 16, "ok"),

@@ -8,11 +8,14 @@ import sys
 import types
 
 import duckdb
+import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 import kbtrace
 from kbtrace import schema
+from kbtrace.analysis.sweepreport import point_frames
 from kbtrace.capture import capture
 from kbtrace.cli import main
 from kbtrace.errors import SweepError
@@ -85,7 +88,7 @@ def test_failed_point_is_recorded_and_the_others_run(trace, tmp_path, capsys):
     assert main(["sweep", str(tmp_path / "c.yaml"), "-o", str(tmp_path / "cli")]) == 1
     out, err = capsys.readouterr()
     lines = out.splitlines()
-    assert lines[0].endswith("| makespan_ns | vs trace's first |")
+    assert lines[0].endswith("| makespan_ns | vs workload's first |")
     assert lines[2] == "| 0 | gemm | small | fast | -1 | error | - |"
     assert lines[3].startswith("| 1 | gemm | small | fast | 16 |") and lines[3].endswith(" 1.000x |")
     assert lines[4].startswith("| 2 | gemm | small | fast | 64 |") and lines[4].endswith("x |")
@@ -164,6 +167,12 @@ def test_workloads_are_captured_once_per_topology(tmp_path):
     ({"traces": ["T"], "topologies": [SMALL], "grid": {"cube.hbm": [8]}}, "names a section"),
     ({"traces": ["a/T", "b/T"], "topologies": [SMALL]}, "two traces are named 'T'"),
     ({"workloads": [{"path": "w.py", "param": {}}], "topologies": [SMALL]}, "unknown key 'param'"),
+    ({"workloads": [{"path": "w.py", "grid": [16]}], "topologies": [SMALL]},
+     "workloads: w.py: grid: expected a mapping"),
+    ({"workloads": [{"path": "w.py", "grid": {"BM": [16, 16]}}], "topologies": [SMALL]},
+     "workloads: w.py: grid.BM: repeated value"),
+    ({"workloads": [{"path": "w.py", "params": {"BM": 8}, "grid": {"BM": [16]}}],
+      "topologies": [SMALL]}, "'BM' is in both params and grid"),
 ])
 def test_bad_config_is_refused_with_the_key(conf, msg):
     with pytest.raises(SweepError, match="sweep config: .*" + msg.replace("[", r"\[")
@@ -242,3 +251,33 @@ def test_config_paths_resolve_from_anywhere_and_take_names(tmp_path, monkeypatch
     with pytest.raises(SweepError, match=r"sweep config: topologies: topology 'smal': no such "
                                          r"path.*did you mean 'small'\?"):
         load_config({"workloads": ["gemm"], "topologies": ["smal"]})
+
+
+def test_workload_grid_expands_into_traces_and_columns(tmp_path):
+    """A workload's own parameters as a grid axis (tile-size tuning): one trace per
+    combination, named after it, and one typed points column per workload key."""
+    wl = {"path": str(ROOT / "capture" / "gemm.py"), "params": {"M": 128, "N": 128, "K": 128},
+          "grid": {"BM": [16, 32]}}
+    c = load_config({"workloads": [wl], "topologies": [SMALL], "grid": {BW: [8, 32]}})
+    assert [(t.name, t.base, dict(t.params)) for t in c.traces] == [
+        ("gemm-BM16", "gemm", {"M": 128, "N": 128, "K": 128, "BM": 16}),
+        ("gemm-BM32", "gemm", {"M": 128, "N": 128, "K": 128, "BM": 32})]
+    assert c.workload_grid_keys == ("BM",)
+    plain = load_config({"workloads": [str(ROOT / "capture" / "gemm.py")], "topologies": [SMALL]})
+    assert "base" not in plain.as_json()["traces"][0]     # sweep.json of plain sweeps unchanged
+    res = run_sweep(c, tmp_path / "s")
+    assert res.ok
+    t = res.points
+    assert t.schema.names[-2:] == [BW, "BM"] and t.schema.field("BM").type == pa.int64()
+    rows = [(r["trace"], r[BW], r["BM"]) for r in t.to_pylist()]
+    assert rows == [("gemm-BM16", 8, 16), ("gemm-BM16", 32, 16), ("gemm-BM32", 8, 32),
+                    ("gemm-BM32", 32, 32)]
+    ms = {(r["BM"], r[BW]): r["makespan_ns"] for r in t.to_pylist()}
+    assert ms[16, 8] > ms[32, 8] and ms[16, 32] > ms[32, 32]     # smaller tiles, more loads
+    assert t.column("run_dir")[0].as_py() == f"trace=gemm-BM16/topology=small/fidelity=fast/{BW}=8"
+    again = run_sweep(c, tmp_path / "s", resume=True)            # point keys are stable
+    assert again.reused == 4
+    points, _, params = point_frames(tmp_path / "s")
+    assert params == [BW, "BM"] and set(points["workload"]) == {"gemm"}
+    assert points["speedup"].min() == 1.0 and points.filter(
+        pl.col("speedup") == 1.0)["BM"].to_list() == [16]          # slowest of the workload

@@ -1,7 +1,9 @@
 """Report over many runs: a sweep (``points.parquet``) or any directory of run directories.
 
-One row per point: its grid values (for a sweep), makespan, speed-up against the slowest
-point of the same trace, and the run's headline (``frames.headline``: top exclusive stage,
+One row per point: its workload (the workload entry of the config: a workload with a
+``grid`` of its own parameters is one workload over several traces), grid values (for a
+sweep), makespan, speed-up against the slowest point of the same workload, and the run's
+headline (``frames.headline``: top exclusive stage,
 critical-path op kind, queueing hot spot, busiest link, GEMM GFLOP/s, roofline bound and
 attainment); plus each point's exclusive stage totals. Plots:
 makespan against each swept parameter, and the stage mix per point. Each point's own
@@ -45,19 +47,29 @@ def is_run_set(path: str | os.PathLike[str]) -> bool:
 
 
 def _points(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """(point rows, grid parameter names): from points.parquet, else every run.json below."""
+    """(point rows, grid parameter names): from points.parquet, else every run.json below.
+    Each row's ``workload`` is its trace's workload entry (``base`` of a gridded workload in
+    sweep.json), else the trace itself."""
     pts = root / "points.parquet"
     if pts.is_file():
         t = pq.read_table(pts)
         fixed = set(schema.SWEEP_POINTS.names)
         params = [c for c in t.column_names if c not in fixed]
-        return t.to_pylist(), params
+        cfg = root / "sweep.json"
+        traces = (json.loads(cfg.read_text()).get("config") or {}).get("traces", []) \
+            if cfg.is_file() else []
+        base = {tr.get("name"): tr.get("base") or tr.get("name") for tr in traces}
+        rows = t.to_pylist()
+        for r in rows:
+            r["workload"] = base.get(r["trace"], r["trace"])
+        return rows, params
     from kbtrace.analysis.run import flat_info, read_run_json
 
     rows = []
     for i, d in enumerate(sorted(p.parent for p in root.rglob("run.json"))):
         info = flat_info(read_run_json(d))
-        rows.append({"point": i, "trace": info.get("workload") or "", "topology":
+        rows.append({"point": i, "trace": info.get("workload") or "",
+                     "workload": info.get("workload") or "", "topology":
                      info.get("topology") or "", "fidelity": info.get("fidelity") or "",
                      "run_dir": d.relative_to(root).as_posix(), "status": "ok", "error": None,
                      "run_id": info.get("run_id"), "makespan_ns": info.get("makespan_ns"),
@@ -69,8 +81,8 @@ def _points(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def point_frames(root: str | os.PathLike[str]) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
-    """``(points, stages, params)``: one row per point (grid values, makespan, ``speedup``
-    against the slowest point of the same trace, the headline of its run), the exclusive
+    """``(points, stages, params)``: one row per point (workload, grid values, makespan,
+    ``speedup`` against the slowest point of the same workload, the headline of its run), the exclusive
     stage totals per point (long format), and the grid parameter names (empty for a plain
     set of runs)."""
     from kbtrace.analysis.frames import headline, stage_totals
@@ -80,7 +92,7 @@ def point_frames(root: str | os.PathLike[str]) -> tuple[pl.DataFrame, pl.DataFra
     rows, params = _points(root)
     out, stages = [], []
     for r in rows:
-        row: dict[str, Any] = {"point": r["point"]}
+        row: dict[str, Any] = {"point": r["point"], "workload": r["workload"]}
         row.update({c: r[c] for c in _CATEGORIES})
         row.update({p: r[p] for p in params})
         row.update(status=r["status"], makespan_ns=r["makespan_ns"], ops=r["ops"],
@@ -96,10 +108,10 @@ def point_frames(root: str | os.PathLike[str]) -> tuple[pl.DataFrame, pl.DataFra
             row[k] = h.get(k)
         out.append(row)
     points = pl.DataFrame(out, infer_schema_length=None)
-    points = points.with_columns(   # only points of one trace are comparable
-        (pl.col("makespan_ns").max().over("trace") / pl.col("makespan_ns")).alias("speedup")).select(
-        "point", *_CATEGORIES, *params, "status", "makespan_ns", "speedup", *_HEADLINE,
-        "ops", "hops", "run_dir", "error")
+    points = points.with_columns(   # only points of one workload are comparable
+        (pl.col("makespan_ns").max().over("workload") / pl.col("makespan_ns")).alias("speedup")
+    ).select("point", "workload", *_CATEGORIES, *params, "status", "makespan_ns", "speedup",
+             *_HEADLINE, "ops", "hops", "run_dir", "error")
     stage_df = (pl.DataFrame(stages, schema={"point": pl.Int64, "stage": pl.Utf8,
                                              "time_ns": pl.Float64, "share": pl.Float64})
                 .sort("point", "stage"))
@@ -119,7 +131,9 @@ def report_sweep(root: str | os.PathLike[str], out: str | os.PathLike[str] | Non
     for name, df in tables.items():
         write_frame(df, "csv", out_dir / "tables" / f"{name}.csv")
         write_frame(df, "md", out_dir / "tables" / f"{name}.md")
-    groups = tuple(c for c in _CATEGORIES if points[c].n_unique() > 1)
+    # lines: per workload (the traces of a gridded workload are points on its lines),
+    # topology and fidelity
+    groups = tuple(c for c in ("workload", "topology", "fidelity") if points[c].n_unique() > 1)
     pngs = {"sweep_makespan": plots.plot_sweep_makespan(points, params,
                                                         out_dir / "sweep_makespan.png", groups),
             "sweep_stages": plots.plot_sweep_stages(stages, out_dir / "sweep_stages.png")}

@@ -113,19 +113,22 @@ def _sweep(args: argparse.Namespace) -> int:
     import polars as pl
 
     from kbtrace.analysis.formats import render
-    keys = [k for k, _ in cfg.grid]
+    keys = [k for k, _ in cfg.grid] + list(cfg.workload_grid_keys)
     rows = res.points.to_pylist()
-    base: dict[str, float] = {}     # per trace: the makespan of its first successful point
+    # per workload (a trace, or all the traces of one gridded workload entry): the makespan
+    # of its first successful point
+    group = {t.name: t.base or t.name for t in cfg.traces}
+    base: dict[str, float] = {}
     for r in rows:
         if r["makespan_ns"]:
-            base.setdefault(r["trace"], r["makespan_ns"])
-    table = {c: [str(r[c]) for r in rows] for c in ("point", "trace", "topology", "fidelity",
-                                                     *keys)}
+            base.setdefault(group[r["trace"]], r["makespan_ns"])
+    table = {c: ["-" if r[c] is None else str(r[c]) for r in rows]
+             for c in ("point", "trace", "topology", "fidelity", *keys)}
     table["makespan_ns"] = [f"{r['makespan_ns']:,.1f}" if r["makespan_ns"] is not None
                             else r["status"] for r in rows]
-    table["vs trace's first"] = [f"{r['makespan_ns'] / base[r['trace']]:.3f}x"
-                                 if r["makespan_ns"] is not None and r["trace"] in base else "-"
-                                 for r in rows]
+    table["vs workload's first"] = [f"{r['makespan_ns'] / base[group[r['trace']]]:.3f}x"
+                                    if r["makespan_ns"] is not None
+                                    and group[r["trace"]] in base else "-" for r in rows]
     print(render(pl.DataFrame(table), "md"), end="")
     reused = f", {res.reused} reused" if res.reused else ""
     print(f"sweep of {len(rows)} point(s){reused} written to {out} (points.parquet, sweep.json)")

@@ -6,6 +6,8 @@ and the grid::
     traces: [data/traces/gemm]         # trace directories written by `kbtrace capture`
     workloads:                         # and/or workloads, captured once per topology
       - capture/softmax.py             #   a path, or {path: ..., params: {R: 64}, name: ...}
+      - path: capture/gemm.py          #   its own parameters gridded: one trace per
+        grid: {BM: [16, 32, 64]}       #   combination (gemm-BM16, ...), a points column each
     topologies: [topologies/small.yaml]
     fidelity: [fast]                   # optional, default [fast]
     grid:                              # topology parameter (YAML path) -> values
@@ -76,11 +78,17 @@ _RUN_FILES = ("op_timing.parquet", "hops.parquet", "nodes.parquet", "links.parqu
 
 @dataclass(frozen=True)
 class TraceSpec:
-    """A trace to replay: an existing directory (``path``) or a workload to capture."""
+    """A trace to replay: an existing directory (``path``) or a workload to capture.
+
+    A workload entry with a ``grid`` of workload parameters expands into one spec per
+    combination: ``base`` is the entry's name, ``grid`` this combination's values (also in
+    ``params``), and ``name`` is ``base`` followed by ``-KEYvalue`` per grid key."""
     name: str
     path: str | None = None
     workload: str | None = None
     params: tuple[tuple[str, Any], ...] = ()
+    base: str = ""
+    grid: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -92,9 +100,16 @@ class SweepConfig:
     check_invariants: bool = True
     source: str = "<config>"
 
+    @property
+    def workload_grid_keys(self) -> tuple[str, ...]:
+        """The workload parameters some trace is gridded over, in first-seen order."""
+        return tuple(dict.fromkeys(k for t in self.traces for k, _ in t.grid))
+
     def as_json(self) -> dict[str, Any]:
         return {"traces": [{"name": t.name, "path": t.path, "workload": t.workload,
-                            "params": dict(t.params)} for t in self.traces],
+                            "params": dict(t.params),
+                            **({"base": t.base, "grid": dict(t.grid)} if t.grid else {})}
+                           for t in self.traces],
                 "topologies": list(self.topologies), "fidelity": list(self.fidelities),
                 "grid": {k: list(v) for k, v in self.grid},
                 "check_invariants": self.check_invariants}
@@ -111,6 +126,7 @@ class Point:
     fidelity: str
     params: tuple[tuple[str, Any], ...]
     check_invariants: bool = True
+    workload_params: tuple[tuple[str, Any], ...] = ()    # the trace's workload grid values
 
     @property
     def rel_dir(self) -> str:
@@ -123,7 +139,9 @@ class Point:
         return {"point": self.index, "trace": self.trace, "trace_dir": self.trace_dir,
                 "topology": self.topology, "topology_name": self.topology_name,
                 "fidelity": self.fidelity, "params": dict(self.params),
-                "check_invariants": self.check_invariants, "run_dir": self.rel_dir}
+                "check_invariants": self.check_invariants, "run_dir": self.rel_dir,
+                **({"workload_params": dict(self.workload_params)}
+                   if self.workload_params else {})}
 
 
 @dataclass
@@ -203,16 +221,26 @@ def load_config(src: str | Path | Mapping[str, Any],
         if not isinstance(w, dict) or not isinstance(w.get("path"), str):
             raise SweepError(f"{where}: workloads: {w!r}: expected a path or "
                              "{path: capture/gemm.py, params: {M: 256}, name: gemm256}")
-        extra = sorted(set(w) - {"path", "params", "name"})
+        extra = sorted(set(w) - {"path", "params", "name", "grid"})
         if extra:
             raise SweepError(f"{where}: workloads: {w['path']}: unknown key {extra[0]!r}; "
-                             "use path, params, name")
+                             "use path, params, name, grid")
         params = w.get("params") or {}
         if not isinstance(params, dict):
             raise SweepError(f"{where}: workloads: {w['path']}: params must be a mapping, "
                              "e.g. {M: 256}")
-        traces.append(TraceSpec(name=str(w.get("name") or Path(w["path"]).stem),
-                                workload=w["path"], params=tuple(params.items())))
+        base = str(w.get("name") or Path(w["path"]).stem)
+        wgrid = _axes(w.get("grid") or {}, f"{where}: workloads: {w['path']}: grid",
+                      "{BM: [16, 32, 64]}")
+        both = sorted(set(params) & {k for k, _ in wgrid})
+        if both:
+            raise SweepError(f"{where}: workloads: {w['path']}: {both[0]!r} is in both params "
+                             "and grid; keep it in one")
+        for combo in itertools.product(*(v for _, v in wgrid)):
+            g = tuple(zip((k for k, _ in wgrid), combo, strict=True))
+            traces.append(TraceSpec(name=base + "".join(f"-{k}{_fmt(v)}" for k, v in g),
+                                    workload=w["path"], params=tuple(params.items()) + g,
+                                    base=base, grid=g))
     if not traces:
         raise SweepError(f"{where}: nothing to replay; add traces: [DIR, ...] or "
                          "workloads: [capture/WORKLOAD.py, ...]")
@@ -236,21 +264,12 @@ def load_config(src: str | Path | Mapping[str, Any],
     if not isinstance(axes, dict):
         raise SweepError(f"{where}: grid: expected a mapping KEY: [values], e.g. "
                          "cube.hbm.pc_bw_gbps: [8, 16, 32]")
-    axes = {**axes, **(grid or {})}
-    g: list[tuple[str, tuple[Any, ...]]] = []
-    for key, vals in axes.items():
-        vals = _list(vals, f"{where}: grid.{key}", "[8, 16, 32]")
+    g = _axes({**axes, **(grid or {})}, f"{where}: grid", "cube.hbm.pc_bw_gbps: [8, 16, 32]")
+    for key, vals in g:
         try:   # the key must name a topology parameter (values are judged per point)
-            apply_overrides({}, {str(key): vals[0]}, f"{where}: grid")
+            apply_overrides({}, {key: vals[0]}, f"{where}: grid")
         except TopologyError as e:
             raise SweepError(str(e)) from None
-        for v in vals:
-            if not isinstance(v, (str, int, float, bool)) or not _VALUE.match(_fmt(v)):
-                raise SweepError(f"{where}: grid.{key}: value {v!r} cannot name a directory; "
-                                 "use numbers or words of letters, digits, '_', '.', '+', '-'")
-        if len(set(map(_fmt, vals))) != len(vals):
-            raise SweepError(f"{where}: grid.{key}: repeated value in {vals}")
-        g.append((str(key), tuple(vals)))
     check = raw.get("check_invariants", True)
     if not isinstance(check, bool):
         raise SweepError(f"{where}: check_invariants: expected true or false")
@@ -261,6 +280,24 @@ def load_config(src: str | Path | Mapping[str, Any],
     topos = [_find(t, "topology", where, "topologies") for t in topos]
     return SweepConfig(tuple(traces), tuple(topos), tuple(dict.fromkeys(fids)), tuple(g), check,
                        where)
+
+
+def _axes(raw: Any, where: str, example: str) -> list[tuple[str, tuple[Any, ...]]]:
+    """A grid mapping KEY: [values] checked: scalar values that can name a directory,
+    none repeated; (key, values) in the order written."""
+    if not isinstance(raw, dict):
+        raise SweepError(f"{where}: expected a mapping KEY: [values], e.g. {example}")
+    out = []
+    for key, vals in raw.items():
+        vals = _list(vals, f"{where}.{key}", "[8, 16, 32]")
+        for v in vals:
+            if not isinstance(v, (str, int, float, bool)) or not _VALUE.match(_fmt(v)):
+                raise SweepError(f"{where}.{key}: value {v!r} cannot name a directory; "
+                                 "use numbers or words of letters, digits, '_', '.', '+', '-'")
+        if len(set(map(_fmt, vals))) != len(vals):
+            raise SweepError(f"{where}.{key}: repeated value in {vals}")
+        out.append((str(key), tuple(vals)))
+    return out
 
 
 def _find(p: str, kind: str, where: str, key: str) -> str:
@@ -322,7 +359,8 @@ def points(cfg: SweepConfig, trace_dirs: Mapping[tuple[str, str], str],
             for fid in cfg.fidelities:
                 for combo in combos:
                     out.append(Point(len(out), t.name, trace_dirs[t.name, topo], topo, tname, fid,
-                                     tuple(zip(keys, combo, strict=True)), cfg.check_invariants))
+                                     tuple(zip(keys, combo, strict=True)), cfg.check_invariants,
+                                     t.grid))
     return out
 
 
@@ -430,7 +468,8 @@ def _grid_type(vals: Sequence[Any]) -> pa.DataType:
 
 def points_table(cfg: SweepConfig, pts: Sequence[Point],
                  results: Sequence[dict[str, Any]]) -> pa.Table:
-    """``schema.SWEEP_POINTS`` columns, then one typed column per grid key."""
+    """``schema.SWEEP_POINTS`` columns, then one typed column per grid key, then one per
+    workload grid key."""
     cols: dict[str, list[Any]] = {
         "point": [p.index for p in pts], "trace": [p.trace for p in pts],
         "topology": [p.topology_name for p in pts], "fidelity": [p.fidelity for p in pts],
@@ -444,6 +483,12 @@ def points_table(cfg: SweepConfig, pts: Sequence[Point],
         fields.append(pa.field(key, typ, nullable=False,
                                metadata={"unit": "-", "doc": f"grid value of {key}"}))
         arrays.append(pa.array([dict(p.params)[key] for p in pts], typ))
+    for key in cfg.workload_grid_keys:     # null for traces not gridded over the key
+        vals = [dict(p.workload_params).get(key) for p in pts]
+        typ = _grid_type([v for v in vals if v is not None])
+        fields.append(pa.field(key, typ, nullable=True,
+                               metadata={"unit": "-", "doc": f"workload grid value of {key}"}))
+        arrays.append(pa.array(vals, typ))
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields,
                                                           metadata=schema.SWEEP_POINTS.metadata))
 
