@@ -15,7 +15,8 @@ import pytest
 
 import kbtrace
 from kbtrace import schema
-from kbtrace.analysis.sweepreport import point_frames
+from kbtrace.analysis.reporter import report
+from kbtrace.analysis.sweepreport import point_frames, tuning_frame, workload_grid_keys
 from kbtrace.capture import capture
 from kbtrace.cli import main
 from kbtrace.errors import SweepError
@@ -281,3 +282,12 @@ def test_workload_grid_expands_into_traces_and_columns(tmp_path):
     assert params == [BW, "BM"] and set(points["workload"]) == {"gemm"}
     assert points["speedup"].min() == 1.0 and points.filter(
         pl.col("speedup") == 1.0)["BM"].to_list() == [16]          # slowest of the workload
+    assert workload_grid_keys(tmp_path / "s") == ["BM"]
+    best = tuning_frame(points, params, ["BM"])                    # the tuning answer
+    assert best.select("workload", BW, "BM", "point").rows() == [("gemm", 8, 32, 2),
+                                                                  ("gemm", 32, 32, 3)]
+    assert best["speedup"].to_list() == pytest.approx([ms[16, 8] / ms[32, 8],
+                                                       ms[16, 32] / ms[32, 32]])
+    out = report(tmp_path / "s")
+    assert (out / "tables" / "tuning.csv").read_text().splitlines()[0] == (
+        f"workload,topology,fidelity,{BW},BM,makespan_ns,speedup,point")

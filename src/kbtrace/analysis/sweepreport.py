@@ -12,6 +12,8 @@ report is one ``kbtrace report POINT_DIR`` away (the tables give the directories
 Layout of the report directory (default ``SWEEP/report``)::
 
     index.html                 everything below, PNGs embedded as base64
+    tables/tuning.csv|.md      (sweeps over a workload's own parameters) the fastest
+                               combination per workload and machine
     tables/points.csv|.md      one row per point
     tables/stages.csv|.md      point x exclusive stage: time_ns, share of PE busy time
     sweep_makespan.png  sweep_stages.png
@@ -31,7 +33,7 @@ import pyarrow.parquet as pq
 from kbtrace import schema
 from kbtrace.errors import AnalysisError
 
-__all__ = ["is_run_set", "point_frames", "report_sweep"]
+__all__ = ["is_run_set", "point_frames", "workload_grid_keys", "tuning_frame", "report_sweep"]
 
 _CATEGORIES = ("trace", "topology", "fidelity")
 _HEADLINE = ("top_stage", "top_stage_share", "crit_kind", "crit_share", "hot_spot",
@@ -118,6 +120,31 @@ def point_frames(root: str | os.PathLike[str]) -> tuple[pl.DataFrame, pl.DataFra
     return points, stage_df, params
 
 
+def workload_grid_keys(root: str | os.PathLike[str]) -> list[str]:
+    """The workload parameters a sweep grids over (its config's workload ``grid`` keys)."""
+    cfg = Path(root) / "sweep.json"
+    if not cfg.is_file():
+        return []
+    traces = (json.loads(cfg.read_text()).get("config") or {}).get("traces", [])
+    return list(dict.fromkeys(k for t in traces for k in (t.get("grid") or {})))
+
+
+def tuning_frame(points: pl.DataFrame, params: list[str], wkeys: list[str]) -> pl.DataFrame:
+    """For each workload on each machine (topology, fidelity and topology grid values), its
+    fastest combination of workload grid values: the tuning answer of a sweep over a
+    workload's own parameters. ``speedup``: against the slowest combination there."""
+    machine = ["workload", "topology", "fidelity", *[p for p in params if p not in wkeys]]
+    ok = points.filter(pl.col("status") == "ok")
+    if not wkeys or not ok.height:
+        return pl.DataFrame()
+    ranked = ok.with_columns(
+        (pl.col("makespan_ns").max().over(machine) / pl.col("makespan_ns")).alias("speedup"),
+        pl.col("makespan_ns").rank("ordinal").over(machine).alias("_rank"))
+    return (ranked.filter(pl.col("_rank") == 1)
+            .select(*machine, *wkeys, "makespan_ns", "speedup", "point")
+            .sort(machine))
+
+
 def report_sweep(root: str | os.PathLike[str], out: str | os.PathLike[str] | None = None) -> Path:
     """Write the report of a sweep or directory of runs; return the report directory."""
     from kbtrace.analysis import plots
@@ -128,6 +155,9 @@ def report_sweep(root: str | os.PathLike[str], out: str | os.PathLike[str] | Non
     out_dir = Path(out) if out else root / "report"
     points, stages, params = point_frames(root)
     tables = {"points": points, "stages": stages}
+    tuning = tuning_frame(points, params, workload_grid_keys(root))
+    if tuning.height:
+        tables = {"tuning": tuning, **tables}
     for name, df in tables.items():
         write_frame(df, "csv", out_dir / "tables" / f"{name}.csv")
         write_frame(df, "md", out_dir / "tables" / f"{name}.md")
@@ -145,6 +175,8 @@ def report_sweep(root: str | os.PathLike[str], out: str | os.PathLike[str] | Non
                        + ". Each point's own report: ") + "<code>kbtrace report " + html.escape(
         f"{root.name}/<run_dir>") + "</code>."
     sections = [("Makespan", None, "sweep_makespan"),
+                *([("Fastest workload parameters per machine", "tuning", None)]
+                  if "tuning" in tables else []),
                 ("Points", "points", None),
                 ("Where the PE time went, per point", "stages", "sweep_stages")]
     write_page(out_dir, f"kbtrace sweep report: {root.name}", sections, tables, pngs, note=note,
