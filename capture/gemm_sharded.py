@@ -40,6 +40,9 @@ def gemm_sharded_kernel(tl, a_shards, b_shards, c_shards, M, N, K, BM, BK, BN, d
 
 
 def build(w, p):
+    for name in ("M", "N", "K", "BM", "BN", "BK"):
+        if getattr(p, name) < 1:
+            raise ValueError(f"{name}={getattr(p, name)} must be >= 1")
     cubes = w.topo.n_sips * w.topo.cubes_per_sip
     if p.M % (cubes * p.BM):
         raise ValueError(f"M={p.M} must split into whole BM={p.BM}-row tiles over {cubes} cubes: "

@@ -33,6 +33,8 @@ def allreduce_kernel(tl, x_ptr, N, dtype):
 
 
 def build(w, p):
+    if p.P < 1:
+        raise ValueError(f"P={p.P} must be >= 1 (the PEs in the ring)")
     if w.topo.pes_per_cube < p.P:
         raise ValueError(f"P={p.P} PEs but a cube of {w.topo.params.name!r} has "
                          f"{w.topo.pes_per_cube}; pass -p P={w.topo.pes_per_cube} or less")

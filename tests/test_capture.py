@@ -177,3 +177,17 @@ def test_cli_capture_and_trace_show(tmp_path, capsys):
     assert "16 PEs active" in text and "c (output, 1 shard)" in text
     assert main(["capture", str(_wl("gemm")), "-p", "M=abc", "-o", str(out)]) == 2
     assert "expected int" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, params, msg", [
+    ("gemm_sharded", {"BM": 0}, "BM=0 must be >= 1"),
+    ("gemm_sharded", {"M": 96}, "M=96 must split into whole BM=32-row tiles over 4 cubes: pass "
+                                "a multiple of 128"),
+    ("ring_allreduce", {"P": 0}, r"P=0 must be >= 1 \(the PEs in the ring\)"),
+    ("ring_allreduce", {"P": 16}, "P=16 PEs but a cube of 'small' has 8; pass -p P=8 or less"),
+])
+def test_workload_parameters_are_checked_with_the_fix(small, tmp_path, name, params, msg):
+    from kbtrace.errors import CaptureError
+
+    with pytest.raises(CaptureError, match=msg):
+        capture(_wl(name), small, params, tmp_path)

@@ -222,3 +222,17 @@ def test_fast_stretch_booking_equals_hop_by_hop(tmp_path, sends):
             _prune(iv_a, now)
             _prune(iv_b, now)
             assert np.allclose(iv_a, iv_b, rtol=0, atol=1e-6)
+
+
+def test_bare_events_refuse_a_negative_delay_like_timeout():
+    import simpy
+
+    from kbtrace.errors import InvariantError
+    from kbtrace.replay.fabric import after
+
+    env = simpy.Environment()
+    ev = after(env, 2.5, "x")
+    env.run()
+    assert env.now == 2.5 and ev.value == "x"
+    with pytest.raises(InvariantError, match=r"scheduled 1 ns in the past \(at 1.5 ns, now 2.5 ns\)"):
+        after(env, -1.0)

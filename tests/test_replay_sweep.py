@@ -174,6 +174,14 @@ def test_workloads_are_captured_once_per_topology(tmp_path):
      "workloads: w.py: grid.BM: repeated value"),
     ({"workloads": [{"path": "w.py", "params": {"BM": 8}, "grid": {"BM": [16]}}],
       "topologies": [SMALL]}, "'BM' is in both params and grid"),
+    ({"workloads": [{"path": "w.py", "grid": {"BM": [16, "x"]}}], "topologies": [SMALL]},
+     "grid.BM: values .* mix kinds"),
+    ({"workloads": [{"path": "w.py", "grid": {"BM": [16]}}, {"path": "v.py", "name": "x",
+                                                           "grid": {"BM": ["a"]}}],
+      "topologies": [SMALL]}, "grid key 'BM' has both number and word values"),
+    ({"workloads": ["g/w.py", {"path": "w.py", "grid": {"BM": [16]}}], "topologies": [SMALL]},
+     "two workloads are named 'w'"),
+    ({"traces": ["T"], "topologies": [SMALL], "grid": {BW: [8, "x"]}}, f"grid.{BW}: .* mix kinds"),
 ])
 def test_bad_config_is_refused_with_the_key(conf, msg):
     with pytest.raises(SweepError, match="sweep config: .*" + msg.replace("[", r"\[")
@@ -291,3 +299,19 @@ def test_workload_grid_expands_into_traces_and_columns(tmp_path):
     out = report(tmp_path / "s")
     assert (out / "tables" / "tuning.csv").read_text().splitlines()[0] == (
         f"workload,topology,fidelity,{BW},BM,makespan_ns,speedup,point")
+
+
+def test_report_of_a_sweep_mixing_gridded_and_plain_workloads(trace, tmp_path):
+    """A workload grid key is null for the other traces: the report still draws it, and the
+    tuning table lists only the gridded workload."""
+    res = run_sweep({"traces": [str(trace)],
+                     "workloads": [{"path": str(ROOT / "capture" / "gemm.py"), "name": "g",
+                                    "params": {"M": 64, "N": 64, "K": 64},
+                                    "grid": {"BM": [16, 32]}}],
+                     "topologies": [SMALL]}, tmp_path / "s")
+    assert res.ok and res.points.column("BM").to_pylist() == [None, 16, 32]
+    out = report(tmp_path / "s")
+    tuning = pl.read_csv(out / "tables" / "tuning.csv")
+    assert tuning.select("workload", "BM").rows() == [("g", 32)]
+    points = pl.read_csv(out / "tables" / "points.csv")
+    assert points["workload"].to_list() == ["gemm", "g", "g"]

@@ -259,7 +259,8 @@ HOPS = _schema("hops", "One row per op per hop (fabric link or engine stage).", 
 
 SWEEP_POINTS = _schema(
     "sweep_points", "One row per point of a sweep (points.parquet), sorted by point; one typed "
-    "column per grid key follows these (named by the key, e.g. cube.hbm.pc_bw_gbps).", [
+    "column per grid key follows these (named by the key, e.g. cube.hbm.pc_bw_gbps), then one "
+    "nullable column per workload grid key (e.g. BM; null for traces not gridded over it).", [
         _f("point", pa.int32(), "-", "index in enumeration order (traces x topologies x "
            "fidelities x grid, the last grid key varying fastest)"),
         _f("trace", pa.string(), "-", "trace name (the trace=... partition)"),

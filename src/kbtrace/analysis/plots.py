@@ -179,9 +179,10 @@ def plot_sweep_makespan(points: pl.DataFrame, params: list[str], path: str | os.
     fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels) + 0.8, 3.8), squeeze=False)
     for ax, dim in zip(axes[0], panels, strict=False):
         others = [d for d in (*groups, *params) if d != dim]
-        numeric = ok[dim].dtype.is_numeric()
-        cats = sorted({str(v) for v in ok[dim].to_list()})
-        lines = ok.group_by(others, maintain_order=True) if others else [((), ok)]
+        have = ok.filter(pl.col(dim).is_not_null())   # workload keys: null for other traces
+        numeric = have[dim].dtype.is_numeric()
+        cats = sorted({str(v) for v in have[dim].to_list()})
+        lines = have.group_by(others, maintain_order=True) if others else [((), have)]
         n = 0
         for key, g in lines:
             g = g.sort(dim)
@@ -190,7 +191,7 @@ def plot_sweep_makespan(points: pl.DataFrame, params: list[str], path: str | os.
             ax.plot(x, (g["makespan_ns"] / 1000).to_list(), marker="o", markersize=3,
                     linewidth=1.2, label=label if n < max_lines else None)
             n += 1
-        vals = sorted(set(ok[dim].to_list())) if numeric else []
+        vals = sorted(set(have[dim].to_list())) if numeric else []
         if numeric and vals and vals[0] > 0 and vals[-1] / vals[0] >= 8:
             ax.set_xscale("log", base=2)
             ax.set_xticks(vals, [f"{v:g}" for v in vals])

@@ -130,19 +130,23 @@ def workload_grid_keys(root: str | os.PathLike[str]) -> list[str]:
 
 
 def tuning_frame(points: pl.DataFrame, params: list[str], wkeys: list[str]) -> pl.DataFrame:
-    """For each workload on each machine (topology, fidelity and topology grid values), its
-    fastest combination of workload grid values: the tuning answer of a sweep over a
-    workload's own parameters. ``speedup``: against the slowest combination there."""
+    """For each gridded workload on each machine (topology, fidelity and topology grid
+    values), its fastest combination of workload grid values (all of them on a tie): the
+    tuning answer of a sweep over a workload's own parameters. ``speedup``: against the
+    slowest combination there. Workloads without a grid are left out."""
     machine = ["workload", "topology", "fidelity", *[p for p in params if p not in wkeys]]
-    ok = points.filter(pl.col("status") == "ok")
-    if not wkeys or not ok.height:
+    if not wkeys:
+        return pl.DataFrame()
+    ok = points.filter((pl.col("status") == "ok")       # only workloads gridded over a key
+                       & pl.any_horizontal(pl.col(k).is_not_null() for k in wkeys))
+    if not ok.height:
         return pl.DataFrame()
     ranked = ok.with_columns(
         (pl.col("makespan_ns").max().over(machine) / pl.col("makespan_ns")).alias("speedup"),
-        pl.col("makespan_ns").rank("ordinal").over(machine).alias("_rank"))
-    return (ranked.filter(pl.col("_rank") == 1)
+        pl.col("makespan_ns").rank("min").over(machine).alias("_rank"))
+    return (ranked.filter(pl.col("_rank") == 1)         # every equal-best combination
             .select(*machine, *wkeys, "makespan_ns", "speedup", "point")
-            .sort(machine))
+            .sort(*machine, "point"))
 
 
 def report_sweep(root: str | os.PathLike[str], out: str | os.PathLike[str] | None = None) -> Path:

@@ -50,7 +50,7 @@ __all__ = ["replay", "Sim"]
 
 GC_GEN0_THRESHOLD = 1_000_000
 PROGRESS_EVERY = 1 << 15          # SimPy events between progress reports
-PLAN_CACHE = 1 << 14              # memoised load / store plans (cleared when full)
+PLAN_CACHE = 1 << 14              # memoised tile plans (cleared when full)
 
 
 def _open(trace: Any) -> tuple[Path | None, dict[str, Any], pa.Table]:

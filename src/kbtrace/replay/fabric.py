@@ -169,7 +169,10 @@ class _Ev:
 
 def after(env: simpy.Environment, delay: float, value: Any = None) -> _Ev:
     """``env.timeout(delay, value)`` without the ``Timeout`` object: the same event scheduled
-    the same way (its value is ``_value``)."""
+    the same way (its value is ``_value``), and refused like it for a negative delay."""
+    if delay < 0:
+        raise InvariantError(f"an event scheduled {-delay:.6g} ns in the past (at "
+                             f"{env.now + delay:.6g} ns, now {env.now:.6g} ns)")
     ev = _Ev()
     ev.callbacks = []
     ev._ok = True
@@ -212,6 +215,7 @@ class _Fifo:
             self.sched(g)
 
     def get(self) -> _Ev:
+        assert self.waiting is None, "a _Fifo has one getter process"
         g = _Ev()
         g.callbacks = []
         if self.items:
@@ -524,7 +528,9 @@ class FastFabric(Fabric):
     def send(self, op_id: int, tile: int, src: int, dst: int, nbytes: int, addr: int = 0,
              ready: list[float] | None = None, at: float | None = None,
              ack: float = 0.0, span: tuple[float, float] | None = None) -> _Ev:
-        """As ``Fabric.send``; ``at``: flits ready at this (future) time instead of now;
+        """As ``Fabric.send``, but the event is a bare one (``after``): yield it or add
+        callbacks; it is not a ``simpy.Event`` (no ``all_of``). ``at``: flits ready at this
+        (future) time instead of now;
         ``span``: (first, last) flit ready times instead of ``ready`` (the closed form
         needs no more); ``ack``: the returned event fires that much later (a control
         message back, whose row the caller records), so a DMA round trip is one SimPy

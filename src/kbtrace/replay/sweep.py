@@ -24,8 +24,8 @@ directory. Every point is one ``replay`` into its own hive-partitioned directory
 
 ``point.json`` holds the point's config, its status (``ok`` / ``error``) and the error
 line (plus the traceback of an internal error). The sweep writes ``OUT/points.parquet``
-(``schema.SWEEP_POINTS`` followed by one typed column per grid key, one row per
-point, sorted by ``point``) and ``OUT/sweep.json`` (the resolved config). Captured
+(``schema.SWEEP_POINTS`` followed by one typed column per grid key and one nullable
+column per workload grid key, one row per point, sorted by ``point``) and ``OUT/sweep.json`` (the resolved config). Captured
 workload traces go to ``OUT/traces/<name>-<topology>/``.
 
 A point that fails (a grid value the topology compiler rejects, a trace that does
@@ -249,6 +249,21 @@ def load_config(src: str | Path | Mapping[str, Any],
     if dup:
         raise SweepError(f"{where}: two traces are named {dup!r}; give workloads distinct "
                          "`name:`s (the name is the trace=... partition)")
+    # one name per config entry (a gridded workload's traces share its name): reports
+    # compare points within an entry, so two entries must not share one
+    entries = list(dict.fromkeys((t.base, t.workload) if t.base else (t.name, t.path)
+                                 for t in traces))
+    entry_names = [n for n, _ in entries]
+    dup = next((n for n in entry_names if entry_names.count(n) > 1), None)
+    if dup:
+        raise SweepError(f"{where}: two workloads are named {dup!r}; give each a distinct "
+                         "`name:` (points are compared within a workload)")
+    kinds: dict[str, str] = {}
+    for t in traces:           # a workload grid key has one kind of value across entries
+        for k, v in t.grid:
+            if kinds.setdefault(k, _kind(v)) != _kind(v):
+                raise SweepError(f"{where}: workloads: grid key {k!r} has both {kinds[k]} and "
+                                 f"{_kind(v)} values; use one kind (its points column is typed)")
     for t in traces:
         if not _VALUE.match(t.name):
             raise SweepError(f"{where}: trace name {t.name!r} cannot name a directory; use "
@@ -296,8 +311,16 @@ def _axes(raw: Any, where: str, example: str) -> list[tuple[str, tuple[Any, ...]
                                  "use numbers or words of letters, digits, '_', '.', '+', '-'")
         if len(set(map(_fmt, vals))) != len(vals):
             raise SweepError(f"{where}.{key}: repeated value in {vals}")
+        if len({_kind(v) for v in vals}) > 1:
+            raise SweepError(f"{where}.{key}: values {vals} mix kinds; use only numbers, only "
+                             "true/false or only words (its points column is typed)")
         out.append((str(key), tuple(vals)))
     return out
+
+
+def _kind(v: Any) -> str:
+    return "true/false" if isinstance(v, bool) else "number" if isinstance(v, (int, float)) \
+        else "word"
 
 
 def _find(p: str, kind: str, where: str, key: str) -> str:
