@@ -315,3 +315,17 @@ def test_report_of_a_sweep_mixing_gridded_and_plain_workloads(trace, tmp_path):
     assert tuning.select("workload", "BM").rows() == [("g", 32)]
     points = pl.read_csv(out / "tables" / "points.csv")
     assert points["workload"].to_list() == ["gemm", "g", "g"]
+
+
+def test_shipped_sweep_configs_load():
+    """Every sweep config in replay/ (those with topologies:) is valid as shipped."""
+    import yaml
+
+    configs = [p for p in sorted((ROOT / "replay").glob("*.yaml"))
+               if "topologies" in (yaml.safe_load(p.read_text()) or {})]
+    assert {p.stem for p in configs} >= {"hbm_bandwidth", "gemm_tiles"}
+    for p in configs:
+        c = load_config(p)
+        assert c.traces and c.topologies, p
+    tiles = load_config(ROOT / "replay" / "gemm_tiles.yaml")
+    assert len(tiles.traces) == 9 and tiles.workload_grid_keys == ("BM", "BN")
