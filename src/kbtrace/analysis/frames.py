@@ -137,10 +137,14 @@ def pe_overlap(run: Any) -> pl.DataFrame:
     return run.sql("SELECT * FROM overlap ORDER BY sip, cube, pe")
 
 
+def _first_pes_sql(n: int) -> str:
+    """The first ``n`` PEs with a busy span, by (sip, cube, pe): the timeline's rows."""
+    return (f"SELECT sip, cube, pe FROM _pe_span WHERE sip IS NOT NULL ORDER BY sip, cube, pe "
+            f"LIMIT {int(n)}")
+
+
 def _pe_segments_sql(max_pes: int | None) -> str:
-    pes = "" if max_pes is None else (
-        "JOIN (SELECT sip, cube, pe FROM _pe_span WHERE sip IS NOT NULL ORDER BY sip, cube, pe "
-        f"LIMIT {int(max_pes)}) USING (sip, cube, pe) ")
+    pes = "" if max_pes is None else f"JOIN ({_first_pes_sql(max_pes)}) USING (sip, cube, pe) "
     return ("SELECT sip, cube, pe, t0_ns, dur_ns, stage FROM _pe_segments "
             f"{pes}WHERE stage <> 'idle' ORDER BY sip, cube, pe, t0_ns")
 
@@ -165,9 +169,7 @@ def pe_segment_batches(run: Any, max_pes: int | None = None,
 
 def first_pes(run: Any, n: int) -> list[tuple[int, int, int]]:
     """The first ``n`` PEs with a busy span, by (sip, cube, pe)."""
-    return [tuple(r) for r in run.sql(
-        f"SELECT sip, cube, pe FROM _pe_span WHERE sip IS NOT NULL ORDER BY sip, cube, pe "
-        f"LIMIT {int(n)}").rows()]
+    return [tuple(r) for r in run.sql(_first_pes_sql(n)).rows()]
 
 
 def n_pes(run: Any) -> int:

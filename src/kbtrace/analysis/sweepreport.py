@@ -48,6 +48,17 @@ def is_run_set(path: str | os.PathLike[str]) -> bool:
         (p / "points.parquet").is_file() or any(p.rglob("run.json")))
 
 
+def _sweep_json(root: str | os.PathLike[str]) -> dict[str, Any]:
+    """The sweep's ``sweep.json`` ({} for a plain directory of runs)."""
+    f = Path(root) / "sweep.json"
+    return json.loads(f.read_text()) if f.is_file() else {}
+
+
+def _config_traces(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The traces of the sweep's resolved config (name, and base / grid when gridded)."""
+    return (_sweep_json(root).get("config") or {}).get("traces", [])
+
+
 def _points(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """(point rows, grid parameter names): from points.parquet, else every run.json below.
     Each row's ``workload`` is its trace's workload entry (``base`` of a gridded workload in
@@ -57,10 +68,7 @@ def _points(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
         t = pq.read_table(pts)
         fixed = set(schema.SWEEP_POINTS.names)
         params = [c for c in t.column_names if c not in fixed]
-        cfg = root / "sweep.json"
-        traces = (json.loads(cfg.read_text()).get("config") or {}).get("traces", []) \
-            if cfg.is_file() else []
-        base = {tr.get("name"): tr.get("base") or tr.get("name") for tr in traces}
+        base = {tr.get("name"): tr.get("base") or tr.get("name") for tr in _config_traces(root)}
         rows = t.to_pylist()
         for r in rows:
             r["workload"] = base.get(r["trace"], r["trace"])
@@ -122,11 +130,7 @@ def point_frames(root: str | os.PathLike[str]) -> tuple[pl.DataFrame, pl.DataFra
 
 def workload_grid_keys(root: str | os.PathLike[str]) -> list[str]:
     """The workload parameters a sweep grids over (its config's workload ``grid`` keys)."""
-    cfg = Path(root) / "sweep.json"
-    if not cfg.is_file():
-        return []
-    traces = (json.loads(cfg.read_text()).get("config") or {}).get("traces", [])
-    return list(dict.fromkeys(k for t in traces for k in (t.get("grid") or {})))
+    return list(dict.fromkeys(k for t in _config_traces(root) for k in (t.get("grid") or {})))
 
 
 def tuning_frame(points: pl.DataFrame, params: list[str], wkeys: list[str]) -> pl.DataFrame:
@@ -172,8 +176,7 @@ def report_sweep(root: str | os.PathLike[str], out: str | os.PathLike[str] | Non
                                                         out_dir / "sweep_makespan.png", groups),
             "sweep_stages": plots.plot_sweep_stages(stages, out_dir / "sweep_stages.png")}
     failed = points.filter(pl.col("status") != "ok").height
-    cfg = root / "sweep.json"
-    source = json.loads(cfg.read_text()).get("source") if cfg.is_file() else None
+    source = _sweep_json(root).get("source")
     note = html.escape(f"{points.height} point(s), {failed} failed"
                        + (f"; config {Path(source).name}" if source else "")
                        + ". Each point's own report: ") + "<code>kbtrace report " + html.escape(
