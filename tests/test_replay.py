@@ -251,3 +251,22 @@ def test_lone_transfer_fast_equals_flit(default, tmp_path, kind, nbytes):
             assert a[c] == b[c], c
     ta, tb = fast.op_timing().to_pydict(), flit.op_timing().to_pydict()
     assert np.allclose(ta["t_end_ns"], tb["t_end_ns"], rtol=0, atol=1e-6)
+
+
+def test_load_ops_shares_repeated_list_values():
+    """Replay holds every op for the whole run: list fields are tuples, and the values a
+    kernel repeats (shapes, dtypes, spaces) are one shared tuple each."""
+    from kbtrace.replay.ops import load_ops
+    tiny = compile_topology(TOPO_DIR / "tiny.yaml")
+    rows = [load(hbm(0, 0, 0, tiny, i * 4096), 4096, seq=i) for i in range(3)]
+    rows.append({**on(seq=3), "kind": "math", "name": "exp", "in_addrs": [1, 2],
+                 "in_spaces": ["tcm", "tcm"], "in_shapes": [[4, 8], [4, 8]],
+                 "in_dtypes": ["f32", "f32"], "out_shape": [4, 8], "out_dtype": "f32",
+                 "nbytes": 128, "deps": [0, 1]})
+    ops = load_ops(SynthTrace(rows).ops())
+    assert [o.out_shape for o in ops] == [(1024,)] * 3 + [(4, 8)]
+    assert ops[0].out_shape is ops[1].out_shape is ops[2].out_shape
+    assert ops[0].deps == () and ops[0].in_shapes == ()
+    m = ops[3]
+    assert m.in_shapes == ((4, 8), (4, 8)) and m.in_spaces == ("tcm", "tcm")
+    assert m.in_addrs == (1, 2) and m.deps == (0, 1)

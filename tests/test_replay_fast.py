@@ -8,7 +8,12 @@
 * DMA channels are held through the round trip: two async loads overlap with two
   read channels and serialise with one.
 * The fast fabric's closed-form stretch booking equals booking every hop sequentially
-  (hop rows, completion times, reservations; property test).
+  (hop rows, completion times, reservations; property test), also when its bounded route
+  cache is emptied between sends. The first transfer to reach a hop walks it
+  (``FastFabric._walk``) with the arithmetic of the plan built for the second: the two agree
+  exactly.
+* A whole replay with a route cache so small that every new route empties it gives the
+  same rows and timings as one with the default bound, value for value.
 """
 
 from __future__ import annotations
@@ -158,6 +163,23 @@ def _hop_by_hop():
     return HopByHop
 
 
+def _always_plan():
+    """A fast fabric that builds (and keeps) a plan the first time a hop is reached, instead
+    of walking it (``FastFabric._walk``): the two must agree exactly."""
+    from kbtrace.replay.fabric import FastFabric, _Route
+
+    class AlwaysPlan(FastFabric):
+        def send(self, op_id, tile, src, dst, nbytes, *a, **k):
+            key = (src, dst, nbytes)
+            if key not in self._routes_nb:
+                self._routes_nb[key] = _Route(self, src, dst, nbytes)
+            rt = self._routes_nb[key]
+            rt.plans = [False if p is None else p for p in rt.plans]
+            return super().send(op_id, tile, src, dst, nbytes, *a, **k)
+
+    return AlwaysPlan
+
+
 def _fabric(cls, topo, tmp):
     import simpy
 
@@ -188,21 +210,25 @@ _send = st.tuples(
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(sends=st.lists(_send, min_size=1, max_size=40))
-def test_fast_stretch_booking_equals_hop_by_hop(tmp_path, sends):
+@given(sends=st.lists(_send, min_size=1, max_size=40), held_max=st.sampled_from([None, 1, 40]))
+def test_fast_stretch_booking_equals_hop_by_hop(tmp_path, sends, held_max):
+    """``held_max``: the route cache's bound (None: the default; 1: every new route empties
+    the cache, so plans are forgotten and rebuilt mid-sequence)."""
     import numpy as np
 
     from kbtrace.replay.fabric import FastFabric, _prune
     from kbtrace.topology.model import PeCoord
     topo = _small()
-    fast, rec_a = _fabric(FastFabric, topo, tmp_path / "a")
+    cls = FastFabric if held_max is None else type("Bounded", (FastFabric,), {"HELD_MAX": held_max})
+    fast, rec_a = _fabric(cls, topo, tmp_path / "a")
     ref, rec_b = _fabric(_hop_by_hop(), topo, tmp_path / "b")
+    planned, rec_c = _fabric(_always_plan(), topo, tmp_path / "c")
     pes = [PeCoord(0, i // 8, i % 8) for i in range(32)]
     for op, (p_dma, p_hbm, read, nb, dt, late, spread) in enumerate(sends):
         dma = topo.pe_node(pes[p_dma], "dma").idx
         mem = topo.hbm_ctrl(pes[p_hbm]).idx
         done = []
-        for fab in (fast, ref):
+        for fab in (fast, ref, planned):
             fab.env.run(until=fab.env.now + dt) if dt else None
             now = fab.env.now
             if read:   # HBM -> DMA: flits ready from now + late to now + late + spread
@@ -212,10 +238,14 @@ def test_fast_stretch_booking_equals_hop_by_hop(tmp_path, sends):
                               at=now + late if late else None)
             done.append(ev.value)
         assert done[0] == pytest.approx(done[1], abs=1e-6), (op, done)
-    a, b = rec_a._pending(), rec_b._pending()
+        assert done[0] == done[2], (op, done)       # walking a hop == its plan, exactly
+    a, b, c3 = rec_a._pending(), rec_b._pending(), rec_c._pending()
     assert len(a["op"]) == len(b["op"]) > 0
     for c in a:
         assert np.allclose(a[c], b[c], rtol=0, atol=1e-6), c
+        assert np.array_equal(a[c], c3[c]), c
+    for ivs_a, ivs_c in ((fast.link_iv, planned.link_iv), (fast.node_iv, planned.node_iv)):
+        assert ivs_a == ivs_c
     now = fast.env.now + 1e-6   # (an interval may end at now in one and 1 ulp later in the other)
     for ivs_a, ivs_b in ((fast.link_iv, ref.link_iv), (fast.node_iv, ref.node_iv)):
         for iv_a, iv_b in zip(ivs_a, ivs_b, strict=True):
@@ -236,3 +266,50 @@ def test_bare_events_refuse_a_negative_delay_like_timeout():
     assert env.now == 2.5 and ev.value == "x"
     with pytest.raises(InvariantError, match=r"scheduled 1 ns in the past \(at 1.5 ns, now 2.5 ns\)"):
         after(env, -1.0)
+
+
+def test_plans_are_built_for_the_second_transfer_on_a_route(tmp_path):
+    from kbtrace.replay.fabric import FastFabric, _Plan
+    from kbtrace.topology.model import PeCoord
+    topo = _small()
+    fab, _rec = _fabric(FastFabric, topo, tmp_path)
+    dma = topo.pe_node(PeCoord(0, 0, 1), "dma").idx
+    mem = topo.hbm_ctrl(PeCoord(0, 1, 0)).idx
+    fab.send(0, -1, mem, dma, 4096)
+    rt = fab._routes_nb[(mem, dma, 4096)]
+    assert rt.plans[0] is False and not any(isinstance(p, _Plan) for p in rt.plans)
+    held = fab.held
+    fab.env.run(until=10_000.0)       # the path is free again
+    fab.send(1, -1, mem, dma, 4096)
+    assert isinstance(rt.plans[0], _Plan)
+    assert fab.held == held + len(rt.plans[0].res) + rt.plans[0].n_rows
+
+
+def test_a_tiny_route_cache_changes_no_result(tmp_path, monkeypatch):
+    """Routes and plans are a cache: emptying it (``evict``) before every new route gives the
+    same rows and timings, value for value (only the Parquet row groups differ: each
+    eviction flushes the recorder)."""
+    import pyarrow.parquet as pq
+
+    from kbtrace.capture import capture
+    from kbtrace.replay import fabric as F
+    topo = compile_topology(TOPO_DIR / "default.yaml")
+    tr = capture(TOPO_DIR.parent / "capture" / "gemm.py", topo, {"M": 128, "N": 128, "K": 64},
+                 tmp_path / "tr")
+    ref = replay(tr, topo, ReplayOptions(fidelity="fast", out_dir=str(tmp_path / "ref")))
+    evictions = []
+    evict = F.FastFabric.evict
+
+    def counted(self):
+        evictions.append(self.env.now)
+        evict(self)
+
+    monkeypatch.setattr(F.FastFabric, "HELD_MAX", 1)   # every new route empties the cache
+    monkeypatch.setattr(F.FastFabric, "evict", counted)
+    small = replay(tr, topo, ReplayOptions(fidelity="fast", out_dir=str(tmp_path / "small")))
+    assert len(evictions) >= 40
+    assert (small.hops, small.makespan_ns) == (ref.hops, ref.makespan_ns)
+    for name in ("hops.parquet", "op_timing.parquet"):
+        a = pq.read_table(tmp_path / "ref" / name)
+        b = pq.read_table(tmp_path / "small" / name)
+        assert a.equals(b), name

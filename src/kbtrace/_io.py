@@ -31,6 +31,7 @@ __all__ = [
     "stable_hash",
     "file_hash",
     "column_pylist",
+    "read_parquet_lean",
 ]
 
 ROW_GROUP_SIZE = 65_536
@@ -151,6 +152,18 @@ class BatchWriter:
             self._writer.close()
         if self._tmp.exists():
             self._tmp.unlink()
+
+
+def read_parquet_lean(path: str | os.PathLike[str], columns: list[str] | None = None) -> pa.Table:
+    """Read a Parquet file (``columns``: a subset) into buffers from the system allocator.
+
+    Arrow's default pool (mimalloc) keeps the decoder's freed temporaries resident: reading
+    a 32,768-op ``ops.parquet`` (7.7 MB as a table) raised RSS by 37 MB, against 11 MB from
+    the system pool, and the difference grows with the file (~0.8 KiB per op). Replay holds
+    every op for the whole run, so it reads its trace this way."""
+    import pyarrow.dataset as ds
+    return ds.dataset(str(path), format="parquet").to_table(
+        columns=columns, memory_pool=pa.system_memory_pool())
 
 
 def column_pylist(col: pa.ChunkedArray) -> list[Any]:

@@ -32,15 +32,16 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import simpy
 
 from kbtrace import __version__, schema
-from kbtrace._io import file_hash, stable_hash, write_json, write_table
+from kbtrace._io import file_hash, read_parquet_lean, stable_hash, write_json, write_table
 from kbtrace.errors import KbtraceError, ReplayError
 from kbtrace.replay import invariants
 from kbtrace.replay.fabric import make_fabric
 from kbtrace.replay.hbm import HbmController
-from kbtrace.replay.ops import HOST_KINDS, Op, load_ops, plan_for
+from kbtrace.replay.ops import COLUMNS, HOST_KINDS, Op, load_ops, plan_for
 from kbtrace.replay.options import Progress, ReplayOptions, Run
 from kbtrace.replay.pe import Pe, Program
 from kbtrace.replay.recorder import Recorder
@@ -53,12 +54,21 @@ PROGRESS_EVERY = 1 << 15          # SimPy events between progress reports
 PLAN_CACHE = 1 << 14              # memoised tile plans (cleared when full)
 
 
+_OT_COLUMNS = ("op_id", "launch", "program", "sip", "cube", "pe", "seq", "kind", "name", "nbytes")
+
+
 def _open(trace: Any) -> tuple[Path | None, dict[str, Any], pa.Table]:
-    if hasattr(trace, "ops") and hasattr(trace, "meta"):
-        return getattr(trace, "path", None), dict(trace.meta), trace.ops()
-    from kbtrace.capture import open_trace
-    t = open_trace(trace)
-    return t.path, dict(t.meta), t.ops()
+    """(trace dir, trace.json, the ops columns replay uses); the schema checked first."""
+    if hasattr(trace, "ops") and hasattr(trace, "meta") and not hasattr(trace, "ops_path"):
+        table = trace.ops()                 # a duck-typed trace (tests): its table as given
+        schema.check_schema(table.schema, schema.OPS, "ops.parquet")
+        return getattr(trace, "path", None), dict(trace.meta), table
+    if not hasattr(trace, "ops_path"):
+        from kbtrace.capture import open_trace
+        trace = open_trace(trace)
+    schema.check_schema(pq.read_schema(trace.ops_path), schema.OPS, "ops.parquet")
+    table = read_parquet_lean(trace.ops_path, list(dict.fromkeys((*COLUMNS, *_OT_COLUMNS))))
+    return trace.path, dict(trace.meta), table
 
 
 class Sim:
@@ -410,8 +420,8 @@ def replay(trace: Any, topology: Any, options: ReplayOptions | None = None,
             from kbtrace.topology import compile_topology
             topology = compile_topology(topology)
         trace_path, meta, table = _open(trace)
-        schema.check_schema(table.schema, schema.OPS, "ops.parquet")
         ops = load_ops(table)
+        table = table.select(list(_OT_COLUMNS))    # what op_timing copies; the rest is in ops
         if any(o.op_id != i for i, o in enumerate(ops)):
             raise ReplayError("ops.parquet: op_id is not dense from 0; re-capture the workload")
         _check_fit(topology, ops, meta)
@@ -442,8 +452,7 @@ def replay(trace: Any, topology: Any, options: ReplayOptions | None = None,
         rec.close()
         wall = time.perf_counter() - t_wall
         ot = pa.table({
-            **{c: table.column(c) for c in ("op_id", "launch", "program", "sip", "cube", "pe",
-                                             "seq", "kind", "name")},
+            **{c: table.column(c) for c in _OT_COLUMNS if c != "nbytes"},
             "engine": pa.array(rec.engine, pa.string()).dictionary_encode(),
             "t_issue_ns": rec.t_issue, "t_start_ns": rec.t_start, "t_end_ns": rec.t_end,
             "queue_ns": rec.queue, "nbytes": table.column("nbytes"),

@@ -98,6 +98,7 @@ class Fabric:
     """Shared part of both modes: routes, per-link/per-node constants, control messages."""
 
     fidelity = "?"
+    ROUTES_MAX = 1 << 14   # cached (source, destination) pairs; emptied when full
 
     def __init__(self, env: simpy.Environment, topo: Any, rec: Recorder,
                  hbm: dict[int, HbmController]) -> None:
@@ -120,6 +121,8 @@ class Fabric:
         key = (src, dst)
         r = self._routes.get(key)
         if r is None:
+            if len(self._routes) >= self.ROUTES_MAX:
+                self._routes.clear()
             rt = self.topo.route(src, dst)
             r = self._routes[key] = (tuple(rt.nodes), tuple(rt.links))
         return r
@@ -131,6 +134,8 @@ class Fabric:
         if lat is None:
             nodes, links = self.route(src, dst)
             lat = sum(self.link_prop[li] for li in links) + sum(self.node_ov[n] for n in nodes[1:])
+            if len(self._cmd) >= self.ROUTES_MAX:
+                self._cmd.clear()
             self._cmd[key] = lat
         return lat
 
@@ -379,8 +384,11 @@ class _Route:
     ``hops``: per link, ``(node_iv | None, node_ov, link_iv, mode, head, body, last,
     prop)`` with ``mode`` 0 = no serialisation, 1 = single flit, 2 = stream;
     ``head`` / ``body`` / ``last`` are ``first / bw``, ``(nbytes - last) / bw``,
-    ``last / bw``. ``plans[j]``: the free-path closed form from hop ``j`` on
-    (built on first use).
+    ``last / bw``. ``plans[j]``: the free-path closed form from hop ``j`` on, built the
+    second time a transfer reaches hop ``j`` (``None``: never reached, ``False``: reached
+    once). The first time, ``FastFabric._walk`` books it with the same arithmetic, keeping
+    nothing. A route used once (e.g. all-to-all traffic) so holds no plans, and no result
+    depends on what the cache holds.
     """
     __slots__ = ("nodes", "links", "hops", "stage", "node", "busy", "dst", "dst_iv", "dst_ov",
                  "hbm", "term_stage", "term_busy", "nb", "plans")
@@ -417,12 +425,11 @@ class _Route:
         h = self.hbm
         self.term_busy = nb / (h.bw * h.n_pcs) if h is not None else 0.0
         self.nb = nb
-        self.plans: list[_Plan | None] = [None] * (len(links) + 1)
+        self.plans: list[_Plan | bool | None] = [None] * (len(links) + 1)
 
-    def plan(self, rec: Recorder, j0: int) -> _Plan:
-        pl = self.plans[j0]
-        if pl is None:
-            pl = self.plans[j0] = _Plan(self, rec, j0)
+    def build(self, fab: FastFabric, j0: int) -> _Plan:
+        pl = self.plans[j0] = _Plan(self, fab.rec, j0)
+        fab.held += len(pl.res) + pl.n_rows
         return pl
 
 
@@ -508,14 +515,23 @@ class FastFabric(Fabric):
     record (expanded later with numpy). At the first resource that is not free,
     that hop is booked by the sequential recursion (``_hop``: gap search with
     ``_fit``, queueing recorded), and the walk goes on from the next hop with the
-    closed form from there. The result equals booking every hop sequentially.
+    closed form from there. The result equals booking every hop sequentially (up to
+    floating-point rounding).
     Intervals ending at or before ``now`` can never block a reservation (heads
     are never earlier than ``now``); they are pruned every ``PRUNE_EVERY``
     transfers and before each gap search.
+
+    The route cache (``_Route`` and its plans per (source, destination, bytes)) is bounded:
+    ``held`` counts the hops of its routes plus the resources and rows of its plans, and when
+    it reaches ``HELD_MAX`` a new route first empties the caches (``evict``: the recorder
+    flushes, which expands every pending compact record, then forgets the plans). So memory
+    does not grow with the number of distinct routes a trace uses (all-to-all traffic on a
+    256-PE topology has 65,280 pairs per size).
     """
 
     fidelity = "fast"
     PRUNE_EVERY = 1024
+    HELD_MAX = 1 << 17    # ~35 MiB of routes and plans (~280 B per counted item on default.yaml)
 
     def __init__(self, env: simpy.Environment, topo: Any, rec: Recorder,
                  hbm: dict[int, HbmController]) -> None:
@@ -524,6 +540,19 @@ class FastFabric(Fabric):
         self.node_iv: list[list[float]] = [[] for _ in topo.nodes]
         self._routes_nb: dict[tuple[int, int, int], _Route] = {}
         self._sends = 0
+        self.held = 0
+        self.evictions = 0
+
+    def evict(self) -> None:
+        """Empty the route caches. The recorder flushes first (every compact record is
+        expanded, so no row refers to a plan any more), then forgets the plans."""
+        self.rec.flush(self.env.now)
+        self.rec.drop_plans()
+        self._routes_nb.clear()
+        self._routes.clear()
+        self._cmd.clear()
+        self.held = 0
+        self.evictions += 1
 
     def send(self, op_id: int, tile: int, src: int, dst: int, nbytes: int, addr: int = 0,
              ready: list[float] | None = None, at: float | None = None,
@@ -538,7 +567,10 @@ class FastFabric(Fabric):
         key = (src, dst, nbytes)
         rt = self._routes_nb.get(key)
         if rt is None:
+            if self.held >= self.HELD_MAX:
+                self.evict()
             rt = self._routes_nb[key] = _Route(self, src, dst, nbytes)
+            self.held += len(rt.hops) + 1
         env = self.env
         rec = self.rec
         now = env.now
@@ -552,53 +584,133 @@ class FastFabric(Fabric):
         self._sends += 1
         if self._sends % self.PRUNE_EVERY == 0:
             self._prune_all(now)
-        pl = rt.plans[0] or rt.plan(rec, 0)
         if not rt.links:   # source is the destination: no fabric, no commit
+            pl = rt.plans[0] or rt.build(self, 0)
             rec.transfer(op_id, tile, pl.pid, t0, t0, t, 1)
             return after(env, t + ack - now, t)
+        j = 0
         while True:
-            k = 0
-            for iv, S, A, B in pl.res:
-                s = h + S
-                e = t + A
-                x = h + B
-                if x > e:
-                    e = x
-                if not iv or iv[-1] <= s:
-                    iv.append(s)
-                    iv.append(e)
-                else:   # a gap that takes the whole occupancy at once, or a stall
-                    i = bisect_right(iv, s)
-                    if i & 1 or e > iv[i]:
-                        break
-                    iv[i:i] = (s, e)
-                k += 1
+            pl = rt.plans[j]
+            if pl is None:      # first reach: book by the plan's arithmetic, keep nothing
+                rt.plans[j] = False
+                j, h, t = self._walk(rt, j, op_id, tile, h, t, addr)
+                if j < 0:
+                    return after(env, h + ack - now, h)
             else:
-                hh = h + pl.h_end
-                tt = t + pl.t_a
-                x = h + pl.t_b
-                if x > tt:
-                    tt = x
-                done = rt.hbm.write_stream(addr, nbytes, hh, tt) if rt.hbm is not None else tt
-                rec.transfer(op_id, tile, pl.pid, h, t, done, pl.n_rows)
-                return after(env, done + ack - now, done)
-            # resource k is not free: undo its hop's earlier reservations, book the hop
-            jr = pl.res_hop[k]
-            for iv, S, _A, _B in pl.res[pl.first[jr]:k]:
-                _unreserve(iv, h + S)
-            if jr:
-                rec.transfer(op_id, tile, pl.pid, h, t, 0.0, jr)
-            H, A, B = pl.start[jr]
-            tt = t + A
-            x = h + B
-            h, t = h + H, (tt if tt > x else x)
-            j = pl.j0 + jr
-            if jr == pl.n_hops:
+                if pl is False:
+                    pl = rt.build(self, j)
+                k = 0
+                for iv, S, A, B in pl.res:
+                    s = h + S
+                    e = t + A
+                    x = h + B
+                    if x > e:
+                        e = x
+                    if not iv or iv[-1] <= s:
+                        iv.append(s)
+                        iv.append(e)
+                    else:   # a gap that takes the whole occupancy at once, or a stall
+                        i = bisect_right(iv, s)
+                        if i & 1 or e > iv[i]:
+                            break
+                        iv[i:i] = (s, e)
+                    k += 1
+                else:
+                    hh = h + pl.h_end
+                    tt = t + pl.t_a
+                    x = h + pl.t_b
+                    if x > tt:
+                        tt = x
+                    done = rt.hbm.write_stream(addr, nbytes, hh, tt) if rt.hbm is not None else tt
+                    rec.transfer(op_id, tile, pl.pid, h, t, done, pl.n_rows)
+                    return after(env, done + ack - now, done)
+                # resource k is not free: undo its hop's earlier reservations
+                jr = pl.res_hop[k]
+                for iv, S, _A, _B in pl.res[pl.first[jr]:k]:
+                    _unreserve(iv, h + S)
+                if jr:
+                    rec.transfer(op_id, tile, pl.pid, h, t, 0.0, jr)
+                H, A, B = pl.start[jr]
+                tt = t + A
+                x = h + B
+                h, t = h + H, (tt if tt > x else x)
+                j = pl.j0 + jr
+            # hop j (or the destination) is not free: book it sequentially, go on after it
+            if j == len(rt.links):
                 done = self._arrive(rt, op_id, tile, addr, h, t, now)
                 return after(env, done + ack - now, done)
             h, t = self._hop(rt, j, op_id, tile, h, t, now)
-            pl = rt.plans[j + 1] or rt.plan(rec, j + 1)
+            j += 1
 
+    def _walk(self, rt: _Route, j0: int, op_id: int, tile: int, h: float, t: float,
+              addr: int) -> tuple[int, float, float]:
+        """Book from hop ``j0`` as ``_Plan(rt, j0)`` would (the same floating-point
+        operations, so the same result), computing its offsets as it goes and keeping none:
+        the first transfer on a stretch pays no more than the walk up to its first resource
+        that is not free. Rows are recorded explicitly (as ``Recorder._pending`` expands a
+        compact record). Returns ``(-1, done, 0.0)`` when the transfer completed, else
+        ``(j, h, t)``: hop ``j`` (``len(links)``: the destination) is not free, and nothing
+        of it is reserved; head and tail reach its start at ``h`` / ``t``."""
+        hops = rt.hops
+        H, A, B = 0.0, 0.0, _NEG_INF
+        rows: list[tuple] = []
+        nb = rt.nb
+        j = j0
+        n = len(hops)
+        while j < n:
+            niv, ov, liv, mode, hd_d, body, last_d, p = hops[j]
+            H0, A0, B0 = H, A, B
+            if niv is not None:
+                if not _take(niv, h + H, h + (H + ov)):
+                    break
+                H += ov
+                B = max(B, H)
+            elif ov > 0:
+                H += ov
+                B = max(B, H)
+            if mode == 2:
+                e = t + (A + last_d)
+                x = h + (max(H + body, B) + last_d)
+                if not _take(liv, h + H, x if x > e else e):
+                    if niv is not None:
+                        _unreserve(niv, h + H0)
+                    break
+                A, B, H = A + last_d, max(B, H + body) + last_d, H + hd_d
+            elif mode == 1:
+                if not _take(liv, h + H, h + (H + hd_d)):
+                    if niv is not None:
+                        _unreserve(niv, h + H0)
+                    break
+                A, B, H = _NEG_INF, H + hd_d, H + hd_d
+            else:
+                B = max(B, H)
+            H, A, B = H + p, A + p, B + p
+            e = t + A
+            x = h + B
+            rows.append((op_id, tile, rt.stage[j], rt.node[j], rt.links[j], h + H0,
+                         x if x > e else e, rt.busy[j], 0.0, nb))
+            j += 1
+        else:
+            H0, A0, B0 = H, A, B
+            if rt.dst_iv is None or _take(rt.dst_iv, h + H, h + (H + rt.dst_ov)):
+                if rt.dst_iv is not None:
+                    H += rt.dst_ov
+                B = max(B, H)
+                tt = t + A
+                x = h + B
+                if x > tt:
+                    tt = x
+                hh = h + H
+                done = rt.hbm.write_stream(addr, nb, hh, tt) if rt.hbm is not None else tt
+                rows.append((op_id, tile, rt.term_stage, rt.dst, -1, h + H0, done, rt.term_busy,
+                             0.0, nb))
+                self.rec.rows(rows)
+                return -1, done, 0.0
+        if rows:
+            self.rec.rows(rows)
+        tt = t + A0
+        x = h + B0
+        return j, h + H0, (tt if tt > x else x)
     def _hop(self, rt: _Route, j: int, op_id: int, tile: int, h: float, t: float,
              now: float) -> tuple[float, float]:
         """Book hop ``j`` sequentially (head at ``h``, tail at ``t``); record its row;
@@ -695,6 +807,21 @@ def _fit(iv: list[float], now: float, h: float, body: float, tail_at: float,
     iv.insert(i, e + last)
     iv.insert(i, s)
     return s
+
+
+def _take(iv: list[float], s: float, e: float) -> bool:
+    """Reserve ``[s, e]`` in ``iv`` if it is free (after the last reservation, or a gap that
+    holds it whole); False (nothing reserved) if not: ``FastFabric.send``'s test, inline
+    there."""
+    if not iv or iv[-1] <= s:
+        iv.append(s)
+        iv.append(e)
+        return True
+    i = bisect_right(iv, s)
+    if i & 1 or e > iv[i]:
+        return False
+    iv[i:i] = (s, e)
+    return True
 
 
 def _unreserve(iv: list[float], s: float) -> None:

@@ -54,10 +54,37 @@ def _make_assign():
 _assign = _make_assign()
 
 
+# list columns become tuples; these repeat from op to op (a kernel's shapes, dtypes and
+# memory spaces), so equal values share one tuple
+_SHARED = frozenset({"in_spaces", "in_shapes", "in_dtypes", "out_shape"})
+_LISTS = _SHARED | {"in_addrs", "deps"}
+COLUMNS = _FIELDS   # the ops.parquet columns replay reads
+
+
+def _tuples(values: list[Any], shared: bool) -> list[Any]:
+    """List values as tuples (nested lists too; empty or null -> ``()``), equal ones shared
+    if ``shared``. A replay holds every op for the whole run: on gemm this takes the op
+    records from ~1.0 to ~0.5 KiB each."""
+    out: list[Any] = [()] * len(values)
+    memo: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    for i, v in enumerate(values):
+        if v:
+            t = tuple([tuple(x) if type(x) is list else x for x in v])
+            if shared:
+                t = memo.setdefault(t, t)
+            out[i] = t
+    return out
+
+
 def load_ops(table: pa.Table) -> list[Op]:
-    """One ``Op`` per row, indexed by ``op_id`` (which the trace keeps dense from 0)."""
-    cols = [column_pylist(table.column(f)) for f in _FIELDS]
+    """One ``Op`` per row, indexed by ``op_id`` (which the trace keeps dense from 0).
+    List fields are tuples (see ``_tuples``)."""
+    cols = []
+    for f in _FIELDS:
+        vals = column_pylist(table.column(f))
+        cols.append(_tuples(vals, f in _SHARED) if f in _LISTS else vals)
     ops = [Op(v) for v in zip(*cols, strict=True)]
+    del cols
     ops.sort(key=lambda o: o.op_id)
     return ops
 

@@ -155,6 +155,15 @@ class Recorder:
         self._p_rows_n += len(rows)
         return pid
 
+    def drop_plans(self) -> None:
+        """Forget every compact-transfer plan (ids restart at 0). Only right after a flush:
+        no pending compact record may refer to a plan."""
+        if self._c:
+            raise InvariantError("compact transfer plans dropped while transfers refer to "
+                                 "them (flush first)")
+        self._p_new = []
+        self._p_n = self._p_rows_n = self._p_built = self._p_rows_built = 0
+
     def transfer(self, op: int, tile: int, plan: int, h0: float, t0: float, done: float,
                  n: int) -> None:
         """A transfer (or the leading part of one) on a free path: the first ``n`` rows of

@@ -41,6 +41,7 @@ class Router:
         self.n_conn = p.sip.ucie.connections
         self._xy: dict[tuple[tuple[int, int], tuple[int, int]], tuple[tuple[int, int], ...]] = {}
         self._slots = frozenset(g.slot_pos)
+        self._local: dict[tuple[int, int], tuple[int, ...]] = {}   # PE / IO chiplet pairs
         self._adj: dict[int, list[int]] = {}
         for ln in g.links:
             self._adj.setdefault(ln.src, []).append(ln.dst)
@@ -90,7 +91,14 @@ class Router:
                                      f"{self.g.nodes[b].id}")
 
     def _local_bfs(self, s: int, d: int, kinds: tuple[str, ...]) -> list[int]:
-        """Shortest path inside one PE or one IO chiplet (first-found in link order)."""
+        """Shortest path inside one PE or one IO chiplet (first-found in link order);
+        memoised per (s, d): a fresh list each call, since callers extend it."""
+        hit = self._local.get((s, d))
+        if hit is None:
+            hit = self._local[(s, d)] = tuple(self._bfs(s, d, kinds))
+        return list(hit)
+
+    def _bfs(self, s: int, d: int, kinds: tuple[str, ...]) -> list[int]:
         nodes = self.g.nodes
         prev = {s: -1}
         todo = deque([s])
@@ -266,6 +274,8 @@ class Router:
 
 def _cut_loops(path: list[int]) -> list[int]:
     """Drop any cycle (a boundary node such as a UCIe endpoint visited twice); keeps link validity."""
+    if len(set(path)) == len(path):
+        return path
     seen: dict[int, int] = {}
     out: list[int] = []
     for n in path:

@@ -35,6 +35,8 @@ COMPILER_VERSION = "1"
 
 #: process-wide cache counters (tests assert a second compile hits the cache)
 CACHE_STATS = {"hits": 0, "misses": 0}
+#: routes ``Topology.route`` keeps (the cache is emptied when full)
+ROUTE_CACHE_MAX = 1 << 14
 
 _PE_SUB_NODE = {0: "pe_cpu", 1: "math", 2: "ipcq", 3: "pe_cpu", 4: "math", 5: "dma", 6: "tcm"}
 
@@ -49,7 +51,7 @@ class Topology:
     """A compiled, validated, immutable topology. Build it with ``compile_topology``."""
 
     __slots__ = ("params", "nodes", "links", "content_hash", "source", "from_cache",
-                 "_g", "_out", "_router", "_routes", "_pes", "_frozen")
+                 "_g", "_out", "_router", "_routes", "_pes", "_rt_consts", "_frozen")
 
     def __init__(self, params: TopologyParams, g: Graph, source: str) -> None:
         s = object.__setattr__
@@ -67,6 +69,9 @@ class Topology:
         s(self, "_pes", tuple(PeCoord(si, c, pe) for (si, c, pe) in sorted(g.hbm)))
         s(self, "_router", Router(g, params))
         s(self, "_routes", {})
+        # per node overhead, per link latency and bandwidth: what route() sums along a path
+        s(self, "_rt_consts", ([n.overhead_ns for n in g.nodes], [ln.latency_ns for ln in g.links],
+                               [ln.bw_gbps for ln in g.links]))
         s(self, "_frozen", True)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -213,23 +218,26 @@ class Topology:
 
     # ------------------------------------------------------------------ routing
     def route(self, src: str | int | Node, dst: str | int | Node) -> Route:
-        """Deterministic route; cached per (src, dst)."""
+        """Deterministic route; cached per (src, dst) (the cache is emptied when it holds
+        ``ROUTE_CACHE_MAX`` routes, so all-pairs traffic does not grow it without bound)."""
         s = src if isinstance(src, int) and 0 <= src < len(self.nodes) else self.node(src).idx
         d = dst if isinstance(dst, int) and 0 <= dst < len(self.nodes) else self.node(dst).idx
         hit = self._routes.get((s, d))
         if hit is not None:
             return hit
         path = self._router.path(s, d)
-        link_of, links, nodes = self._g.link_of, self.links, self.nodes
-        lidx = tuple(link_of[(a, b)] for a, b in zip(path, path[1:], strict=False))
-        overhead = sum(nodes[n].overhead_ns for n in path[1:])
-        wire = sum(links[i].latency_ns for i in lidx)
-        bws = [links[i].bw_gbps for i in lidx if links[i].bw_gbps > 0]
+        node_ov, link_lat, link_bw = self._rt_consts
+        lidx = tuple(map(self._g.link_of.__getitem__, zip(path, path[1:], strict=False)))
+        overhead = sum(map(node_ov.__getitem__, path[1:]))
+        wire = sum(map(link_lat.__getitem__, lidx))
+        bws = [b for b in map(link_bw.__getitem__, lidx) if b > 0]
         commit, burst = 0.0, 0
-        if nodes[d].kind == "hbm_ctrl":
+        if self.nodes[d].kind == "hbm_ctrl":
             h = self.params.cube.hbm
             commit, burst = h.burst_bytes / (h.pc_bw_gbps * h.efficiency), h.burst_bytes
         route = Route(tuple(path), lidx, overhead, wire, min(bws) if bws else 0.0, commit, burst)
+        if len(self._routes) >= ROUTE_CACHE_MAX:
+            self._routes.clear()
         self._routes[(s, d)] = route
         return route
 
