@@ -10,11 +10,16 @@ the replay minus the same once kbtrace is imported and the topology compiled (``
 ``/proc/self/status``: Linux). Traces are captured once, in this process.
 
 What grows with the trace: the ops table and one ``Op`` record per op (the engine needs
-every op for dependencies), per-op timing arrays, and caches bounded by the topology
-(routes, fast-fabric plans per route and size). What must not: hop rows (finalised and
-written per batch) and the busy-window check (``invariants.BusyCheck`` keeps only windows
-that can still grow). The test asserts the peak per op stays flat across sizes and names
-the bytes per hop, which must stay far below a hop row's size in memory.
+every op for dependencies) and per-op timing arrays. What must not: hop rows (finalised and
+written per batch), the busy-window check (``invariants.BusyCheck`` keeps only windows
+that can still grow), and the route caches (routes and fast-fabric plans per route and
+size: bounded by ``FastFabric.HELD_MAX`` and ``ROUTES_MAX``, whatever the number of distinct
+routes). The test asserts the peak per added op and per added hop on two ladders:
+
+* ``gemm`` (M = N = 512, 1024, 2048): 2,048 -> 32,768 ops over the same 512 routes;
+* ``all_gather`` (peers = 8, 32, 128; every PE gathers that many 2 KiB blocks from other
+  PEs' slices): 4,096 -> 65,536 ops over 2,304 -> 33,024 distinct routes. Before the route
+  cache was bounded this ladder grew by ~86 KiB per op (3 GiB at 32,768 loads).
 """
 
 from __future__ import annotations
@@ -29,7 +34,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPO = ROOT / "topologies" / "default.yaml"
-SIZES = (512, 1024, 2048)         # gemm M = N (K = 128): 2,048 -> 32,768 ops (16x)
+LADDERS = {   # workload -> (label, params) per size
+    "gemm": [(f"M=N={m}", {"M": m, "N": m, "K": 128}) for m in (512, 1024, 2048)],
+    "all_gather": [(f"peers={g}", {"peers": g}) for g in (8, 32, 128)],
+}
 
 _CHILD = r"""
 import json, sys
@@ -50,49 +58,56 @@ print(json.dumps({"ops": run.ops, "hops": run.hops, "base_kib": base, "peak_kib"
 """
 
 
-def measure(tmp: Path) -> list[dict]:
+def measure(tmp: Path, workload: str) -> list[dict]:
     from kbtrace.capture import capture
     from kbtrace.topology import compile_topology
     topo = compile_topology(TOPO)
     rows = []
-    for m in SIZES:
-        tr = capture(ROOT / "capture" / "gemm.py", topo, {"M": m, "N": m, "K": 128},
-                     tmp / f"gemm{m}")
+    for label, params in LADDERS[workload]:
+        tr = capture(ROOT / "capture" / f"{workload}.py", topo, params, tmp / label)
         out = subprocess.run([sys.executable, "-c", _CHILD, str(TOPO), str(tr.path),
-                              str(tmp / f"run{m}")], check=True, capture_output=True, text=True)
+                              str(tmp / f"run-{label}")], check=True, capture_output=True,
+                             text=True)
         r = json.loads(out.stdout)
-        r["m"] = m
+        r["label"] = label
         r["grow_mib"] = (r["peak_kib"] - r["base_kib"]) / 1024
         rows.append(r)
     return rows
 
 
-def main() -> list[dict]:
-    with tempfile.TemporaryDirectory() as d:
-        rows = measure(Path(d))
-    print("| gemm M=N | ops | hops | peak RSS growth MiB | KiB/op | B/hop | wall s |")
-    print("|---|---|---|---|---|---|---|")
-    for r in rows:
-        g = r["grow_mib"]
-        print(f"| {r['m']} | {r['ops']:,} | {r['hops']:,} | {g:.1f} | {1024 * g / r['ops']:.2f} | "
-              f"{2**20 * g / r['hops']:.0f} | {r['wall_s']:.2f} |")
+def marginal(rows: list[dict]) -> tuple[float, float]:
+    """Bytes of peak growth per added op and per added hop between the two largest sizes."""
     a, b = rows[-2], rows[-1]
-    marg = 2**20 * (b["grow_mib"] - a["grow_mib"])
-    print(f"\nmarginal: {marg / (b['ops'] - a['ops']) / 1024:.2f} KiB per added op, "
-          f"{marg / (b['hops'] - a['hops']):.0f} B per added hop")
-    return rows
+    grow = 2**20 * (b["grow_mib"] - a["grow_mib"])
+    return grow / (b["ops"] - a["ops"]), grow / (b["hops"] - a["hops"])
+
+
+def main() -> dict[str, list[dict]]:
+    out = {}
+    with tempfile.TemporaryDirectory() as d:
+        for wl in LADDERS:
+            out[wl] = rows = measure(Path(d), wl)
+            print(f"\n| {wl} | ops | hops | peak RSS growth MiB | KiB/op | B/hop | wall s |")
+            print("|---|---|---|---|---|---|---|")
+            for r in rows:
+                g = r["grow_mib"]
+                print(f"| {r['label']} | {r['ops']:,} | {r['hops']:,} | {g:.1f} | "
+                      f"{1024 * g / r['ops']:.2f} | {2**20 * g / r['hops']:.0f} | "
+                      f"{r['wall_s']:.2f} |")
+            per_op, per_hop = marginal(rows)
+            print(f"\nmarginal: {per_op / 1024:.2f} KiB per added op, {per_hop:.0f} B per added hop")
+    return out
 
 
 @pytest.mark.benchmark
 def test_bench_memory():
-    rows = main()
-    a, b = rows[-2], rows[-1]
-    per_op = 2**20 * (b["grow_mib"] - a["grow_mib"]) / (b["ops"] - a["ops"])
-    per_hop = 2**20 * (b["grow_mib"] - a["grow_mib"]) / (b["hops"] - a["hops"])
-    # a finalised hop row is 12 columns (~80 B); keeping every row's busy interval for a
-    # check at the end cost ~140 B per hop at the peak (433 MiB at gemm 2048 before BusyCheck)
-    assert per_hop < 200, per_hop
-    assert per_op < 8 * 1024, per_op
+    for wl, rows in main().items():
+        per_op, per_hop = marginal(rows)
+        # a finalised hop row is 12 columns (~80 B); keeping every row's busy interval for a
+        # check at the end cost ~140 B per hop at the peak (433 MiB at gemm 2048 before
+        # BusyCheck); an unbounded route cache cost ~86 KiB per all_gather op
+        assert per_hop < 200, (wl, per_hop)
+        assert per_op < 4 * 1024, (wl, per_op)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from kbtrace.topology import compile_topology
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = ["gemm", "gemm_composite", "softmax", "ring_allreduce", "data_dependent", "attention",
-             "gemm_sharded"]
+             "gemm_sharded", "all_gather"]
 
 
 @pytest.fixture(scope="module")
@@ -185,6 +185,8 @@ def test_cli_capture_and_trace_show(tmp_path, capsys):
                                 "a multiple of 128"),
     ("ring_allreduce", {"P": 0}, r"P=0 must be >= 1 \(the PEs in the ring\)"),
     ("ring_allreduce", {"P": 16}, "P=16 PEs but a cube of 'small' has 8; pass -p P=8 or less"),
+    ("all_gather", {"peers": 33}, "peers=33 must be between 0 \\(all\\) and the 32 PEs of 'small'"),
+    ("all_gather", {"R": 0}, "R=0 must be >= 1"),
 ])
 def test_workload_parameters_are_checked_with_the_fix(small, tmp_path, name, params, msg):
     from kbtrace.errors import CaptureError

@@ -24,6 +24,7 @@ WORKLOADS = {
     "data_dependent": {"R": 32},
     "attention": {"S": 128},
     "gemm_sharded": {"M": 128, "N": 128, "K": 128},
+    "all_gather": {"peers": 8},
 }
 
 

@@ -158,7 +158,10 @@ class Workload:
 
         ``pe=(sip, cube, pe)`` places it on one PE's HBM slice; ``shard="pes"`` splits ``axis``
         evenly over the PEs of global cube ``cube``; ``shard="cubes"`` over all cubes (on PE
-        ``shard_pe`` of each). ``init``: "zeros", an array / nested list, or ``w.random(seed)``.
+        ``shard_pe`` of each); ``shard="all"`` over every PE of every cube (shard ``i`` on PE
+        ``i % pes_per_cube`` of global cube ``i // pes_per_cube``, i.e. the program with
+        ``program_id(1) * num_programs(0) + program_id(0) == i`` on the default grid).
+        ``init``: "zeros", an array / nested list, or ``w.random(seed)``.
         """
         if name in self.tensors:
             raise CaptureError(f"workload {self.name!r}: tensor {name!r} declared twice")
@@ -182,8 +185,12 @@ class Workload:
             elif shard == "cubes":
                 owners = [(c // self.topo.cubes_per_sip, c % self.topo.cubes_per_sip, shard_pe)
                           for c in range(self._cubes)]
+            elif shard == "all":
+                owners = [(c // self.topo.cubes_per_sip, c % self.topo.cubes_per_sip, i)
+                          for c in range(self._cubes) for i in range(self.topo.pes_per_cube)]
             else:
-                raise CaptureError(f"tensor {name!r}: shard must be 'pes' or 'cubes', got {shard!r}")
+                raise CaptureError(f"tensor {name!r}: shard must be 'pes', 'cubes' or 'all', "
+                                   f"got {shard!r}")
             n = len(owners)
             if shape[axis] % n:
                 raise CaptureError(f"tensor {name!r}: dim {axis} = {shape[axis]} does not split "
