@@ -61,18 +61,18 @@ _LISTS = _SHARED | {"in_addrs", "deps"}
 COLUMNS = _FIELDS   # the ops.parquet columns replay reads
 
 
-def _tuples(values: list[Any], shared: bool) -> list[Any]:
-    """List values as tuples (nested lists too; empty or null -> ``()``), equal ones shared
-    if ``shared``. A replay holds every op for the whole run: on gemm this takes the op
-    records from ~1.0 to ~0.5 KiB each."""
-    out: list[Any] = [()] * len(values)
-    memo: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-    for i, v in enumerate(values):
-        if v:
-            t = tuple([tuple(x) if type(x) is list else x for x in v])
-            if shared:
-                t = memo.setdefault(t, t)
-            out[i] = t
+def _tuples(values: list[Any], shared: bool, nested: bool) -> list[Any]:
+    """List values as tuples (``nested``: lists of lists, inner ones too; empty or null ->
+    ``()``), equal ones one shared tuple if ``shared``. A replay holds every op for the whole
+    run: on gemm this takes the op records from ~1.0 to ~0.5 KiB each."""
+    if nested:
+        out = [tuple([tuple(x) if type(x) is list else x for x in v]) if v else ()
+               for v in values]
+    else:
+        out = [tuple(v) if v else () for v in values]
+    if shared:
+        memo: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        out = [memo.setdefault(t, t) for t in out]
     return out
 
 
@@ -82,7 +82,7 @@ def load_ops(table: pa.Table) -> list[Op]:
     cols = []
     for f in _FIELDS:
         vals = column_pylist(table.column(f))
-        cols.append(_tuples(vals, f in _SHARED) if f in _LISTS else vals)
+        cols.append(_tuples(vals, f in _SHARED, f == "in_shapes") if f in _LISTS else vals)
     ops = [Op(v) for v in zip(*cols, strict=True)]
     del cols
     ops.sort(key=lambda o: o.op_id)
