@@ -141,6 +141,25 @@ def test_routes_cached_and_deterministic(default, small):
         small.route("sip0.cube0.pe0.dma", "sip0.cube0.pe0.dma")
 
 
+def test_route_caches_are_bounded_and_summaries_outlive_routes(monkeypatch):
+    """All-pairs traffic must not grow the route cache without bound; the summaries the
+    replay invariants use (lower bounds) are kept for more pairs, and equal the routes'."""
+    from kbtrace.topology import topology as T
+    t = compile_topology(TOPO / "small.yaml", use_cache=False)
+    monkeypatch.setattr(T, "ROUTE_CACHE_MAX", 8)
+    dma = [n.idx for n in t.nodes if n.kind == "dma"]
+    mem = [n.idx for n in t.nodes if n.kind == "hbm_ctrl"]
+    pairs = [(a, b) for a in dma[:5] for b in mem[:5]]
+    routes = {p: t.route(*p) for p in pairs}
+    assert len(t._routes) <= 8 and len(t._summaries) == len(pairs)
+    for p, r in routes.items():
+        sm = t.route_summary(*p)
+        assert sm.nodes == () and sm.links == ()
+        for nb in (0, 100, 4096, 65536):
+            assert sm.lower_bound_ns(nb) == r.lower_bound_ns(nb)
+    assert t.route(*pairs[0]) == routes[pairs[0]]     # routed again, the same
+
+
 def test_lane_spread_by_source_pe(small):
     t = small
     lanes = {t.nodes[n].id for pe in range(8)

@@ -220,13 +220,14 @@ def check(sim: Sim, makespan: float) -> None:
 
 def _lower_bound(topo, kind: str, a: int, mem: int, nb: int) -> float:
     """Route lower bound of one memory op: ``a`` is the DMA (load/store) or the host."""
+    route = topo.route_summary
     if kind == "load":
-        return topo.route(a, mem).lower_bound_ns(0) + topo.route(mem, a).lower_bound_ns(nb)
+        return route(a, mem).lower_bound_ns(0) + route(mem, a).lower_bound_ns(nb)
     if kind == "store":
-        return topo.route(a, mem).lower_bound_ns(nb) + topo.route(mem, a).lower_bound_ns(0)
+        return route(a, mem).lower_bound_ns(nb) + route(mem, a).lower_bound_ns(0)
     if kind == "h2d":
-        return topo.route(a, mem).lower_bound_ns(nb)
-    return topo.route(mem, a).lower_bound_ns(nb)
+        return route(a, mem).lower_bound_ns(nb)
+    return route(mem, a).lower_bound_ns(nb)
 
 
 def _coord(o):

@@ -37,6 +37,8 @@ COMPILER_VERSION = "1"
 CACHE_STATS = {"hits": 0, "misses": 0}
 #: routes ``Topology.route`` keeps (the cache is emptied when full)
 ROUTE_CACHE_MAX = 1 << 14
+#: pairs ``Topology.route_summary`` keeps (~0.2 KiB each against ~1.5 KiB for a whole route)
+SUMMARY_CACHE_MAX = 1 << 18
 
 _PE_SUB_NODE = {0: "pe_cpu", 1: "math", 2: "ipcq", 3: "pe_cpu", 4: "math", 5: "dma", 6: "tcm"}
 
@@ -51,7 +53,7 @@ class Topology:
     """A compiled, validated, immutable topology. Build it with ``compile_topology``."""
 
     __slots__ = ("params", "nodes", "links", "content_hash", "source", "from_cache",
-                 "_g", "_out", "_router", "_routes", "_pes", "_rt_consts", "_frozen")
+                 "_g", "_out", "_router", "_routes", "_summaries", "_pes", "_rt_consts", "_frozen")
 
     def __init__(self, params: TopologyParams, g: Graph, source: str) -> None:
         s = object.__setattr__
@@ -69,6 +71,7 @@ class Topology:
         s(self, "_pes", tuple(PeCoord(si, c, pe) for (si, c, pe) in sorted(g.hbm)))
         s(self, "_router", Router(g, params))
         s(self, "_routes", {})
+        s(self, "_summaries", {})
         # per node overhead, per link latency and bandwidth: what route() sums along a path
         s(self, "_rt_consts", ([n.overhead_ns for n in g.nodes], [ln.latency_ns for ln in g.links],
                                [ln.bw_gbps for ln in g.links]))
@@ -239,7 +242,20 @@ class Topology:
         if len(self._routes) >= ROUTE_CACHE_MAX:
             self._routes.clear()
         self._routes[(s, d)] = route
+        if len(self._summaries) >= SUMMARY_CACHE_MAX:
+            self._summaries.clear()
+        self._summaries[(s, d)] = Route((), (), overhead, wire, route.bottleneck_gbps, commit, burst)
         return route
+
+    def route_summary(self, src: int, dst: int) -> Route:
+        """``route(src, dst)`` without its node and link lists: what ``lower_bound_ns`` needs.
+        Kept for many more pairs than whole routes (``SUMMARY_CACHE_MAX``), so a check over
+        every transfer of an all-pairs trace does not route each pair again."""
+        hit = self._summaries.get((src, dst))
+        if hit is None:
+            self.route(src, dst)
+            hit = self._summaries[(src, dst)]
+        return hit
 
     # ------------------------------------------------------------------ addresses
     def resolve(self, addr: int) -> Node:
