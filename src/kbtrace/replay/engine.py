@@ -52,6 +52,7 @@ __all__ = ["replay", "Sim"]
 GC_GEN0_THRESHOLD = 1_000_000
 PROGRESS_EVERY = 1 << 15          # SimPy events between progress reports
 PLAN_CACHE = 1 << 14              # memoised tile plans (cleared when full)
+RESOLVE_CACHE = 1 << 16           # memoised address -> node lookups (cleared when full)
 
 
 _OT_COLUMNS = ("op_id", "launch", "program", "sip", "cube", "pe", "seq", "kind", "name", "nbytes")
@@ -174,8 +175,13 @@ class Sim:
                         time.perf_counter() - t_wall)
 
     def resolve(self, addr: int) -> int:
+        """The node owning physical address ``addr`` (memoised per address; the memo is
+        emptied when it holds ``RESOLVE_CACHE`` addresses, so a trace streaming over distinct
+        addresses does not grow it with every op)."""
         n = self._resolved.get(addr)
         if n is None:
+            if len(self._resolved) >= RESOLVE_CACHE:
+                self._resolved.clear()
             try:
                 n = self._resolved[addr] = self.topo.resolve(int(addr)).idx
             except KbtraceError as e:
