@@ -45,9 +45,10 @@ def build(w, p):
                                       p.dtype))
 
     def ref(v):
-        out = np.zeros((P, P, p.R, p.N), np.float64)
-        for me in range(P):
-            for s in range(G):
-                out[me, (me + s) % P] = v["x"][(me + s) % P]
+        x = v["x"]
+        out = np.zeros((P, *x.shape), x.dtype)
+        me = np.arange(P)
+        for s in range(G):                 # block (me + s) % P of x into PE me's copy
+            out[me, (me + s) % P] = x[(me + s) % P]
         return out
     w.output(y, reference=ref)

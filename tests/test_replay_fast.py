@@ -313,3 +313,71 @@ def test_a_tiny_route_cache_changes_no_result(tmp_path, monkeypatch):
         a = pq.read_table(tmp_path / "ref" / name)
         b = pq.read_table(tmp_path / "small" / name)
         assert a.equals(b), name
+
+
+def _perturbed(base, seed, always_plan):
+    """``base`` with random per-node overheads (some 0), link bandwidths (some 0: mode 0
+    links), propagation delays and flit size, the same for a given ``seed``."""
+    from kbtrace.replay.fabric import _Route
+
+    class Perturbed(base):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            r = random.Random(seed)
+            self.node_ov = [r.choice([0.0, 0.0, 1 / 3, 2.0, 0.1, 8.0]) for _ in self.node_ov]
+            self.link_bw = [r.choice([0.0, 100 / 3, 64.0, 128.0, 3.7]) for _ in self.link_bw]
+            self.link_prop = [r.choice([0.0, 0.1, 0.7, 1 / 7]) for _ in self.link_prop]
+            self.flit_bytes = r.choice([64, 100, 256])
+
+        if always_plan:
+            def send(self, op_id, tile, src, dst, nbytes, *a, **k):
+                key = (src, dst, nbytes)
+                if key not in self._routes_nb:
+                    self._routes_nb[key] = _Route(self, src, dst, nbytes)
+                rt = self._routes_nb[key]
+                rt.plans = [False if p is None else p for p in rt.plans]
+                return super().send(op_id, tile, src, dst, nbytes, *a, **k)
+
+    return Perturbed
+
+
+@pytest.mark.parametrize("topo_name, seed", [("tiny", 1), ("small", 2), ("default", 3)])
+def test_walk_equals_plan_between_any_nodes(tmp_path, topo_name, seed):
+    """Walking a hop (first transfer) and its plan (later ones) agree exactly between any two
+    nodes (SRAM, IO, PCIe and host destinations, 2 SIPs on default.yaml) with perturbed
+    overheads, zero-bandwidth links, odd delays and flit sizes, and a route cache emptied
+    every few routes."""
+    import numpy as np
+
+    from kbtrace.replay.fabric import FastFabric
+    topo = compile_topology(TOPO_DIR / f"{topo_name}.yaml")
+    bounded = type("Bounded", (FastFabric,), {"HELD_MAX": 40})
+    a, rec_a = _fabric(_perturbed(bounded, seed, False), topo, tmp_path / "a")
+    b, rec_b = _fabric(_perturbed(FastFabric, seed, True), topo, tmp_path / "b")
+    rng = random.Random(seed)
+    nodes = range(len(topo.nodes))
+    hot = rng.sample(nodes, 10)
+    for op in range(150):
+        src = rng.choice(hot if rng.random() < 0.8 else nodes)
+        dst = rng.choice(hot if rng.random() < 0.8 else nodes)
+        if src == dst:
+            continue
+        nb = rng.choice([0, 1, 64, 100, 128, 129, 256, 4096])
+        dt = rng.choice([0.0, 0.0, 0.0, 0.5, 1 / 3, 2.0, 8.0, 100.0])
+        late = rng.choice([0.0, 0.0, 0.25, 1 / 3, 2.0, 12.5])
+        spread = rng.choice([None, 0.0, 2.0, 1 / 7, 64.0])
+        done = []
+        for f in (a, b):
+            if dt:
+                f.env.run(until=f.env.now + dt)
+            now = f.env.now
+            if spread is None:
+                ev = f.send(op, -1, src, dst, nb, at=now + late if late else None)
+            else:
+                ev = f.send(op, -1, src, dst, nb, span=(now + late, now + late + spread))
+            done.append(ev.value)
+        assert done[0] == done[1], (op, done)
+    pa_, pb_ = rec_a._pending(), rec_b._pending()
+    for c in pa_:
+        assert np.array_equal(pa_[c], pb_[c]), c
+    assert a.link_iv == b.link_iv and a.node_iv == b.node_iv

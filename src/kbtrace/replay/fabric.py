@@ -584,10 +584,6 @@ class FastFabric(Fabric):
         self._sends += 1
         if self._sends % self.PRUNE_EVERY == 0:
             self._prune_all(now)
-        if not rt.links:   # source is the destination: no fabric, no commit
-            pl = rt.plans[0] or rt.build(self, 0)
-            rec.transfer(op_id, tile, pl.pid, t0, t0, t, 1)
-            return after(env, t + ack - now, t)
         j = 0
         while True:
             pl = rt.plans[j]
