@@ -163,12 +163,13 @@ def _hop_by_hop():
     return HopByHop
 
 
-def _always_plan():
-    """A fast fabric that builds (and keeps) a plan the first time a hop is reached, instead
-    of walking it (``FastFabric._walk``): the two must agree exactly."""
+def _always_plan(base=None):
+    """A fast fabric (``base``, default ``FastFabric``) that builds (and keeps) a plan the
+    first time a hop is reached, instead of walking it (``FastFabric._walk``): the two must
+    agree exactly."""
     from kbtrace.replay.fabric import FastFabric, _Route
 
-    class AlwaysPlan(FastFabric):
+    class AlwaysPlan(base or FastFabric):
         def send(self, op_id, tile, src, dst, nbytes, *a, **k):
             key = (src, dst, nbytes)
             if key not in self._routes_nb:
@@ -315,10 +316,9 @@ def test_a_tiny_route_cache_changes_no_result(tmp_path, monkeypatch):
         assert a.equals(b), name
 
 
-def _perturbed(base, seed, always_plan):
+def _perturbed(base, seed):
     """``base`` with random per-node overheads (some 0), link bandwidths (some 0: mode 0
     links), propagation delays and flit size, the same for a given ``seed``."""
-    from kbtrace.replay.fabric import _Route
 
     class Perturbed(base):
         def __init__(self, *a, **k):
@@ -328,15 +328,6 @@ def _perturbed(base, seed, always_plan):
             self.link_bw = [r.choice([0.0, 100 / 3, 64.0, 128.0, 3.7]) for _ in self.link_bw]
             self.link_prop = [r.choice([0.0, 0.1, 0.7, 1 / 7]) for _ in self.link_prop]
             self.flit_bytes = r.choice([64, 100, 256])
-
-        if always_plan:
-            def send(self, op_id, tile, src, dst, nbytes, *a, **k):
-                key = (src, dst, nbytes)
-                if key not in self._routes_nb:
-                    self._routes_nb[key] = _Route(self, src, dst, nbytes)
-                rt = self._routes_nb[key]
-                rt.plans = [False if p is None else p for p in rt.plans]
-                return super().send(op_id, tile, src, dst, nbytes, *a, **k)
 
     return Perturbed
 
@@ -352,8 +343,8 @@ def test_walk_equals_plan_between_any_nodes(tmp_path, topo_name, seed):
     from kbtrace.replay.fabric import FastFabric
     topo = compile_topology(TOPO_DIR / f"{topo_name}.yaml")
     bounded = type("Bounded", (FastFabric,), {"HELD_MAX": 40})
-    a, rec_a = _fabric(_perturbed(bounded, seed, False), topo, tmp_path / "a")
-    b, rec_b = _fabric(_perturbed(FastFabric, seed, True), topo, tmp_path / "b")
+    a, rec_a = _fabric(_perturbed(bounded, seed), topo, tmp_path / "a")
+    b, rec_b = _fabric(_perturbed(_always_plan(), seed), topo, tmp_path / "b")
     rng = random.Random(seed)
     nodes = range(len(topo.nodes))
     hot = rng.sample(nodes, 10)
