@@ -323,9 +323,11 @@ def test_shipped_sweep_configs_load():
 
     configs = [p for p in sorted((ROOT / "replay").glob("*.yaml"))
                if "topologies" in (yaml.safe_load(p.read_text()) or {})]
-    assert {p.stem for p in configs} >= {"hbm_bandwidth", "gemm_tiles"}
+    assert {p.stem for p in configs} >= {"hbm_bandwidth", "gemm_tiles", "all_gather_links"}
     for p in configs:
         c = load_config(p)
         assert c.traces and c.topologies, p
     tiles = load_config(ROOT / "replay" / "gemm_tiles.yaml")
     assert len(tiles.traces) == 9 and tiles.workload_grid_keys == ("BM", "BN")
+    links = load_config(ROOT / "replay" / "all_gather_links.yaml")
+    assert len(links.traces) == 2 and links.workload_grid_keys == ("peers",)
