@@ -512,7 +512,10 @@ class FastFabric(Fabric):
     ``_Plan`` holds while each resource is free from the moment the head reaches
     it (its last reservation ends no later): one tight pass appends the
     reservations, and the stretch's hop rows go to the recorder as one compact
-    record (expanded later with numpy). At the first resource that is not free,
+    record (expanded later with numpy). The first transfer to reach a stretch
+    computes the plan's offsets as it goes instead (``_walk``: the same arithmetic,
+    rows recorded explicitly, nothing kept); the plan is built for the second. At
+    the first resource that is not free,
     that hop is booked by the sequential recursion (``_hop``: gap search with
     ``_fit``, queueing recorded), and the walk goes on from the next hop with the
     closed form from there. The result equals booking every hop sequentially (up to
