@@ -217,3 +217,21 @@ def test_roofline_counts_gemm_flops_and_hbm_bytes_against_the_recorded_peaks(run
         assert tot["intensity"] == pytest.approx(2 * 256 * 256 * 128 / moved)
     with open_run(runs["softmax"]) as r:                         # no GEMM work
         assert roofline(r).height == 0 and roofline_total(r)["gflops"] is None
+
+
+def test_a_run_finds_its_trace_from_any_directory(tmp_path, monkeypatch, capsys):
+    """``kbtrace run`` / ``replay`` with relative paths (the default ``data/``) record the
+    trace's absolute path, so verify and report work from another directory later."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert main(["run", "gemm", "-p", "M=64", "-p", "N=64", "-p", "K=64", "--no-report",
+                 "--out", "data"]) == 0
+    run_dir = next((work / "data" / "runs").iterdir())
+    recorded = read_run_json(run_dir)["trace"]["path"]
+    assert Path(recorded).is_absolute() and (Path(recorded) / "ops.parquet").is_file()
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert verify(run_dir).ok
+    assert main(["verify", str(run_dir)]) == 0
+    assert open_run(run_dir).trace_dir == Path(recorded)

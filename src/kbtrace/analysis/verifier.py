@@ -111,7 +111,7 @@ class VerifyResult:
 def _read(path: Path, expected: pa.Schema) -> pa.Table:
     if not path.is_file():
         raise AnalysisError(f"{path}: missing; verify needs the run's trace "
-                            "(re-capture it or fix trace_dir in run.json)")
+                            "(re-capture it, or fix trace.path in run.json)")
     table = pq.read_table(path)
     schema.check_schema(table.schema, expected, str(path))
     return table
@@ -206,8 +206,10 @@ def verify(run: Any) -> VerifyResult:
     info = read_run_json(run_dir)
     trace_dir = find_trace_dir(run_dir, info)
     if trace_dir is None:
-        raise AnalysisError(f"{run_dir}: trace {info.get('trace_dir')!r} not found; verify needs "
-                            "ops.parquet and memory.parquet (re-capture or fix run.json trace_dir)")
+        recorded = info.get("trace_dir") or (info.get("trace") or {}).get("path")
+        raise AnalysisError(f"{run_dir}: trace {recorded!r} not found; verify needs its "
+                            "ops.parquet and memory.parquet (re-capture it, or fix trace.path "
+                            "in run.json)")
     ops = _read(trace_dir / "ops.parquet", schema.OPS)
     memory = _read(trace_dir / "memory.parquet", schema.MEMORY)
     timing = _read(run_dir / "op_timing.parquet", schema.OP_TIMING)
