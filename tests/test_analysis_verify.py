@@ -131,3 +131,39 @@ def test_recv_before_send_reports_instead_of_crashing(run_dir):
     res = verify(run_dir)
     assert not res.ok and res.first_divergence.op_id == 6
     assert "could not execute" in res.first_divergence.reason
+
+
+def _compare_whole(got, want, rtol, atol):
+    """The single-pass comparison ``_compare`` replaced (its reference)."""
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    diff = np.abs(g - w)
+    diff = np.where(np.isnan(g) & np.isnan(w), 0.0, diff)
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    nz = np.abs(w) > 0
+    max_abs = float(diff.max()) if diff.size else 0.0
+    max_rel = float((diff[nz] / np.abs(w[nz])).max()) if nz.any() else 0.0
+    return max_abs, max_rel, int(np.count_nonzero(diff > atol + rtol * np.abs(w)))
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1 << 20])
+def test_chunked_compare_equals_a_whole_tensor_pass(monkeypatch, chunk):
+    from kbtrace.analysis import verifier as V
+    from kbtrace.capture.dtypes import TOLERANCE
+    monkeypatch.setattr(V, "_COMPARE_CHUNK", chunk)
+    rng = np.random.default_rng(0)
+    want = rng.normal(size=(5, 9)).astype(np.float32)
+    want[0, 0] = 0.0
+    want[1, 2] = np.nan
+    got = want + rng.normal(scale=1e-4, size=want.shape).astype(np.float32)
+    got[1, 2] = np.nan                 # both NaN: equal
+    got[2, 3] = np.nan                 # one NaN: infinitely wrong
+    got[3, 4] = np.inf
+    cases = [(got, want, "f32"), (want.copy(), want, "f32"), (got[:0], want[:0], "f32"),
+             (np.float32(1.5), np.float32(1.25), "f16"),
+             (np.arange(12, dtype=np.int32), np.arange(12, dtype=np.int32)[::-1].copy(), "i32")]
+    for g, w, dt in cases:
+        rtol, atol = TOLERANCE[dt]
+        res = V._compare("t", dt, np.asarray(g), np.asarray(w))
+        assert (res.max_abs, res.max_rel, res.n_bad) == _compare_whole(
+            np.asarray(g), np.asarray(w), rtol, atol), (dt, np.shape(g))
+        assert res.ok == (res.n_bad == 0)

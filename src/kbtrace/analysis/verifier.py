@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kbtrace import schema
+from kbtrace._io import read_parquet_lean
 from kbtrace.errors import AnalysisError, KbtraceError
 
 __all__ = ["verify", "VerifyResult", "TensorCheck", "DivergingOp", "execution_order"]
@@ -112,9 +113,8 @@ def _read(path: Path, expected: pa.Schema) -> pa.Table:
     if not path.is_file():
         raise AnalysisError(f"{path}: missing; verify needs the run's trace "
                             "(re-capture it, or fix trace.path in run.json)")
-    table = pq.read_table(path)
-    schema.check_schema(table.schema, expected, str(path))
-    return table
+    schema.check_schema(pq.read_schema(path), expected, str(path))
+    return read_parquet_lean(path)     # memory.parquet holds every tensor's bytes
 
 
 def _depth(ops: pa.Table) -> dict[int, int]:
@@ -173,7 +173,12 @@ def _order_violations(ops: pa.Table, op_timing: pa.Table) -> list[tuple[int, int
     return out
 
 
+_COMPARE_CHUNK = 1 << 20   # elements compared at a time (float64 temporaries stay ~10 MB)
+
+
 def _compare(name: str, dtype: str, got: np.ndarray | None, want: np.ndarray) -> TensorCheck:
+    """Max abs / rel error and the elements out of tolerance, in chunks: a whole-tensor pass
+    made ~10 float64 temporaries of the tensor (1.45 GB for a 128 MiB f32 output)."""
     from kbtrace.capture.dtypes import TOLERANCE
 
     rtol, atol = TOLERANCE.get(dtype, (0.0, 0.0))
@@ -181,15 +186,21 @@ def _compare(name: str, dtype: str, got: np.ndarray | None, want: np.ndarray) ->
     if got is None or tuple(got.shape) != shape:
         return TensorCheck(name, dtype, shape, float("inf"), float("inf"), rtol, atol,
                            int(np.prod(shape)) if shape else 1, False)
-    g, w = got.astype(np.float64), want.astype(np.float64)
-    diff = np.abs(g - w)
-    diff = np.where(np.isnan(g) & np.isnan(w), 0.0, diff)
-    diff = np.where(np.isnan(diff), np.inf, diff)
-    nz = np.abs(w) > 0
-    max_abs = float(diff.max()) if diff.size else 0.0
-    max_rel = float((diff[nz] / np.abs(w[nz])).max()) if nz.any() else 0.0
-    bad = diff > atol + rtol * np.abs(w)
-    n_bad = int(np.count_nonzero(bad))
+    got_flat, want_flat = got.reshape(-1), want.reshape(-1)
+    max_abs = max_rel = 0.0
+    n_bad = 0
+    for lo in range(0, got_flat.size, _COMPARE_CHUNK):
+        g = got_flat[lo:lo + _COMPARE_CHUNK].astype(np.float64)
+        w = want_flat[lo:lo + _COMPARE_CHUNK].astype(np.float64)
+        diff = np.abs(g - w)
+        diff[np.isnan(g) & np.isnan(w)] = 0.0
+        diff[np.isnan(diff)] = np.inf
+        aw = np.abs(w)
+        nz = aw > 0
+        max_abs = max(max_abs, float(diff.max()))
+        if nz.any():
+            max_rel = max(max_rel, float((diff[nz] / aw[nz]).max()))
+        n_bad += int(np.count_nonzero(diff > atol + rtol * aw))
     return TensorCheck(name, dtype, shape, max_abs, max_rel, rtol, atol, n_bad, n_bad == 0)
 
 
