@@ -130,6 +130,14 @@ def test_open_trace_rejects_bad_dirs(small, tmp_path):
     with pytest.raises(SchemaError, match="content hash"):
         open_trace(tmp_path)
     ops.write_bytes(data)
+    mem = tmp_path / "memory.parquet"
+    mdata = mem.read_bytes()
+    mid = len(mdata) // 2                 # a data page: the footer (schema) stays readable
+    mem.write_bytes(mdata[:mid] + bytes([mdata[mid] ^ 0xFF]) + mdata[mid + 1:])
+    with pytest.raises(SchemaError, match="memory.parquet: content hash"):
+        open_trace(tmp_path)
+    assert open_trace(tmp_path, hashed=("ops.parquet",)).n_ops > 0   # what replay checks
+    mem.write_bytes(mdata)
     meta = (tmp_path / "trace.json").read_text().replace('"schema_version": "1.0"',
                                                            '"schema_version": "9.0"')
     (tmp_path / "trace.json").write_text(meta)

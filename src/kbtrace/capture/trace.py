@@ -252,8 +252,11 @@ def capture(workload_path: str | os.PathLike[str] | Any, topology: Any,
             sink.abort()
 
 
-def open_trace(path: str | os.PathLike[str]) -> Trace:
-    """Open a trace directory, checking format, schema versions, schemas and content hashes."""
+def open_trace(path: str | os.PathLike[str],
+               hashed: tuple[str, ...] = ("ops.parquet", "memory.parquet")) -> Trace:
+    """Open a trace directory, checking format, schema versions, schemas and the content
+    hashes of the ``hashed`` files (replay reads only ``ops.parquet``, so it checks only
+    that one: ``memory.parquet`` holds every tensor and can be hundreds of MB)."""
     import json
     d = Path(path)
     mj = d / "trace.json"
@@ -269,7 +272,7 @@ def open_trace(path: str | os.PathLike[str]) -> Trace:
         if not fp.is_file():
             raise SchemaError(f"{d}: {fname} missing; re-capture the workload")
         want = meta.get("content_hash", {}).get(fname)
-        if want is not None and file_hash(fp) != want:
+        if want is not None and fname in hashed and file_hash(fp) != want:
             raise SchemaError(f"{fp}: content hash differs from trace.json (file changed or a "
                               f"capture was interrupted); re-capture the workload")
         try:

@@ -66,7 +66,7 @@ def _open(trace: Any) -> tuple[Path | None, dict[str, Any], pa.Table]:
         return getattr(trace, "path", None), dict(trace.meta), table
     if not hasattr(trace, "ops_path"):
         from kbtrace.capture import open_trace
-        trace = open_trace(trace)
+        trace = open_trace(trace, hashed=("ops.parquet",))
     schema.check_schema(pq.read_schema(trace.ops_path), schema.OPS, "ops.parquet")
     table = read_parquet_lean(trace.ops_path, list(dict.fromkeys((*COLUMNS, *_OT_COLUMNS))))
     return trace.path, dict(trace.meta), table

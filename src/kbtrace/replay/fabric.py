@@ -395,28 +395,13 @@ class _Route:
 
     def __init__(self, fab: FastFabric, src: int, dst: int, nb: int) -> None:
         nodes, links = fab.route(src, dst)
-        fb = fab.flit_bytes
-        n = max(1, -(-nb // fb))
-        last = nb - (n - 1) * fb if nb > 0 else 0
-        first = fb if n > 1 else last
-        hops = []
-        for j, li in enumerate(links):
-            ov = fab.node_ov[nodes[j]] if j else 0.0
-            niv = fab.node_iv[nodes[j]] if ov > 0 else None
-            bw = fab.link_bw[li]
-            if bw > 0 and nb > 0:
-                if n == 1:
-                    hops.append((niv, ov, fab.link_iv[li], 1, first / bw, 0.0, 0.0,
-                                 fab.link_prop[li]))
-                else:
-                    hops.append((niv, ov, fab.link_iv[li], 2, first / bw, (nb - last) / bw,
-                                 last / bw, fab.link_prop[li]))
-            else:
-                hops.append((niv, ov, fab.link_iv[li], 0, 0.0, 0.0, 0.0, fab.link_prop[li]))
-        self.nodes, self.links, self.hops = nodes, links, tuple(hops)
-        self.stage = tuple(STAGE_CODE[fab.link_stage[li]] for li in links)
+        hop_of = fab.hop_of
+        per_hop = [hop_of(li, nb, j == 0) for j, li in enumerate(links)]
+        self.nodes, self.links = nodes, links
+        self.hops = tuple(h for h, _b in per_hop)
+        self.stage = tuple(fab.link_stage_code[li] for li in links)
         self.node = nodes[:-1]
-        self.busy = tuple(nb / fab.link_bw[li] if fab.link_bw[li] > 0 else 0.0 for li in links)
+        self.busy = tuple(b for _h, b in per_hop)
         self.dst = dst
         self.dst_ov = fab.node_ov[dst]
         self.dst_iv = fab.node_iv[dst] if self.dst_ov > 0 else None
@@ -542,9 +527,41 @@ class FastFabric(Fabric):
         self.link_iv: list[list[float]] = [[] for _ in topo.links]
         self.node_iv: list[list[float]] = [[] for _ in topo.nodes]
         self._routes_nb: dict[tuple[int, int, int], _Route] = {}
+        self._hops: dict[tuple[int, int, bool], tuple[tuple, float]] = {}
+        self.link_src = [lk.src for lk in topo.links]
+        self.link_stage_code = [STAGE_CODE[s] for s in self.link_stage]
         self._sends = 0
         self.held = 0
         self.evictions = 0
+
+    def hop_of(self, li: int, nb: int, first: bool) -> tuple[tuple, float]:
+        """``(_Route.hops entry, busy ns)`` of ``nb`` bytes over link ``li`` (``first``: the
+        route's first link, whose source node charges no overhead); memoised, since routes
+        share links (at most ``ROUTES_MAX`` entries, emptied when full)."""
+        key = (li, nb, first)
+        hit = self._hops.get(key)
+        if hit is not None:
+            return hit
+        if len(self._hops) >= self.ROUTES_MAX:
+            self._hops.clear()
+        fb = self.flit_bytes
+        n = max(1, -(-nb // fb))
+        last = nb - (n - 1) * fb if nb > 0 else 0
+        head = fb if n > 1 else last
+        src = self.link_src[li]
+        ov = 0.0 if first else self.node_ov[src]
+        niv = self.node_iv[src] if ov > 0 else None
+        bw = self.link_bw[li]
+        liv, prop = self.link_iv[li], self.link_prop[li]
+        if bw > 0 and nb > 0:
+            if n == 1:
+                hop = (niv, ov, liv, 1, head / bw, 0.0, 0.0, prop)
+            else:
+                hop = (niv, ov, liv, 2, head / bw, (nb - last) / bw, last / bw, prop)
+        else:
+            hop = (niv, ov, liv, 0, 0.0, 0.0, 0.0, prop)
+        hit = self._hops[key] = (hop, nb / bw if bw > 0 else 0.0)
+        return hit
 
     def evict(self) -> None:
         """Empty the route caches. The recorder flushes first (every compact record is

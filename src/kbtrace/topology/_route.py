@@ -76,19 +76,12 @@ class Router:
             out.append(g.pcie_ep[(nd.sip, self._nearest_io(d))])
             if d != out[-1]:
                 self._within_sip(out, d, key)
-        self._dedupe_check(out)
-        return out
+        return out     # every hop has a link: Topology.route looks each one up
 
     # ------------------------------------------------------------------ helpers
     def _extend(self, out: list[int], n: int) -> None:
         if out[-1] != n:
             out.append(n)
-
-    def _dedupe_check(self, out: list[int]) -> None:
-        for a, b in zip(out, out[1:], strict=False):
-            if (a, b) not in self.g.link_of:
-                raise AssertionError(f"router produced a hop without a link: {self.g.nodes[a].id} -> "
-                                     f"{self.g.nodes[b].id}")
 
     def _local_bfs(self, s: int, d: int, kinds: tuple[str, ...]) -> list[int]:
         """Shortest path inside one PE or one IO chiplet (first-found in link order);

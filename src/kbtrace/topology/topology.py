@@ -230,7 +230,12 @@ class Topology:
             return hit
         path = self._router.path(s, d)
         node_ov, link_lat, link_bw = self._rt_consts
-        lidx = tuple(map(self._g.link_of.__getitem__, zip(path, path[1:], strict=False)))
+        try:
+            lidx = tuple(map(self._g.link_of.__getitem__, zip(path, path[1:], strict=False)))
+        except KeyError as exc:      # a router bug, not bad input
+            a, b = exc.args[0]
+            raise AssertionError(f"router produced a hop without a link: {self.nodes[a].id} -> "
+                                 f"{self.nodes[b].id}") from None
         overhead = sum(map(node_ov.__getitem__, path[1:]))
         wire = sum(map(link_lat.__getitem__, lidx))
         bws = [b for b in map(link_bw.__getitem__, lidx) if b > 0]
