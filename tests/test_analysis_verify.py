@@ -148,8 +148,9 @@ def _compare_whole(got, want, rtol, atol):
 @pytest.mark.parametrize("chunk", [1, 7, 1 << 20])
 def test_chunked_compare_equals_a_whole_tensor_pass(monkeypatch, chunk):
     from kbtrace.analysis import verifier as V
+    from kbtrace.capture import dtypes
     from kbtrace.capture.dtypes import TOLERANCE
-    monkeypatch.setattr(V, "_COMPARE_CHUNK", chunk)
+    monkeypatch.setattr(dtypes, "COMPARE_CHUNK", chunk)
     rng = np.random.default_rng(0)
     want = rng.normal(size=(5, 9)).astype(np.float32)
     want[0, 0] = 0.0
@@ -167,3 +168,23 @@ def test_chunked_compare_equals_a_whole_tensor_pass(monkeypatch, chunk):
         assert (res.max_abs, res.max_rel, res.n_bad) == _compare_whole(
             np.asarray(g), np.asarray(w), rtol, atol), (dt, np.shape(g))
         assert res.ok == (res.n_bad == 0)
+
+
+def test_compare_follows_isclose_on_infinities_and_nans():
+    """``dtypes.compare`` counts as ``np.isclose(equal_nan=True)`` does (the whole-pass
+    comparison it replaced called inf == inf a mismatch and missed a finite value against an
+    infinite reference), and agrees with ``allclose`` and ``np.isclose``."""
+    from kbtrace.capture.dtypes import TOLERANCE, allclose, compare
+    inf, nan = np.inf, np.nan
+    want = np.array([inf, -inf, inf, 1.0, nan, nan, 2.0, 0.0], np.float32)
+    got = np.array([inf, -inf, 1.0, inf, nan, 1.0, 2.0 + 1e-6, 0.0], np.float32)
+    rtol, atol = TOLERANCE["f32"]
+    close = np.isclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol,
+                       equal_nan=True)
+    max_abs, max_rel, n_bad = compare(got, want, "f32")
+    assert n_bad == int((~close).sum()) == 3 and max_abs == inf
+    assert compare(got[[0, 1, 4, 6, 7]], want[[0, 1, 4, 6, 7]], "f32")[2] == 0
+    assert allclose(got[[0, 1, 4, 6, 7]], want[[0, 1, 4, 6, 7]], "f32")
+    assert not allclose(got, want, "f32") and not allclose(got[:2], want[:3], "f32")
+    ints = np.array([1, 2, 3], np.int32)
+    assert compare(ints, ints + np.array([0, 0, 1], np.int32), "i32") == (1.0, 1 / 4, 1)

@@ -173,34 +173,15 @@ def _order_violations(ops: pa.Table, op_timing: pa.Table) -> list[tuple[int, int
     return out
 
 
-_COMPARE_CHUNK = 1 << 20   # elements compared at a time (float64 temporaries stay ~10 MB)
-
-
 def _compare(name: str, dtype: str, got: np.ndarray | None, want: np.ndarray) -> TensorCheck:
-    """Max abs / rel error and the elements out of tolerance, in chunks: a whole-tensor pass
-    made ~10 float64 temporaries of the tensor (1.45 GB for a 128 MiB f32 output)."""
-    from kbtrace.capture.dtypes import TOLERANCE
+    from kbtrace.capture.dtypes import TOLERANCE, compare
 
     rtol, atol = TOLERANCE.get(dtype, (0.0, 0.0))
     shape = tuple(int(s) for s in want.shape)
     if got is None or tuple(got.shape) != shape:
         return TensorCheck(name, dtype, shape, float("inf"), float("inf"), rtol, atol,
                            int(np.prod(shape)) if shape else 1, False)
-    got_flat, want_flat = got.reshape(-1), want.reshape(-1)
-    max_abs = max_rel = 0.0
-    n_bad = 0
-    for lo in range(0, got_flat.size, _COMPARE_CHUNK):
-        g = got_flat[lo:lo + _COMPARE_CHUNK].astype(np.float64)
-        w = want_flat[lo:lo + _COMPARE_CHUNK].astype(np.float64)
-        diff = np.abs(g - w)
-        diff[np.isnan(g) & np.isnan(w)] = 0.0
-        diff[np.isnan(diff)] = np.inf
-        aw = np.abs(w)
-        nz = aw > 0
-        max_abs = max(max_abs, float(diff.max()))
-        if nz.any():
-            max_rel = max(max_rel, float((diff[nz] / aw[nz]).max()))
-        n_bad += int(np.count_nonzero(diff > atol + rtol * aw))
+    max_abs, max_rel, n_bad = compare(got, want, dtype)
     return TensorCheck(name, dtype, shape, max_abs, max_rel, rtol, atol, n_bad, n_bad == 0)
 
 

@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from kbtrace import __version__, schema
 from kbtrace._io import file_hash, write_json, write_table
-from kbtrace.capture.dtypes import allclose, to_storage
+from kbtrace.capture.dtypes import compare, to_storage
 from kbtrace.capture.executor import ExecResult, execute, gather_outputs
 from kbtrace.capture.scheduler import LaunchRun
 from kbtrace.capture.tracer import OpSink, Tracer
@@ -214,10 +214,8 @@ def capture(workload_path: str | os.PathLike[str] | Any, topology: Any,
             stored_want = to_storage(want, t.dtype)
             from kbtrace.capture.dtypes import to_compute
             want_c = to_compute(stored_want, t.dtype)
-            err = float(np.max(np.abs(got[oname].astype(np.float64) - want_c.astype(np.float64)))) \
-                if want_c.size else 0.0
-            check[oname] = {"ok": allclose(got[oname], want_c, t.dtype), "max_abs_err": err,
-                            "dtype": t.dtype}
+            err, _rel, n_bad = compare(got[oname], want_c, t.dtype)
+            check[oname] = {"ok": n_bad == 0, "max_abs_err": err, "dtype": t.dtype}
         t_close0 = time.perf_counter()
         sink.close()
         t_close = time.perf_counter() - t_close0
