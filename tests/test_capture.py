@@ -201,3 +201,25 @@ def test_workload_parameters_are_checked_with_the_fix(small, tmp_path, name, par
 
     with pytest.raises(CaptureError, match=msg):
         capture(_wl(name), small, params, tmp_path)
+
+
+def test_memory_parquet_in_batches_and_reference_blocks(small, tmp_path, monkeypatch):
+    """memory.parquet is written a few tensor bytes at a time, references in blocks along
+    axis 0; reading it back gives the same inputs, outputs and references as one batch."""
+    from kbtrace.capture import trace as T
+    from kbtrace.capture.executor import reference_outputs
+    whole = capture(_wl("gemm"), small, {"M": 64, "N": 64, "K": 64}, out_dir=tmp_path / "a")
+    monkeypatch.setattr(T, "MEMORY_BATCH_BYTES", 1000)
+    tiny = capture(_wl("gemm"), small, {"M": 64, "N": 64, "K": 64}, out_dir=tmp_path / "b")
+    a, b = (pq.read_table(t.path / "memory.parquet") for t in (whole, tiny))
+    refs_b = [r for r in b.drop_columns(["data"]).to_pylist() if r["role"] == "reference"]
+    # c is 64 x 64 f32 = 256 B per row: 3 rows per 1000 B block
+    assert [r["offset"] for r in refs_b] == [[lo, 0] for lo in range(0, 64, 3)]
+    assert [r["shard"] for r in refs_b] == list(range(22))
+    assert [r["shape"] for r in refs_b] == [[3, 64]] * 21 + [[1, 64]]
+    assert pq.ParquetFile(tiny.path / "memory.parquet").num_row_groups > 1
+    ra, rb = reference_outputs(a), reference_outputs(b)
+    assert ra.keys() == rb.keys() == {"c"} and np.array_equal(ra["c"], rb["c"])
+    assert [r for r in a.to_pylist() if r["role"] != "reference"] == \
+        [r for r in b.to_pylist() if r["role"] != "reference"]     # inputs and outputs
+    assert (tiny.path / "ops.parquet").read_bytes() == (whole.path / "ops.parquet").read_bytes()

@@ -204,7 +204,8 @@ OPS = _schema("ops", "One row per captured op, in capture order (launch, program
 MEMORY = _schema("memory", "Initial contents of deployed tensors and reference outputs.", [
     _f("tensor", pa.string(), "-", "tensor name declared by the workload"),
     _f("role", _DICT, "-", "input | output | reference"),
-    _f("shard", pa.int32(), "-", "shard index (0 for unsharded tensors)"),
+    _f("shard", pa.int32(), "-", "shard index (0 for unsharded tensors); for a reference, "
+       "its block index (references are stored in blocks of at most 32 MiB along axis 0)"),
     _f("sip", pa.int16(), "-", "placement SIP", nullable=True),
     _f("cube", pa.int16(), "-", "placement cube", nullable=True),
     _f("pe", pa.int16(), "-", "placement PE (HBM slice owner)", nullable=True),

@@ -21,7 +21,7 @@ from __future__ import annotations
 import gc
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kbtrace import __version__, schema
-from kbtrace._io import file_hash, write_json, write_table
+from kbtrace._io import BatchWriter, file_hash, write_json
 from kbtrace.capture.dtypes import compare, to_storage
 from kbtrace.capture.executor import ExecResult, execute, gather_outputs
 from kbtrace.capture.scheduler import LaunchRun
@@ -94,31 +94,74 @@ def _resolve_topology(topology: Any) -> Any:
     return topology
 
 
-def _memory_table(w: Workload, refs: dict[str, np.ndarray]) -> pa.Table:
-    cols: dict[str, list[Any]] = {f.name: [] for f in schema.MEMORY}
+MEMORY_BATCH_BYTES = 32 << 20   # tensor bytes per memory.parquet record batch
 
-    def row(**kw: Any) -> None:
-        for k in cols:
-            cols[k].append(kw.get(k))
 
+def _memory_rows(w: Workload, refs: dict[str, np.ndarray]) -> Iterator[tuple[dict[str, Any],
+                                                                            np.ndarray]]:
+    """(row without ``data``, contiguous storage array) per tensor shard, then per reference."""
     for t in w.tensors.values():
         for s in t.shards:
             idx = tuple(slice(o, o + n) for o, n in zip(s.offset, s.shape, strict=True))
-            data = np.ascontiguousarray(t.stored[idx])
-            row(tensor=t.name, role=t.role, shard=s.index, sip=s.sip, cube=s.cube, pe=s.pe,
-                space="hbm", addr=s.addr, dtype=t.dtype, shape=list(s.shape),
-                offset=list(s.offset), global_shape=list(t.shape), nbytes=data.nbytes,
-                data=data.tobytes())
-    for name, ref in refs.items():
-        t = w.tensors[name]
-        data = to_storage(ref, t.dtype)
-        row(tensor=name, role="reference", shard=0, space="hbm", dtype=t.dtype,
-            shape=list(t.shape), offset=[0] * len(t.shape), global_shape=list(t.shape),
-            nbytes=data.nbytes, data=data.tobytes())
-    arrays = [pa.array(cols[f.name], type=f.type) if not pa.types.is_dictionary(f.type)
-              else pa.array(cols[f.name], type=pa.string()).dictionary_encode().cast(f.type)
-              for f in schema.MEMORY]
-    return pa.Table.from_arrays(arrays, schema=schema.MEMORY)
+            yield (dict(tensor=t.name, role=t.role, shard=s.index, sip=s.sip, cube=s.cube,
+                        pe=s.pe, space="hbm", addr=s.addr, dtype=t.dtype, shape=list(s.shape),
+                        offset=list(s.offset), global_shape=list(t.shape)),
+                   np.ascontiguousarray(t.stored[idx]))
+    for name, ref in refs.items():      # in blocks along axis 0: one huge value per row
+        t = w.tensors[name]                 # made the Parquet writer hold it several times
+        stored = to_storage(ref, t.dtype)
+        rows = t.shape[0] if t.shape else 1
+        row_bytes = max(1, stored.nbytes // max(1, rows))
+        step = max(1, MEMORY_BATCH_BYTES // row_bytes)
+        for k, lo in enumerate(range(0, rows, step)):
+            block = stored[lo:lo + step] if t.shape else stored
+            yield (dict(tensor=name, role="reference", shard=k, space="hbm", dtype=t.dtype,
+                        shape=list(block.shape),
+                        offset=[lo] + [0] * (len(t.shape) - 1) if t.shape else [],
+                        global_shape=list(t.shape)), np.ascontiguousarray(block))
+
+
+def _memory_batch(rows: list[tuple[dict[str, Any], np.ndarray]]) -> list[pa.Array]:
+    """One record batch of ``schema.MEMORY``: the ``data`` column is built from the arrays'
+    buffers (one copy), not from per-row ``bytes`` objects."""
+    arrays = []
+    for f in schema.MEMORY:
+        if f.name == "data":
+            offsets = np.zeros(len(rows) + 1, np.int64)
+            np.cumsum([d.nbytes for _r, d in rows], out=offsets[1:])
+            blob = np.concatenate([d.reshape(-1).view(np.uint8) for _r, d in rows]) if rows \
+                else np.zeros(0, np.uint8)
+            arrays.append(pa.LargeBinaryArray.from_buffers(
+                f.type, len(rows), [None, pa.py_buffer(offsets), pa.py_buffer(blob)]))
+        elif f.name == "nbytes":
+            arrays.append(pa.array([d.nbytes for _r, d in rows], type=f.type))
+        elif pa.types.is_dictionary(f.type):
+            arrays.append(pa.array([r.get(f.name) for r, _d in rows], type=pa.string())
+                          .dictionary_encode().cast(f.type))
+        else:
+            arrays.append(pa.array([r.get(f.name) for r, _d in rows], type=f.type))
+    return arrays
+
+
+def _write_memory(path: Path, w: Workload, refs: dict[str, np.ndarray]) -> None:
+    """``memory.parquet`` (atomically), in record batches of about ``MEMORY_BATCH_BYTES`` of
+    tensor data: building the whole table at once held every tensor two more times (1 GB
+    more at the peak for all_gather's 128 MiB output on default.yaml)."""
+    writer = BatchWriter(path, schema.MEMORY)
+    try:
+        batch: list[tuple[dict[str, Any], np.ndarray]] = []
+        size = 0
+        for row in _memory_rows(w, refs):
+            batch.append(row)
+            size += row[1].nbytes
+            if size >= MEMORY_BATCH_BYTES:
+                writer.write_arrays(_memory_batch(batch), len(batch))
+                batch, size = [], 0
+        writer.write_arrays(_memory_batch(batch), len(batch))
+        writer.close()
+    except BaseException:
+        writer.abort()
+        raise
 
 
 def _output_shards(w: Workload) -> pa.Table:
@@ -219,7 +262,7 @@ def capture(workload_path: str | os.PathLike[str] | Any, topology: Any,
         t_close0 = time.perf_counter()
         sink.close()
         t_close = time.perf_counter() - t_close0
-        write_table(out / "memory.parquet", _memory_table(w, refs))
+        _write_memory(out / "memory.parquet", w, refs)
         meta = {
             "format": TRACE_FORMAT,
             "kbtrace_version": __version__,
