@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kbtrace._io import release_memory
 from kbtrace._paths import DEFAULT_TOPOLOGY, resolve
 
 __all__ = ["run_workload", "RunSummary", "DEFAULT_WORKLOAD", "DEFAULT_TOPOLOGY",
@@ -149,15 +150,19 @@ def run_workload(workload: str | os.PathLike[str] | None = None, *,
     trace = capture(wl, topo, params=params or [], out_dir=trace_dir)
     summary.n_ops = trace.n_ops
     summary.seconds["capture"] = time.perf_counter() - t
+    del trace
+    release_memory()        # each stage starts from what is live, not from the last one's peak
     t = time.perf_counter()
     rr = replay(trace_dir, topo, ReplayOptions(fidelity=fidelity, out_dir=str(run_dir)))
     summary.makespan_ns, summary.hops, summary.events = rr.makespan_ns, rr.hops, rr.events
     summary.seconds["replay"] = time.perf_counter() - t
     summary.bottleneck, summary.hotspot, summary.roofline = _headline(run_dir)
+    release_memory()
     if verify_data:
         t = time.perf_counter()
         summary.verify = verify(run_dir)
         summary.seconds["verify"] = time.perf_counter() - t
+        release_memory()
     if make_report:
         t = time.perf_counter()
         summary.report_dir = report(run_dir)
