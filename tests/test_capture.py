@@ -185,6 +185,11 @@ def test_cli_capture_and_trace_show(tmp_path, capsys):
     assert "16 PEs active" in text and "c (output, 1 shard)" in text
     assert main(["capture", str(_wl("gemm")), "-p", "M=abc", "-o", str(out)]) == 2
     assert "expected int" in capsys.readouterr().err
+    assert main(["capture", str(_wl("all_gather")), "-p", "peer=3", "-o", str(out)]) == 2
+    assert ("unknown parameter 'peer'; did you mean 'peers'? this workload takes N, R, dtype, "
+            "peers, seed") in capsys.readouterr().err
+    assert main(["capture", str(_wl("all_gather")), "-p", "zzz=3", "-o", str(out)]) == 2
+    assert "unknown parameter 'zzz'; this workload takes N, R" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name, params, msg", [

@@ -296,7 +296,10 @@ def parse_params(defaults: Mapping[str, Any], overrides: Mapping[str, Any] | Seq
             items.append((k.strip(), v.strip()))
     for k, v in items:
         if k not in defaults:
-            raise CaptureError(f"unknown parameter {k!r}; this workload takes "
+            import difflib
+            close = difflib.get_close_matches(k, list(defaults), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise CaptureError(f"unknown parameter {k!r}; {hint}this workload takes "
                                f"{', '.join(sorted(defaults)) or 'no parameters'}")
         out[k] = _convert(k, v, defaults[k]) if isinstance(v, str) else v
     return out
