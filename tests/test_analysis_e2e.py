@@ -221,12 +221,15 @@ def test_roofline_counts_gemm_flops_and_hbm_bytes_against_the_recorded_peaks(run
 
 def test_a_run_finds_its_trace_from_any_directory(tmp_path, monkeypatch, capsys):
     """``kbtrace run`` / ``replay`` with relative paths (the default ``data/``) record the
-    trace's absolute path, so verify and report work from another directory later."""
+    trace's absolute path, so verify and report work from another directory later; ``kbtrace
+    run --progress`` shows the replay's status line."""
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
     assert main(["run", "gemm", "-p", "M=64", "-p", "N=64", "-p", "K=64", "--no-report",
-                 "--out", "data"]) == 0
+                 "--out", "data", "--progress"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1].startswith("replay: 20/20 ops (100%), t = ")      # --progress
     run_dir = next((work / "data" / "runs").iterdir())
     recorded = read_run_json(run_dir)["trace"]["path"]
     assert Path(recorded).is_absolute() and (Path(recorded) / "ops.parquet").is_file()

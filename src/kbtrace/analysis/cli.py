@@ -90,10 +90,13 @@ def _export_perfetto(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from kbtrace.analysis.main import run_workload
+    from kbtrace.replay.cli import StatusLine
 
+    show = sys.stderr.isatty() if args.progress is None else args.progress
     summary = run_workload(args.workload, topology=args.topology, params=args.param or [],
                            sets=args.set, fidelity=args.fidelity, out=args.out,
-                           verify_data=not args.no_verify, make_report=not args.no_report)
+                           verify_data=not args.no_verify, make_report=not args.no_report,
+                           progress=StatusLine(sys.stderr) if show else None)
     print(summary.text())
     return 0 if summary.ok else 1
 
@@ -114,6 +117,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    "OUT/runs/<workload>-<topology>-<fidelity> (report in RUN/report) (default: data/)")
     p.add_argument("--no-verify", action="store_true", help="skip phase-2 verification")
     p.add_argument("--no-report", action="store_true", help="skip the HTML/PNG report")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="replay status line on stderr (ops done, simulated time, events, wall "
+                        "time); default: when stderr is a terminal")
     p.set_defaults(func=_run)
 
     p = sub.add_parser("sql", help="run SQL (or a saved query by name) over a run's views")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,8 +122,11 @@ def run_workload(workload: str | os.PathLike[str] | None = None, *,
                  params: list[str] | dict[str, Any] | None = None,
                  sets: list[str] | None = None, fidelity: str = "fast",
                  out: str | os.PathLike[str] = "data", verify_data: bool = True,
-                 make_report: bool = True) -> RunSummary:
+                 make_report: bool = True,
+                 progress: Callable[[Any], Any] | None = None) -> RunSummary:
     """Capture, replay, verify and report one workload; return a ``RunSummary``.
+
+    ``progress``: passed to ``replay`` (called with a ``Progress`` while it runs).
 
     ``sets``: topology overrides (``["cube.hbm.pc_bw_gbps=16"]``) for both capture and
     replay; the run directory name carries them."""
@@ -153,7 +157,8 @@ def run_workload(workload: str | os.PathLike[str] | None = None, *,
     del trace
     release_memory()        # each stage starts from what is live, not from the last one's peak
     t = time.perf_counter()
-    rr = replay(trace_dir, topo, ReplayOptions(fidelity=fidelity, out_dir=str(run_dir)))
+    rr = replay(trace_dir, topo, ReplayOptions(fidelity=fidelity, out_dir=str(run_dir)),
+                progress=progress)
     summary.makespan_ns, summary.hops, summary.events = rr.makespan_ns, rr.hops, rr.events
     summary.seconds["replay"] = time.perf_counter() - t
     summary.bottleneck, summary.hotspot, summary.roofline = _headline(run_dir)

@@ -52,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     s.set_defaults(func=_sweep)
 
 
-class _StatusLine:
+class StatusLine:
     """Prints a replay's progress to stderr, at most once a second: rewritten in place on a
     terminal, one line each otherwise."""
 
@@ -86,7 +86,7 @@ def _replay(args: argparse.Namespace) -> int:
                                           f"{set_tag(args.set)}-{args.fidelity}")
     show = sys.stderr.isatty() if args.progress is None else args.progress
     run = replay(args.trace, topo, ReplayOptions(fidelity=args.fidelity, out_dir=out),
-                 progress=_StatusLine(sys.stderr) if show else None)
+                 progress=StatusLine(sys.stderr) if show else None)
     print(f"replayed {args.trace} on {topo.params.name} ({run.fidelity}): "
           f"makespan {run.makespan_ns:.1f} ns, {run.ops} ops, {run.hops} hops, "
           f"{run.events} events, {run.wall_s:.2f} s wall")
