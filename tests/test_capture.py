@@ -228,3 +228,28 @@ def test_memory_parquet_in_batches_and_reference_blocks(small, tmp_path, monkeyp
     assert [r for r in a.to_pylist() if r["role"] != "reference"] == \
         [r for r in b.to_pylist() if r["role"] != "reference"]     # inputs and outputs
     assert (tiny.path / "ops.parquet").read_bytes() == (whole.path / "ops.parquet").read_bytes()
+
+
+def test_reference_blocks_round_trip_edge_shapes(monkeypatch):
+    """0-d, empty and multi-block references come back from memory rows unchanged."""
+    from types import SimpleNamespace
+
+    import pyarrow as pa
+
+    from kbtrace import schema
+    from kbtrace.capture import trace as T
+    from kbtrace.capture.executor import reference_outputs
+
+    def tensor(name, shape):
+        return SimpleNamespace(name=name, shape=shape, dtype="f32", shards=[], role="output")
+
+    w = SimpleNamespace(tensors={"a": tensor("a", (0, 4)), "b": tensor("b", ()),
+                                 "c": tensor("c", (5, 3))})
+    refs = {"a": np.zeros((0, 4), np.float32), "b": np.float32(2.5),
+            "c": np.arange(15, dtype=np.float32).reshape(5, 3)}
+    monkeypatch.setattr(T, "MEMORY_BATCH_BYTES", 20)          # 12 B rows: one per block
+    rows = list(T._memory_rows(w, refs))
+    assert [r["shape"] for r, _d in rows] == [[0, 4], []] + [[1, 3]] * 5
+    out = reference_outputs(pa.Table.from_arrays(T._memory_batch(rows), schema=schema.MEMORY))
+    assert out["a"].shape == (0, 4) and out["b"].shape == () and float(out["b"]) == 2.5
+    assert np.array_equal(out["c"], refs["c"])

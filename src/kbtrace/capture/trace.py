@@ -113,10 +113,10 @@ def _memory_rows(w: Workload, refs: dict[str, np.ndarray]) -> Iterator[tuple[dic
         rows = t.shape[0] if t.shape else 1
         row_bytes = max(1, stored.nbytes // max(1, rows))
         step = max(1, MEMORY_BATCH_BYTES // row_bytes)
-        for k, lo in enumerate(range(0, rows, step)):
+        for k, lo in enumerate(range(0, rows, step) or [0]):    # (an empty tensor: one row)
             block = stored[lo:lo + step] if t.shape else stored
             yield (dict(tensor=name, role="reference", shard=k, space="hbm", dtype=t.dtype,
-                        shape=list(block.shape),
+                        shape=list(block.shape) if t.shape else [],
                         offset=[lo] + [0] * (len(t.shape) - 1) if t.shape else [],
                         global_shape=list(t.shape)), np.ascontiguousarray(block))
 
