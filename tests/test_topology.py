@@ -158,6 +158,8 @@ def test_route_caches_are_bounded_and_summaries_outlive_routes(monkeypatch):
         for nb in (0, 100, 4096, 65536):
             assert sm.lower_bound_ns(nb) == r.lower_bound_ns(nb)
     assert t.route(*pairs[0]) == routes[pairs[0]]     # routed again, the same
+    by_name = t.route_summary("host", "sip0.io0.ucie0")   # names, like route()
+    assert by_name.lower_bound_ns(64) == t.route("host", "sip0.io0.ucie0").lower_bound_ns(64)
 
 
 def test_lane_spread_by_source_pe(small):

@@ -205,7 +205,7 @@ MEMORY = _schema("memory", "Initial contents of deployed tensors and reference o
     _f("tensor", pa.string(), "-", "tensor name declared by the workload"),
     _f("role", _DICT, "-", "input | output | reference"),
     _f("shard", pa.int32(), "-", "shard index (0 for unsharded tensors); for a reference, "
-       "its block index (references are stored in blocks of at most 32 MiB along axis 0)"),
+       "its block index (references are stored in blocks of whole axis-0 rows, ~32 MiB each)"),
     _f("sip", pa.int16(), "-", "placement SIP", nullable=True),
     _f("cube", pa.int16(), "-", "placement cube", nullable=True),
     _f("pe", pa.int16(), "-", "placement PE (HBM slice owner)", nullable=True),

@@ -54,13 +54,17 @@ def read_run_json(run_dir: Path) -> dict[str, Any]:
 
 
 def find_trace_dir(run_dir: Path, info: dict[str, Any]) -> Path | None:
-    """The trace a run was replayed from: run.json trace_dir (absolute, relative to the run, or cwd)."""
+    """The trace a run was replayed from: run.json ``trace.path`` (absolute; or relative to the
+    run or the cwd, as older runs recorded it), else ``trace.path_from_run`` (relative to the
+    run directory, so a moved ``data/`` tree still finds its traces)."""
     if (run_dir / "ops.parquet").is_file():
         return run_dir
-    td = info.get("trace_dir") or (info.get("trace") or {}).get("path")
-    if not td:
-        return None
-    for cand in (Path(td), run_dir / td, Path.cwd() / td):
+    tr = info.get("trace") or {}
+    td = info.get("trace_dir") or tr.get("path")
+    cands = [Path(td), run_dir / td, Path.cwd() / td] if td else []
+    if tr.get("path_from_run"):    # the run and its trace moved together (a copied data/ tree)
+        cands.append(run_dir / tr["path_from_run"])
+    for cand in cands:
         if (cand / "ops.parquet").is_file():
             return cand.resolve()
     return None
@@ -126,12 +130,13 @@ class Run:
         for v in views:
             if not _IDENT.match(v):
                 raise AnalysisError(f"{v!r} is not a view name")
-            par = v in PARALLEL_SAFE and cores > 1
+            safe = v in PARALLEL_SAFE      # sorted on any machine: same rows, same order
+            par = safe and cores > 1
             try:
                 if par:
                     self.con.execute(f"SET threads TO {cores}")
                 self.con.execute(f"CREATE OR REPLACE TEMP TABLE _m_{v} AS SELECT * FROM {v}"
-                                 + (" ORDER BY ALL" if par else ""))
+                                 + (" ORDER BY ALL" if safe else ""))
                 self.con.execute(f"CREATE OR REPLACE VIEW {v} AS SELECT * FROM _m_{v}")
             except duckdb.Error as exc:
                 raise AnalysisError(f"materialising view {v!r} failed: "

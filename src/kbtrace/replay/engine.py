@@ -25,6 +25,7 @@ granted in the order transfers start, i.e. the same order.
 from __future__ import annotations
 
 import gc
+import os
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -475,6 +476,8 @@ def replay(trace: Any, topology: Any, options: ReplayOptions | None = None,
             "options": opts.key(), "makespan_ns": makespan, "events": events, "ops": len(ops),
             "hops": rec.n_hops, "wall_s": round(wall, 3),
             "trace": {"path": str(Path(trace_path).resolve()) if trace_path else None,
+                      "path_from_run": (os.path.relpath(Path(trace_path).resolve(),
+                                                        out.resolve()) if trace_path else None),
                       "hash": trace_hash,
                       "workload": meta.get("workload")},
             "topology": {"path": getattr(topology, "source", None), "name": topology.params.name,

@@ -252,14 +252,16 @@ class Topology:
         self._summaries[(s, d)] = Route((), (), overhead, wire, route.bottleneck_gbps, commit, burst)
         return route
 
-    def route_summary(self, src: int, dst: int) -> Route:
+    def route_summary(self, src: str | int | Node, dst: str | int | Node) -> Route:
         """``route(src, dst)`` without its node and link lists: what ``lower_bound_ns`` needs.
         Kept for many more pairs than whole routes (``SUMMARY_CACHE_MAX``), so a check over
         every transfer of an all-pairs trace does not route each pair again."""
-        hit = self._summaries.get((src, dst))
+        s = src if isinstance(src, int) and 0 <= src < len(self.nodes) else self.node(src).idx
+        d = dst if isinstance(dst, int) and 0 <= dst < len(self.nodes) else self.node(dst).idx
+        hit = self._summaries.get((s, d))
         if hit is None:
-            self.route(src, dst)
-            hit = self._summaries[(src, dst)]
+            self.route(s, d)
+            hit = self._summaries[(s, d)]
         return hit
 
     # ------------------------------------------------------------------ addresses
