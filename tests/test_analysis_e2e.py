@@ -244,6 +244,14 @@ def test_a_run_finds_its_trace_from_any_directory(tmp_path, monkeypatch, capsys)
     run_dir = moved / run_dir.relative_to(work)
     assert not Path(recorded).exists() and verify(run_dir).ok
     assert open_run(run_dir).trace_dir == moved / Path(recorded).relative_to(work)
+    capsys.readouterr()
+    assert main(["sql", str(run_dir), "SELECT count(*) AS n FROM ops"]) == 0
+    assert "was not found" not in capsys.readouterr().err
+    # a trace that cannot be found at all: sql / report say so (its ops view is empty)
+    shutil.rmtree(moved / Path(recorded).relative_to(work))
+    assert main(["sql", str(run_dir), "SELECT count(*) AS n FROM ops"]) == 0
+    err = capsys.readouterr().err
+    assert f"kbtrace: note: {run_dir}: its trace ({recorded}) was not found" in err
 
 
 def test_parallel_materialisation_gives_the_single_threaded_rows(tmp_path, monkeypatch):

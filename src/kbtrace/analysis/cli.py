@@ -17,6 +17,7 @@ def _sql(args: argparse.Namespace) -> int:
     from kbtrace.analysis.formats import render, resolve_query, write_frame
     from kbtrace.analysis.run import open_run
 
+    _missing_trace_note(args.run)
     with open_run(args.run) as run:
         df = run.sql(resolve_query(args.query))
     if args.format == "parquet" and not args.output:
@@ -72,9 +73,26 @@ def _baseline_check(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _missing_trace_note(run_path: Path) -> None:
+    """One stderr line when a run's trace cannot be found: its ``ops`` view is then empty,
+    and so is everything built on it (dependency edges of the critical path, GEMM FLOPs)."""
+    from kbtrace.analysis.run import find_trace_dir, read_run_json
+
+    run_dir = Path(run_path)
+    if not (run_dir / "run.json").is_file():
+        return                       # a sweep or a directory of runs: each point has its own
+    info = read_run_json(run_dir)
+    if find_trace_dir(run_dir, info) is None:
+        recorded = info.get("trace_dir") or (info.get("trace") or {}).get("path")
+        print(f"kbtrace: note: {run_dir}: its trace ({recorded}) was not found; views over the "
+              f"trace's ops are empty (fix trace.path in run.json to include them)",
+              file=sys.stderr)
+
+
 def _report(args: argparse.Namespace) -> int:
     from kbtrace.analysis.reporter import report
 
+    _missing_trace_note(args.run)
     out = report(args.run, args.output)
     print(f"report: {out / 'index.html'}")
     return 0
