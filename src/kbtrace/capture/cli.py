@@ -73,6 +73,10 @@ def _show(args: argparse.Namespace) -> int:
     print(f"  {len(per_pe)} PEs active, {moved} bytes moved by load/store/send")
     mem = pq.read_table(tr.memory_path, columns=["tensor", "role"]).to_pylist()
     roles = Counter((r["tensor"], r["role"]) for r in mem)
-    print("  tensors: " + ", ".join(f"{t} ({r}, {n} shard{'s' if n > 1 else ''})"
+    def parts(r: str, n: int) -> str:   # a reference is stored in blocks, not shards
+        unit = "block" if r == "reference" else "shard"
+        return f"{n} {unit}{'s' if n > 1 else ''}"
+
+    print("  tensors: " + ", ".join(f"{t} ({r}, {parts(r, n)})"
                                     for (t, r), n in sorted(roles.items())))
     return 0
