@@ -183,6 +183,7 @@ def test_cli_capture_and_trace_show(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "launch 0: kernel gemm_kernel grid (8, 4) (32 programs), 128 ops" in text
     assert "16 PEs active" in text and "c (output, 1 shard)" in text
+    assert "c (reference, 1 block)" in text
     assert main(["capture", str(_wl("gemm")), "-p", "M=abc", "-o", str(out)]) == 2
     assert "expected int" in capsys.readouterr().err
     assert main(["capture", str(_wl("all_gather")), "-p", "peer=3", "-o", str(out)]) == 2
