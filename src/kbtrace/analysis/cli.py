@@ -76,17 +76,16 @@ def _baseline_check(args: argparse.Namespace) -> int:
 def _missing_trace_note(run_path: Path) -> None:
     """One stderr line when a run's trace cannot be found: its ``ops`` view is then empty,
     and so is everything built on it (dependency edges of the critical path, GEMM FLOPs)."""
-    from kbtrace.analysis.run import find_trace_dir, read_run_json
+    from kbtrace.analysis.run import find_trace_dir, read_run_json, recorded_trace_path
 
     run_dir = Path(run_path)
     if not (run_dir / "run.json").is_file():
         return                       # a sweep or a directory of runs: each point has its own
     info = read_run_json(run_dir)
     if find_trace_dir(run_dir, info) is None:
-        recorded = info.get("trace_dir") or (info.get("trace") or {}).get("path")
-        print(f"kbtrace: note: {run_dir}: its trace ({recorded}) was not found; views over the "
-              f"trace's ops are empty (fix trace.path in run.json to include them)",
-              file=sys.stderr)
+        print(f"kbtrace: note: {run_dir}: its trace ({recorded_trace_path(info)}) was not "
+              "found; views over the trace's ops are empty (fix trace.path in run.json to "
+              "include them)", file=sys.stderr)
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -24,7 +24,8 @@ from kbtrace import schema
 from kbtrace.analysis.sqllib import load_views
 from kbtrace.errors import AnalysisError
 
-__all__ = ["Run", "open_run", "find_trace_dir", "read_run_json", "flat_info", "DEFAULT_WINDOWS"]
+__all__ = ["Run", "open_run", "find_trace_dir", "recorded_trace_path", "read_run_json",
+           "flat_info", "DEFAULT_WINDOWS"]
 
 DEFAULT_WINDOWS = 20
 # views the report reads more than once, each costly on large runs (helpers first)
@@ -53,17 +54,22 @@ def read_run_json(run_dir: Path) -> dict[str, Any]:
     return info
 
 
+def recorded_trace_path(info: dict[str, Any]) -> str | None:
+    """The trace path a run.json records (``trace.path``; ``trace_dir`` in older runs)."""
+    return info.get("trace_dir") or (info.get("trace") or {}).get("path")
+
+
 def find_trace_dir(run_dir: Path, info: dict[str, Any]) -> Path | None:
     """The trace a run was replayed from: run.json ``trace.path`` (absolute; or relative to the
     run or the cwd, as older runs recorded it), else ``trace.path_from_run`` (relative to the
     run directory, so a moved ``data/`` tree still finds its traces)."""
     if (run_dir / "ops.parquet").is_file():
         return run_dir
-    tr = info.get("trace") or {}
-    td = info.get("trace_dir") or tr.get("path")
+    td = recorded_trace_path(info)
     cands = [Path(td), run_dir / td, Path.cwd() / td] if td else []
-    if tr.get("path_from_run"):    # the run and its trace moved together (a copied data/ tree)
-        cands.append(run_dir / tr["path_from_run"])
+    from_run = (info.get("trace") or {}).get("path_from_run")
+    if from_run:    # the run and its trace moved together (a copied data/ tree)
+        cands.append(run_dir / from_run)
     for cand in cands:
         if (cand / "ops.parquet").is_file():
             return cand.resolve()

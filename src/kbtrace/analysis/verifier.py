@@ -191,17 +191,16 @@ def verify(run: Any) -> VerifyResult:
     ``run``: a run directory path or an open ``Run``. Raises ``AnalysisError`` when the
     inputs are missing; numeric failures are reported in the result (``ok`` False).
     """
-    from kbtrace.analysis.run import find_trace_dir, read_run_json
+    from kbtrace.analysis.run import find_trace_dir, read_run_json, recorded_trace_path
     from kbtrace.capture import executor as ex
 
     run_dir = Path(run.path if hasattr(run, "path") else run)
     info = read_run_json(run_dir)
     trace_dir = find_trace_dir(run_dir, info)
     if trace_dir is None:
-        recorded = info.get("trace_dir") or (info.get("trace") or {}).get("path")
-        raise AnalysisError(f"{run_dir}: trace {recorded!r} not found; verify needs its "
-                            "ops.parquet and memory.parquet (re-capture it, or fix trace.path "
-                            "in run.json)")
+        raise AnalysisError(f"{run_dir}: trace {recorded_trace_path(info)!r} not found; "
+                            "verify needs its ops.parquet and memory.parquet (re-capture it, "
+                            "or fix trace.path in run.json)")
     ops = _read(trace_dir / "ops.parquet", schema.OPS)
     memory = _read(trace_dir / "memory.parquet", schema.MEMORY)
     timing = _read(run_dir / "op_timing.parquet", schema.OP_TIMING)

@@ -154,6 +154,10 @@ class Topology:
             raise RoutingError(f"unknown node id {node_id!r} in topology {self.params.name!r}; {hint}")
         return self.nodes[idx]
 
+    def _idx(self, node: str | int | Node) -> int:
+        """``node(n).idx`` with a fast path for an index already in range (route lookups)."""
+        return node if isinstance(node, int) and 0 <= node < len(self.nodes) else self.node(node).idx
+
     def out_links(self, node_idx: int) -> tuple[Link, ...]:
         return self._out[node_idx]
 
@@ -223,8 +227,7 @@ class Topology:
     def route(self, src: str | int | Node, dst: str | int | Node) -> Route:
         """Deterministic route; cached per (src, dst) (the cache is emptied when it holds
         ``ROUTE_CACHE_MAX`` routes, so all-pairs traffic does not grow it without bound)."""
-        s = src if isinstance(src, int) and 0 <= src < len(self.nodes) else self.node(src).idx
-        d = dst if isinstance(dst, int) and 0 <= dst < len(self.nodes) else self.node(dst).idx
+        s, d = self._idx(src), self._idx(dst)
         hit = self._routes.get((s, d))
         if hit is not None:
             return hit
@@ -256,8 +259,7 @@ class Topology:
         """``route(src, dst)`` without its node and link lists: what ``lower_bound_ns`` needs.
         Kept for many more pairs than whole routes (``SUMMARY_CACHE_MAX``), so a check over
         every transfer of an all-pairs trace does not route each pair again."""
-        s = src if isinstance(src, int) and 0 <= src < len(self.nodes) else self.node(src).idx
-        d = dst if isinstance(dst, int) and 0 <= dst < len(self.nodes) else self.node(dst).idx
+        s, d = self._idx(src), self._idx(dst)
         hit = self._summaries.get((s, d))
         if hit is None:
             self.route(s, d)
