@@ -347,8 +347,13 @@ def _rows(memory: pa.Table) -> Iterator[tuple[dict[str, Any], Any]]:
     tensors' bytes are never copied into Python ``bytes`` (``to_pylist`` of the whole table
     copied every tensor, 256 MiB for all_gather's output and reference on default.yaml)."""
     data = memory.column("data")
-    for i, row in enumerate(memory.drop_columns(["data"]).to_pylist()):
+    for i, row in enumerate(_meta(memory).to_pylist()):
         yield row, data[i].as_buffer()
+
+
+def _meta(memory: pa.Table) -> pa.Table:
+    """The memory table without its ``data`` column (if it has one): nothing copied."""
+    return memory.select([c for c in memory.column_names if c != "data"])
 
 
 def load_memory(memory: pa.Table, mem: MemoryImage) -> None:
@@ -363,8 +368,7 @@ def load_memory(memory: pa.Table, mem: MemoryImage) -> None:
 def gather_outputs(memory: pa.Table, mem: MemoryImage) -> dict[str, np.ndarray]:
     """Assemble every role=output tensor from its shards (compute dtype values)."""
     outs: dict[str, np.ndarray] = {}
-    meta = memory.select([c for c in memory.column_names if c != "data"])   # no bytes copied
-    for row in meta.to_pylist():
+    for row in _meta(memory).to_pylist():
         if row["role"] != "output":
             continue
         dt = row["dtype"]

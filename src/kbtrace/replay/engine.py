@@ -65,10 +65,11 @@ def _open(trace: Any) -> tuple[Path | None, dict[str, Any], pa.Table]:
         table = trace.ops()                 # a duck-typed trace (tests): its table as given
         schema.check_schema(table.schema, schema.OPS, "ops.parquet")
         return getattr(trace, "path", None), dict(trace.meta), table
-    if not hasattr(trace, "ops_path"):
+    if hasattr(trace, "ops_path"):           # a Trace object (open_trace checks its own)
+        schema.check_schema(pq.read_schema(trace.ops_path), schema.OPS, "ops.parquet")
+    else:
         from kbtrace.capture import open_trace
         trace = open_trace(trace, hashed=("ops.parquet",))
-    schema.check_schema(pq.read_schema(trace.ops_path), schema.OPS, "ops.parquet")
     table = read_parquet_lean(trace.ops_path, list(dict.fromkeys((*COLUMNS, *_OT_COLUMNS))))
     return trace.path, dict(trace.meta), table
 

@@ -511,7 +511,7 @@ class FastFabric(Fabric):
 
     The route cache (``_Route`` and its plans per (source, destination, bytes)) is bounded:
     ``held`` counts the hops of its routes plus the resources and rows of its plans, and when
-    it reaches ``HELD_MAX`` a new route first empties the caches (``evict``: the recorder
+    it reaches ``HELD_MAX`` a new route first empties it (``evict``: the recorder
     flushes, which expands every pending compact record, then forgets the plans). So memory
     does not grow with the number of distinct routes a trace uses (all-to-all traffic on a
     256-PE topology has 65,280 pairs per size).
@@ -564,13 +564,12 @@ class FastFabric(Fabric):
         return hit
 
     def evict(self) -> None:
-        """Empty the route caches. The recorder flushes first (every compact record is
-        expanded, so no row refers to a plan any more), then forgets the plans."""
+        """Empty the route cache (routes and their plans). The recorder flushes first (every
+        compact record is expanded, so no row refers to a plan any more), then forgets the
+        plans. The (source, destination) route and command caches bound themselves."""
         self.rec.flush(self.env.now)
         self.rec.drop_plans()
         self._routes_nb.clear()
-        self._routes.clear()
-        self._cmd.clear()
         self.held = 0
         self.evictions += 1
 
@@ -727,6 +726,7 @@ class FastFabric(Fabric):
         tt = t + A0
         x = h + B0
         return j, h + H0, (tt if tt > x else x)
+
     def _hop(self, rt: _Route, j: int, op_id: int, tile: int, h: float, t: float,
              now: float) -> tuple[float, float]:
         """Book hop ``j`` sequentially (head at ``h``, tail at ``t``); record its row;
