@@ -20,6 +20,16 @@ def test_readme_generated_sections_are_current() -> None:
     assert _gen().render(text) == text, "README.md is stale: run python scripts/gen_readme.py"
 
 
+def test_readme_includes_every_stage_page_once() -> None:
+    """Each docs/<stage>.md is copied in between both markers: a lost BEGIN marker left the
+    topology page as a stale hand copy that the render check above could not see."""
+    text = (ROOT / "README.md").read_text()
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        rel = f"docs/{page.name}"
+        assert text.count(f"<!-- BEGIN:include {rel} -->") == 1, rel
+        assert text.count(f"<!-- END:include {rel} -->") == 1, rel
+
+
 def test_readme_quick_start_has_exactly_two_commands() -> None:
     text = (ROOT / "README.md").read_text()
     block = text.split("## Quick start", 1)[1].split("```bash", 1)[1].split("```", 1)[0]

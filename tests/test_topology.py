@@ -67,9 +67,9 @@ def test_tables_match_schema(small):
 
 def test_own_slice_has_no_mesh_link(default):
     t = default
-    pe = PeCoord(0, 3, 5)
+    pe = PeCoord(0, 3, 6)
     r = t.route(t.pe_node(pe, "dma").idx, t.hbm_ctrl(pe).idx)
-    assert ids(t, r) == ["sip0.cube3.pe5.dma", "sip0.cube3.r4c5", "sip0.cube3.hbm_ctrl.pe5"]
+    assert ids(t, r) == ["sip0.cube3.pe6.dma", "sip0.cube3.r4c5", "sip0.cube3.hbm_ctrl.pe6"]
     assert kinds(t, r) == ["pe_to_router", "router_to_hbm"]
     assert r.overhead_ns == 2.0                         # the router's switching overhead only
     assert r.lower_bound_ns(0) > 0
@@ -78,7 +78,7 @@ def test_own_slice_has_no_mesh_link(default):
 def test_mesh_links_grow_with_distance(default):
     t = default
     src = "sip0.cube0.pe0.dma"                           # r0c0
-    near = t.route(src, "sip0.cube0.hbm_ctrl.pe2")       # r1c0: 1 mesh hop
+    near = t.route(src, "sip0.cube0.hbm_ctrl.pe1")       # r1c0: 1 mesh hop
     far = t.route(src, "sip0.cube0.hbm_ctrl.pe7")        # r5c5: 10 mesh hops
     own = t.route(src, "sip0.cube0.hbm_ctrl.pe0")
     assert kinds(t, near).count("router_mesh") == 1
@@ -109,11 +109,11 @@ def test_xy_order_and_hbm_zone_detour(default):
 def test_lookups_accept_node_objects(small):
     # README: topo.router_of(node); topo.router_slot(router) -- chaining the returned Nodes works
     t = small
-    dma = t.pe_node(PeCoord(0, 0, 5), "dma")
+    dma = t.pe_node(PeCoord(0, 0, 6), "dma")
     router = t.router_of(dma)
     assert router.id == "sip0.cube0.r4c5" and t.router_slot(router) == (4, 5)
     assert t.node(dma) is dma
-    assert t.route(dma, t.hbm_ctrl(PeCoord(0, 0, 5))) == t.route(dma.id, "sip0.cube0.hbm_ctrl.pe5")
+    assert t.route(dma, t.hbm_ctrl(PeCoord(0, 0, 6))) == t.route(dma.id, "sip0.cube0.hbm_ctrl.pe6")
     with pytest.raises(RoutingError, match="is a dma, not a router"):
         t.router_slot(dma)
 
@@ -185,6 +185,17 @@ def test_resolve(small):
                 address.pe_tcm_addr(0, 0, 8, 0), address.iocpu_addr(0, 17, 0, 0)):
         with pytest.raises(AddressError):
             t.resolve(bad)
+
+
+def test_cache_is_keyed_by_the_compiler_source(monkeypatch):
+    """A changed default or compiler (an upgrade, an edit in a checkout) never gets a topology
+    compiled by other code from the cache: the key hashes the topology package's source."""
+    from kbtrace.topology import topology as T
+    path = TOPO / "small.yaml"
+    compile_topology(path)
+    assert compile_topology(path).from_cache
+    monkeypatch.setattr(T, "_code_hash", lambda: "edited")
+    assert not compile_topology(path).from_cache
 
 
 def test_cache_hit_and_identical_tables():

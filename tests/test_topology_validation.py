@@ -105,12 +105,12 @@ def test_yaml_change_rebuilds(tmp_path):
 
 
 def test_partial_section_keeps_section_defaults(tmp_path):
-    """pe.ipcq.sram defaults (128 GB/s, 2 ns) differ from IpcqTierParams' class defaults."""
+    """pe.ipcq.sram defaults (512 GB/s, 2 ns) differ from IpcqTierParams' class defaults."""
     f = tmp_path / "t.yaml"
     f.write_text("pe: {ipcq: {sram: {bw_gbps: 100}}}\n")
     t = compile_topology(f)
     assert (t.params.pe.ipcq.sram.bw_gbps, t.params.pe.ipcq.sram.overhead_ns) == (100.0, 2.0)
-    assert (t.params.pe.ipcq.hbm.bw_gbps, t.params.pe.ipcq.hbm.overhead_ns) == (32.0, 6.0)
+    assert (t.params.pe.ipcq.hbm.bw_gbps, t.params.pe.ipcq.hbm.overhead_ns) == (256.0, 6.0)
 
 
 def test_default_yaml_equals_param_defaults():

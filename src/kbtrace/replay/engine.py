@@ -270,17 +270,19 @@ class Sim:
         self.rec.hop(op_id, -1, "ipcq", pe.n_ipcq, -1, t0, self.env.now, 0.0, 0.0, nbytes)
 
     # ------------------------------------------------------------------ host + launches
-    def _launch_ns(self, coords: list[PeCoord]) -> tuple[float, float]:
-        """(fan-out barrier latency, completion-aggregation latency), both max over PEs."""
+    def _launch_ns(self, coords: list[PeCoord]) -> tuple[float, dict[PeCoord, float]]:
+        """(fan-out barrier latency: max over PEs of host -> IO_CPU -> M_CPU -> PE_CPU,
+        per PE its completion's way back PE_CPU -> M_CPU -> IO_CPU -> host)."""
         topo, cmd = self.topo, self.fabric.command_ns
         host = self.host
-        down = up = 0.0
+        down = 0.0
+        up = {}
         for c in coords:
             io = topo.io_cpu(c.sip).idx
             m = topo.m_cpu(c.sip, c.cube).idx
             cpu = topo.pe_node(c, "pe_cpu").idx
             down = max(down, cmd(host, io) + cmd(io, m) + cmd(m, cpu))
-            up = max(up, cmd(cpu, m) + cmd(m, io) + cmd(io, host))
+            up[c] = cmd(cpu, m) + cmd(m, io) + cmd(io, host)
         return down, up
 
     def host_copy(self, op: Op):
@@ -288,11 +290,12 @@ class Sim:
         t0 = env.now
         self.rec.issue(op.op_id, t0)
         nb = int(op.nbytes)
-        if op.kind == "h2d":
+        if op.kind == "h2d":     # a posted write: done at the last commit (ADR-0034 D8)
             dst = self.resolve(op.dst_addr)
             if nb > 0:
                 yield fab.send(op.op_id, -1, self.host, dst, nb, int(op.dst_addr))
-            yield fab.command(op.op_id, -1, dst, self.host)
+            else:
+                yield fab.command(op.op_id, -1, self.host, dst)
         else:
             src = self.resolve(op.src_addr)
             yield fab.command(op.op_id, -1, self.host, src)
@@ -319,14 +322,17 @@ class Sim:
             yield env.timeout(down)
             t_barrier = env.now
             dones = []
+            t_back = [t_barrier]  # each PE's completion reaches the host as its program ends
             for prog in sorted(programs):
                 ops = programs[prog]
                 ev = env.event()
+                c = PeCoord(ops[0].sip, ops[0].cube, ops[0].pe)
+                ev.callbacks.append(lambda _e, u=up[c], back=t_back.append: back(env.now + u))
                 dones.append(ev)
-                self.pes[PeCoord(ops[0].sip, ops[0].cube, ops[0].pe)].run_program(Program(ops, ev))
+                self.pes[c].run_program(Program(ops, ev))
             yield env.all_of(dones)
             t_body = env.now
-            yield env.timeout(up)
+            yield env.timeout(max(t_back) - t_body)
             self.launches.append({"launch": launch, "t_launch_ns": t0, "t_barrier_ns": t_barrier,
                                   "t_body_end_ns": t_body, "t_done_ns": env.now})
 

@@ -12,9 +12,10 @@
 3. Per-resource timestamps monotone: each link/node server checks service starts
    never go back (flit mode), reservations are monotone by construction (fast).
 4. Every IPCQ send was consumed by its matching recv.
-5. Analytical lower bounds: each load/store/h2d/d2h lasts at least the route's
-   ``lower_bound_ns`` (request leg + data leg), and the makespan is at least the
-   largest ``t_issue + lower bound`` and the last launch barrier.
+5. Analytical lower bounds: each load/store/h2d/d2h lasts at least its routes'
+   ``floor_ns`` (request leg + data leg; the probe formula ``lower_bound_ns`` less the
+   node overheads a wormhole transfer hides behind an earlier, slower link), and the
+   makespan is at least the largest ``t_issue + lower bound`` and the last launch barrier.
 
 2 and 3 are checked where they happen; 1 as each hop batch is finalised; 4 and 5
 by ``check`` at the end of the run.
@@ -222,12 +223,12 @@ def _lower_bound(topo, kind: str, a: int, mem: int, nb: int) -> float:
     """Route lower bound of one memory op: ``a`` is the DMA (load/store) or the host."""
     route = topo.route_summary
     if kind == "load":
-        return route(a, mem).lower_bound_ns(0) + route(mem, a).lower_bound_ns(nb)
+        return route(a, mem).floor_ns(0) + route(mem, a).floor_ns(nb)
     if kind == "store":
-        return route(a, mem).lower_bound_ns(nb) + route(mem, a).lower_bound_ns(0)
+        return route(a, mem).floor_ns(nb) + route(mem, a).floor_ns(0)
     if kind == "h2d":
-        return route(a, mem).lower_bound_ns(nb)
-    return route(mem, a).lower_bound_ns(nb)
+        return route(a, mem).floor_ns(nb)
+    return route(mem, a).floor_ns(nb)
 
 
 def _coord(o):

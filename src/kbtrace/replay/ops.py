@@ -2,11 +2,15 @@
 
 ``load_ops(table)`` turns the ``ops`` Arrow table into ``Op`` records (one
 object with ``__slots__`` per op). ``plan_for(op, params)`` maps a record to
-a tile plan from the pure generator (``plans``): load / store are one DMA
-stage, fill one STORE, math one FETCH -> MATH -> STORE tile, dot and
-composite gemm the M -> N -> K GEMM plan, composite math the M -> N math
-plan. Operands already in TCM are pinned (no DMA_READ); results left in TCM
-have no DMA_WRITE.
+a tile plan from the pure generator (``plans``). A simple command expands to
+exactly one engine sub-command (ADR-0014 D3.1): load / store one DMA stage,
+math one MATH stage, dot one GEMM stage over the whole ``m x n x k`` (operands
+outside TCM are read by DMA first). Composite gemm is the M -> N -> K GEMM
+tile pipeline, composite math the M -> N math pipeline, both with FETCH and
+STORE (D3.2). Operands already in TCM are pinned (no DMA_READ); results left
+in TCM have no DMA_WRITE. Metadata-only calls (``is_metadata``: fills from
+``tl.zeros`` / ``full`` / ``arange``, and ``tl.trans``) are no command at all
+(ADR-0046 D3, D6): they complete when issued, with no dispatch cost.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from kbtrace._io import column_pylist
 from kbtrace.replay import plans as P
 from kbtrace.topology.params import TopologyParams
 
-__all__ = ["Op", "load_ops", "plan_for", "DTYPE_BYTES", "TRANSCENDENTAL", "HOST_KINDS"]
+__all__ = ["Op", "load_ops", "plan_for", "is_metadata", "DTYPE_BYTES", "TRANSCENDENTAL",
+           "HOST_KINDS"]
 
 DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4, "i8": 1, "bool": 1}
 TRANSCENDENTAL = frozenset({"exp", "log", "sqrt", "rsqrt", "sin", "cos", "sigmoid", "tanh",
@@ -108,6 +113,14 @@ def _extra(text: str | None) -> dict[str, Any]:
     return json.loads(text) if text else {}
 
 
+def is_metadata(op: Op) -> bool:
+    """True for a call the predecessor issues no command for (ADR-0046 D3): ``fill``
+    (``tl.zeros`` / ``full`` / ``arange``) and ``tl.trans``. Capture still records them, so
+    verify can execute them; replay completes them when issued, at no cost."""
+    kind = op.kind
+    return kind == "fill" or (kind == "math" and op.name == "trans")
+
+
 def plan_for(op: Op, p: TopologyParams) -> P.Plan:
     kind = op.kind
     tile = p.pe.tile
@@ -115,19 +128,15 @@ def plan_for(op: Op, p: TopologyParams) -> P.Plan:
         return P.single_stage_plan(P.Stage(P.DMA_READ, int(op.src_addr or 0), int(op.nbytes)))
     if kind == "store":
         return P.single_stage_plan(P.Stage(P.DMA_WRITE, int(op.dst_addr or 0), int(op.nbytes)))
-    if kind == "fill":
-        elems = prod(op.out_shape or [1])
-        return P.single_stage_plan(P.Stage(P.MATH, elems, 1), P.Stage(P.STORE, int(op.nbytes)))
+    if is_metadata(op):
+        return ()
     if kind == "math":
         elems = prod(op.out_shape or [1])
-        in_bytes = sum(prod(s or [1]) * _bytes(d)
-                       for s, d in zip(op.in_shapes or [], op.in_dtypes or [], strict=False))
         stages = [P.Stage(P.DMA_READ, a, prod(s or [1]) * _bytes(d))
                   for a, sp, s, d in zip(op.in_addrs or [], op.in_spaces or [], op.in_shapes or [],
                                          op.in_dtypes or [], strict=False)
                   if _external(sp, a) is not None]
-        stages += [P.Stage(P.FETCH, in_bytes), P.Stage(P.MATH, elems, _cycles_per_elem(op.name, p)),
-                   P.Stage(P.STORE, int(op.nbytes))]
+        stages.append(P.Stage(P.MATH, elems, _cycles_per_elem(op.name, p)))
         return P.single_stage_plan(*stages)
     if kind in ("dot", "composite"):
         extra = _extra(op.extra_json)
@@ -139,8 +148,14 @@ def plan_for(op: Op, p: TopologyParams) -> P.Plan:
         out_addr = _external(op.dst_space, op.dst_addr)
         epi = tuple(P.Epilogue(_cycles_per_elem(e.get("op", ""), p), e.get("scope", "output_tile"))
                     for e in extra.get("epilogue", []))
-        if kind == "dot" or op.name == "gemm":
-            m, n, k = int(op.m or 0), int(op.n or 0), int(op.k or 0)
+        m, n, k = int(op.m or 0), int(op.n or 0), int(op.k or 0)
+        if kind == "dot":
+            stages = [P.Stage(P.DMA_READ, a, nb) for a, nb in
+                      zip(ext[:2], (m * k * _bytes(in_dt), k * n * _bytes(in_dt)), strict=False)
+                      if a is not None]
+            stages.append(P.Stage(P.GEMM, m, n, k))
+            return P.single_stage_plan(*stages)
+        if op.name == "gemm":
             return P.gemm_plan(m, n, k, tile_m=int(ts[0]), tile_k=int(ts[1]), tile_n=int(ts[2]),
                                in_bytes=_bytes(in_dt), out_bytes=_bytes(op.out_dtype),
                                a_addr=ext[0] if ext else None,

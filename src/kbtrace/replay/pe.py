@@ -39,7 +39,8 @@ ack=...)`` event. DMA channels are held through the whole round trip
 (request, HBM, data, ack). Consecutive DMA_READ stages of one tile run in
 place on the channel.
 
-PE_CPU issues in program order: an op waits for its ``deps``, is dispatched,
+PE_CPU issues in program order: an op waits for its ``deps``, is dispatched
+(metadata-only calls, ``ops.is_metadata``, complete there at no cost: no command),
 then either blocks the CPU (sync ops, until they complete) or lets it issue
 the next op; a program ends when all its ops completed. Op completions reach
 the CPU as direct callbacks (``Sim.on_done``), not SimPy events.
@@ -65,7 +66,7 @@ import simpy
 from simpy.events import NORMAL  # the priority of a Timeout
 
 from kbtrace.replay import plans as P
-from kbtrace.replay.ops import Op
+from kbtrace.replay.ops import Op, is_metadata
 from kbtrace.topology.model import PeCoord
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -533,10 +534,13 @@ class _Cpu:
         """
         now = self.t_ready = self.env._now
         pe = self.pe
+        op = self.op
+        if is_metadata(op):     # no command, no cost (ADR-0046 D3, D6)
+            self.sim.complete(op, self.t_issue, now, pe.names["pe_cpu"])
+            return True
         d = pe.dispatch_ns
         if d <= 0:
             return self._dispatched()
-        op = self.op
         if op.is_async or op.kind in _CPU_KINDS or not pe.sched.idle:
             self._timer(DISPATCH, d)
             return False

@@ -187,7 +187,7 @@ class _Builder:
         n = g.sram[(s, c)] = self.node(f"{pre}.sram", "sram", s, c, None, sr.overhead_ns,
                                        rc[1] * pitch - 0.6 * pitch, rc[0] * pitch)
         g.attach[n] = rid(s, c, rc)
-        self.link(rid(s, c, rc), n, "router_to_sram", sr.banks * sr.bank_bw_gbps, 0.0)
+        self.link(rid(s, c, rc), n, "router_to_sram", sr.router_bw_gbps, 0.0)
         rc = p.cube.m_cpu.router
         n = g.mcpu[(s, c)] = self.node(f"{pre}.m_cpu", "m_cpu", s, c, None, p.cube.m_cpu.overhead_ns,
                                        rc[1] * pitch - 0.6 * pitch, rc[0] * pitch)
@@ -207,7 +207,7 @@ class _Builder:
         bx, by = rc[1] * pitch, rc[0] * pitch
         ox, oy = (-1.0 if bx <= mid_x else 1.0), (-1.0 if by <= mid_y else 1.0)
         over = {"pe_cpu": pp.pe_cpu.dispatch_cycles / pp.pe_cpu.clock_ghz,
-                "scheduler": pp.scheduler.overhead_ns, "dma": pp.dma.overhead_ns,
+                "scheduler": pp.scheduler.overhead_ns, "dma": 0.0,
                 "fetch_store": 0.0, "gemm": 0.0, "math": 0.0, "tcm": 0.0,
                 "ipcq": getattr(pp.ipcq, pp.ipcq.buffer_kind).overhead_ns}
         idx = {}

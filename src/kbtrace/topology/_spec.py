@@ -176,7 +176,7 @@ def _validate(p: TopologyParams, where: str) -> None:  # noqa: C901 - a flat lis
             raise _fail(where, path, val, "must be >= 0; use a non-negative value")
         if name.endswith("_ghz") and val <= 0:
             raise _fail(where, path, val, "clock must be > 0 GHz")
-        if name in ("count", "connections", "rows", "cols", "banks", "pcs_per_pe", "burst_bytes",
+        if name in ("count", "connections", "rows", "cols", "pcs_per_pe", "burst_bytes",
                     "mac_rows", "mac_cols", "simd_lanes", "read_channels", "write_channels",
                     "n_slots", "slot_bytes", "credit_bytes", "m", "k", "n", "size_kb", "size_mb",
                     "cube_mesh_w", "cube_mesh_h") and val < 1:

@@ -72,15 +72,36 @@ class Route:
     bottleneck_gbps: float
     commit_ns_per_burst: float = 0.0   # HBM commit of a whole burst when the route ends at HBM
     burst_bytes: int = 0               # HBM burst size (0: the route does not end at HBM)
+    # (overheads charged before link j, bw of link j) for the links no later link is as slow
+    # as: what ``floor_ns`` needs
+    drains: tuple[tuple[float, float], ...] = ()
 
-    def lower_bound_ns(self, nbytes: int) -> float:
-        """``Σ overhead + Σ distance·ns_per_mm + nbytes / bottleneck + HBM commit``.
-
-        The commit is that of the transfer's last burst, which is short when ``nbytes``
-        is not a multiple of the burst size."""
-        drain = nbytes / self.bottleneck_gbps if nbytes > 0 and self.bottleneck_gbps > 0 else 0.0
+    def _commit_ns(self, nbytes: int) -> float:
+        """HBM commit of the transfer's last burst (short when ``nbytes`` is not a multiple
+        of the burst size)."""
         commit = self.commit_ns_per_burst if nbytes > 0 else 0.0
         b = self.burst_bytes
         if commit and b and nbytes % b:
             commit *= (nbytes % b) / b
-        return self.overhead_ns + self.wire_ns + drain + commit
+        return commit
+
+    def lower_bound_ns(self, nbytes: int) -> float:
+        """``Σ overhead + Σ distance·ns_per_mm + nbytes / bottleneck + HBM commit``: the
+        predecessor's probe formula (ADR-0049), exact for a transfer whose every overhead
+        precedes its bottleneck link."""
+        drain = nbytes / self.bottleneck_gbps if nbytes > 0 and self.bottleneck_gbps > 0 else 0.0
+        return self.overhead_ns + self.wire_ns + drain + self._commit_ns(nbytes)
+
+    def floor_ns(self, nbytes: int) -> float:
+        """A bound no transfer of ``nbytes`` can beat, with wormhole pipelining:
+        ``Σ wire + commit + max(Σ overhead, max over links j of (overheads before j +
+        nbytes / bw_j))``. Node overheads delay the head flit only, so those after the
+        bottleneck can overlap its drain and ``lower_bound_ns`` is not a bound when a
+        slower link precedes an overhead (e.g. PCIe ahead of UCIe endpoints)."""
+        drain = 0.0
+        if nbytes > 0:
+            for ov, bw in self.drains:
+                d = ov + nbytes / bw
+                if d > drain:
+                    drain = d
+        return self.wire_ns + self._commit_ns(nbytes) + max(self.overhead_ns, drain)

@@ -125,8 +125,9 @@ class MeshParams:
 class PeLinkParams:
     """Where the PEs attach to the cube mesh and how."""
     count: int = P(8, "-", "PEs per cube (<= 16, 4 address bits)")
-    routers: tuple = P(((0, 0), (0, 5), (1, 0), (1, 5), (4, 0), (4, 5), (5, 0), (5, 5)), "-",
-                      "[row, col] of the router each PE attaches to (corners, ADR-0053)")
+    routers: tuple = P(((0, 0), (1, 0), (0, 5), (1, 5), (4, 0), (5, 0), (4, 5), (5, 5)), "-",
+                      "[row, col] of the router each PE attaches to (ADR-0017 D4: PE0 r0c0, PE2 r0c5, "
+                      "PE4 r4c0, PE6 r4c5; odd PEs one row below, ADR-0053 D3.3)")
     bw_gbps: float = P(256.0, "GB/s", "PE DMA <-> router bandwidth")
     distance_mm: float = P(0.5, "mm", "PE <-> router distance (kbtrace default)")
 
@@ -148,9 +149,9 @@ class HbmParams:
 @dataclass(frozen=True, slots=True)
 class SramParams:
     """Cube-shared SRAM scratchpad on the NoC."""
-    router: tuple = P((2, 0), "-", "[row, col] of the router the SRAM attaches to")
-    banks: int = P(4, "-", "parallel banks (links to the router)")
-    bank_bw_gbps: float = P(128.0, "GB/s", "bandwidth per bank")
+    router: tuple = P((3, 0), "-", "[row, col] of the router the SRAM attaches to (ADR-0017 D4)")
+    router_bw_gbps: float = P(128.0, "GB/s", "SRAM <-> router link bandwidth, each way (ADR-0041 D5: "
+                              "one 128 GB/s edge, the narrowest link on an SRAM path)")
     size_mb: int = P(32, "MB", "capacity (address window is 32 MB)")
     overhead_ns: float = P(2.0, "ns", "access overhead (kbtrace default)")
 
@@ -158,7 +159,7 @@ class SramParams:
 @dataclass(frozen=True, slots=True)
 class MCpuParams:
     """Per-cube management CPU (launch fan-out, completion aggregation)."""
-    router: tuple = P((3, 0), "-", "[row, col] of the router M_CPU attaches to")
+    router: tuple = P((2, 0), "-", "[row, col] of the router M_CPU attaches to (ADR-0017 D4)")
     overhead_ns: float = P(5.0, "ns", "command-processing overhead")
 
 
@@ -192,7 +193,8 @@ class DmaParams:
     """DMA engine: one read and one write channel, each held through its round trip."""
     read_channels: int = P(1, "-", "DMA_READ channel capacity")
     write_channels: int = P(1, "-", "DMA_WRITE channel capacity")
-    overhead_ns: float = P(2.0, "ns", "descriptor setup per transfer (kbtrace default)")
+    overhead_ns: float = P(2.0, "ns", "descriptor setup, charged once per DMA when it starts "
+                              "(kbtrace default; data arriving at the DMA pays no overhead)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,10 +253,11 @@ class IpcqParams:
     credit_bytes: int = P(16, "bytes", "credit-return message size")
     buffer_kind: str = P("tcm", "-", "where slots live: tcm | sram | hbm")
     tcm: IpcqTierParams = _sub(IpcqTierParams)
-    sram: IpcqTierParams = field(default_factory=lambda: IpcqTierParams(128.0, 2.0),
-                                 metadata={"unit": "", "doc": "SRAM tier (128 GB/s, 2 ns)"})
-    hbm: IpcqTierParams = field(default_factory=lambda: IpcqTierParams(32.0, 6.0),
-                                metadata={"unit": "", "doc": "HBM tier (32 GB/s, 6 ns)"})
+    sram: IpcqTierParams = field(default_factory=lambda: IpcqTierParams(512.0, 2.0),
+                                 metadata={"unit": "", "doc": "SRAM tier (512 GB/s, 2 ns; ADR-0041)"})
+    hbm: IpcqTierParams = field(default_factory=lambda: IpcqTierParams(256.0, 6.0),
+                                metadata={"unit": "", "doc": "HBM tier (256 GB/s per PE, 6 ns; "
+                                          "commit 533e699)"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ import difflib
 import os
 import pickle
 from dataclasses import asdict, fields
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,14 @@ __all__ = ["Topology", "compile_topology", "cache_dir", "CACHE_STATS", "COMPILER
 
 #: bump when the compiled form changes for the same YAML (invalidates caches)
 COMPILER_VERSION = "1"
+
+
+@lru_cache(maxsize=1)
+def _code_hash() -> str:
+    """Hash of the topology package's source: part of the cache key, so a change of a
+    default or of the compiler (an upgrade, or an edit in a development checkout) never
+    serves a topology compiled by other code (~1 ms, once per process)."""
+    return stable_hash(*(f.read_bytes() for f in sorted(Path(__file__).parent.glob("*.py"))))
 
 #: process-wide cache counters (tests assert a second compile hits the cache)
 CACHE_STATS = {"hits": 0, "misses": 0}
@@ -246,13 +255,24 @@ class Topology:
         if self.nodes[d].kind == "hbm_ctrl":
             h = self.params.cube.hbm
             commit, burst = h.burst_bytes / (h.pc_bw_gbps * h.efficiency), h.burst_bytes
-        route = Route(tuple(path), lidx, overhead, wire, min(bws) if bws else 0.0, commit, burst)
+        drains = []     # backwards: keep link j if it is slower than every later link
+        slowest = float("inf")
+        before = overhead
+        for j in range(len(lidx) - 1, -1, -1):
+            before -= node_ov[path[j + 1]]          # overheads of path[1 .. j]
+            bw = link_bw[lidx[j]]
+            if 0 < bw < slowest:
+                slowest = bw
+                drains.append((before, bw))
+        route = Route(tuple(path), lidx, overhead, wire, min(bws) if bws else 0.0, commit, burst,
+                      tuple(drains))
         if len(self._routes) >= ROUTE_CACHE_MAX:
             self._routes.clear()
         self._routes[(s, d)] = route
         if len(self._summaries) >= SUMMARY_CACHE_MAX:
             self._summaries.clear()
-        self._summaries[(s, d)] = Route((), (), overhead, wire, route.bottleneck_gbps, commit, burst)
+        self._summaries[(s, d)] = Route((), (), overhead, wire, route.bottleneck_gbps, commit, burst,
+                                        route.drains)
         return route
 
     def route_summary(self, src: str | int | Node, dst: str | int | Node) -> Route:
@@ -395,7 +415,8 @@ def compile_topology(path: str | os.PathLike[str], overrides: dict[str, Any] | N
     except OSError as exc:
         raise TopologyError(f"{where}: cannot read topology file ({exc.strerror})") from None
     ov = dict(overrides or {})
-    key = stable_hash(text, sorted((k, repr(v)) for k, v in ov.items()), __version__, COMPILER_VERSION)
+    key = stable_hash(text, sorted((k, repr(v)) for k, v in ov.items()), __version__, COMPILER_VERSION,
+                      _code_hash())
     cfile = cache_dir() / f"{key}.pkl"
     if use_cache and cfile.is_file():
         try:
