@@ -272,3 +272,106 @@ def test_load_ops_shares_repeated_list_values():
     m = ops[3]
     assert m.in_shapes == ((4, 8), (4, 8)) and m.in_spaces == ("tcm", "tcm")
     assert m.in_addrs == (1, 2) and m.deps == (0, 1)
+
+
+# ------------------------------------------------------------- recalibration vs the reference
+def test_h2d_is_a_posted_write(default, tmp_path):
+    """ADR-0034 D8: a host write completes at its last HBM commit; no response travels back
+    (the op ends with its terminal HBM row, and no control row follows it)."""
+    a = hbm(0, 0, 0, default)
+    r = run(SynthTrace([{**on(), "kind": "h2d", "src_space": "host", "dst_space": "hbm",
+                         "dst_addr": a, "nbytes": 65536}]), default, tmp_path)
+    got = rows(r)
+    assert got[-1][0] == "hbm" and all(s != "hbm" for s, *_ in got[:-1])
+    assert latency(r) == pytest.approx(got[-1][3])
+    route = default.route("host", default.resolve(a).id)
+    # PCIe (64 GB/s) drains first; the UCIe / router overheads after it hide behind the drain
+    assert route.floor_ns(65536) <= latency(r) < route.lower_bound_ns(65536)
+
+
+def test_floor_is_the_probe_formula_when_overheads_precede_the_bottleneck(default):
+    r = default.route("sip0.cube0.pe0.dma", "sip0.cube1.hbm_ctrl.pe0")   # UCIe lane 128 GB/s
+    host = default.route("host", "sip0.cube0.hbm_ctrl.pe0")
+    for nb in (0, 4096, 65536):
+        assert r.floor_ns(nb) <= r.lower_bound_ns(nb)
+        assert host.floor_ns(nb) <= host.lower_bound_ns(nb)
+    # host -> switch -> pcie_ep: the slowest link is the second PCIe one; only the switch's
+    # overhead precedes it, the rest (pcie_ep, UCIe endpoints, router) overlap the drain
+    ov_switch = default.node("fabric.switch0").overhead_ns
+    assert host.floor_ns(65536) == pytest.approx(host.wire_ns + 8 + ov_switch + 65536 / 64)
+
+
+def test_launch_completes_when_the_last_completion_reaches_the_host(tiny, tmp_path):
+    """ADR-0035 D6: each PE's completion travels up as its program ends; the launch is done
+    when the last one arrives -- max over PEs of (end + its path), not the slowest end plus
+    the slowest path."""
+    r = run(SynthTrace([load(hbm(0, 0, 0, tiny), 65536, pe=0, program=0),
+                        load(hbm(0, 0, 1, tiny), 256, pe=1, program=1)]), tiny, tmp_path)
+    ends = [o["t_end_ns"] for o in r.op_timing().to_pylist()]
+    up = []
+    for pe in (0, 1):
+        ids = [f"sip0.cube0.pe{pe}.pe_cpu", "sip0.cube0.m_cpu", "sip0.io0.io_cpu", "host"]
+        up.append(sum(tiny.route(x, y).lower_bound_ns(0) for x, y in zip(ids, ids[1:],
+                                                                           strict=False)))
+    assert up[1] > up[0] and ends[0] > ends[1]      # the far PE ends first
+    assert r.makespan_ns == pytest.approx(max(e + u for e, u in zip(ends, up, strict=True)))
+    assert r.makespan_ns < max(ends) + max(up)
+
+
+def test_metadata_calls_are_no_command(tiny, tmp_path):
+    """ADR-0046 D3/D6: tl.zeros / full / arange (fill) and tl.trans issue no command: they
+    complete when issued, cost no dispatch and leave no hop rows."""
+    tcm = address.pe_tcm_addr(0, 0, 0, 0)
+    fill = {**on(seq=0), "kind": "fill", "name": "zeros", "dst_space": "tcm", "dst_addr": tcm,
+            "nbytes": 4096, "out_shape": [32, 32], "out_dtype": "f32"}
+    trans = {**on(seq=1), "kind": "math", "name": "trans", "in_addrs": [tcm],
+             "in_spaces": ["tcm"], "in_shapes": [[32, 32]], "in_dtypes": ["f32"],
+             "dst_space": "tcm", "dst_addr": tcm + 4096, "nbytes": 4096, "out_shape": [32, 32],
+             "out_dtype": "f32"}
+    r = run(SynthTrace([fill, trans, {**load(hbm(0, 0, 0, tiny), 256), "seq": 2}]), tiny,
+            tmp_path)
+    ot = r.op_timing().to_pylist()
+    assert [o["t_end_ns"] - o["t_issue_ns"] for o in ot[:2]] == [0.0, 0.0]
+    assert ot[2]["t_issue_ns"] == ot[0]["t_issue_ns"]      # no dispatch cost before the load
+    assert set(r.hops_table()["op_id"].to_pylist()) == {2}
+
+
+def test_simple_math_and_dot_are_one_engine_stage(tiny, tmp_path):
+    """ADR-0014 D3.1: a simple MathCmd / GemmCmd expands to exactly one engine sub-command
+    (no TCM fetch / store around it): math max(overhead, ceil(elems / lanes) * cycles),
+    dot ceil(m / rows) * ceil(n / cols) * k + pipeline cycles."""
+    tcm = address.pe_tcm_addr(0, 0, 0, 0)
+    math = {**on(seq=0), "kind": "math", "name": "add", "in_addrs": [tcm, tcm + 4096],
+            "in_spaces": ["tcm", "tcm"], "in_shapes": [[32, 32], [32, 32]],
+            "in_dtypes": ["f32", "f32"], "dst_space": "tcm", "dst_addr": tcm + 8192,
+            "nbytes": 4096, "out_shape": [32, 32], "out_dtype": "f32"}
+    dot = {**on(seq=1), "kind": "dot", "name": "dot", "m": 32, "n": 32, "k": 64,
+           "in_addrs": [tcm, tcm + 8192], "in_spaces": ["tcm", "tcm"],
+           "in_shapes": [[32, 64], [64, 32]], "in_dtypes": ["f16", "f16"], "dst_space": "tcm",
+           "dst_addr": tcm + 16384, "nbytes": 4096, "out_shape": [32, 32], "out_dtype": "f32"}
+    r = run(SynthTrace([math, dot]), tiny, tmp_path)
+    p = tiny.params.pe
+    for op_id, stage, dur in ((0, "math", max(p.math.overhead_ns, 1024 / p.math.simd_lanes)),
+                              (1, "gemm", (64 + p.gemm.pipeline_cycles) / p.gemm.clock_ghz)):
+        got = rows(r, op_id)
+        assert [g[0] for g in got] == ["pe_cpu", "scheduler", stage]
+        assert got[-1][3] - got[-1][2] == pytest.approx(dur)
+
+
+def test_sram_link_is_the_narrowest(default, tmp_path):
+    """ADR-0041 D5: one 128 GB/s sram <-> router edge, so a 64 KiB SRAM load drains at 128."""
+    r = run(SynthTrace([load(address.sram_addr(0, 0, 0), 65536)]), default, tmp_path)
+    assert 65536 / 128 < latency(r) < 65536 / 128 + 40
+
+
+def test_ipcq_slot_tiers_order_tcm_hbm_sram(tmp_path):
+    """Commit 9c129d6: with the final tier costs (sram 512 GB/s behind its 128 GB/s link, hbm
+    256 GB/s per PE) slots in TCM are fastest and SRAM slowest."""
+    from kbtrace.capture import capture
+    ms = {}
+    for kind in ("tcm", "hbm", "sram"):
+        t = compile_topology(TOPO_DIR / "small.yaml", {"pe.ipcq.buffer_kind": kind})
+        tr = capture(TOPO_DIR.parent / "capture" / "ring_allreduce.py", t, {"N": 16384},
+                     tmp_path / f"tr-{kind}")
+        ms[kind] = replay(tr, t, ReplayOptions(out_dir=str(tmp_path / kind))).makespan_ns
+    assert ms["tcm"] < ms["hbm"] < ms["sram"], ms
