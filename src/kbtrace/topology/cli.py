@@ -110,6 +110,8 @@ def _route(args: argparse.Namespace) -> int:
           f"bottleneck={r.bottleneck_gbps:g} GB/s  drain({args.nbytes} B)={drain:.4g} ns  "
           f"hbm_commit={commit:g} ns")
     print(f"lower_bound_ns({args.nbytes}) = {r.lower_bound_ns(args.nbytes):.4f}")
+    print(f"floor_ns({args.nbytes}) = {r.floor_ns(args.nbytes):.4f}  (wormhole: overheads after "
+          f"the slowest link overlap its drain)")
     return 0
 
 
