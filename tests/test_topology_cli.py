@@ -33,7 +33,11 @@ def test_route_table_and_lower_bound(capsys):
                         ("sip0.cube1.hbm_ctrl.pe0", 4096), ("sip0.cube1.hbm_ctrl.pe0", 65536)):
         assert main(["topo", "route", path, "sip0.cube0.pe0.dma", dst, "--nbytes", str(nbytes)]) == 0
         out = capsys.readouterr().out
-        lbs.append(float(out.strip().splitlines()[-1].split("=")[-1]))
+        lines = out.strip().splitlines()
+        lb = next(ln for ln in lines if ln.startswith("lower_bound_ns("))
+        floor = next(ln for ln in lines if ln.startswith("floor_ns("))
+        lbs.append(float(lb.split("=")[-1]))
+        assert float(floor.split("=")[1].split()[0]) <= lbs[-1]
     assert lbs == sorted(lbs) and len(set(lbs)) == 4
     assert main(["topo", "route", path, "sip0.cube0.pe0.dma", "sip0.cube1.hbm_ctrl.pe0"]) == 0
     out = capsys.readouterr().out
