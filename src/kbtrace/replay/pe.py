@@ -485,7 +485,9 @@ class _Cpu:
                 self.i += 1
                 self.t_issue = t = self.env._now
                 self.sim.rec.issue(op.op_id, t)
-                if op.deps and self._wait(op.deps, self._dep_cb):
+                # a recv's dep is its matching send: the IPCQ receive side waits for the data,
+                # so the CPU posts a recv_async (and issues a blocking recv) without waiting
+                if op.deps and op.kind != "recv" and self._wait(op.deps, self._dep_cb):
                     return
                 if not self._dispatch():
                     return
