@@ -63,8 +63,8 @@ def _run(trace, topo, tmp_path, tag, fid="fast"):
 
 def test_fast_pipeline_events_per_op(tmp_path):
     """A sync op dispatched while the scheduler is idle: dispatch + scheduling = 1 event;
-    then a load's DMA costs 2 (setup + request leg, data leg), a store's 1 (data, commit
-    and ack leg); a wait on both = 1 (dispatch). An async load pays dispatch and
+    then a load's DMA costs 2 (setup + request leg, data leg), a store's 2 (the HBM commit
+    when its data arrives, then completion after the ack leg); a wait on both = 1 (dispatch). An async load pays dispatch and
     scheduling apart (the CPU moves on): 4. The host's launch costs a fixed number of
     events whatever the program."""
     tiny = compile_topology(TOPO_DIR / "tiny.yaml")
@@ -79,7 +79,7 @@ def test_fast_pipeline_events_per_op(tmp_path):
             rows.append({**on(seq=4 * i + 3), "kind": "wait", "deps": [4 * i + 2]})
         return _run(SynthTrace(rows), tiny, tmp_path, f"n{n}").events
 
-    assert events(11) - events(1) == 10 * (3 + 2 + 4 + 1)
+    assert events(11) - events(1) == 10 * (3 + 3 + 4 + 1)
 
 
 def test_zero_length_services_do_not_recurse(tmp_path):
@@ -157,8 +157,7 @@ def _hop_by_hop():
             h, t = span if span is not None else ((now if at is None else at),) * 2
             for j in range(len(rt.links)):
                 h, t = self._hop(rt, j, op_id, tile, h, t, now)
-            done = self._arrive(rt, op_id, tile, addr, h, t, now)
-            return self.env.timeout(done + ack - now, done)
+            return self._arrive(rt, op_id, tile, addr, h, t, now, ack)
 
     return HopByHop
 

@@ -432,8 +432,8 @@ class _Plan:
     ``t_a`` / ``t_b``: head and tail at the destination; ``pid``: the recorder
     plan of the matching hop rows (terminal row last).
     """
-    __slots__ = ("route", "j0", "n_hops", "res", "res_hop", "first", "start", "h_end", "t_a",
-                 "t_b", "pid", "n_rows")
+    __slots__ = ("route", "j0", "n_hops", "res", "res_hop", "first", "start", "h_in", "h_end",
+                 "t_a", "t_b", "pid", "n_rows")
 
     def __init__(self, rt: _Route, rec: Recorder, j0: int) -> None:
         self.route, self.j0 = rt, j0
@@ -480,7 +480,7 @@ class _Plan:
         B = max(B, H)
         rows.append((rt.term_stage, rt.dst, -1, rt.term_busy, h_in, 0.0, 0.0, True))
         self.res, self.res_hop, self.first, self.start = tuple(res), res_hop, first, start
-        self.h_end, self.t_a, self.t_b = H, A, B
+        self.h_in, self.h_end, self.t_a, self.t_b = h_in, H, A, B
         self.n_rows = len(rows)
         self.pid = rec.add_plan(rows, rt.nb)
 
@@ -608,9 +608,9 @@ class FastFabric(Fabric):
             pl = rt.plans[j]
             if pl is None:      # first reach: book by the plan's arithmetic, keep nothing
                 rt.plans[j] = False
-                j, h, t = self._walk(rt, j, op_id, tile, h, t, addr)
+                j, h, t = self._walk(rt, j, op_id, tile, h, t, addr, ack)
                 if j < 0:
-                    return after(env, h + ack - now, h)
+                    return h    # the completion event
             else:
                 if pl is False:
                     pl = rt.build(self, j)
@@ -636,9 +636,12 @@ class FastFabric(Fabric):
                     x = h + pl.t_b
                     if x > tt:
                         tt = x
-                    done = rt.hbm.write_stream(addr, nbytes, hh, tt) if rt.hbm is not None else tt
-                    rec.transfer(op_id, tile, pl.pid, h, t, done, pl.n_rows)
-                    return after(env, done + ack - now, done)
+                    if rt.hbm is not None:      # links now, the HBM commit when data arrives
+                        rec.transfer(op_id, tile, pl.pid, h, t, 0.0, pl.n_rows - 1)
+                        return self._commit_later(rt, op_id, tile, addr, h + pl.h_in, hh, tt,
+                                                  0.0, ack)
+                    rec.transfer(op_id, tile, pl.pid, h, t, tt, pl.n_rows)
+                    return after(env, tt + ack - now, tt)
                 # resource k is not free: undo its hop's earlier reservations
                 jr = pl.res_hop[k]
                 for iv, S, _A, _B in pl.res[pl.first[jr]:k]:
@@ -652,18 +655,18 @@ class FastFabric(Fabric):
                 j = pl.j0 + jr
             # hop j (or the destination) is not free: book it sequentially, go on after it
             if j == len(rt.links):
-                done = self._arrive(rt, op_id, tile, addr, h, t, now)
-                return after(env, done + ack - now, done)
+                return self._arrive(rt, op_id, tile, addr, h, t, now, ack)
             h, t = self._hop(rt, j, op_id, tile, h, t, now)
             j += 1
 
     def _walk(self, rt: _Route, j0: int, op_id: int, tile: int, h: float, t: float,
-              addr: int) -> tuple[int, float, float]:
+              addr: int, ack: float) -> tuple[int, Any, float]:
         """Book from hop ``j0`` as ``_Plan(rt, j0)`` would (the same floating-point
         operations, so the same result), computing its offsets as it goes and keeping none:
         the first transfer on a stretch pays no more than the walk up to its first resource
         that is not free. Rows are recorded explicitly (as ``Recorder._pending`` expands a
-        compact record). Returns ``(-1, done, 0.0)`` when the transfer completed, else
+        compact record). Returns ``(-1, event, 0.0)`` when the transfer completed (the event
+        ``send`` returns), else
         ``(j, h, t)``: hop ``j`` (``len(links)``: the destination) is not free, and nothing
         of it is reserved; head and tail reach its start at ``h`` / ``t``."""
         hops = rt.hops
@@ -716,11 +719,15 @@ class FastFabric(Fabric):
                 if x > tt:
                     tt = x
                 hh = h + H
-                done = rt.hbm.write_stream(addr, nb, hh, tt) if rt.hbm is not None else tt
-                rows.append((op_id, tile, rt.term_stage, rt.dst, -1, h + H0, done, rt.term_busy,
+                if rt.hbm is not None:
+                    if rows:
+                        self.rec.rows(rows)
+                    return -1, self._commit_later(rt, op_id, tile, addr, h + H0, hh, tt, 0.0,
+                                                  ack), 0.0
+                rows.append((op_id, tile, rt.term_stage, rt.dst, -1, h + H0, tt, rt.term_busy,
                              0.0, nb))
                 self.rec.rows(rows)
-                return -1, done, 0.0
+                return -1, after(self.env, tt + ack - self.env.now, tt), 0.0
         if rows:
             self.rec.rows(rows)
         tt = t + A0
@@ -763,8 +770,9 @@ class FastFabric(Fabric):
         return hd + p, t
 
     def _arrive(self, rt: _Route, op_id: int, tile: int, addr: int, h: float, t: float,
-                now: float) -> float:
-        """Book the destination (overhead, HBM commit) sequentially; record the terminal row."""
+                now: float, ack: float) -> _Ev:
+        """Book the destination (overhead, then the HBM commit when the data arrives)
+        sequentially; record the terminal row; the completion event."""
         q = 0.0
         h_in = h
         niv = rt.dst_iv
@@ -774,10 +782,35 @@ class FastFabric(Fabric):
             h = s + rt.dst_ov
         if t < h:
             t = h
-        done = rt.hbm.write_stream(addr, rt.nb, h, t) if rt.hbm is not None else t
-        self.rec.rows([(op_id, tile, rt.term_stage, rt.dst, -1, h_in, done, rt.term_busy, q,
+        if rt.hbm is not None:
+            return self._commit_later(rt, op_id, tile, addr, h_in, h, t, q, ack)
+        self.rec.rows([(op_id, tile, rt.term_stage, rt.dst, -1, h_in, t, rt.term_busy, q,
                         rt.nb)])
-        return done
+        return after(self.env, t + ack - now, t)
+
+    def _commit_later(self, rt: _Route, op_id: int, tile: int, addr: int, h_in: float,
+                      hh: float, tt: float, q: float, ack: float) -> _Ev:
+        """The HBM commit of a write whose head reaches the controller at ``hh`` and tail at
+        ``tt``: done at ``hh`` (a SimPy event then), not when the transfer is booked, so the
+        pseudo-channels serve requests in the order they arrive -- a read that reaches them
+        first is not queued behind a write still on its way (flit mode commits flit by flit
+        as they arrive). Records the terminal row then; returns the transfer's completion
+        event, fired ``ack`` after the last commit."""
+        env = self.env
+        ev = _Ev()
+        ev.callbacks = []
+        ev._ok = True
+        ev._value = None
+
+        def commit(_e: Any) -> None:
+            done = rt.hbm.write_stream(addr, rt.nb, hh, tt)
+            self.rec.rows([(op_id, tile, rt.term_stage, rt.dst, -1, h_in, done, rt.term_busy,
+                            q, rt.nb)])
+            ev._value = done
+            env.schedule(ev, NORMAL, done + ack - env.now)
+
+        after(env, hh - env.now).callbacks.append(commit)
+        return ev
 
     def _prune_all(self, now: float) -> None:
         for ivs in (self.link_iv, self.node_iv):

@@ -17,7 +17,7 @@ component    servers (capacity)          time per token                         
 PE_CPU       1 (program order)           ``dispatch_cycles / clock`` per op        1 (a)
 scheduler    1 (single FIFO feeder)      ``overhead_ns`` per command               1 (a)
 DMA read     ``pe.dma.read_channels``    setup + request leg + HBM + data leg      fast 2, flit (b)
-DMA write    ``pe.dma.write_channels``   setup + data leg + HBM commit + ack leg   fast 1, flit (b)
+DMA write    ``pe.dma.write_channels``   setup + data leg + HBM commit + ack leg   fast 2, flit (b)
 DMA vc_comm  1 (IPCQ sends)              setup + data leg + slot write             process (c)
 TCM read     1 (fetch)                   ``nbytes / min(fetch_store, tcm read)``   1
 TCM write    1 (store)                   ``nbytes / min(fetch_store, tcm write)``  1
@@ -34,8 +34,8 @@ processes too.
 
 fast DMA: a read is one timer for setup + request leg, whose callback reads
 HBM and books the data transfer (``Sim.hbm_read`` -> ``fabric.send``), whose
-one event ends the service; a write is the single ``fabric.send(..., at=...,
-ack=...)`` event. DMA channels are held through the whole round trip
+one event ends the service; a write is the ``fabric.send(..., at=..., ack=...)``
+event (to HBM: one more, the commit when the data arrives). DMA channels are held through the whole round trip
 (request, HBM, data, ack). Consecutive DMA_READ stages of one tile run in
 place on the channel.
 
