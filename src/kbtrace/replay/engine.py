@@ -195,7 +195,16 @@ class Sim:
     def hbm_read(self, op_id: int, tile: int, src: int, dst: int, addr: int, nbytes: int):
         h = self.hbm[src]
         t = self.env.now
-        if self.fast:   # the closed form needs only the first and last burst
+        shape = 0
+        if self.fast and nbytes % h.burst and nbytes > h.burst:
+            # a short last burst: the closed form needs to know where it falls in ready order
+            # (flits leave in that order; ties keep burst order): head, middle or tail
+            ready = h.read(addr, nbytes, t)
+            first, last = min(ready), max(ready)
+            short, full = ready[-1], ready[:-1]
+            shape = 1 if short < min(full) else 0 if short >= max(full) else 2
+            ready = None
+        elif self.fast:   # the closed form needs only the first and last burst
             first, last = h.read_span(addr, nbytes, t)
             ready = None
         else:
@@ -204,7 +213,8 @@ class Sim:
         self.rec.hop(op_id, tile, "hbm", src, -1, t, last, nbytes / (h.bw * h.n_pcs),
                      max(0.0, first - t - min(nbytes, h.burst) / h.bw), nbytes)
         if ready is None:
-            return self.fabric.send(op_id, tile, src, dst, nbytes, addr, span=(first, last))
+            return self.fabric.send(op_id, tile, src, dst, nbytes, addr, span=(first, last),
+                                    shape=shape)
         return self.fabric.send(op_id, tile, src, dst, nbytes, addr, ready=ready)
 
     def dma_read(self, op_id: int, tile: int, dma: int, addr: int, nbytes: int):

@@ -393,10 +393,10 @@ class _Route:
     __slots__ = ("nodes", "links", "hops", "stage", "node", "busy", "dst", "dst_iv", "dst_ov",
                  "hbm", "term_stage", "term_busy", "nb", "plans")
 
-    def __init__(self, fab: FastFabric, src: int, dst: int, nb: int) -> None:
+    def __init__(self, fab: FastFabric, src: int, dst: int, nb: int, shape: int = 0) -> None:
         nodes, links = fab.route(src, dst)
         hop_of = fab.hop_of
-        per_hop = [hop_of(li, nb, j == 0) for j, li in enumerate(links)]
+        per_hop = [hop_of(li, nb, j == 0, shape) for j, li in enumerate(links)]
         self.nodes, self.links = nodes, links
         self.hops = tuple(h for h, _b in per_hop)
         self.stage = tuple(fab.link_stage_code[li] for li in links)
@@ -526,19 +526,20 @@ class FastFabric(Fabric):
         super().__init__(env, topo, rec, hbm)
         self.link_iv: list[list[float]] = [[] for _ in topo.links]
         self.node_iv: list[list[float]] = [[] for _ in topo.nodes]
-        self._routes_nb: dict[tuple[int, int, int], _Route] = {}
-        self._hops: dict[tuple[int, int, bool], tuple[tuple, float]] = {}
+        self._routes_nb: dict[tuple[int, ...], _Route] = {}
+        self._hops: dict[tuple[int, int, bool, int], tuple[tuple, float]] = {}
         self.link_src = [lk.src for lk in topo.links]
         self.link_stage_code = [STAGE_CODE[s] for s in self.link_stage]
         self._sends = 0
         self.held = 0
         self.evictions = 0
 
-    def hop_of(self, li: int, nb: int, first: bool) -> tuple[tuple, float]:
+    def hop_of(self, li: int, nb: int, first: bool, shape: int = 0) -> tuple[tuple, float]:
         """``(_Route.hops entry, busy ns)`` of ``nb`` bytes over link ``li`` (``first``: the
-        route's first link, whose source node charges no overhead); memoised, since routes
-        share links (at most ``ROUTES_MAX`` entries, emptied when full)."""
-        key = (li, nb, first)
+        route's first link, whose source node charges no overhead; ``shape``: where a short
+        last flit travels, see ``FastFabric.send``); memoised, since routes share links (at
+        most ``ROUTES_MAX`` entries, emptied when full)."""
+        key = (li, nb, first, shape)
         hit = self._hops.get(key)
         if hit is not None:
             return hit
@@ -548,6 +549,8 @@ class FastFabric(Fabric):
         n = max(1, -(-nb // fb))
         last = nb - (n - 1) * fb if nb > 0 else 0
         head = fb if n > 1 else last
+        if n > 1 and shape:                 # the short flit leads (1) or is in the middle (2)
+            head, last = (last, fb) if shape == 1 else (fb, fb)
         src = self.link_src[li]
         ov = 0.0 if first else self.node_ov[src]
         niv = self.node_iv[src] if ov > 0 else None
@@ -575,20 +578,23 @@ class FastFabric(Fabric):
 
     def send(self, op_id: int, tile: int, src: int, dst: int, nbytes: int, addr: int = 0,
              ready: list[float] | None = None, at: float | None = None,
-             ack: float = 0.0, span: tuple[float, float] | None = None) -> _Ev:
+             ack: float = 0.0, span: tuple[float, float] | None = None, shape: int = 0) -> _Ev:
         """As ``Fabric.send``, but the event is a bare one (``after``): yield it or add
         callbacks; it is not a ``simpy.Event`` (no ``all_of``). ``at``: flits ready at this
         (future) time instead of now;
         ``span``: (first, last) flit ready times instead of ``ready`` (the closed form
         needs no more); ``ack``: the returned event fires that much later (a control
         message back, whose row the caller records), so a DMA round trip is one SimPy
-        event. The event's value is the completion time (before ``ack``)."""
-        key = (src, dst, nbytes)
+        event. The event's value is the completion time (before ``ack``). ``shape``: flits
+        leave in ready order, so the short last flit of an HBM read (which may finish before
+        full bursts) is the head (1), somewhere in the middle (2) or, as for every other
+        transfer, the tail (0): the closed form needs the sizes of the head and tail flits."""
+        key = (src, dst, nbytes) if not shape else (src, dst, nbytes, shape)
         rt = self._routes_nb.get(key)
         if rt is None:
             if self.held >= self.HELD_MAX:
                 self.evict()
-            rt = self._routes_nb[key] = _Route(self, src, dst, nbytes)
+            rt = self._routes_nb[key] = _Route(self, src, dst, nbytes, shape)
             self.held += len(rt.hops) + 1
         env = self.env
         rec = self.rec
