@@ -20,6 +20,8 @@ def _cache(tmp_path, monkeypatch):
 
 CASES = [
     ("cube: {mesh: {link_bw_gbs: 128}}", "cube.mesh.link_bw_gbs: unknown key; did you mean 'link_bw_gbps'?"),
+    ("cube: {sram: {banks: 4}}", "cube.sram.banks was removed: the SRAM attaches by one link "
+                                 "(ADR-0041 D5); set cube.sram.router_bw_gbps"),
     ("cube: {hbm: {pc_bw_gbps: -32}}", "cube.hbm.pc_bw_gbps = -32.0: bandwidth must be > 0"),
     ("cube: {pes: {count: 9}}", "cube.pes.count = 9: 9 PEs do not fit"),
     ("cube: {pes: {count: 17}}", "cube.pes.count = 17: at most 16 PEs"),
@@ -75,6 +77,8 @@ def test_cli_exits_nonzero_with_one_line(tmp_path, capsys, text, key):
     ({"cube.mesh.link_bw_gbs": 1}, "override 'cube.mesh.link_bw_gbs': unknown key 'link_bw_gbs' under "
                                    "cube.mesh; did you mean 'link_bw_gbps'?"),
     ({"cube.mesh": 1}, "names a section"),
+    ({"cube.sram.bank_bw_gbps": 64}, "cube.sram.bank_bw_gbps was removed: .* set "
+                                     "cube.sram.router_bw_gbps"),
     ({"cube.mesh.link_bw_gbps": "-4"}, "cube.mesh.link_bw_gbps = -4.0: bandwidth must be > 0"),
 ])
 def test_bad_overrides(overrides, message):

@@ -49,6 +49,20 @@ def _suggest(key: str, choices: list[str]) -> str:
     return f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(choices)}"
 
 
+#: keys of earlier versions: what to write instead
+_REMOVED = dict.fromkeys(
+    ("cube.sram.banks", "cube.sram.bank_bw_gbps"),
+    "the SRAM attaches by one link (ADR-0041 D5); set cube.sram.router_bw_gbps (default 128) "
+    "instead")
+
+
+def _unknown(full: str, key: str, choices: list[str]) -> str:
+    """How to fix an unknown key: its replacement if it was removed, else a close match."""
+    if full in _REMOVED:
+        return f"{full} was removed: {_REMOVED[full]}"
+    return _suggest(key, choices)
+
+
 def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any] | None, where: str) -> dict[str, Any]:
     """Return a copy of ``raw`` with dotted-path overrides (``cube.mesh.link_bw_gbps``) applied."""
     if not overrides:
@@ -64,7 +78,7 @@ def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any] | None, where
             if part not in names:
                 done = ".".join(parts[:i]) or "top level"
                 raise TopologyError(f"{where}: override {key!r}: unknown key {part!r} under {done}; "
-                                    f"{_suggest(part, names)}")
+                                    f"{_unknown('.'.join(parts[:i + 1]), part, names)}")
             fld = next(f for f in fields(cls) if f.name == part)
             sub = getattr(cls(), part)
             if i == len(parts) - 1:
@@ -101,7 +115,8 @@ def _build(cls: Any, raw: Any, path: str, where: str, default: Any = None) -> An
     flds = {f.name: f for f in fields(cls)}
     for key in raw:
         if key not in flds:
-            raise TopologyError(f"{where}: {path}{key}: unknown key; {_suggest(str(key), list(flds))}")
+            raise TopologyError(f"{where}: {path}{key}: unknown key; "
+                                f"{_unknown(f'{path}{key}', str(key), list(flds))}")
     default = cls() if default is None else default
     kwargs: dict[str, Any] = {}
     for name, fld in flds.items():
