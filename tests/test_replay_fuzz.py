@@ -826,8 +826,8 @@ def _check_exact(t, ops: dict, a: dict, b: dict) -> None:
             dma = t.pe_node(PeCoord(ops["sip"][i], ops["cube"][i], ops["pe"][i]), "dma")
             mem = t.resolve(int(ops["dst_addr" if kind == "store" else "src_addr"][i]))
             if mem.kind == "hbm_ctrl":
-                a, z = (dma, mem) if kind == "store" else (mem, dma)
-                tol[i] = FLIT / t.route(a.idx, z.idx).bottleneck_gbps
+                src, dst = (dma, mem) if kind == "store" else (mem, dma)
+                tol[i] = FLIT / t.route(src.idx, dst.idx).bottleneck_gbps
     lat_a = np.asarray(a["t_end_ns"]) - np.asarray(a["t_issue_ns"])
     lat_b = np.asarray(b["t_end_ns"]) - np.asarray(b["t_issue_ns"])
     diff = np.abs(lat_a - lat_b)
