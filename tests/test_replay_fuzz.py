@@ -287,12 +287,7 @@ class _Drawer:
             cands = self.inputs(dt)
             if not cands:
                 return ("cyc", 1)
-            ta, tb = d(st.sampled_from(cands)), d(st.sampled_from(cands))
-            K = d(st.integers(1, min(64, ta.numel, tb.numel)))
-            M = d(st.integers(1, min(48, ta.numel // K)))
-            N = d(st.integers(1, min(48, tb.numel // K)))
-            oa = d(st.integers(0, ta.numel - M * K))
-            ob = d(st.integers(0, tb.numel - K * N))
+            ta, tb, M, K, N, oa, ob = self.gemm_operands(cands, 64, 48)
             acc_dt = ACC[dt]
             accs = [i for i, h in enumerate(pool) if h.shape == (M, N) and h.dtype == acc_dt
                     and h.mag < MAG_MAX / 2]
@@ -418,12 +413,7 @@ class _Drawer:
                 if pin:
                     pool.append(_H(shape, dt, 1.0))
             else:
-                ta, tb = d(st.sampled_from(cands)), d(st.sampled_from(cands))
-                K = d(st.integers(1, min(130, ta.numel, tb.numel)))
-                M = d(st.integers(1, min(70, ta.numel // K)))
-                N = d(st.integers(1, min(70, tb.numel // K)))
-                oa = d(st.integers(0, ta.numel - M * K))
-                ob = d(st.integers(0, tb.numel - K * N))
+                ta, tb, M, K, N, oa, ob = self.gemm_operands(cands, 130, 70)
                 pin_a, pin_b = d(st.booleans()), d(st.booleans())
                 epi = []
                 for _ in range(d(st.integers(0, 2))):
@@ -455,6 +445,18 @@ class _Drawer:
             self.pending_comp[p] = 0
             return ("wait",)
         raise AssertionError(k)
+
+    def gemm_operands(self, cands: list, k_max: int, mn_max: int) -> tuple:
+        """Operands of an ``M x K`` by ``K x N`` product read from two input tensors (flat, at
+        drawn offsets): ``(ta, tb, M, K, N, oa, ob)``."""
+        d = self.draw
+        ta, tb = d(st.sampled_from(cands)), d(st.sampled_from(cands))
+        K = d(st.integers(1, min(k_max, ta.numel, tb.numel)))
+        M = d(st.integers(1, min(mn_max, ta.numel // K)))
+        N = d(st.integers(1, min(mn_max, tb.numel // K)))
+        oa = d(st.integers(0, ta.numel - M * K))
+        ob = d(st.integers(0, tb.numel - K * N))
+        return ta, tb, M, K, N, oa, ob
 
     def local_phase(self) -> tuple:
         per = []
