@@ -199,9 +199,9 @@ class Sim:
         if self.fast and nbytes % h.burst and nbytes > h.burst:
             # a short last burst: the closed form needs to know where it falls in ready order
             # (flits leave in that order; ties keep burst order): head, middle or tail
-            ready = h.read(addr, nbytes, t)
-            first, last = min(ready), max(ready)
-            short, full = ready[-1], ready[:-1]
+            bursts = h.read(addr, nbytes, t)
+            first, last = min(bursts), max(bursts)
+            short, full = bursts[-1], bursts[:-1]
             shape = 1 if short < min(full) else 0 if short >= max(full) else 2
             ready = None
         elif self.fast:   # the closed form needs only the first and last burst

@@ -139,15 +139,10 @@ def plan_for(op: Op, p: TopologyParams) -> P.Plan:
         stages.append(P.Stage(P.MATH, elems, _cycles_per_elem(op.name, p)))
         return P.single_stage_plan(*stages)
     if kind in ("dot", "composite"):
-        extra = _extra(op.extra_json)
-        ts = extra.get("tile_shape") or [tile.m, tile.k, tile.n]
         in_dt = (op.in_dtypes or ["f32"])[0]
         addrs = list(op.in_addrs or [])
         spaces = list(op.in_spaces or [])
         ext = [_external(spaces[i] if i < len(spaces) else None, addrs[i]) for i in range(len(addrs))]
-        out_addr = _external(op.dst_space, op.dst_addr)
-        epi = tuple(P.Epilogue(_cycles_per_elem(e.get("op", ""), p), e.get("scope", "output_tile"))
-                    for e in extra.get("epilogue", []))
         m, n, k = int(op.m or 0), int(op.n or 0), int(op.k or 0)
         if kind == "dot":
             stages = [P.Stage(P.DMA_READ, a, nb) for a, nb in
@@ -155,12 +150,17 @@ def plan_for(op: Op, p: TopologyParams) -> P.Plan:
                       if a is not None]
             stages.append(P.Stage(P.GEMM, m, n, k))
             return P.single_stage_plan(*stages)
+        extra = _extra(op.extra_json)
+        ts = extra.get("tile_shape") or [tile.m, tile.k, tile.n]
+        out_addr = _external(op.dst_space, op.dst_addr)
+        epi = tuple(P.Epilogue(_cycles_per_elem(e.get("op", ""), p), e.get("scope", "output_tile"))
+                    for e in extra.get("epilogue", []))
         if op.name == "gemm":
             return P.gemm_plan(m, n, k, tile_m=int(ts[0]), tile_k=int(ts[1]), tile_n=int(ts[2]),
                                in_bytes=_bytes(in_dt), out_bytes=_bytes(op.out_dtype),
                                a_addr=ext[0] if ext else None,
                                b_addr=ext[1] if len(ext) > 1 else None,
-                               c_addr=out_addr if kind == "composite" else None, epilogue=epi)
+                               c_addr=out_addr, epilogue=epi)
         shape = list(op.out_shape or [1])
         m = prod(shape[:-1]) if len(shape) > 1 else 1
         n = shape[-1] if shape else 1
