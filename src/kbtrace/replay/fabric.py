@@ -376,6 +376,7 @@ class _Flit:
 
 
 _NEG_INF = float("-inf")
+_INF = float("inf")
 
 
 class _Route:
@@ -440,18 +441,19 @@ class _Plan:
         hops = rt.hops[j0:]
         self.n_hops = len(hops)
         H, A, B = 0.0, 0.0, _NEG_INF
-        res: list[tuple[list[float], float, float, float]] = []
+        res: list[tuple[list[float], list[float] | None, float, float, float, float]] = []
         res_hop: list[int] = []
         first: list[int] = []
         start: list[tuple[float, float, float]] = []
         rows = []
-        for jr, (niv, ov, liv, mode, hd_d, body, last_d, p) in enumerate(hops):
+        for jr, (niv, ov, liv, lr, mode, hd_d, body, last_d, p) in enumerate(hops):
             j = j0 + jr
+            bz = rt.busy[j]
             first.append(len(res))
             start.append((H, A, B))
             en = H
             if niv is not None:
-                res.append((niv, H, _NEG_INF, H + ov))
+                res.append((niv, None, H, _NEG_INF, H + ov, 0.0))
                 res_hop.append(jr)
                 H += ov
                 B = max(B, H)
@@ -459,11 +461,11 @@ class _Plan:
                 H += ov
                 B = max(B, H)
             if mode == 2:
-                res.append((liv, H, A + last_d, max(H + body, B) + last_d))
+                res.append((liv, lr, H, A + last_d, max(H + body, B) + last_d, bz))
                 res_hop.append(jr)
                 A, B, H = A + last_d, max(B, H + body) + last_d, H + hd_d
             elif mode == 1:
-                res.append((liv, H, _NEG_INF, H + hd_d))
+                res.append((liv, lr, H, _NEG_INF, H + hd_d, bz))
                 res_hop.append(jr)
                 A, B, H = _NEG_INF, H + hd_d, H + hd_d
             else:
@@ -474,7 +476,7 @@ class _Plan:
         start.append((H, A, B))
         h_in = H
         if rt.dst_iv is not None:
-            res.append((rt.dst_iv, H, _NEG_INF, H + rt.dst_ov))
+            res.append((rt.dst_iv, None, H, _NEG_INF, H + rt.dst_ov, 0.0))
             res_hop.append(self.n_hops)
             H += rt.dst_ov
         B = max(B, H)
@@ -524,8 +526,9 @@ class FastFabric(Fabric):
     def __init__(self, env: simpy.Environment, topo: Any, rec: Recorder,
                  hbm: dict[int, HbmController]) -> None:
         super().__init__(env, topo, rec, hbm)
-        self.link_iv: list[list[float]] = [[] for _ in topo.links]
-        self.node_iv: list[list[float]] = [[] for _ in topo.nodes]
+        self.link_iv: list[list[float]] = [[] for _ in topo.links]      # rate breakpoints
+        self.link_rate: list[list[float]] = [[] for _ in topo.links]    # rate from each one on
+        self.node_iv: list[list[float]] = [[] for _ in topo.nodes]      # [s0, e0, s1, ...]
         self._routes_nb: dict[tuple[int, ...], _Route] = {}
         self._hops: dict[tuple[int, int, bool, int], tuple[tuple, float]] = {}
         self.link_src = [lk.src for lk in topo.links]
@@ -555,14 +558,14 @@ class FastFabric(Fabric):
         ov = 0.0 if first else self.node_ov[src]
         niv = self.node_iv[src] if ov > 0 else None
         bw = self.link_bw[li]
-        liv, prop = self.link_iv[li], self.link_prop[li]
+        liv, lr, prop = self.link_iv[li], self.link_rate[li], self.link_prop[li]
         if bw > 0 and nb > 0:
             if n == 1:
-                hop = (niv, ov, liv, 1, head / bw, 0.0, 0.0, prop)
+                hop = (niv, ov, liv, lr, 1, head / bw, 0.0, 0.0, prop)
             else:
-                hop = (niv, ov, liv, 2, head / bw, (nb - last) / bw, last / bw, prop)
+                hop = (niv, ov, liv, lr, 2, head / bw, (nb - last) / bw, last / bw, prop)
         else:
-            hop = (niv, ov, liv, 0, 0.0, 0.0, 0.0, prop)
+            hop = (niv, ov, liv, lr, 0, 0.0, 0.0, 0.0, prop)
         hit = self._hops[key] = (hop, nb / bw if bw > 0 else 0.0)
         return hit
 
@@ -621,20 +624,29 @@ class FastFabric(Fabric):
                 if pl is False:
                     pl = rt.build(self, j)
                 k = 0
-                for iv, S, A, B in pl.res:
+                for iv, lr, S, A, B, bz in pl.res:
                     s = h + S
                     e = t + A
                     x = h + B
                     if x > e:
                         e = x
-                    if not iv or iv[-1] <= s:
+                    if lr is None:      # a node's overhead: exclusive
+                        if not iv or iv[-1] <= s:
+                            iv.append(s)
+                            iv.append(e)
+                        else:   # a gap that takes the whole overhead, or a stall
+                            i = bisect_right(iv, s)
+                            if i & 1 or e > iv[i]:
+                                break
+                            iv[i:i] = (s, e)
+                    elif not iv or iv[-1] <= s:     # a link, free from s on: the share bz / span
+                        r = bz / (e - s)
                         iv.append(s)
                         iv.append(e)
-                    else:   # a gap that takes the whole occupancy at once, or a stall
-                        i = bisect_right(iv, s)
-                        if i & 1 or e > iv[i]:
-                            break
-                        iv[i:i] = (s, e)
+                        lr.append(r if r < 1.0 else 1.0)
+                        lr.append(0.0)
+                    elif not _take_rate(iv, lr, s, e, bz):  # not enough bandwidth to spare
+                        break
                     k += 1
                 else:
                     hh = h + pl.h_end
@@ -650,8 +662,8 @@ class FastFabric(Fabric):
                     return after(env, tt + ack - now, tt)
                 # resource k is not free: undo its hop's earlier reservations
                 jr = pl.res_hop[k]
-                for iv, S, _A, _B in pl.res[pl.first[jr]:k]:
-                    _unreserve(iv, h + S)
+                for iv, _lr, S, _A, _B, _bz in pl.res[pl.first[jr]:k]:
+                    _unreserve(iv, h + S)       # a node's (a hop's link is its last resource)
                 if jr:
                     rec.transfer(op_id, tile, pl.pid, h, t, 0.0, jr)
                 H, A, B = pl.start[jr]
@@ -682,7 +694,7 @@ class FastFabric(Fabric):
         j = j0
         n = len(hops)
         while j < n:
-            niv, ov, liv, mode, hd_d, body, last_d, p = hops[j]
+            niv, ov, liv, lr, mode, hd_d, body, last_d, p = hops[j]
             H0, A0, B0 = H, A, B
             if niv is not None:
                 if not _take(niv, h + H, h + (H + ov)):
@@ -695,13 +707,13 @@ class FastFabric(Fabric):
             if mode == 2:
                 e = t + (A + last_d)
                 x = h + (max(H + body, B) + last_d)
-                if not _take(liv, h + H, x if x > e else e):
+                if not _take_rate(liv, lr, h + H, x if x > e else e, rt.busy[j]):
                     if niv is not None:
                         _unreserve(niv, h + H0)
                     break
                 A, B, H = A + last_d, max(B, H + body) + last_d, H + hd_d
             elif mode == 1:
-                if not _take(liv, h + H, h + (H + hd_d)):
+                if not _take_rate(liv, lr, h + H, h + (H + hd_d), rt.busy[j]):
                     if niv is not None:
                         _unreserve(niv, h + H0)
                     break
@@ -744,13 +756,13 @@ class FastFabric(Fabric):
              now: float) -> tuple[float, float]:
         """Book hop ``j`` sequentially (head at ``h``, tail at ``t``); record its row;
         return head and tail at the next node."""
-        niv, ov, liv, mode, hd_d, body, last_d, p = rt.hops[j]
+        niv, ov, liv, lr, mode, hd_d, body, last_d, p = rt.hops[j]
         enter = h
         q = 0.0
         if niv is not None:
-            s = _fit(niv, now, h, ov, 0.0, 0.0)
-            q = s - h
-            h = s + ov
+            s = _serve(niv, now, h, ov)
+            q = s - (h + ov)
+            h = s
             if t < h:
                 t = h
         elif ov > 0:
@@ -758,15 +770,11 @@ class FastFabric(Fabric):
             if t < h:
                 t = h
         if mode == 2:
-            s = _fit(liv, now, h, body, t, last_d)
-            hd = s + hd_d
-            e = s + body
-            td = (t if t > e else e) + last_d
-            q += s - h
+            hd, td = _fit_rate(liv, lr, now, h, hd_d, body, t, last_d, rt.busy[j])
+            q += hd - (h + hd_d)
         elif mode == 1:
-            s = _fit(liv, now, h, hd_d, 0.0, 0.0)
-            hd = td = s + hd_d
-            q += s - h
+            hd, td = _fit_rate(liv, lr, now, h, hd_d, hd_d, 0.0, 0.0, rt.busy[j])
+            q += hd - (h + hd_d)
         else:
             hd = h
             td = t if t > h else h
@@ -783,9 +791,10 @@ class FastFabric(Fabric):
         h_in = h
         niv = rt.dst_iv
         if niv is not None:
-            s = _fit(niv, now, h, rt.dst_ov, 0.0, 0.0)
-            q = s - h
-            h = s + rt.dst_ov
+            ov = rt.dst_ov
+            s = _serve(niv, now, h, ov)
+            q = s - (h + ov)
+            h = s
         if t < h:
             t = h
         if rt.hbm is not None:
@@ -819,49 +828,45 @@ class FastFabric(Fabric):
         return ev
 
     def _prune_all(self, now: float) -> None:
-        for ivs in (self.link_iv, self.node_iv):
-            for iv in ivs:
-                if len(iv) > 64:
-                    _prune(iv, now)
+        for iv in self.node_iv:
+            if len(iv) > 64:
+                _prune(iv, now)
+        for iv, lr in zip(self.link_iv, self.link_rate, strict=True):
+            if len(iv) > 64:
+                _prune_rate(iv, lr, now)
 
 
-def _fit(iv: list[float], now: float, h: float, body: float, tail_at: float,
-         last: float) -> float:
-    """Reserve the earliest interval starting at ``s >= h`` that fits in ``iv``; return ``s``.
-
-    The occupancy is ``[s, max(tail_at, s + body) + last]`` (a stream whose tail
-    flit cannot arrive before ``tail_at``).
-    """
-    if not iv or h >= iv[-1]:
-        s = h
-        e = s + body
-        if e < tail_at:
-            e = tail_at
-        iv.append(s)
-        iv.append(e + last)
-        return s
+def _serve(iv: list[float], now: float, h: float, work: float) -> float:
+    """Serve ``work`` ns on an exclusive resource (a node's overhead) from ``h`` on, in the
+    gaps between its reservations, each as far as it goes (preemptive resume: what is
+    booked keeps its times; a gap shorter than ``work`` is used, not skipped); reserve the
+    pieces; return when the work is done."""
+    if not iv or iv[-1] <= h:
+        iv.append(h)
+        iv.append(h + work)
+        return h + work
     if iv[1] <= now:
         _prune(iv, now)
-    s = h
-    i = 0
-    k = len(iv)
-    while i < k:
+    i = bisect_right(iv, h)
+    t = h
+    if i & 1:             # inside a reservation: from its end
+        t = iv[i]
+        i += 1
+    while True:
+        if i == len(iv):
+            iv.append(t)
+            iv.append(t + work)
+            return t + work
         nxt = iv[i]
-        if s < nxt:
-            e = s + body
-            if e < tail_at:
-                e = tail_at
-            if e + last <= nxt:
-                break
-        if iv[i + 1] > s:
-            s = iv[i + 1]
+        if nxt - t >= work:
+            iv[i:i] = (t, t + work)
+            return t + work
+        if nxt > t:
+            iv[i:i] = (t, nxt)
+            work -= nxt - t
+            i += 2
+        t = iv[i + 1]
         i += 2
-    e = s + body
-    if e < tail_at:
-        e = tail_at
-    iv.insert(i, e + last)
-    iv.insert(i, s)
-    return s
 
 
 def _take(iv: list[float], s: float, e: float) -> bool:
@@ -891,6 +896,153 @@ def _prune(iv: list[float], now: float) -> None:
     """Drop the reservations that ended at or before ``now`` (they can block nothing)."""
     k = bisect_right(iv, now)
     del iv[:k - (k & 1)]
+
+
+RATE_EPS = 1e-9   # bandwidth shares summing to 1 + RATE_EPS still fit (rounding of busy / span)
+
+
+def _take_rate(lt: list[float], lr: list[float], s: float, e: float, busy: float) -> bool:
+    """Reserve a link's bandwidth share ``busy / (e - s)`` over ``[s, e)`` if every moment of
+    it has that much to spare; False (nothing reserved) if not.
+
+    A link's reservations are a step function: ``lr[i]`` is the share of the bandwidth
+    booked from breakpoint ``lt[i]`` to ``lt[i + 1]`` (strictly increasing; the last share
+    is 0). A transfer whose flits arrive slower than the link serves them (fed by a slower
+    link upstream) books only that share, so transfers that together fit the bandwidth
+    overlap, as their flits interleave in flit mode; a transfer the link itself limits
+    books all of it.
+    """
+    r = busy / (e - s)
+    if r > 1.0:
+        r = 1.0
+    n = len(lt)
+    if not n or lt[-1] <= s:            # free from s on
+        lt.append(s)
+        lr.append(r)
+        lt.append(e)
+        lr.append(0.0)
+        return True
+    lim = 1.0 + RATE_EPS - r
+    k = bisect_right(lt, s) - 1
+    if k < 0:                           # before the first breakpoint (share 0 there)
+        if lt[0] >= e:
+            if lt[0] == e:
+                lt.insert(0, s)
+                lr.insert(0, r)
+            else:
+                lt[0:0] = (s, e)
+                lr[0:0] = (r, 0.0)
+            return True
+        k = 0
+    elif lt[k + 1] >= e:                # inside one segment (the common case)
+        x = lr[k]
+        if x > lim:
+            return False
+        if lt[k] == s:
+            lr[k] = x + r
+            if lt[k + 1] != e:
+                lt.insert(k + 1, e)
+                lr.insert(k + 1, x)
+        elif lt[k + 1] == e:
+            lt.insert(k + 1, s)
+            lr.insert(k + 1, x + r)
+        else:
+            lt[k + 1:k + 1] = (s, e)
+            lr[k + 1:k + 1] = (x + r, x)
+        return True
+    while k < n and lt[k] < e:
+        if lr[k] > lim:
+            return False
+        k += 1
+    _add_shares(lt, lr, s, e, (r,))
+    return True
+
+
+def _add_shares(lt: list[float], lr: list[float], s: float, e: float,
+                shares: Any) -> None:
+    """Add ``shares`` over ``[s, e)``: one per segment of the step function there, in order
+    (a breakpoint is inserted at ``s`` and ``e`` unless one is there; a single value is
+    added to every segment)."""
+    j = bisect_left(lt, e)
+    if j == len(lt) or lt[j] != e:
+        lt.insert(j, e)
+        lr.insert(j, lr[j - 1] if j else 0.0)
+    i = bisect_right(lt, s) - 1
+    if i < 0 or lt[i] != s:
+        i += 1
+        lt.insert(i, s)
+        lr.insert(i, lr[i - 1] if i else 0.0)
+        j += 1
+    if len(shares) == 1:
+        r = shares[0]
+        for k in range(i, j):
+            lr[k] += r
+    else:
+        for k, r in zip(range(i, j), shares, strict=True):
+            lr[k] += r
+
+
+def _fit_rate(lt: list[float], lr: list[float], now: float, h: float, hd: float, body: float,
+              tail_at: float, last: float, busy: float) -> tuple[float, float]:
+    """Book a link for a stream whose head reaches it at ``h`` and whose last flit is ready at
+    ``tail_at``: returns when its head and its tail have crossed.
+
+    Free (``_take_rate`` at ``h``): head ``h + hd``, tail ``max(tail_at, h + body) + last``,
+    at the share ``rho = busy / (tail - h)`` its input allows. Otherwise the stream gets
+    what the link has to spare, ``min(rho, 1 - booked)`` at each moment (nothing while
+    another stream holds it all), and books that: it is served as its flits would
+    interleave with the others' (which keep their times), from its arrival on, using gaps
+    of any length; its head has crossed when ``hd * rho`` of work is done, its tail when all
+    of it (``busy``) is and no earlier than ``tail_at + last``.
+    """
+    e = h + body
+    if e < tail_at:
+        e = tail_at
+    e += last
+    if _take_rate(lt, lr, h, e, busy):
+        return h + hd, e
+    if len(lt) > 1 and lt[1] <= now:
+        _prune_rate(lt, lr, now)
+    rho = busy / (e - h)
+    if rho > 1.0:
+        rho = 1.0
+    n = len(lt)
+    k = bisect_right(lt, h) - 1
+    t0 = h
+    done = 0.0
+    head_work = hd * rho
+    head = -1.0
+    shares = []
+    while True:
+        m = 1.0 - (lr[k] if k >= 0 else 0.0)
+        if m > rho:
+            m = rho
+        elif m < 0.0:
+            m = 0.0
+        t1 = lt[k + 1] if k + 1 < n else _INF
+        if m > 0.0:
+            got = done + m * (t1 - t0)
+            if head < 0.0 and got >= head_work:
+                head = t0 + (head_work - done) / m
+            if got >= busy:
+                end = t0 + (busy - done) / m
+                shares.append(m)
+                break
+            done = got
+        shares.append(m)
+        t0 = t1
+        k += 1
+    _add_shares(lt, lr, h, end, shares)
+    tail = tail_at + last
+    return head, (end if end > tail else tail)
+
+
+def _prune_rate(lt: list[float], lr: list[float], now: float) -> None:
+    """Drop a link's breakpoints before the one in force at ``now``."""
+    k = bisect_right(lt, now) - 1
+    if k > 0:
+        del lt[:k]
+        del lr[:k]
 
 
 def make_fabric(fidelity: str, env: simpy.Environment, topo: Any, rec: Recorder,
