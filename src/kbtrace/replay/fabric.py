@@ -534,6 +534,8 @@ class FastFabric(Fabric):
         self.link_src = [lk.src for lk in topo.links]
         self.link_stage_code = [STAGE_CODE[s] for s in self.link_stage]
         self._sends = 0
+        for h in hbm.values():
+            h.pc_iv = [[] for _ in range(h.n_pcs)]
         self.held = 0
         self.evictions = 0
 
@@ -818,7 +820,7 @@ class FastFabric(Fabric):
         ev._value = None
 
         def commit(_e: Any) -> None:
-            done = rt.hbm.write_stream(addr, rt.nb, hh, tt)
+            done = rt.hbm.write_stream_gaps(addr, rt.nb, hh, tt, env.now)
             self.rec.rows([(op_id, tile, rt.term_stage, rt.dst, -1, h_in, done, rt.term_busy,
                             q, rt.nb)])
             ev._value = done

@@ -11,6 +11,8 @@ arrival times.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 from kbtrace.topology.params import HbmParams
 
 __all__ = ["HbmController"]
@@ -18,7 +20,7 @@ __all__ = ["HbmController"]
 
 class HbmController:
     __slots__ = ("node_idx", "pc_avail", "last_dir", "shift", "mask", "bw", "burst",
-                 "penalty", "n_pcs")
+                 "penalty", "n_pcs", "pc_iv")
 
     def __init__(self, node_idx: int, p: HbmParams) -> None:
         self.node_idx = node_idx
@@ -30,6 +32,7 @@ class HbmController:
         self.bw = p.pc_bw_gbps * p.efficiency
         self.burst = p.burst_bytes
         self.penalty = p.switch_penalty_ns
+        self.pc_iv: list[list[float]] | None = None    # fast mode: each PC's busy intervals
 
     def commit(self, addr: int, nbytes: int, t: float, write: int) -> float:
         """Commit one burst arriving at ``t``; return its finish time."""
@@ -77,6 +80,7 @@ class HbmController:
                 out[:] = fs
             return min(fs), max(fs)
         avail, last_dir, pen, npcs = self.pc_avail, self.last_dir, self.penalty, self.n_pcs
+        ivs = self.pc_iv
         n = -(-nbytes // burst)
         full = burst / bw
         tail_b = nbytes - (n - 1) * burst
@@ -92,17 +96,69 @@ class HbmController:
                 f = t
             if pen and last_dir[pc] == 1:
                 f += pen
+            f0 = f
             for k in range(cnt):
                 f += tail if k == k_tail else full
                 if k == 0 and f < first:
                     first = f
                 if out is not None:
                     out[j + k * npcs] = f
+            if ivs is not None:     # fast: the PC's busy intervals, for writes' gap search
+                iv = ivs[pc]
+                if len(iv) > 64:
+                    k = bisect_right(iv, t)             # t is now: nothing earlier matters
+                    del iv[:k - (k & 1)]
+                if iv and iv[-1] == f0:
+                    iv[-1] = f
+                else:
+                    iv.append(f0)
+                    iv.append(f)
             avail[pc] = f
             last_dir[pc] = 0
             if f > last:
                 last = f
         return first, last
+
+    def write_stream_gaps(self, addr: int, nbytes: int, head: float, tail: float,
+                          now: float) -> float:
+        """``write_stream`` with each burst taking the earliest gap at or after its arrival on
+        its PC (fast mode commits a whole write when its head arrives, so its later bursts
+        must not hold a PC against requests that reach it before them)."""
+        burst, shift, mask, bw = self.burst, self.shift, self.mask, self.bw
+        avail, ivs = self.pc_avail, self.pc_iv
+        n = max(1, -(-nbytes // burst))
+        step = (tail - head) / (n - 1) if n > 1 else 0.0
+        last = head
+        off = 0
+        full = burst / bw
+        for i in range(n):
+            if nbytes - off > burst:
+                sz, dur = burst, full
+            else:
+                sz = nbytes - off
+                dur = sz / bw
+            t = head + i * step
+            pc = ((addr + off) >> shift) & mask
+            iv = ivs[pc]
+            if not iv or iv[-1] <= t:       # the PC is free from t on
+                f = t + dur
+                if iv and iv[-1] == t:
+                    iv[-1] = f
+                else:
+                    iv.append(t)
+                    iv.append(f)
+                avail[pc] = f
+            else:
+                if len(iv) > 64:
+                    k = bisect_right(iv, now)
+                    del iv[:k - (k & 1)]
+                f = _fit_gap(iv, t, dur)
+                if f > avail[pc]:
+                    avail[pc] = f
+            if f > last:
+                last = f
+            off += sz
+        return last
 
     def write_stream(self, addr: int, nbytes: int, head: float, tail: float) -> float:
         """Commit a write whose flits arrive evenly between ``head`` and ``tail``; last finish.
@@ -136,3 +192,36 @@ class HbmController:
                 last = f
             off += sz
         return last
+
+
+def _fit_gap(iv: list[float], t: float, dur: float) -> float:
+    """Reserve ``dur`` in the earliest gap of ``iv`` (sorted, disjoint ``[s0, e0, s1, ...]``)
+    at or after ``t``; return its end. Touching intervals are merged, so a busy stretch is
+    one interval and the search steps over it at once."""
+    n = len(iv)
+    if not n or iv[-1] <= t:
+        if n and iv[-1] == t:
+            iv[-1] = t + dur
+        else:
+            iv.append(t)
+            iv.append(t + dur)
+        return t + dur
+    i = bisect_right(iv, t)
+    s = t
+    if i & 1:             # inside a busy interval: from its end
+        s = iv[i]
+        i += 1
+    while i < n and iv[i] - s < dur:
+        s = iv[i + 1]
+        i += 2
+    e = s + dur
+    if i < n and iv[i] == e:          # touches the next interval
+        if i and iv[i - 1] == s:      # and the previous one: one interval now
+            del iv[i - 1:i + 1]
+        else:
+            iv[i] = s
+    elif i and iv[i - 1] == s:
+        iv[i - 1] = e
+    else:
+        iv[i:i] = (s, e)
+    return e
