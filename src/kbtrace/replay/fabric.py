@@ -15,14 +15,17 @@ flit (reference)
     (``_after``) schedule exactly the events a ``simpy.Store`` and
     ``env.timeout`` would, in the same order, without their per-event objects.
 fast
-    Per transfer, in closed form: the head reaches link *j* after the node's
-    overhead, starts at the earliest time the link is free for the whole
-    occupancy (gap fit over the link's reservations), and the link is reserved
-    until the tail leaves, ``max(tail_arrival, start + (nbytes - last) / bw) +
-    last / bw``.
-    Exact for a transfer alone on its path (the flit departure sequence is
-    convex, so the max-plus recursion is decided by the head and tail); under
-    contention whole transfers are served FIFO instead of interleaving.
+    Per transfer, in closed form, booked when it starts: the head reaches link *j*
+    after the node's overhead and crosses it; the link is busy until the tail
+    leaves, ``max(tail_arrival, start + (nbytes - last) / bw) + last / bw``, at the
+    bandwidth share ``(nbytes / bw) / occupancy`` (below 1 when a slower link
+    upstream spaces the flits). Exact for a transfer alone on its path (the flit
+    departure sequence is convex, so the max-plus recursion is decided by the
+    head and tail). Under contention, bookings made earlier keep their times:
+    transfers share a link while their shares fit its bandwidth (as their flits
+    interleave in flit mode); one that finds too little to spare is served with
+    what is left from its arrival on; a node's overhead is served in the gaps
+    between earlier ones.
 
 Control messages (``nbytes == 0``: read requests, write acks, launch fan-out)
 travel on a separate control channel: propagation plus node overheads, no
@@ -382,8 +385,8 @@ _INF = float("inf")
 class _Route:
     """Everything about (route, nbytes) that does not depend on time, computed once.
 
-    ``hops``: per link, ``(node_iv | None, node_ov, link_iv, mode, head, body, last,
-    prop)`` with ``mode`` 0 = no serialisation, 1 = single flit, 2 = stream;
+    ``hops``: per link, ``(node_iv | None, node_ov, link_iv, link_rate, mode, head, body,
+    last, prop)`` with ``mode`` 0 = no serialisation, 1 = single flit, 2 = stream;
     ``head`` / ``body`` / ``last`` are ``first / bw``, ``(nbytes - last) / bw``,
     ``last / bw``. ``plans[j]``: the free-path closed form from hop ``j`` on, built the
     second time a transfer reaches hop ``j`` (``None``: never reached, ``False``: reached
@@ -426,8 +429,9 @@ class _Plan:
     transfer that finds every resource free: from head / tail times ``h0 <= t0``
     at hop ``j0``, the head is at ``h0 + H`` and the tail at ``max(t0 + A, h0 +
     B)`` everywhere further on (max-plus linear). ``res``: per resource in path
-    order (node overhead, link, destination overhead) its interval list and the
-    reservation ``[h0 + S, max(t0 + A, h0 + B)]``; ``res_hop``: the hop (relative
+    order (node overhead, link, destination overhead) ``(intervals, shares, S, A, B,
+    busy)``: the reservation is ``[h0 + S, max(t0 + A, h0 + B)]``, a node's exclusive
+    (``shares`` None), a link's at the share ``busy / length``; ``res_hop``: the hop (relative
     to ``j0``, ``n_hops`` = the destination) each belongs to; ``first``: each hop's
     first resource; ``start``: ``(H, A, B)`` at each hop's start; ``h_end`` /
     ``t_a`` / ``t_b``: head and tail at the destination; ``pid``: the recorder
@@ -490,21 +494,26 @@ class _Plan:
 class FastFabric(Fabric):
     """Closed-form wormhole timing per transfer with per-link / per-node reservations.
 
-    Each link and node keeps its future busy intervals (a flat sorted list
-    ``[s0, e0, s1, e1, ...]``); a transfer takes the earliest gap at or after its
-    head arrival that fits its whole occupancy, so a transfer started later but
-    arriving earlier is not queued behind a reservation that lies in the future.
+    Each node keeps its future busy intervals for its per-transaction overhead (a flat
+    sorted list ``[s0, e0, s1, e1, ...]``), each link its booked bandwidth share as a step
+    function (``link_iv``: breakpoints, ``link_rate``: the share from each on;
+    ``_take_rate``). A transfer started later but arriving earlier is not queued behind a
+    booking that lies in the future: it takes a node's gaps (``_serve``: preemptive
+    resume, gaps of any length) and a link's spare bandwidth (``_fit_rate``: while its
+    share fits, it crosses as if alone; else it gets what is left, moment by moment). An
+    HBM write's pseudo-channel commits run when its head arrives (``_commit_later``), each
+    burst in the earliest gap of its channel (``HbmController.write_stream_gaps``).
 
     Booking walks the route in stretches. On a stretch the closed form of
     ``_Plan`` holds while each resource is free from the moment the head reaches
-    it (its last reservation ends no later): one tight pass appends the
-    reservations, and the stretch's hop rows go to the recorder as one compact
+    it (a node: a gap that holds its overhead; a link: enough bandwidth to spare all
+    along the occupancy): one tight pass books them, and the stretch's hop rows go to the recorder as one compact
     record (expanded later with numpy). The first transfer to reach a stretch
     computes the plan's offsets as it goes instead (``_walk``: the same arithmetic,
     rows recorded explicitly, nothing kept); the plan is built for the second. At
     the first resource that is not free,
-    that hop is booked by the sequential recursion (``_hop``: gap search with
-    ``_fit``, queueing recorded), and the walk goes on from the next hop with the
+    that hop is booked by the sequential recursion (``_hop``: ``_serve`` and
+    ``_fit_rate``, queueing recorded), and the walk goes on from the next hop with the
     closed form from there. The result equals booking every hop sequentially (up to
     floating-point rounding).
     Intervals ending at or before ``now`` can never block a reservation (heads
@@ -772,11 +781,11 @@ class FastFabric(Fabric):
             if t < h:
                 t = h
         if mode == 2:
-            hd, td = _fit_rate(liv, lr, now, h, hd_d, body, t, last_d, rt.busy[j])
-            q += hd - (h + hd_d)
+            s, hd, td = _fit_rate(liv, lr, now, h, hd_d, body, t, last_d, rt.busy[j])
+            q += s - h
         elif mode == 1:
-            hd, td = _fit_rate(liv, lr, now, h, hd_d, hd_d, 0.0, 0.0, rt.busy[j])
-            q += hd - (h + hd_d)
+            s, hd, td = _fit_rate(liv, lr, now, h, hd_d, hd_d, 0.0, 0.0, rt.busy[j])
+            q += s - h
         else:
             hd = h
             td = t if t > h else h
@@ -985,9 +994,10 @@ def _add_shares(lt: list[float], lr: list[float], s: float, e: float,
 
 
 def _fit_rate(lt: list[float], lr: list[float], now: float, h: float, hd: float, body: float,
-              tail_at: float, last: float, busy: float) -> tuple[float, float]:
+              tail_at: float, last: float, busy: float) -> tuple[float, float, float]:
     """Book a link for a stream whose head reaches it at ``h`` and whose last flit is ready at
-    ``tail_at``: returns when its head and its tail have crossed.
+    ``tail_at``: returns when its service starts and when its head and its tail have
+    crossed (``(start, head, tail)``).
 
     Free (``_take_rate`` at ``h``): head ``h + hd``, tail ``max(tail_at, h + body) + last``,
     at the share ``rho = busy / (tail - h)`` its input allows. Otherwise the stream gets
@@ -995,14 +1005,16 @@ def _fit_rate(lt: list[float], lr: list[float], now: float, h: float, hd: float,
     another stream holds it all), and books that: it is served as its flits would
     interleave with the others' (which keep their times), from its arrival on, using gaps
     of any length; its head has crossed when ``hd * rho`` of work is done, its tail when all
-    of it (``busy``) is and no earlier than ``tail_at + last``.
+    of it (``busy``) is and no earlier than ``tail_at + last``; it starts at its first
+    moment with bandwidth (its queueing; the head may cross later than ``start + hd``, the
+    stream being served slower, not later).
     """
     e = h + body
     if e < tail_at:
         e = tail_at
     e += last
     if _take_rate(lt, lr, h, e, busy):
-        return h + hd, e
+        return h, h + hd, e
     if len(lt) > 1 and lt[1] <= now:
         _prune_rate(lt, lr, now)
     rho = busy / (e - h)
@@ -1013,16 +1025,18 @@ def _fit_rate(lt: list[float], lr: list[float], now: float, h: float, hd: float,
     t0 = h
     done = 0.0
     head_work = hd * rho
-    head = -1.0
+    head = start = -1.0
     shares = []
     while True:
         m = 1.0 - (lr[k] if k >= 0 else 0.0)
         if m > rho:
             m = rho
-        elif m < 0.0:
+        elif m <= RATE_EPS:
             m = 0.0
         t1 = lt[k + 1] if k + 1 < n else _INF
         if m > 0.0:
+            if start < 0.0:
+                start = t0
             got = done + m * (t1 - t0)
             if head < 0.0 and got >= head_work:
                 head = t0 + (head_work - done) / m
@@ -1036,7 +1050,7 @@ def _fit_rate(lt: list[float], lr: list[float], now: float, h: float, hd: float,
         k += 1
     _add_shares(lt, lr, h, end, shares)
     tail = tail_at + last
-    return head, (end if end > tail else tail)
+    return start, head, (end if end > tail else tail)
 
 
 def _prune_rate(lt: list[float], lr: list[float], now: float) -> None:

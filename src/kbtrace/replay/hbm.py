@@ -6,7 +6,13 @@ physical address ``addr`` lands on ``pc = (addr >> log2(burst_bytes)) &
 penalty)``, ``finish = start + nbytes / (pc_bw_gbps * efficiency)``; reads and
 writes share ``pc_avail`` (one command bus per PC). Both fidelity modes call the
 same arithmetic, so HBM timing never differs between them for the same
-arrival times.
+arrival times -- with one exception. fast mode commits a whole write when its head
+arrives, for the times its bursts will arrive (``write_stream``: evenly between head
+and tail), so its later bursts would hold a PC against requests that reach it before
+them; there (``pc_iv`` set: every PC's busy intervals, reads' included) each write
+burst takes the earliest gap of its PC at or after its arrival
+(``write_stream_gaps``), as flit mode, committing each flit as it arrives, serves
+them in arrival order.
 """
 
 from __future__ import annotations
@@ -123,9 +129,11 @@ class HbmController:
                           now: float) -> float:
         """``write_stream`` with each burst taking the earliest gap at or after its arrival on
         its PC (fast mode commits a whole write when its head arrives, so its later bursts
-        must not hold a PC against requests that reach it before them)."""
-        burst, shift, mask, bw = self.burst, self.shift, self.mask, self.bw
-        avail, ivs = self.pc_avail, self.pc_iv
+        must not hold a PC against requests that reach it before them). ``now``: the
+        simulated time (intervals ending before it are pruned). With no PC booked beyond a
+        burst's arrival, the same arithmetic as ``write_stream``."""
+        burst, shift, mask, bw, pen = self.burst, self.shift, self.mask, self.bw, self.penalty
+        avail, last_dir, ivs = self.pc_avail, self.last_dir, self.pc_iv
         n = max(1, -(-nbytes // burst))
         step = (tail - head) / (n - 1) if n > 1 else 0.0
         last = head
@@ -139,6 +147,9 @@ class HbmController:
                 dur = sz / bw
             t = head + i * step
             pc = ((addr + off) >> shift) & mask
+            if pen and last_dir[pc] == 0:
+                t += pen
+            last_dir[pc] = 1
             iv = ivs[pc]
             if not iv or iv[-1] <= t:       # the PC is free from t on
                 f = t + dur
