@@ -393,12 +393,14 @@ def test_walk_equals_plan_between_any_nodes(tmp_path, topo_name, seed):
     assert (a.link_iv, a.link_rate, a.node_iv) == (b.link_iv, b.link_rate, b.node_iv)
 
 
-@pytest.mark.parametrize("nb", [257, 260, 300, 1000, 1500, 4000])
+@pytest.mark.parametrize("nb", [257, 260, 300, 772, 1000, 1284, 1500, 4000])
 @pytest.mark.parametrize("owner", [0, 1])
 def test_lone_partial_burst_load_fast_equals_flit(tmp_path, nb, owner):
     """An HBM read whose short last burst finishes before the full ones: flits leave in ready
     order, so the short flit leads, and fast mode's closed form must know it (found by the
-    fuzz test: fast was up to 2.3 ns early on the own slice and 5 ns late from PE1's)."""
+    fuzz test: fast was up to 2.3 ns early on the own slice and 5 ns late from PE1's). The
+    full bursts then become ready together and queue one after another (772 B: three, fast
+    was 2 ns early; 1284 B: five, 4 ns; found by a longer fuzz run)."""
     tiny = compile_topology(TOPO_DIR / "tiny.yaml")
     tr = SynthTrace([load(hbm(0, 0, owner, tiny, 4 * 64), nb)])
     lat = {}

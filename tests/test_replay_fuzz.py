@@ -32,10 +32,10 @@ references. Then, for ``fast`` and ``flit``:
 and across the two modes:
 
 * a kernel on one PE with only synchronous ops has every transfer alone on its path, for which
-  the README (Fidelity modes) claims ``fast`` equals ``flit`` exactly, except an HBM write or
-  read of 3+ flits with a partial last flit ("under one flit time"): every op's latency must
-  agree to 1e-6 ns (the tolerance of ``test_lone_transfer_fast_equals_flit``), such a store's
-  or load's to one flit time at its bottleneck, and without one every ``t_end`` too;
+  the README (Fidelity modes) claims ``fast`` equals ``flit`` exactly, except an HBM write of
+  3+ flits with a partial last flit ("under one flit time"): every op's latency must agree to
+  1e-6 ns (the tolerance of ``test_lone_transfer_fast_equals_flit``), such a store's to one
+  flit time at its bottleneck, and without one every ``t_end`` too;
 * otherwise the makespans agree within ``MAKESPAN_TOL`` (10%).
 
 ``test_replay_fuzz`` runs 60 derandomized examples without shrinking (CI, ~10 s);
@@ -817,19 +817,18 @@ def _check_kernel(spec: KernelSpec, d: Path) -> None:
 
 def _check_exact(t, ops: dict, a: dict, b: dict) -> None:
     """fast == flit on a kernel whose every transfer is alone on its path (one PE, synchronous
-    ops only), as README (Replay > Fidelity modes) claims, with its stated exceptions: an HBM
-    write or read of three or more flits whose last flit is partial may differ by "under one
-    flit time". Ops do not overlap, so each op's latency (t_end - t_issue) must agree exactly
-    except for such a store or load, which may differ by up to one flit time at its route's
+    ops only), as README (Replay > Fidelity modes) claims, with its stated exception: an HBM
+    write of three or more flits whose last flit is partial may differ by "under one flit
+    time". Ops do not overlap, so each op's latency (t_end - t_issue) must agree exactly
+    except for such a store, which may differ by up to one flit time at its route's
     bottleneck; without one every t_end must agree too."""
     tol = np.full(len(a["op_id"]), EXACT_NS)
     for i, (kind, nb) in enumerate(zip(ops["kind"], ops["nbytes"], strict=True)):
-        if kind in ("store", "load") and nb > 2 * FLIT and nb % FLIT:
+        if kind == "store" and nb > 2 * FLIT and nb % FLIT:
             dma = t.pe_node(PeCoord(ops["sip"][i], ops["cube"][i], ops["pe"][i]), "dma")
-            mem = t.resolve(int(ops["dst_addr" if kind == "store" else "src_addr"][i]))
+            mem = t.resolve(int(ops["dst_addr"][i]))
             if mem.kind == "hbm_ctrl":
-                src, dst = (dma, mem) if kind == "store" else (mem, dma)
-                tol[i] = FLIT / t.route(src.idx, dst.idx).bottleneck_gbps
+                tol[i] = FLIT / t.route(dma.idx, mem.idx).bottleneck_gbps
     lat_a = np.asarray(a["t_end_ns"]) - np.asarray(a["t_issue_ns"])
     lat_b = np.asarray(b["t_end_ns"]) - np.asarray(b["t_issue_ns"])
     diff = np.abs(lat_a - lat_b)

@@ -196,6 +196,7 @@ class Sim:
         h = self.hbm[src]
         t = self.env.now
         shape = 0
+        group = 1
         if self.fast and nbytes % h.burst and nbytes > h.burst:
             # a short last burst: the closed form needs to know where it falls in ready order
             # (flits leave in that order; ties keep burst order): head, middle or tail
@@ -203,6 +204,7 @@ class Sim:
             first, last = min(bursts), max(bursts)
             short, full = bursts[-1], bursts[:-1]
             shape = 1 if short < min(full) else 0 if short >= max(full) else 2
+            group = bursts.count(last)      # ready together at the end: they queue
             ready = None
         elif self.fast:   # the closed form needs only the first and last burst
             first, last = h.read_span(addr, nbytes, t)
@@ -214,7 +216,7 @@ class Sim:
                      max(0.0, first - t - min(nbytes, h.burst) / h.bw), nbytes)
         if ready is None:
             return self.fabric.send(op_id, tile, src, dst, nbytes, addr, span=(first, last),
-                                    shape=shape)
+                                    shape=shape, group=group)
         return self.fabric.send(op_id, tile, src, dst, nbytes, addr, ready=ready)
 
     def dma_read(self, op_id: int, tile: int, dma: int, addr: int, nbytes: int):

@@ -395,7 +395,7 @@ class _Route:
     depends on what the cache holds.
     """
     __slots__ = ("nodes", "links", "hops", "stage", "node", "busy", "dst", "dst_iv", "dst_ov",
-                 "hbm", "term_stage", "term_busy", "nb", "plans")
+                 "hbm", "term_stage", "term_busy", "nb", "plans", "flit_max")
 
     def __init__(self, fab: FastFabric, src: int, dst: int, nb: int, shape: int = 0) -> None:
         nodes, links = fab.route(src, dst)
@@ -415,6 +415,9 @@ class _Route:
         self.term_busy = nb / (h.bw * h.n_pcs) if h is not None else 0.0
         self.nb = nb
         self.plans: list[_Plan | bool | None] = [None] * (len(links) + 1)
+        # a full flit's time on the path's slowest link
+        self.flit_max = max((fab.flit_bytes / fab.link_bw[li] for li in links
+                             if fab.link_bw[li] > 0), default=0.0)
 
     def build(self, fab: FastFabric, j0: int) -> _Plan:
         pl = self.plans[j0] = _Plan(self, fab.rec, j0)
@@ -592,7 +595,8 @@ class FastFabric(Fabric):
 
     def send(self, op_id: int, tile: int, src: int, dst: int, nbytes: int, addr: int = 0,
              ready: list[float] | None = None, at: float | None = None,
-             ack: float = 0.0, span: tuple[float, float] | None = None, shape: int = 0) -> _Ev:
+             ack: float = 0.0, span: tuple[float, float] | None = None, shape: int = 0,
+             group: int = 1) -> _Ev:
         """As ``Fabric.send``, but the event is a bare one (``after``): yield it or add
         callbacks; it is not a ``simpy.Event`` (no ``all_of``). ``at``: flits ready at this
         (future) time instead of now;
@@ -602,7 +606,12 @@ class FastFabric(Fabric):
         event. The event's value is the completion time (before ``ack``). ``shape``: flits
         leave in ready order, so the short last flit of an HBM read (which may finish before
         full bursts) is the head (1), somewhere in the middle (2) or, as for every other
-        transfer, the tail (0): the closed form needs the sizes of the head and tail flits."""
+        transfer, the tail (0): the closed form needs the sizes of the head and tail flits.
+        ``group``: how many (full) flits are ready at the last ready time. They cross the
+        path one after another, so the last cannot arrive before ``(group - 1)`` full flit
+        times on the slowest link after it would alone (exact for a tandem of FIFO links):
+        its ready time is moved by that much. Without it, a read whose short burst leads
+        three full ones ready together came out two flit times early."""
         key = (src, dst, nbytes) if not shape else (src, dst, nbytes, shape)
         rt = self._routes_nb.get(key)
         if rt is None:
@@ -616,6 +625,8 @@ class FastFabric(Fabric):
         t0 = now if at is None else at
         if span is not None:
             h, t = span
+            if group > 1:
+                t += (group - 1) * rt.flit_max
         elif ready is None:
             h = t = t0
         else:
