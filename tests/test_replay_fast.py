@@ -48,8 +48,9 @@ def test_hbm_read_equals_burst_by_burst_commits():
             addr = rng.randint(0, 1 << 20) * rng.choice([1, 64, 256])
             nb = rng.choice([1, 100, 256, 257, 4096, 9000, 65536])
             if rng.random() < 0.3:      # interleave writes so the turnaround penalty applies
-                tail = t + rng.choice([0.0, 5.5])
-                assert fast.write_stream(addr, nb, t, tail) == ref.write_stream(addr, nb, t, tail)
+                for h in (fast, ref):
+                    for off in range(0, nb, p.burst_bytes):
+                        h.commit(addr + off, min(p.burst_bytes, nb - off), t, 1)
                 continue
             want = [ref.commit(addr + off, min(p.burst_bytes, nb - off), t, 0)
                     for off in range(0, nb, p.burst_bytes)]

@@ -11,7 +11,7 @@ resource; these tests pin what it does when others hold a resource then:
 * a node's per-transaction overhead is served in the gaps between earlier bookings
   (``_serve``, preemptive resume);
 * an HBM write, committed when its head arrives, puts each burst in the earliest gap of its
-  pseudo-channel (``HbmController.write_stream_gaps`` / ``_fit_gap``), so bursts booked for
+  pseudo-channel (``HbmController.write_stream`` / ``intervals.fit_gap``), so bursts booked for
   later do not hold the channel against earlier arrivals;
 * end to end: two PEs reading 64 KiB each across the same UCIe crossing finish exactly as in
   flit mode (serialised on the crossing before: 67% late), four within 30% (71% before).
@@ -25,7 +25,8 @@ import pytest
 
 from kbtrace.replay import ReplayOptions, replay
 from kbtrace.replay.fabric import _fit_rate, _serve, _take_rate
-from kbtrace.replay.hbm import HbmController, _fit_gap
+from kbtrace.replay.hbm import HbmController
+from kbtrace.replay.intervals import fit_gap
 from kbtrace.topology import compile_topology
 from test_replay_util import TOPO_DIR, SynthTrace, hbm, load
 
@@ -70,13 +71,13 @@ def test_node_overhead_uses_gaps_shorter_than_itself():
 
 def test_gap_fit_merges_touching_intervals():
     iv = [0.0, 8.0, 16.0, 24.0]
-    assert _fit_gap(iv, 4.0, 8.0) == 16.0              # the gap [8, 16] exactly
+    assert fit_gap(iv, 4.0, 8.0) == 16.0              # the gap [8, 16] exactly
     assert iv == [0.0, 24.0]
-    assert _fit_gap(iv, 2.0, 4.0) == 28.0
+    assert fit_gap(iv, 2.0, 4.0) == 28.0
     assert iv == [0.0, 28.0]
-    assert _fit_gap(iv, 30.0, 1.0) == 31.0
+    assert fit_gap(iv, 30.0, 1.0) == 31.0
     assert iv == [0.0, 28.0, 30.0, 31.0]
-    assert _fit_gap(iv, 28.5, 1.5) == 30.0             # fills [28.5, 30], joins the next
+    assert fit_gap(iv, 28.5, 1.5) == 30.0             # fills [28.5, 30], joins the next
     assert iv == [0.0, 28.0, 28.5, 31.0]
 
 
@@ -89,6 +90,15 @@ def _controller(fast: bool) -> HbmController:
     return h
 
 
+def _commits(h: HbmController, addr: int, nb: int, head: float, tail: float) -> float:
+    """A write's bursts committed one by one, arriving evenly between ``head`` and ``tail``
+    (each PC serves in commit order: what flit mode does when they arrive in that order)."""
+    n = -(-nb // h.burst)
+    step = (tail - head) / (n - 1) if n > 1 else 0.0
+    return max(h.commit(addr + off, min(h.burst, nb - off), head + i * step, 1)
+               for i, off in enumerate(range(0, nb, h.burst)))
+
+
 def test_write_bursts_booked_ahead_leave_their_gaps_to_others():
     """Write A: 16 bursts (8 ns each) arriving 16 ns apart from 0 -- pseudo-channel p is busy
     [16p, 16p + 8] and [16p + 128, 16p + 136]. Write B: 8 bursts all arriving at 10, one per
@@ -96,19 +106,19 @@ def test_write_bursts_booked_ahead_leave_their_gaps_to_others():
     [24, 32] on channel 1 (its gap [10, 16] is too short). Queued behind A's last bursts, as a
     single 'available from' time per channel books them, B would end at 256."""
     fast = _controller(True)
-    assert fast.write_stream_gaps(0, 16 * 256, 0.0, 240.0, 0.0) == 248.0
-    assert fast.write_stream_gaps(0, 8 * 256, 10.0, 10.0, 0.0) == 32.0
+    assert fast.write_stream(0, 16 * 256, 0.0, 240.0, 0.0) == 248.0
+    assert fast.write_stream(0, 8 * 256, 10.0, 10.0, 0.0) == 32.0
     assert fast.pc_iv[0] == [0.0, 8.0, 10.0, 18.0, 128.0, 136.0]
     assert fast.pc_iv[1] == [16.0, 32.0, 144.0, 152.0]
     scalar = _controller(False)
-    scalar.write_stream(0, 16 * 256, 0.0, 240.0)
-    assert scalar.write_stream(0, 8 * 256, 10.0, 10.0) == 256.0
+    _commits(scalar, 0, 16 * 256, 0.0, 240.0)
+    assert _commits(scalar, 0, 8 * 256, 10.0, 10.0) == 256.0
 
 
 def test_fast_reads_record_their_bursts_without_changing_them():
     slow, fast = _controller(False), _controller(True)
-    slow.write_stream(0, 2048, 0.0, 7.0)                  # burst i on channel i: [i, i + 8]
-    fast.write_stream_gaps(0, 2048, 0.0, 7.0, 0.0)
+    _commits(slow, 0, 2048, 0.0, 7.0)                     # burst i on channel i: [i, i + 8]
+    fast.write_stream(0, 2048, 0.0, 7.0, 0.0)
     assert slow.read(512, 4096, 3.0) == fast.read(512, 4096, 3.0)
     assert slow.pc_avail == fast.pc_avail
     assert fast.pc_iv[2] == [2.0, 26.0]     # the write's burst, then the read's two, touching
@@ -134,7 +144,8 @@ def test_concurrent_reads_across_one_ucie_crossing(tmp_path, readers, worst):
 @pytest.mark.parametrize("pen", [0.0, 3.3])
 def test_write_gaps_equal_the_scalar_commit_when_nothing_is_booked_ahead(pen):
     """Writes whose bursts each arrive after everything booked on their channel: the gap
-    search books what ``write_stream`` does, read/write turnaround penalty included."""
+    search books what committing them one by one in arrival order does, read/write turnaround
+    penalty included."""
     slow, fast = _controller(False), _controller(True)
     for h in (slow, fast):
         h.penalty = pen
@@ -144,8 +155,7 @@ def test_write_gaps_equal_the_scalar_commit_when_nothing_is_booked_ahead(pen):
         if kind == "r":
             assert slow.read(addr, nb, t) == fast.read(addr, nb, t)
         else:
-            assert slow.write_stream(addr, nb, t, tail) == \
-                fast.write_stream_gaps(addr, nb, t, tail, t)
+            assert _commits(slow, addr, nb, t, tail) == fast.write_stream(addr, nb, t, tail, t)
         assert (slow.pc_avail, slow.last_dir) == (fast.pc_avail, fast.last_dir)
 
 

@@ -10,7 +10,8 @@ of the topology tables) and ``run.json``; the ``Run`` handle.
 Phases: build -> elaborate -> run -> finalize (``engine``); components:
 ``fabric`` (links, forwarding nodes; flit and fast modes), ``hbm`` (per-PE
 controller), ``pe`` (PE_CPU, scheduler, DMA, fetch/store, GEMM, MATH, TCM,
-IPCQ), ``plans`` (pure tile-plan generator), ``recorder`` (columnar outputs),
+IPCQ), ``plans`` (pure tile-plan generator), ``intervals`` (busy-interval lists of
+fast mode's exclusive resources), ``recorder`` (columnar outputs),
 ``invariants`` (physical checks). ``sweep``: many replays of traces on topologies
 over a grid of parameter values (``kbtrace sweep``; hive-partitioned run directories
 plus ``points.parquet``).

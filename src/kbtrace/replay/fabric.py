@@ -46,6 +46,7 @@ from simpy.events import NORMAL  # the priority of a Timeout
 
 from kbtrace.errors import InvariantError
 from kbtrace.replay.hbm import HbmController
+from kbtrace.replay.intervals import prune as _prune
 from kbtrace.replay.recorder import STAGE_CODE
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -505,7 +506,7 @@ class FastFabric(Fabric):
     resume, gaps of any length) and a link's spare bandwidth (``_fit_rate``: while its
     share fits, it crosses as if alone; else it gets what is left, moment by moment). An
     HBM write's pseudo-channel commits run when its head arrives (``_commit_later``), each
-    burst in the earliest gap of its channel (``HbmController.write_stream_gaps``).
+    burst in the earliest gap of its channel (``HbmController.write_stream``).
 
     Booking walks the route in stretches. On a stretch the closed form of
     ``_Plan`` holds while each resource is free from the moment the head reaches
@@ -840,7 +841,7 @@ class FastFabric(Fabric):
         ev._value = None
 
         def commit(_e: Any) -> None:
-            done = rt.hbm.write_stream_gaps(addr, rt.nb, hh, tt, env.now)
+            done = rt.hbm.write_stream(addr, rt.nb, hh, tt, env.now)
             self.rec.rows([(op_id, tile, rt.term_stage, rt.dst, -1, h_in, done, rt.term_busy,
                             q, rt.nb)])
             ev._value = done
@@ -912,12 +913,6 @@ def _unreserve(iv: list[float], s: float) -> None:
     if i & 1:             # an interval ending exactly at s precedes it
         i += 1
     del iv[i:i + 2]
-
-
-def _prune(iv: list[float], now: float) -> None:
-    """Drop the reservations that ended at or before ``now`` (they can block nothing)."""
-    k = bisect_right(iv, now)
-    del iv[:k - (k & 1)]
 
 
 RATE_EPS = 1e-9   # bandwidth shares summing to 1 + RATE_EPS still fit (rounding of busy / span)

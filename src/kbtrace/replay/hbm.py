@@ -7,18 +7,16 @@ penalty)``, ``finish = start + nbytes / (pc_bw_gbps * efficiency)``; reads and
 writes share ``pc_avail`` (one command bus per PC). Both fidelity modes call the
 same arithmetic, so HBM timing never differs between them for the same
 arrival times -- with one exception. fast mode commits a whole write when its head
-arrives, for the times its bursts will arrive (``write_stream``: evenly between head
-and tail), so its later bursts would hold a PC against requests that reach it before
-them; there (``pc_iv`` set: every PC's busy intervals, reads' included) each write
-burst takes the earliest gap of its PC at or after its arrival
-(``write_stream_gaps``), as flit mode, committing each flit as it arrives, serves
-them in arrival order.
+arrives, for the times its bursts will arrive (evenly between head and tail), so its
+later bursts would hold a PC against requests that reach it before them; there
+(``write_stream``, with ``pc_iv`` set: every PC's busy intervals, reads' included) each
+write burst takes the earliest gap of its PC at or after its arrival, as flit mode,
+committing each flit as it arrives, serves them in arrival order.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
-
+from kbtrace.replay.intervals import book_after, fit_gap, prune
 from kbtrace.topology.params import HbmParams
 
 __all__ = ["HbmController"]
@@ -112,26 +110,22 @@ class HbmController:
             if ivs is not None:     # fast: the PC's busy intervals, for writes' gap search
                 iv = ivs[pc]
                 if len(iv) > 64:
-                    k = bisect_right(iv, t)             # t is now: nothing earlier matters
-                    del iv[:k - (k & 1)]
-                if iv and iv[-1] == f0:
-                    iv[-1] = f
-                else:
-                    iv.append(f0)
-                    iv.append(f)
+                    prune(iv, t)                        # t is now: nothing earlier matters
+                book_after(iv, f0, f)
             avail[pc] = f
             last_dir[pc] = 0
             if f > last:
                 last = f
         return first, last
 
-    def write_stream_gaps(self, addr: int, nbytes: int, head: float, tail: float,
-                          now: float) -> float:
-        """``write_stream`` with each burst taking the earliest gap at or after its arrival on
-        its PC (fast mode commits a whole write when its head arrives, so its later bursts
-        must not hold a PC against requests that reach it before them). ``now``: the
-        simulated time (intervals ending before it are pruned). With no PC booked beyond a
-        burst's arrival, the same arithmetic as ``write_stream``."""
+    def write_stream(self, addr: int, nbytes: int, head: float, tail: float,
+                     now: float) -> float:
+        """fast mode: commit a write whose flits arrive evenly between ``head`` and ``tail``;
+        its last finish. Each burst takes the earliest gap of its PC at or after its arrival
+        (the write is committed when its head arrives, so its later bursts must not hold a
+        PC against requests that reach it before them); with nothing booked on its PC beyond
+        its arrival, the arithmetic of ``commit``. ``now``: the simulated time (intervals
+        ending before it are pruned); needs ``pc_iv``."""
         burst, shift, mask, bw, pen = self.burst, self.shift, self.mask, self.bw, self.penalty
         avail, last_dir, ivs = self.pc_avail, self.last_dir, self.pc_iv
         n = max(1, -(-nbytes // burst))
@@ -153,17 +147,12 @@ class HbmController:
             iv = ivs[pc]
             if not iv or iv[-1] <= t:       # the PC is free from t on
                 f = t + dur
-                if iv and iv[-1] == t:
-                    iv[-1] = f
-                else:
-                    iv.append(t)
-                    iv.append(f)
+                book_after(iv, t, f)
                 avail[pc] = f
             else:
                 if len(iv) > 64:
-                    k = bisect_right(iv, now)
-                    del iv[:k - (k & 1)]
-                f = _fit_gap(iv, t, dur)
+                    prune(iv, now)
+                f = fit_gap(iv, t, dur)
                 if f > avail[pc]:
                     avail[pc] = f
             if f > last:
@@ -171,68 +160,3 @@ class HbmController:
             off += sz
         return last
 
-    def write_stream(self, addr: int, nbytes: int, head: float, tail: float) -> float:
-        """Commit a write whose flits arrive evenly between ``head`` and ``tail``; last finish.
-
-        Same arithmetic as ``commit`` per burst, inlined.
-        """
-        burst, shift, mask, bw, pen = self.burst, self.shift, self.mask, self.bw, self.penalty
-        avail, last_dir = self.pc_avail, self.last_dir
-        n = max(1, -(-nbytes // burst))
-        step = (tail - head) / (n - 1) if n > 1 else 0.0
-        last = head
-        off = 0
-        full = burst / bw
-        for i in range(n):
-            if nbytes - off > burst:
-                sz, dur = burst, full
-            else:
-                sz = nbytes - off
-                dur = sz / bw
-            t = head + i * step
-            pc = ((addr + off) >> shift) & mask
-            start = avail[pc]
-            if start < t:
-                start = t
-            if pen and last_dir[pc] == 0:
-                start += pen
-            f = start + dur
-            avail[pc] = f
-            last_dir[pc] = 1
-            if f > last:
-                last = f
-            off += sz
-        return last
-
-
-def _fit_gap(iv: list[float], t: float, dur: float) -> float:
-    """Reserve ``dur`` in the earliest gap of ``iv`` (sorted, disjoint ``[s0, e0, s1, ...]``)
-    at or after ``t``; return its end. Touching intervals are merged, so a busy stretch is
-    one interval and the search steps over it at once."""
-    n = len(iv)
-    if not n or iv[-1] <= t:
-        if n and iv[-1] == t:
-            iv[-1] = t + dur
-        else:
-            iv.append(t)
-            iv.append(t + dur)
-        return t + dur
-    i = bisect_right(iv, t)
-    s = t
-    if i & 1:             # inside a busy interval: from its end
-        s = iv[i]
-        i += 1
-    while i < n and iv[i] - s < dur:
-        s = iv[i + 1]
-        i += 2
-    e = s + dur
-    if i < n and iv[i] == e:          # touches the next interval
-        if i and iv[i - 1] == s:      # and the previous one: one interval now
-            del iv[i - 1:i + 1]
-        else:
-            iv[i] = s
-    elif i and iv[i - 1] == s:
-        iv[i - 1] = e
-    else:
-        iv[i:i] = (s, e)
-    return e
