@@ -243,8 +243,13 @@ def test_fast_stretch_booking_equals_hop_by_hop(tmp_path, sends, held_max):
     a, b, c3 = rec_a._pending(), rec_b._pending(), rec_c._pending()
     assert len(a["op"]) == len(b["op"]) > 0
     for c in a:
-        assert np.allclose(a[c], b[c], rtol=0, atol=1e-6), c
         assert np.array_equal(a[c], c3[c]), c
+    # the same rows; their order may differ where two HBM commits fall at times equal up to
+    # rounding (each records its row in its own event)
+    key_a = np.lexsort((a["enter"].round(6), a["node"], a["link"], a["stage"], a["op"]))
+    key_b = np.lexsort((b["enter"].round(6), b["node"], b["link"], b["stage"], b["op"]))
+    for c in a:
+        assert np.allclose(a[c][key_a], b[c][key_b], rtol=0, atol=1e-6), c
     assert (fast.link_iv, fast.link_rate, fast.node_iv) == \
         (planned.link_iv, planned.link_rate, planned.node_iv)
     now = fast.env.now + 1e-6   # (an interval may end at now in one and 1 ulp later in the other)

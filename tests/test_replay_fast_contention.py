@@ -169,3 +169,20 @@ def test_a_stream_that_finds_the_link_taken_queues_until_it_has_bandwidth():
     lt, lr = [0.0, 1.0, 3.0, 20.0], [1.0, 0.5, 1.0, 0.0]
     start, head, tail = _fit_rate(lt, lr, 0.0, 0.5, 1.0, 1.0, 0.0, 1.0, 2.0)
     assert (start, head, tail) == (1.0, 3.0, 21.0)     # half speed on [1, 3], then after 20
+
+
+def test_a_gap_short_by_rounding_still_holds_its_reservation():
+    """Fast mode computes the same time by different sums (a closed form's offsets, or hop by
+    hop), which differ in the last bits. A gap short of an overhead by such an error holds it
+    (the reservation is clipped to the gap) instead of costing a whole further wait, so the
+    two ways agree (found by the stretch-vs-hop-by-hop property test: 2 ns apart)."""
+    iv = [10.0, 12.0]
+    end = _serve(iv, 0.0, 8.000000000000004, 2.0)       # the gap [8.0..04, 10] is 2 - 4e-15
+    assert end == 10.000000000000004 and iv == [8.000000000000004, 10.0, 10.0, 12.0]
+    iv = [0.0, 8.0, 16.0 - 1e-14, 24.0]
+    assert fit_gap(iv, 4.0, 8.0) == 16.0 and iv == [0.0, 24.0]
+    lt, lr = [0.0, 10.0 + 1e-14, 20.0], [0.5, 1.0, 0.0]
+    assert _take_rate(lt, lr, 2.0, 10.0, 4.0)           # half of [2, 10]: up to the full part
+    assert (lt, lr) == ([0.0, 2.0, 10.0 + 1e-14, 20.0], [0.5, 1.0, 1.0, 0.0])
+    lt, lr = [0.0, 5.0, 10.0 - 1e-14], [1.0, 1.0, 0.0]  # a sliver of bandwidth before 10
+    assert _fit_rate(lt, lr, 0.0, 2.0, 1.0, 1.0, 0.0, 1.0, 2.0)[0] == 10.0 - 1e-14

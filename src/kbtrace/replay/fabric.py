@@ -46,6 +46,7 @@ from simpy.events import NORMAL  # the priority of a Timeout
 
 from kbtrace.errors import InvariantError
 from kbtrace.replay.hbm import HbmController
+from kbtrace.replay.intervals import TIME_EPS
 from kbtrace.replay.intervals import prune as _prune
 from kbtrace.replay.recorder import STAGE_CODE
 
@@ -659,9 +660,9 @@ class FastFabric(Fabric):
                             iv.append(e)
                         else:   # a gap that takes the whole overhead, or a stall
                             i = bisect_right(iv, s)
-                            if i & 1 or e > iv[i]:
+                            if i & 1 or e > iv[i] + TIME_EPS:
                                 break
-                            iv[i:i] = (s, e)
+                            iv[i:i] = (s, e if e < iv[i] else iv[i])
                     elif not iv or iv[-1] <= s:     # a link, free from s on: the share bz / span
                         r = bz / (e - s)
                         iv.append(s)
@@ -881,10 +882,11 @@ def _serve(iv: list[float], now: float, h: float, work: float) -> float:
             iv.append(t + work)
             return t + work
         nxt = iv[i]
-        if nxt - t >= work:
-            iv[i:i] = (t, t + work)
-            return t + work
-        if nxt > t:
+        if nxt - t >= work - TIME_EPS:
+            e = t + work
+            iv[i:i] = (t, e if e < nxt else nxt)
+            return e
+        if nxt - t > TIME_EPS:      # (a sliver left by rounding serves nothing)
             iv[i:i] = (t, nxt)
             work -= nxt - t
             i += 2
@@ -901,9 +903,9 @@ def _take(iv: list[float], s: float, e: float) -> bool:
         iv.append(e)
         return True
     i = bisect_right(iv, s)
-    if i & 1 or e > iv[i]:
+    if i & 1 or e > iv[i] + TIME_EPS:
         return False
-    iv[i:i] = (s, e)
+    iv[i:i] = (s, e if e < iv[i] else iv[i])
     return True
 
 
@@ -923,8 +925,7 @@ def _take_rate(lt: list[float], lr: list[float], s: float, e: float, busy: float
     it has that much to spare; False (nothing reserved) if not.
 
     A link's reservations are a step function: ``lr[i]`` is the share of the bandwidth
-    booked from breakpoint ``lt[i]`` to ``lt[i + 1]`` (strictly increasing; the last share
-    is 0). A transfer whose flits arrive slower than the link serves them (fed by a slower
+    booked from breakpoint ``lt[i]`` to ``lt[i + 1]`` (non-decreasing; the last share is 0). A transfer whose flits arrive slower than the link serves them (fed by a slower
     link upstream) books only that share, so transfers that together fit the bandwidth
     overlap, as their flits interleave in flit mode; a transfer the link itself limits
     books all of it.
@@ -940,9 +941,15 @@ def _take_rate(lt: list[float], lr: list[float], s: float, e: float, busy: float
         lr.append(0.0)
         return True
     lim = 1.0 + RATE_EPS - r
-    k = bisect_right(lt, s) - 1
+    # a breakpoint within TIME_EPS of s or e counts as at it (intervals.TIME_EPS)
+    k = bisect_right(lt, s + TIME_EPS) - 1
+    if k >= 0 and lt[k] >= s - TIME_EPS:
+        s = lt[k]
+    j = bisect_left(lt, e - TIME_EPS)
+    if j < n and lt[j] <= e + TIME_EPS:
+        e = lt[j]
     if k < 0:                           # before the first breakpoint (share 0 there)
-        if lt[0] >= e:
+        if j == 0:
             if lt[0] == e:
                 lt.insert(0, s)
                 lr.insert(0, r)
@@ -951,26 +958,25 @@ def _take_rate(lt: list[float], lr: list[float], s: float, e: float, busy: float
                 lr[0:0] = (r, 0.0)
             return True
         k = 0
-    elif lt[k + 1] >= e:                # inside one segment (the common case)
+    elif j == k + 1:                    # inside one segment (the common case)
         x = lr[k]
         if x > lim:
             return False
         if lt[k] == s:
             lr[k] = x + r
-            if lt[k + 1] != e:
-                lt.insert(k + 1, e)
-                lr.insert(k + 1, x)
-        elif lt[k + 1] == e:
-            lt.insert(k + 1, s)
-            lr.insert(k + 1, x + r)
+            if j == n or lt[j] != e:
+                lt.insert(j, e)
+                lr.insert(j, x)
+        elif j < n and lt[j] == e:
+            lt.insert(j, s)
+            lr.insert(j, x + r)
         else:
-            lt[k + 1:k + 1] = (s, e)
-            lr[k + 1:k + 1] = (x + r, x)
+            lt[j:j] = (s, e)
+            lr[j:j] = (x + r, x)
         return True
-    while k < n and lt[k] < e:
-        if lr[k] > lim:
+    for q in range(k, j):
+        if lr[q] > lim:
             return False
-        k += 1
     _add_shares(lt, lr, s, e, (r,))
     return True
 
@@ -1041,13 +1047,15 @@ def _fit_rate(lt: list[float], lr: list[float], now: float, h: float, hd: float,
             m = 0.0
         t1 = lt[k + 1] if k + 1 < n else _INF
         if m > 0.0:
-            if start < 0.0:
+            if start < 0.0 and t1 - t0 > TIME_EPS:      # (not a sliver left by rounding)
                 start = t0
             got = done + m * (t1 - t0)
             if head < 0.0 and got >= head_work:
                 head = t0 + (head_work - done) / m
-            if got >= busy:
+            if got >= busy - TIME_EPS:
                 end = t0 + (busy - done) / m
+                if end > t1:
+                    end = t1
                 shares.append(m)
                 break
             done = got
@@ -1056,7 +1064,7 @@ def _fit_rate(lt: list[float], lr: list[float], now: float, h: float, hd: float,
         k += 1
     _add_shares(lt, lr, h, end, shares)
     tail = tail_at + last
-    return start, head, (end if end > tail else tail)
+    return (start if start >= 0.0 else h), head, (end if end > tail else tail)
 
 
 def _prune_rate(lt: list[float], lr: list[float], now: float) -> None:

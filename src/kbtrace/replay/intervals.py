@@ -4,13 +4,21 @@ Used by fast mode for router overheads (``fabric``) and HBM pseudo-channels (``h
 Intervals are disjoint and may touch; ``book_after`` and ``fit_gap`` merge touching
 ones (a busy stretch is one interval, so a gap search steps over it at once), so a list
 they build must not be edited by start time afterwards.
+
+``TIME_EPS``: a gap short of a reservation by less than this still holds it (the
+reservation is clipped to the gap). Fast mode computes the same times by different
+sums (a closed form's offsets, or hop by hop), which differ in the last bits, and exact
+ties between reservations are common (back-to-back transfers); without the tolerance a
+rounding error of 1e-14 ns could decide whether a transfer waits a whole overhead.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
 
-__all__ = ["prune", "book_after", "fit_gap"]
+__all__ = ["prune", "book_after", "fit_gap", "TIME_EPS"]
+
+TIME_EPS = 1e-9     # ns
 
 
 def prune(iv: list[float], now: float) -> None:
@@ -39,11 +47,11 @@ def fit_gap(iv: list[float], t: float, dur: float) -> float:
     if i & 1:             # inside a busy interval: from its end
         s = iv[i]
         i += 1
-    while i < n and iv[i] - s < dur:
+    while i < n and iv[i] - s < dur - TIME_EPS:
         s = iv[i + 1]
         i += 2
     e = s + dur
-    if i < n and iv[i] == e:          # touches the next interval
+    if i < n and iv[i] <= e:          # touches the next interval (or would, but for rounding)
         if i and iv[i - 1] == s:      # and the previous one: one interval now
             del iv[i - 1:i + 1]
         else:
