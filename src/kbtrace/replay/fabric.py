@@ -925,10 +925,11 @@ def _take_rate(lt: list[float], lr: list[float], s: float, e: float, busy: float
     it has that much to spare; False (nothing reserved) if not.
 
     A link's reservations are a step function: ``lr[i]`` is the share of the bandwidth
-    booked from breakpoint ``lt[i]`` to ``lt[i + 1]`` (non-decreasing; the last share is 0). A transfer whose flits arrive slower than the link serves them (fed by a slower
-    link upstream) books only that share, so transfers that together fit the bandwidth
-    overlap, as their flits interleave in flit mode; a transfer the link itself limits
-    books all of it.
+    booked from breakpoint ``lt[i]`` to ``lt[i + 1]`` (non-decreasing; the last share is
+    0). A transfer whose flits arrive slower than the link serves them (fed by a slower link
+    upstream) books only that share, so transfers that together fit the bandwidth overlap,
+    as their flits interleave in flit mode; a transfer the link itself limits books all of
+    it.
     """
     r = busy / (e - s)
     if r > 1.0:
@@ -949,14 +950,6 @@ def _take_rate(lt: list[float], lr: list[float], s: float, e: float, busy: float
     if j < n and lt[j] <= e + TIME_EPS:
         e = lt[j]
     if k < 0:                           # before the first breakpoint (share 0 there)
-        if j == 0:
-            if lt[0] == e:
-                lt.insert(0, s)
-                lr.insert(0, r)
-            else:
-                lt[0:0] = (s, e)
-                lr[0:0] = (r, 0.0)
-            return True
         k = 0
     elif j == k + 1:                    # inside one segment (the common case)
         x = lr[k]

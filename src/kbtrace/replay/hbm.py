@@ -159,4 +159,3 @@ class HbmController:
                 last = f
             off += sz
         return last
-
