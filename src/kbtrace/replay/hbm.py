@@ -101,12 +101,23 @@ class HbmController:
             if pen and last_dir[pc] == 1:
                 f += pen
             f0 = f
-            for k in range(cnt):
-                f += tail if k == k_tail else full
-                if k == 0 and f < first:
-                    first = f
-                if out is not None:
+            if out is not None:
+                for k in range(cnt):
+                    f += tail if k == k_tail else full
                     out[j + k * npcs] = f
+                f1 = out[j]
+            elif k_tail < 0:    # fast: the same additions, only the first and last kept
+                f += full
+                f1 = f
+                for _ in range(cnt - 1):
+                    f += full
+            else:
+                for k in range(cnt):
+                    f += tail if k == k_tail else full
+                    if k == 0:
+                        f1 = f
+            if f1 < first:
+                first = f1
             if ivs is not None:     # fast: the PC's busy intervals, for writes' gap search
                 iv = ivs[pc]
                 if len(iv) > 64:
