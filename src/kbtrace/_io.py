@@ -1,8 +1,13 @@
-"""Shared I/O plumbing: atomic files, batched Parquet writers, stable hashes, fast column reads.
+"""Shared I/O plumbing: atomic files and directories, batched Parquet writers, stable hashes,
+fast column reads, checked JSON reads.
 
 Every artefact kbtrace writes goes through here, so a failed or interrupted run
 never leaves a half-written file that looks complete: data is written to
-``<name>.<pid>.tmp`` and renamed over the final name only on success.
+``<name>.<pid>.tmp`` and renamed over the final name only on success. A stage that
+writes a directory of files (a trace, a run) builds it as a hidden sibling and swaps
+it in whole (``atomic_dir``): the files of one output are never mixed with an older
+one's, and a failed stage leaves the old directory as it was (or nothing). An output
+path that cannot be written is an ``OutputError`` naming it, not an ``OSError``.
 Parquet files are written deterministically (no created_by timestamp drift,
 fixed compression, fixed row-group size) so identical inputs give
 byte-identical files.
@@ -14,6 +19,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,8 +29,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from kbtrace.errors import OutputError, SchemaError
+
 __all__ = [
     "atomic_path",
+    "atomic_dir",
+    "check_replaceable",
+    "read_json_object",
     "write_json",
     "write_table",
     "BatchWriter",
@@ -51,18 +62,111 @@ def _pq_opts(schema: pa.Schema) -> dict[str, Any]:
         or pa.types.is_large_string(f.type)]}
 
 
+def _cannot_write(path: Path, exc: OSError) -> OutputError:
+    if isinstance(exc, IsADirectoryError):
+        return OutputError(f"cannot write {path}: it is a directory; give a file path (-o)")
+    why = exc.strerror or str(exc)
+    return OutputError(f"cannot write {path}: {why}; choose a writable output path (-o)")
+
+
+def _mkdir(d: Path, target: Path) -> None:
+    """Create ``d`` (and its parents) to write ``target`` in it."""
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise OutputError(f"cannot write {target}: {d} or a directory above it is a file; "
+                          f"choose another output path (-o)") from None
+    except OSError as exc:
+        raise _cannot_write(target, exc) from None
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temporary sibling path; rename it onto ``path`` if the block succeeds."""
+    """Yield a temporary sibling path; rename it onto ``path`` if the block succeeds. An
+    ``OSError`` on either path (a missing or read-only directory, ``path`` a directory)
+    becomes an ``OutputError`` naming ``path``."""
     final = Path(path)
-    final.parent.mkdir(parents=True, exist_ok=True)
+    _mkdir(final.parent, final)
     tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
     try:
         yield tmp
         os.replace(tmp, final)
+    except OSError as exc:
+        if exc.filename not in (str(tmp), str(final)) and str(tmp) not in str(exc):
+            raise
+        raise _cannot_write(final, exc) from None
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def check_replaceable(path: str | os.PathLike[str], marker: str, what: str) -> None:
+    """Refuse to write a ``what`` directory at ``path`` over anything but an earlier one
+    (a directory holding ``marker``) or an empty directory."""
+    p = Path(path)
+    if not p.exists():
+        return
+    if not p.is_dir():
+        raise OutputError(f"{p}: exists and is not a directory; choose another output "
+                          f"directory (-o)")
+    if not (p / marker).exists() and any(p.iterdir()):
+        raise OutputError(f"{p}: exists and is not a kbtrace {what} directory (no {marker}), "
+                          f"and kbtrace replaces only its own outputs; choose another output "
+                          f"directory (-o) or empty it")
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike[str], marker: str, what: str) -> Iterator[Path]:
+    """Yield an empty staging directory beside ``path``; when the block succeeds, it replaces
+    ``path`` whole (two renames: the old directory aside, the new one in; then the old one
+    is deleted). On failure the staging directory is deleted and ``path`` is untouched.
+    ``path`` may only be an earlier ``what`` directory (holding ``marker``, which the block
+    must write last), an empty directory or nothing (``check_replaceable``)."""
+    final = Path(path)
+    check_replaceable(final, marker, what)
+    res = final.resolve()
+    _mkdir(res.parent, res)
+    stage = res.with_name(f".{res.name}.{os.getpid()}.tmp")
+    old = res.with_name(f".{res.name}.{os.getpid()}.old")
+    for leftover in (stage, old):
+        if leftover.exists():
+            shutil.rmtree(leftover)
+    try:
+        stage.mkdir()
+    except OSError as exc:
+        raise _cannot_write(res, exc) from None
+    try:
+        yield stage
+        aside = res.exists()
+        if aside:
+            os.replace(res, old)
+        try:
+            os.replace(stage, res)
+        except OSError:
+            if aside:
+                os.replace(old, res)
+            raise
+    finally:
+        for leftover in (stage, old):
+            if leftover.exists():
+                shutil.rmtree(leftover, ignore_errors=True)
+
+
+def read_json_object(path: str | os.PathLike[str], fix: str) -> dict[str, Any]:
+    """A JSON file that must hold an object; a ``SchemaError`` naming the file, what is wrong
+    and ``fix`` if it is unreadable, not JSON or not an object."""
+    p = Path(path)
+    try:
+        obj = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise SchemaError(f"{p}: not valid JSON (line {exc.lineno}, column {exc.colno}: "
+                          f"{exc.msg}); {fix}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SchemaError(f"{p}: cannot be read ({getattr(exc, 'strerror', None) or exc}); "
+                          f"{fix}") from None
+    if not isinstance(obj, dict):
+        raise SchemaError(f"{p}: holds a JSON {type(obj).__name__}, not an object; {fix}")
+    return obj
 
 
 def write_json(path: str | os.PathLike[str], obj: Any) -> None:
@@ -96,9 +200,12 @@ class BatchWriter:
                  batch_rows: int = ROW_GROUP_SIZE) -> None:
         self._schema = schema
         self._final = Path(path)
-        self._final.parent.mkdir(parents=True, exist_ok=True)
+        _mkdir(self._final.parent, self._final)
         self._tmp = self._final.with_name(f".{self._final.name}.{os.getpid()}.tmp")
-        self._writer = pq.ParquetWriter(self._tmp, schema, **_pq_opts(schema))
+        try:
+            self._writer = pq.ParquetWriter(self._tmp, schema, **_pq_opts(schema))
+        except OSError as exc:
+            raise _cannot_write(self._final, exc) from None
         self._cols: list[list[Any]] = [[] for _ in schema]
         self._n = 0
         self._batch_rows = batch_rows
@@ -146,7 +253,10 @@ class BatchWriter:
     def close(self) -> None:
         self.flush()
         self._writer.close()
-        os.replace(self._tmp, self._final)
+        try:
+            os.replace(self._tmp, self._final)
+        except OSError as exc:
+            raise _cannot_write(self._final, exc) from None
 
     def abort(self) -> None:
         with contextlib.suppress(Exception):

@@ -66,6 +66,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         # stdout closed early (`kbtrace topo show ... | head`): not an error.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as err:
+        # the file system refused something kbtrace's own checks did not foresee (a path
+        # vanished, a disk filled up): still one line, not a traceback
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"kbtrace: error: {where}{err.strerror or err}; check the path, its permissions "
+              f"and free space", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -26,6 +26,7 @@ __all__ = [
     "AnalysisError",
     "VerifyError",
     "UsageError",
+    "OutputError",
 ]
 
 
@@ -93,3 +94,8 @@ class VerifyError(AnalysisError):
 
 class UsageError(KbtraceError):
     """A command's path argument names nothing: no such path and no catalog entry of that name."""
+
+
+class OutputError(KbtraceError):
+    """An output cannot be written where asked (not a directory, no permission, no space), or
+    writing it would replace a directory kbtrace did not write."""

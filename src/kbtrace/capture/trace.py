@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kbtrace import __version__, schema
-from kbtrace._io import BatchWriter, file_hash, write_json
+from kbtrace._io import BatchWriter, atomic_dir, file_hash, read_json_object, write_json
 from kbtrace.capture.dtypes import compare, to_storage
 from kbtrace.capture.executor import ExecResult, execute, gather_outputs
 from kbtrace.capture.scheduler import LaunchRun
@@ -194,103 +194,107 @@ def capture(workload_path: str | os.PathLike[str] | Any, topology: Any,
     p = parse_params(getattr(mod, "PARAMS", {}), params)
     topo = _resolve_topology(topology)
     out = Path(out_dir) if out_dir is not None else Path("data") / "traces" / name
-    out.mkdir(parents=True, exist_ok=True)
-    sink = OpSink(out / "ops.parquet")
-    ok = False
-    try:
-        tracer = Tracer(topo, sink, golden)
-        w = Workload(topo, name, SimpleNamespace(**p), tracer)
+    # built beside OUT and swapped in whole when complete: a failed capture leaves an
+    # earlier trace there as it was, and no directory where there was none
+    with atomic_dir(out, "trace.json", "trace") as stage:
+        sink = OpSink(stage / "ops.parquet")
+        ok = False
         try:
-            mod.build(w, w.params)
-        except CaptureError:
-            raise
-        except Exception as exc:
-            raise CaptureError(f"workload {name!r}: build() raised {type(exc).__name__}: {exc}") \
-                from exc
-        launches = []
-        t_run0 = time.perf_counter()
-        # Automatic GC is paused while kernels run: the recorder allocates a few small objects per
-        # op and creates no reference cycles, so generational passes over the growing op log
-        # would only cost time (~30% of the kernel phase). Each log drain collects the young
-        # generation, which bounds garbage a kernel itself might leave in cycles.
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
-        sink.collect_gc = gc_was_enabled
-        try:
-            for li, spec in enumerate(w.launches):
-                coords = [w.coord(i % spec.grid[0], i // spec.grid[0])
-                          for i in range(spec.grid[0] * spec.grid[1])]
+            tracer = Tracer(topo, sink, golden)
+            w = Workload(topo, name, SimpleNamespace(**p), tracer)
+            try:
+                mod.build(w, w.params)
+            except CaptureError:
+                raise
+            except Exception as exc:
+                raise CaptureError(f"workload {name!r}: build() raised "
+                                   f"{type(exc).__name__}: {exc}") from exc
+            launches = []
+            t_run0 = time.perf_counter()
+            # Automatic GC is paused while kernels run: the recorder allocates a few small objects
+            # per op and creates no reference cycles, so generational passes over the growing op
+            # log would only cost time (~30% of the kernel phase). Each log drain collects the
+            # young generation, which bounds garbage a kernel itself might leave in cycles.
+            gc_was_enabled = gc.isenabled()
+            gc.disable()
+            sink.collect_gc = gc_was_enabled
+            try:
+                for li, spec in enumerate(w.launches):
+                    coords = [w.coord(i % spec.grid[0], i // spec.grid[0])
+                              for i in range(spec.grid[0] * spec.grid[1])]
 
-                def args_for(prog: Any, spec: Any = spec) -> tuple[tuple[Any, ...], dict[str, Any]]:
-                    c = (prog.sip, prog.cube, prog.pe)
-                    return (tuple(w.resolve_arg(a, c) for a in spec.args),
-                            {k: w.resolve_arg(v, c) for k, v in spec.kwargs.items()})
+                    def args_for(prog: Any, spec: Any = spec
+                                 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+                        c = (prog.sip, prog.cube, prog.pe)
+                        return (tuple(w.resolve_arg(a, c) for a in spec.args),
+                                {k: w.resolve_arg(v, c) for k, v in spec.kwargs.items()})
 
-                run = LaunchRun(tracer, li, spec.kernel, spec.grid, coords, args_for, spec.neighbors)
-                first = tracer.next_op
-                run.run()
-                tracer.regions.remove_space("tcm")
-                launches.append({"kernel": run.kernel_name, "grid": list(spec.grid),
-                                 "programs": len(coords), "first_op": first,
-                                 "n_ops": tracer.next_op - first})
+                    run = LaunchRun(tracer, li, spec.kernel, spec.grid, coords, args_for,
+                                    spec.neighbors)
+                    first = tracer.next_op
+                    run.run()
+                    tracer.regions.remove_space("tcm")
+                    launches.append({"kernel": run.kernel_name, "grid": list(spec.grid),
+                                     "programs": len(coords), "first_op": first,
+                                     "n_ops": tracer.next_op - first})
+            finally:
+                sink.collect_gc = False
+                if gc_was_enabled:
+                    gc.enable()
+            t_run = time.perf_counter() - t_run0
+            drained_in_run = sink.seconds
+            sink.drain(final=True)  # golden execution of the rest of the log (fills tracer.mem)
+            # numpy references after the kernel phase (their BLAS threads would compete with it);
+            # they see the initial values, which capture never modifies (Tensor.stored)
+            inputs = {n: t.value for n, t in w.tensors.items()}
+            refs = {}
+            for oname, fn in w.outputs.items():
+                want = np.asarray(fn(dict(inputs)))
+                if want.shape != w.tensors[oname].shape:
+                    raise CaptureError(f"workload {name!r}: reference of {oname!r} has shape "
+                                       f"{want.shape}, tensor is {w.tensors[oname].shape}")
+                refs[oname] = want
+            got = gather_outputs(_output_shards(w), tracer.mem) if refs and golden else {}
+            check = {}
+            for oname, want in refs.items() if golden else ():
+                t = w.tensors[oname]
+                stored_want = to_storage(want, t.dtype)
+                from kbtrace.capture.dtypes import to_compute
+                want_c = to_compute(stored_want, t.dtype)
+                err, _rel, n_bad = compare(got[oname], want_c, t.dtype)
+                check[oname] = {"ok": n_bad == 0, "max_abs_err": err, "dtype": t.dtype}
+            t_close0 = time.perf_counter()
+            sink.close()
+            t_close = time.perf_counter() - t_close0
+            _write_memory(stage / "memory.parquet", w, refs)
+            meta = {
+                "format": TRACE_FORMAT,
+                "kbtrace_version": __version__,
+                "schema_version": schema.SCHEMA_VERSION,
+                "workload": name,
+                "workload_file": path.name,
+                "params": p,
+                "launches": launches,
+                "topology": {"name": topo.params.name, "content_hash": topo.content_hash},
+                "n_ops": tracer.next_op,
+                "golden": golden,
+                "op_counts": dict(sorted(sink.counts.items())),
+                "outputs": sorted(refs),
+                "reference_check": check,
+                "content_hash": {"ops.parquet": file_hash(stage / "ops.parquet"),
+                                 "memory.parquet": file_hash(stage / "memory.parquet")},
+            }
+            write_json(stage / "trace.json", meta)
+            ok = True
+            tr = Trace(out, meta)
+            #: run_s: kernel phase (greenlets + recording, without log drains); drain_s: expanding
+            #: rows, golden execution and Parquet batches; total_s: the whole call
+            tr.stats = {"run_s": t_run - drained_in_run, "drain_s": sink.seconds,
+                        "close_s": t_close, "total_s": time.perf_counter() - t_start}
+            return tr
         finally:
-            sink.collect_gc = False
-            if gc_was_enabled:
-                gc.enable()
-        t_run = time.perf_counter() - t_run0
-        drained_in_run = sink.seconds
-        sink.drain(final=True)  # golden execution of the rest of the log (fills tracer.mem)
-        # numpy references after the kernel phase (their BLAS threads would compete with it);
-        # they see the initial values, which capture never modifies (Tensor.stored)
-        inputs = {n: t.value for n, t in w.tensors.items()}
-        refs = {}
-        for oname, fn in w.outputs.items():
-            want = np.asarray(fn(dict(inputs)))
-            if want.shape != w.tensors[oname].shape:
-                raise CaptureError(f"workload {name!r}: reference of {oname!r} has shape "
-                                   f"{want.shape}, tensor is {w.tensors[oname].shape}")
-            refs[oname] = want
-        got = gather_outputs(_output_shards(w), tracer.mem) if refs and golden else {}
-        check = {}
-        for oname, want in refs.items() if golden else ():
-            t = w.tensors[oname]
-            stored_want = to_storage(want, t.dtype)
-            from kbtrace.capture.dtypes import to_compute
-            want_c = to_compute(stored_want, t.dtype)
-            err, _rel, n_bad = compare(got[oname], want_c, t.dtype)
-            check[oname] = {"ok": n_bad == 0, "max_abs_err": err, "dtype": t.dtype}
-        t_close0 = time.perf_counter()
-        sink.close()
-        t_close = time.perf_counter() - t_close0
-        _write_memory(out / "memory.parquet", w, refs)
-        meta = {
-            "format": TRACE_FORMAT,
-            "kbtrace_version": __version__,
-            "schema_version": schema.SCHEMA_VERSION,
-            "workload": name,
-            "workload_file": path.name,
-            "params": p,
-            "launches": launches,
-            "topology": {"name": topo.params.name, "content_hash": topo.content_hash},
-            "n_ops": tracer.next_op,
-            "golden": golden,
-            "op_counts": dict(sorted(sink.counts.items())),
-            "outputs": sorted(refs),
-            "reference_check": check,
-            "content_hash": {"ops.parquet": file_hash(out / "ops.parquet"),
-                             "memory.parquet": file_hash(out / "memory.parquet")},
-        }
-        write_json(out / "trace.json", meta)
-        ok = True
-        tr = Trace(out, meta)
-        #: run_s: kernel phase (greenlets + recording, without log drains); drain_s: expanding
-        #: rows, golden execution and Parquet batches; total_s: the whole call
-        tr.stats = {"run_s": t_run - drained_in_run, "drain_s": sink.seconds,
-                    "close_s": t_close, "total_s": time.perf_counter() - t_start}
-        return tr
-    finally:
-        if not ok:
-            sink.abort()
+            if not ok:
+                sink.abort()
 
 
 def open_trace(path: str | os.PathLike[str],
@@ -298,13 +302,12 @@ def open_trace(path: str | os.PathLike[str],
     """Open a trace directory, checking format, schema versions, schemas and the content
     hashes of the ``hashed`` files (replay reads only ``ops.parquet``, so it checks only
     that one: ``memory.parquet`` holds every tensor and can be hundreds of MB)."""
-    import json
     d = Path(path)
     mj = d / "trace.json"
     if not mj.is_file():
         raise SchemaError(f"{d}: no trace.json; not a trace directory (create one with "
                           f"`kbtrace capture WORKLOAD.py -o {d}`)")
-    meta = json.loads(mj.read_text())
+    meta = read_json_object(mj, "re-capture the workload")
     if meta.get("format") != TRACE_FORMAT:
         raise SchemaError(f"{mj}: not a kbtrace trace (format {meta.get('format')!r})")
     schema.check_version(meta.get("schema_version"), str(mj))

@@ -37,7 +37,14 @@ import pyarrow.parquet as pq
 import simpy
 
 from kbtrace import __version__, schema
-from kbtrace._io import file_hash, read_parquet_lean, stable_hash, write_json, write_table
+from kbtrace._io import (
+    atomic_dir,
+    file_hash,
+    read_parquet_lean,
+    stable_hash,
+    write_json,
+    write_table,
+)
 from kbtrace.errors import KbtraceError, ReplayError
 from kbtrace.replay import invariants
 from kbtrace.replay.fabric import make_fabric
@@ -453,57 +460,61 @@ def replay(trace: Any, topology: Any, options: ReplayOptions | None = None,
         _check_fit(topology, ops, meta)
         out = Path(opts.out_dir) if opts.out_dir else _default_dir(trace_path, meta, topology,
                                                                      opts.fidelity)
-        out.mkdir(parents=True, exist_ok=True)
         trace_hash = stable_hash(meta.get("content_hash") or
                                  (file_hash(trace_path / "ops.parquet") if trace_path else ""))
-        sim = Sim(topology, ops, opts, out)
-        phase = "elaborate"
-        items = _elaborate(sim)
-        sim.env.process(sim.host_program(items))
-        phase = "run"
-        env = sim.env
-        events = _step_all(env, progress, sim, t_wall)
-        phase = "finalize"
-        unfinished = [o for o in ops if not sim._done[o.op_id]]
-        if unfinished:
-            o = unfinished[0]
-            raise ReplayError(f"{len(unfinished)} op(s) never completed (deadlock); first: op "
-                              f"{o.op_id} ({o.kind}, launch {o.launch}, program {o.program}, seq "
-                              f"{o.seq}); check its deps / IPCQ peer")
-        rec = sim.rec
-        makespan = float(env.now)
-        rec.flush()
-        if opts.check_invariants:
-            invariants.check(sim, makespan)
-        rec.close()
-        wall = time.perf_counter() - t_wall
-        ot = pa.table({
-            **{c: table.column(c) for c in _OT_COLUMNS if c != "nbytes"},
-            "engine": pa.array(rec.engine, pa.string()).dictionary_encode(),
-            "t_issue_ns": rec.t_issue, "t_start_ns": rec.t_start, "t_end_ns": rec.t_end,
-            "queue_ns": rec.queue, "nbytes": table.column("nbytes"),
-        }).sort_by("op_id")
-        ot = pa.Table.from_arrays([ot.column(f.name).cast(f.type) for f in schema.OP_TIMING],
-                                  schema=schema.OP_TIMING)
-        write_table(out / "op_timing.parquet", ot)
-        write_table(out / "nodes.parquet", topology.nodes_table())
-        write_table(out / "links.parquet", topology.links_table())
-        run_id = stable_hash(trace_hash, topology.content_hash, opts.key(), __version__)
-        write_json(out / "run.json", {
-            "run_id": run_id, "kbtrace_version": __version__,
-            "schema_version": schema.SCHEMA_VERSION, "fidelity": opts.fidelity,
-            "options": opts.key(), "makespan_ns": makespan, "events": events, "ops": len(ops),
-            "hops": rec.n_hops, "wall_s": round(wall, 3),
-            "trace": {"path": str(Path(trace_path).resolve()) if trace_path else None,
-                      "path_from_run": (os.path.relpath(Path(trace_path).resolve(),
-                                                        out.resolve()) if trace_path else None),
-                      "hash": trace_hash,
-                      "workload": meta.get("workload")},
-            "topology": {"path": getattr(topology, "source", None), "name": topology.params.name,
-                         "hash": topology.content_hash},
-            "launches": sim.launches,
-            "peaks": topology.peaks(),
-        })
+        # the run is built beside OUT and swapped in whole: an earlier run there (and a
+        # report written into it) is replaced at once, never mixed with this one
+        with atomic_dir(out, "run.json", "run") as stage:
+            sim = Sim(topology, ops, opts, stage)
+            phase = "elaborate"
+            items = _elaborate(sim)
+            sim.env.process(sim.host_program(items))
+            phase = "run"
+            env = sim.env
+            events = _step_all(env, progress, sim, t_wall)
+            phase = "finalize"
+            unfinished = [o for o in ops if not sim._done[o.op_id]]
+            if unfinished:
+                o = unfinished[0]
+                raise ReplayError(f"{len(unfinished)} op(s) never completed (deadlock); first: "
+                                  f"op {o.op_id} ({o.kind}, launch {o.launch}, program "
+                                  f"{o.program}, seq {o.seq}); check its deps / IPCQ peer")
+            rec = sim.rec
+            makespan = float(env.now)
+            rec.flush()
+            if opts.check_invariants:
+                invariants.check(sim, makespan)
+            rec.close()
+            wall = time.perf_counter() - t_wall
+            ot = pa.table({
+                **{c: table.column(c) for c in _OT_COLUMNS if c != "nbytes"},
+                "engine": pa.array(rec.engine, pa.string()).dictionary_encode(),
+                "t_issue_ns": rec.t_issue, "t_start_ns": rec.t_start, "t_end_ns": rec.t_end,
+                "queue_ns": rec.queue, "nbytes": table.column("nbytes"),
+            }).sort_by("op_id")
+            ot = pa.Table.from_arrays(
+                [ot.column(f.name).cast(f.type) for f in schema.OP_TIMING],
+                schema=schema.OP_TIMING)
+            write_table(stage / "op_timing.parquet", ot)
+            write_table(stage / "nodes.parquet", topology.nodes_table())
+            write_table(stage / "links.parquet", topology.links_table())
+            run_id = stable_hash(trace_hash, topology.content_hash, opts.key(), __version__)
+            write_json(stage / "run.json", {
+                "run_id": run_id, "kbtrace_version": __version__,
+                "schema_version": schema.SCHEMA_VERSION, "fidelity": opts.fidelity,
+                "options": opts.key(), "makespan_ns": makespan, "events": events,
+                "ops": len(ops), "hops": rec.n_hops, "wall_s": round(wall, 3),
+                "trace": {"path": str(Path(trace_path).resolve()) if trace_path else None,
+                          "path_from_run": (os.path.relpath(Path(trace_path).resolve(),
+                                                            out.resolve())
+                                            if trace_path else None),
+                          "hash": trace_hash,
+                          "workload": meta.get("workload")},
+                "topology": {"path": getattr(topology, "source", None),
+                             "name": topology.params.name, "hash": topology.content_hash},
+                "launches": sim.launches,
+                "peaks": topology.peaks(),
+            })
         ok = True
         return Run(out, run_id, opts.fidelity, makespan, len(ops), rec.n_hops, events, wall)
     except KbtraceError as e:
