@@ -45,6 +45,7 @@ content, kbtrace version).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import re
@@ -58,8 +59,9 @@ import pyarrow as pa
 import yaml
 
 from kbtrace import __version__, schema
-from kbtrace._io import stable_hash, write_json, write_table
+from kbtrace._io import read_json_object, stable_hash, write_json, write_table
 from kbtrace._paths import resolve
+from kbtrace._yaml import DuplicateKey, load_unique
 from kbtrace.errors import KbtraceError, SweepError, TopologyError, UsageError
 from kbtrace.replay.options import FIDELITIES
 from kbtrace.topology._spec import apply_overrides
@@ -181,8 +183,18 @@ def parse_grid_items(items: Sequence[str] | None) -> dict[str, list[Any]]:
         if not sep or not key.strip() or not vals.strip():
             raise SweepError(f"--grid {item!r}: expected KEY=V1,V2,..., e.g. "
                              "--grid cube.hbm.pc_bw_gbps=8,16,32")
-        out[key.strip()] = [yaml.safe_load(v.strip()) for v in vals.split(",")]
+        out[key.strip()] = [_grid_value(item, v.strip()) for v in vals.split(",")]
     return out
+
+
+def _grid_value(item: str, text: str) -> Any:
+    """One ``--grid`` value parsed as a YAML scalar (``16``, ``0.5``, ``true``, ``W``)."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        why = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    raise SweepError(f"--grid {item}: value {text!r} is not valid YAML ({why}); give plain values "
+                     "separated by commas, e.g. --grid cube.hbm.pc_bw_gbps=8,16,32")
 
 
 def load_config(src: str | Path | Mapping[str, Any],
@@ -194,9 +206,12 @@ def load_config(src: str | Path | Mapping[str, Any],
     else:
         where = str(src)
         try:
-            raw = yaml.safe_load(Path(src).read_text())
+            raw = load_unique(Path(src).read_text())
         except FileNotFoundError:
             raise SweepError(f"{where}: no such sweep config; see replay/*.yaml") from None
+        except DuplicateKey as dup:
+            raise SweepError(f"{where}: {dup.path}: duplicate key at {dup.at} (first set at "
+                             f"{dup.first}); keep only one of them") from None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             at = f" line {mark.line + 1}" if mark else ""
@@ -396,8 +411,8 @@ def _point_keys(pts: Sequence[Point]) -> list[str]:
     for p in pts:
         if p.trace_dir not in trace_hash:
             meta = Path(p.trace_dir) / "trace.json"
-            trace_hash[p.trace_dir] = (json.loads(meta.read_text()).get("content_hash")
-                                       if meta.is_file() else None)
+            trace_hash[p.trace_dir] = (read_json_object(meta, "re-capture the workload")
+                                       .get("content_hash") if meta.is_file() else None)
         if p.topology not in topo_text:
             topo_text[p.topology] = Path(p.topology).read_text()
         cfg = {k: v for k, v in p.as_json().items() if k not in ("trace_dir", "topology")}
@@ -544,9 +559,18 @@ def run_sweep(config: str | Path | Mapping[str, Any] | SweepConfig, out_dir: str
     elif out.is_dir() and any(out.iterdir()):
         raise SweepError(f"{out}: exists and is not a sweep directory (no sweep.json); "
                          "choose another -o directory")
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
-    topos = _topologies(cfg)
-    pts = points(cfg, _trace_dirs(cfg, out, topos), [t.params.name for t in topos])
+    try:
+        topos = _topologies(cfg)
+        pts = points(cfg, _trace_dirs(cfg, out, topos), [t.params.name for t in topos])
+    except KbtraceError:
+        # nothing ran: leave no empty directories behind (captures are atomic: a failed one
+        # left nothing in traces/)
+        for d in (out / "traces", out) if created else (out / "traces",):
+            with contextlib.suppress(OSError):
+                d.rmdir()                   # only if empty
+        raise
     meta["points"] = len(pts)
     jobs_l = [{**p.as_json(), "out": str(out / p.rel_dir), "key": k}
               for p, k in zip(pts, _point_keys(pts), strict=True)]

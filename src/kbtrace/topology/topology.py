@@ -25,7 +25,7 @@ from kbtrace.errors import AddressError, RoutingError, TopologyError
 from kbtrace.topology import address
 from kbtrace.topology._build import PE_COMPONENTS, Graph, build_graph
 from kbtrace.topology._route import Router
-from kbtrace.topology._spec import apply_overrides, build_params, load_yaml, sip_grid
+from kbtrace.topology._spec import apply_overrides, build_params, describe, load_yaml, sip_grid
 from kbtrace.topology.model import Link, Node, PeCoord, Route
 from kbtrace.topology.params import TopologyParams
 
@@ -430,8 +430,10 @@ def compile_topology(path: str | os.PathLike[str], overrides: dict[str, Any] | N
         except Exception:  # noqa: BLE001 - a corrupt cache entry is rebuilt, never trusted
             pass
     raw = apply_overrides(load_yaml(text, where), ov, where)
-    params = build_params(raw, where)
-    topo = Topology(params, build_graph(params, where), where)
+    params = build_params(raw, where, ov)
+    # the graph builder's one check (no zero-latency hop) reads distances and overheads
+    hop_where = describe(where, {k: v for k, v in ov.items() if k.endswith(("_mm", "_ns"))})
+    topo = Topology(params, build_graph(params, hop_where), where)
     CACHE_STATS["misses"] += 1
     if use_cache:
         try:
