@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
@@ -113,3 +114,55 @@ def test_unknown_metric(base):
 def test_util_metric(base):
     res = diff(base, base)
     assert res.metrics["util.node.hbm_ctrl"].base == pytest.approx(75 / 180)
+
+
+def _set_durations(run, durs):
+    """Give ops new durations (t_end = t_start + dur), nothing else moved."""
+    t = pq.read_table(run / "op_timing.parquet")
+    ids, start = t.column("op_id").to_pylist(), t.column("t_start_ns").to_pylist()
+    end = t.column("t_end_ns").to_pylist()
+    for op, dur in durs.items():
+        end[ids.index(op)] = start[ids.index(op)] + dur
+    i = t.schema.get_field_index("t_end_ns")
+    write_table(run / "op_timing.parquet",
+                t.set_column(i, t.schema.field(i), pa.array(end, t.schema.field(i).type)))
+
+
+def test_op_max_is_one_op_in_verdict_table_and_json(base, tmp_path, capsys):
+    new = write_synthetic_run(tmp_path / "new")
+    # op 7 math/exp 30 -> 45 ns (+15, +50%: the largest relative change);
+    # op 1 composite/gemm 60 -> 84 ns (+24, +40%: the largest absolute change)
+    _set_durations(new, {7: 45.0, 1: 84.0})
+    res = diff(base, new, ["op.max>10%"])
+    d = res.metrics["op.max"]
+    assert (d.base, d.new, d.abs, d.pct) == (30.0, 45.0, 15.0, 50.0)
+    assert res.op_max == {"launch": 0, "program": 1, "seq": 2, "kind": "math", "name": "exp"}
+    assert res.violations == ["op.max changed by +50% (30 -> 45, launch 0 program 1 seq 2 "
+                              "math/exp), rule op.max>10%"]
+    assert not diff(base, new, ["op.max>50%"]).failed and diff(base, new, ["op.max>=50%"]).failed
+    # a bare value compares the same op's change in ns
+    assert diff(base, new, ["op.max>10"]).failed and not diff(base, new, ["op.max>15"]).failed
+    assert main(["diff", str(base), str(new), "--fail-on", "op.max>10%"]) == 1
+    out = capsys.readouterr().out
+    assert "verdict: REGRESSION: op.max changed by +50% (30 -> 45, launch 0 program 1" in out
+    assert " ".join(next(ln for ln in out.splitlines() if ln.startswith("op.max ")).split()) == \
+        "op.max 30 45 +15 +50.00%"
+    assert "op.max is launch 0 program 1 seq 2 math/exp (largest relative per-op change)" in out
+    assert main(["diff", str(base), str(new), "-f", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)["metrics"]["op.max"]
+    assert doc == {"base": 30.0, "new": 45.0, "delta": 15.0, "pct": 50.0,
+                   "op": {"launch": 0, "program": 1, "seq": 2, "kind": "math", "name": "exp"}}
+
+
+def test_op_max_catches_a_large_speed_up(base, tmp_path):
+    new = write_synthetic_run(tmp_path / "new")
+    _set_durations(new, {5: 6.0, 7: 33.0})      # op 5 load 60 -> 6 ns (-90%); op 7 +10%
+    res = diff(base, new, ["op.max>80%"])
+    d = res.metrics["op.max"]
+    assert (d.base, d.new, d.abs, round(d.pct, 6)) == (60.0, 6.0, -54.0, -90.0)
+    assert res.violations == ["op.max changed by -90% (60 -> 6, launch 0 program 1 seq 0 "
+                              "load/load), rule op.max>80%"]
+    assert not diff(base, new, ["op.max>90%"]).failed
+    # the reverse diff: 6 -> 60 ns is +900%
+    assert diff(new, base, ["op.max>800%"]).violations[0].startswith("op.max changed by +900% "
+                                                                      "(6 -> 60, launch 0 program 1")

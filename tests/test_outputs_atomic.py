@@ -108,8 +108,9 @@ def test_an_oserror_on_another_path_is_not_blamed_on_the_output(tmp_path):
 
 
 # ---------------------------------------------------------------------------- JSON
-@pytest.mark.parametrize("text, why", [("{x", r"not valid JSON \(line 1, column 2"),
-                                       ("[]", "holds a JSON list, not an object")])
+@pytest.mark.parametrize("text, why", [
+    ("{x", r"corrupt or truncated JSON \(Expecting property name .* at line 1, column 2\)"),
+    ("[]", r"corrupt \(a JSON array, not an object\)")])
 def test_malformed_json_metadata_is_a_schema_error(tmp_path, text, why):
     f = tmp_path / "m.json"
     f.write_text(text)

@@ -36,6 +36,7 @@ __all__ = [
     "atomic_dir",
     "check_replaceable",
     "read_json_object",
+    "json_type",
     "write_json",
     "write_table",
     "BatchWriter",
@@ -152,21 +153,26 @@ def atomic_dir(path: str | os.PathLike[str], marker: str, what: str) -> Iterator
                 shutil.rmtree(leftover, ignore_errors=True)
 
 
+def json_type(v: object) -> str:
+    """The JSON name of a parsed value's type (``array``, ``number``, ...), for messages."""
+    return {bool: "boolean", int: "number", float: "number", str: "string", list: "array",
+            dict: "object", type(None): "null"}.get(type(v), type(v).__name__)
+
+
 def read_json_object(path: str | os.PathLike[str], fix: str) -> dict[str, Any]:
-    """A JSON file that must hold an object; a ``SchemaError`` naming the file, what is wrong
-    and ``fix`` if it is unreadable, not JSON or not an object."""
+    """A JSON file that must hold an object; a corrupt, truncated, unreadable or non-object
+    file is a ``SchemaError`` naming ``path`` and ending with ``fix``."""
     p = Path(path)
     try:
-        obj = json.loads(p.read_text())
+        doc = json.loads(p.read_text())
     except json.JSONDecodeError as exc:
-        raise SchemaError(f"{p}: not valid JSON (line {exc.lineno}, column {exc.colno}: "
-                          f"{exc.msg}); {fix}") from None
+        raise SchemaError(f"{p}: corrupt or truncated JSON ({exc.msg} at line {exc.lineno}, "
+                          f"column {exc.colno}); {fix}") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise SchemaError(f"{p}: cannot be read ({getattr(exc, 'strerror', None) or exc}); "
-                          f"{fix}") from None
-    if not isinstance(obj, dict):
-        raise SchemaError(f"{p}: holds a JSON {type(obj).__name__}, not an object; {fix}")
-    return obj
+        raise SchemaError(f"{p}: unreadable ({exc}); {fix}") from None
+    if not isinstance(doc, dict):
+        raise SchemaError(f"{p}: corrupt (a JSON {json_type(doc)}, not an object); {fix}")
+    return doc
 
 
 def write_json(path: str | os.PathLike[str], obj: Any) -> None:

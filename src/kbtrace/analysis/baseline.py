@@ -20,11 +20,26 @@ from kbtrace.analysis.main import capture_and_replay
 from kbtrace.analysis.summary import Summary, summarize, write_summary
 from kbtrace.errors import AnalysisError
 
-__all__ = ["workloads", "baseline_root", "update_baselines", "check_baselines", "fresh_summary"]
+__all__ = ["workloads", "baseline_root", "update_command", "update_baselines", "check_baselines", "fresh_summary"]
 
 
 def baseline_root() -> Path:
     return project_dir("data/baselines")
+
+
+def update_command(name: str, root: str | os.PathLike[str] | None = None,
+                   topology: str | os.PathLike[str] | None = None) -> str:
+    """The ``kbtrace baseline update`` command that (re)writes ``name``'s baseline under
+    ``root``: with ``--root`` unless ``root`` is the default, so following it writes there
+    (and with ``-t`` when a topology was named)."""
+    cmd = f"kbtrace baseline update {name}" + (f" -t {topology}" if topology else "")
+    if root is None:
+        return cmd
+    try:
+        default = Path(root).resolve() == baseline_root().resolve()
+    except OSError:
+        default = False
+    return cmd if default else f"{cmd} --root {root}"
 
 
 def workloads(names: list[str] | None = None) -> list[Path]:
@@ -61,10 +76,11 @@ def check_baselines(names: list[str] | None = None, topology: str | os.PathLike[
                     root: str | os.PathLike[str] | None = None,
                     fail_on: list[str] | None = None) -> Iterator[tuple[str, DiffResult]]:
     topo = resolve(topology or DEFAULT_TOPOLOGY, "topology")
+    named = topology if topology and topo != resolve(DEFAULT_TOPOLOGY, "topology") else None
     base = Path(root) if root else baseline_root()
     for wl in workloads(names):
         bl = base / wl.stem
         if not (bl / "summary.json").is_file():
             raise AnalysisError(f"no baseline for {wl.stem} in {base}; create it with "
-                                f"`kbtrace baseline update {wl.stem}`")
+                                f"`{update_command(wl.stem, root, named)}`")
         yield wl.stem, diff(bl, fresh_summary(wl, topo), fail_on or ["makespan>2%"])

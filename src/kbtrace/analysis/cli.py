@@ -11,18 +11,21 @@ from kbtrace._paths import add_topology, arg
 __all__ = ["register"]
 
 _RUN_HELP = "run directory, or its name in data/runs/"
+_REPORT_HELP = ("run directory, sweep directory or directory of runs (a per-point report), "
+                "or its name in data/runs/ or data/sweeps/")
 
 
 def _sql(args: argparse.Namespace) -> int:
     from kbtrace.analysis.formats import render, resolve_query, write_frame
     from kbtrace.analysis.run import open_run
+    from kbtrace.errors import UsageError
 
+    if args.format == "parquet" and not args.output:
+        raise UsageError("--format parquet needs -o FILE (Parquet is not written to a terminal)")
+    query = resolve_query(args.query)     # an empty query or a missing .sql file: no run opened
     _missing_trace_note(args.run)
     with open_run(args.run) as run:
-        df = run.sql(resolve_query(args.query))
-    if args.format == "parquet" and not args.output:
-        print("kbtrace: error: --format parquet needs -o FILE", file=sys.stderr)
-        return 2
+        df = run.sql(query)
     if args.output:
         write_frame(df, args.format, args.output)
         print(f"wrote {df.height} rows to {args.output}")
@@ -175,8 +178,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             b.add_argument("--fail-on", action="append", metavar="RULE")
         b.set_defaults(func=fn)
 
-    p = sub.add_parser("report", help="tables, PNG plots and one self-contained HTML page for a run")
-    p.add_argument("run", type=arg("run"), help=_RUN_HELP)
+    p = sub.add_parser("report", help="tables, plots and one HTML page for a run, sweep or set of runs")
+    p.add_argument("run", type=arg("run"), help=_REPORT_HELP)
     p.add_argument("-o", "--output", default=None, help="report directory (default: RUN/report)")
     p.set_defaults(func=_report)
 

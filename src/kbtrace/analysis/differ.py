@@ -6,11 +6,18 @@ deltas. ``--fail-on`` rules set the verdict:
 
     RULE   := METRIC OP VALUE ['%']          OP in > < >= <=
     METRIC := makespan | stage.<stage> | util.<node|link>.<kind> | ops.added | ops.removed
-              | op.max   (largest per-op relative duration change)
+              | op.max   (the op with the largest relative duration change, either way)
 
 ``VALUE%`` compares the relative change in percent ((new - base) / base * 100); a bare
 VALUE compares the absolute change (ns, utilisation fraction or op count). A rule on
 a metric absent from both runs is an error (typo protection).
+
+``op.max`` is ONE matched op: the one whose duration changed most relative to its base
+duration, slower or faster (ops of zero base duration have no relative change and are
+skipped; ties: larger absolute change, then the op key). Its base / new / delta / % are that
+op's, in the table, the JSON and the verdict alike; its rules compare the magnitude of that
+op's change (``op.max>10%``: some op got more than 10% slower or faster; ``op.max>50``: that
+op's duration changed by more than 50 ns).
 """
 
 from __future__ import annotations
@@ -77,6 +84,7 @@ class DiffResult:
     changed: pl.DataFrame          # per-op duration deltas, largest |delta| first
     n_matched: int
     violations: list[str] = field(default_factory=list)
+    op_max: dict[str, Any] | None = None   # OP_KEY of the op behind metrics["op.max"]
 
     @property
     def failed(self) -> bool:
@@ -91,11 +99,15 @@ class DiffResult:
     def to_dict(self) -> dict[str, Any]:
         def num(x: float) -> float | str:
             return x if math.isfinite(x) else str(x)
+        metrics: dict[str, dict[str, Any]] = {
+            k: {"base": d.base, "new": d.new, "delta": d.abs, "pct": num(d.pct)}
+            for k, d in self.metrics.items()}
+        if "op.max" in metrics and self.op_max is not None:
+            metrics["op.max"]["op"] = self.op_max
         return {
             "base": self.base, "new": self.new, "unchanged": self.unchanged, "failed": self.failed,
             "violations": self.violations, "n_matched": self.n_matched,
-            "metrics": {k: {"base": d.base, "new": d.new, "delta": d.abs, "pct": num(d.pct)}
-                        for k, d in self.metrics.items()},
+            "metrics": metrics,
             "added": self.added.to_dicts(), "removed": self.removed.to_dicts(),
             "top_changed": self.changed.head(20).to_dicts(),
         }
@@ -118,6 +130,8 @@ class DiffResult:
             lines.append(f"{'metric':<28} {'base':>14} {'new':>14} {'delta':>14} {'%':>9}")
             lines += [f"{k:<28} {d.base:>14.6g} {d.new:>14.6g} {d.abs:>+14.6g} {d.pct:>+8.2f}%"
                       for k, d in rows]
+        if self.op_max is not None and any(k == "op.max" for k, _ in rows):
+            lines += ["", f"op.max is {_op_label(self.op_max)} (largest relative per-op change)"]
         if self.changed.height and float(self.changed["delta_ns"].abs().max()) > _EPS:
             lines += ["", "largest per-op duration changes (ns):"]
             for r in self.changed.head(10).iter_rows(named=True):
@@ -158,20 +172,18 @@ def diff(base: Any, new: Any, fail_on: list[str] | tuple[str, ...] = ()) -> Diff
     metrics = _metrics(b, n)
     metrics["ops.added"] = Delta("ops.added", 0.0, float(added.height))
     metrics["ops.removed"] = Delta("ops.removed", 0.0, float(removed.height))
-    if changed.height:
-        rel = changed.filter(pl.col("dur_base_ns") > 0).select(
-            (pl.col("delta_ns") / pl.col("dur_base_ns") * 100).max()).item()
-        worst = changed.row(0, named=True)
-        metrics["op.max"] = Delta("op.max", worst["dur_base_ns"], worst["dur_new_ns"])
-        op_max_pct = float(rel) if rel is not None else 0.0
-    else:
-        op_max_pct = 0.0
+    op_max = _op_max(changed)
+    if op_max is not None:
+        metrics["op.max"] = Delta("op.max", op_max["dur_base_ns"], op_max["dur_new_ns"])
     res = DiffResult(str(getattr(b, "source", base)), str(getattr(n, "source", new)), metrics,
-                     added, removed, changed, matched.height)
+                     added, removed, changed, matched.height,
+                     op_max=None if op_max is None else {k: op_max[k] for k in key})
     for r in rules:
         d = metrics.get(r.metric)
         if d is None:
-            if r.metric.startswith(("stage.", "util.")):
+            if r.metric == "op.max":       # no matched op with a duration: nothing changed
+                d = Delta(r.metric, 0.0, 0.0)
+            elif r.metric.startswith(("stage.", "util.")):
                 d = Delta(r.metric, 0.0, 0.0)
                 known = [k for k in metrics if k.startswith(r.metric.split(".")[0] + ".")]
                 if r.metric.startswith("stage.") and r.metric[6:] not in _STAGES:
@@ -185,8 +197,8 @@ def diff(base: Any, new: Any, fail_on: list[str] | tuple[str, ...] = ()) -> Diff
                 raise AnalysisError(f"--fail-on {r.text!r}: unknown metric {r.metric!r}; use "
                                     "makespan, stage.<stage>, util.<node|link>.<kind>, ops.added, "
                                     "ops.removed or op.max")
-        if r.metric == "op.max":
-            val = op_max_pct if r.percent else d.abs
+        if r.metric == "op.max":      # the magnitude: a large speed-up counts too
+            val = abs(d.pct) if r.percent else abs(d.abs)
         elif r.metric in ("ops.added", "ops.removed") and r.percent:
             val = d.new / max(1, b.ops.height) * 100.0
         else:
@@ -195,9 +207,29 @@ def diff(base: Any, new: Any, fail_on: list[str] | tuple[str, ...] = ()) -> Diff
                "<=": val <= r.value}[r.op]
         if hit:
             unit = "%" if r.percent else ""
-            res.violations.append(f"{r.metric} changed by {val:+.4g}{unit} ({d.base:.6g} -> "
-                                  f"{d.new:.6g}), rule {r.text}")
+            shown = (d.pct if r.percent else d.abs) if r.metric == "op.max" else val
+            what = f", {_op_label(res.op_max)}" if r.metric == "op.max" and res.op_max else ""
+            res.violations.append(f"{r.metric} changed by {shown:+.4g}{unit} ({d.base:.6g} -> "
+                                  f"{d.new:.6g}{what}), rule {r.text}")
     return res
+
+
+def _op_max(changed: pl.DataFrame) -> dict[str, Any] | None:
+    """The matched op with the largest |relative duration change| (base duration > 0);
+    ties: larger |delta_ns|, then the op key. None when no op has a base duration."""
+    key = list(OP_KEY)
+    cand = changed.filter(pl.col("dur_base_ns") > 0)
+    if cand.height == 0:
+        return None
+    cand = cand.with_columns((pl.col("delta_ns") / pl.col("dur_base_ns")).abs().alias("_rel"))
+    cand = cand.sort([pl.col("_rel"), pl.col("delta_ns").abs(), *key],
+                     descending=[True, True] + [False] * len(key))
+    return cand.row(0, named=True)
+
+
+def _op_label(op: dict[str, Any]) -> str:
+    return (f"launch {op['launch']} program {op['program']} seq {op['seq']} "
+            f"{op['kind']}/{op['name']}")
 
 
 _STAGES = ("dma_read", "fetch", "gemm", "math", "store", "dma_write", "ipcq", "other", "idle")

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kbtrace._io import atomic_path, write_table
-from kbtrace.errors import AnalysisError
+from kbtrace.errors import AnalysisError, UsageError
 
 __all__ = ["FORMATS", "render", "write_frame", "saved_query_dirs", "resolve_query",
            "saved_queries"]
@@ -83,14 +83,49 @@ def saved_queries() -> dict[str, Path]:
     return dict(sorted(out.items()))
 
 
+_HOW = "pass SQL text in quotes, a saved query name (e.g. top_hotspots) or a .sql file"
+
+
+_PATHISH = re.compile(r"^[\w.~:/\\-]*[/\\][\w.~:/\\-]*$")
+
+
+def _looks_like_path(text: str) -> bool:
+    """One token ending in ``.sql``, or made of path characters with a ``/``: no SQL
+    statement is (``SELECT(1/2)`` has parentheses)."""
+    return not any(c.isspace() for c in text) and (
+        text.lower().endswith(".sql") or bool(_PATHISH.match(text)))
+
+
+def _read_query_file(path: Path) -> str:
+    try:
+        sql = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read the SQL file ({exc}); {_HOW}") from None
+    if not sql.strip():
+        raise UsageError(f"{path}: the SQL file is empty; write a query in it, or {_HOW}")
+    return sql
+
+
 def resolve_query(text: str) -> str:
-    """A saved query name (``top_hotspots``), a path to a .sql file, or SQL text as is."""
-    if _NAME.match(text):
+    """A saved query name (``top_hotspots``), a path to a .sql file, or SQL text as is.
+
+    Empty text, and a path (one token ending in ``.sql`` or holding a ``/``) that names no
+    file, are ``UsageError``s rather than SQL syntax errors."""
+    query = text.strip()
+    if not query:
+        raise UsageError(f"the SQL query is empty; {_HOW}")
+    if _NAME.match(query):
         found = saved_queries()
-        if text in found:
-            return found[text].read_text()
-        raise AnalysisError(f"no saved query {text!r}; available: {', '.join(found) or 'none'} "
+        if query in found:
+            return _read_query_file(found[query])
+        raise AnalysisError(f"no saved query {query!r}; available: {', '.join(found) or 'none'} "
                             "(or pass SQL text in quotes)")
-    if text.endswith(".sql") and Path(text).is_file():
-        return Path(text).read_text()
+    path = Path(query)
+    if _looks_like_path(query):
+        if path.is_file():
+            return _read_query_file(path)
+        raise UsageError(f"{query}: no such file; check the path of the .sql file, or pass "
+                         "SQL text in quotes or a saved query name (e.g. top_hotspots)")
+    if query.endswith(".sql") and path.is_file():     # a path with spaces
+        return _read_query_file(path)
     return text

@@ -6,8 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import polars as pl
-
-from kbtrace.errors import AnalysisError
+import pyarrow as pa
 
 __all__ = ["summary_frame", "headline", "roofline", "roofline_total", "stage_totals", "stage_wide", "top_hotspots", "critical_path_by_kind",
            "node_util_by_kind", "top_links", "pe_overlap", "pe_segments", "pe_segment_batches", "first_pes", "n_pes", "mesh_util",
@@ -159,11 +158,19 @@ def pe_segment_batches(run: Any, max_pes: int | None = None,
                        batch_rows: int = 262_144) -> Iterator[pl.DataFrame]:
     """``pe_segments`` in frames of at most ``batch_rows`` rows (streamed from DuckDB), so a
     consumer that folds them (``plots.timeline_image``) holds one batch at a time."""
+    import duckdb
+
     try:
         reader = run.con.sql(_pe_segments_sql(max_pes)).to_arrow_reader(batch_rows)
-    except Exception as exc:  # duckdb.Error, surfaced like Run.sql's
-        raise AnalysisError(f"SQL failed: {str(exc).splitlines()[0]}") from exc
-    for batch in reader:
+    except duckdb.Error as exc:  # surfaced like Run.sql's
+        raise run.error(exc) from exc
+    while True:
+        try:
+            batch = reader.read_next_batch()
+        except StopIteration:
+            return
+        except (duckdb.Error, pa.ArrowException) as exc:   # a page read mid-stream
+            raise run.error(exc) from exc
         yield pl.from_arrow(batch)
 
 

@@ -21,11 +21,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kbtrace import schema
+from kbtrace._io import file_hash, json_type, read_json_object, stable_hash
 from kbtrace.analysis.sqllib import load_views
-from kbtrace.errors import AnalysisError
+from kbtrace.errors import AnalysisError, KbtraceError, SchemaError, UsageError
 
 __all__ = ["Run", "open_run", "find_trace_dir", "recorded_trace_path", "read_run_json",
-           "flat_info", "DEFAULT_WINDOWS"]
+           "run_trace_dir", "check_trace_hash", "read_json_object", "read_parquet_schema",
+           "corrupt_parquet", "flat_info", "DEFAULT_WINDOWS", "REPLAY_FIX"]
 
 DEFAULT_WINDOWS = 20
 # views the report reads more than once, each costly on large runs (helpers first)
@@ -44,19 +46,91 @@ def _q(path: Path) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
 
+#: how to regenerate a run directory's own files (run.json, op_timing/hops/nodes/links)
+REPLAY_FIX = "re-run `kbtrace replay` to regenerate the run"
+
+
+def _reason(exc: BaseException) -> str:
+    """The first sentence of an Arrow / DuckDB error (they run on for several lines)."""
+    line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return line.split(". ")[0].rstrip(".")
+
+
+def corrupt_parquet(path: Path, exc: BaseException, fix: str) -> SchemaError:
+    """The one-line error for a Parquet file that cannot be read."""
+    return SchemaError(f"{path}: corrupt or truncated Parquet file ({_reason(exc)}); {fix}")
+
+
+def read_parquet_schema(path: Path, fix: str) -> pa.Schema:
+    """``pq.read_schema``; a corrupt or truncated file is a ``SchemaError`` naming it."""
+    try:
+        return pq.read_schema(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise corrupt_parquet(path, exc, fix) from None
+
+
+def _scan(path: Path) -> BaseException | None:
+    """Decode every page of a Parquet file, one batch at a time; the error, if any."""
+    try:
+        for _ in pq.ParquetFile(path).iter_batches(batch_size=1 << 16):
+            pass
+    except (pa.ArrowException, OSError) as exc:
+        return exc
+    return None
+
+
+# DuckDB errors a damaged file can raise mid-query (user SQL mistakes are Parser, Binder,
+# Catalog, Conversion, ... exceptions): only these lead to a scan of the run's files
+_READ_ERRORS = (duckdb.IOException, duckdb.InvalidInputException, duckdb.SerializationException,
+                duckdb.InternalException)
+
+
 def read_run_json(run_dir: Path) -> dict[str, Any]:
     p = run_dir / "run.json"
     if not p.is_file():
         raise AnalysisError(f"{run_dir}: not a run directory (no run.json); "
                             "pass the directory written by `kbtrace replay`")
-    info = json.loads(p.read_text())
+    info = read_json_object(p, REPLAY_FIX)
     schema.check_version(info.get("schema_version"), str(p))
+    _check_run_info(info, p)
     return info
+
+
+_NUM, _STR, _OBJ = (int, float), (str,), (dict,)
+#: run.json keys analysis reads -> accepted types (None is accepted too: older runs lack some)
+_RUN_KEYS: dict[str, tuple[type, ...]] = {
+    "makespan_ns": _NUM, "wall_s": _NUM, "events": _NUM, "ops": _NUM, "hops": _NUM,
+    "run_id": _STR, "fidelity": _STR, "trace_dir": _STR, "trace_hash": _STR,
+    "trace": _OBJ, "topology": (str, dict), "options": _OBJ, "peaks": _OBJ,
+    "trace.path": _STR, "trace.path_from_run": _STR, "trace.hash": _STR, "trace.workload": _STR,
+    "topology.path": _STR, "topology.name": _STR, "topology.hash": _STR,
+}
+
+
+def _check_run_info(info: dict[str, Any], path: Path) -> None:
+    """The run.json fields analysis reads have the types replay writes (a hand-edited or
+    damaged file fails here, naming the field, not later with a TypeError)."""
+    for key, types in _RUN_KEYS.items():
+        parent, _, leaf = key.rpartition(".")
+        holder = info.get(parent) if parent else info
+        if not isinstance(holder, dict):
+            continue
+        v = holder.get(leaf)
+        if v is not None and (not isinstance(v, types) or isinstance(v, bool)):
+            want = {_NUM: "a number", _STR: "a string", _OBJ: "an object"}.get(
+                types, "a string or an object")
+            raise SchemaError(f"{path}: corrupt: {key} is a JSON {json_type(v)}, expected "
+                              f"{want}; {REPLAY_FIX}")
+    bad = [k for k, v in (info.get("peaks") or {}).items()
+           if v is not None and (not isinstance(v, _NUM) or isinstance(v, bool))]
+    if bad:
+        raise SchemaError(f"{path}: corrupt: peaks.{bad[0]} is not a number; {REPLAY_FIX}")
 
 
 def recorded_trace_path(info: dict[str, Any]) -> str | None:
     """The trace path a run.json records (``trace.path``; ``trace_dir`` in older runs)."""
-    return info.get("trace_dir") or (info.get("trace") or {}).get("path")
+    tr = info.get("trace")
+    return info.get("trace_dir") or (tr.get("path") if isinstance(tr, dict) else None)
 
 
 def find_trace_dir(run_dir: Path, info: dict[str, Any]) -> Path | None:
@@ -71,16 +145,70 @@ def find_trace_dir(run_dir: Path, info: dict[str, Any]) -> Path | None:
     if from_run:    # the run and its trace moved together (a copied data/ tree)
         cands.append(run_dir / from_run)
     for cand in cands:
-        if (cand / "ops.parquet").is_file():
-            return cand.resolve()
+        try:
+            if (cand / "ops.parquet").is_file():
+                return cand.resolve()
+        except (OSError, ValueError):     # a recorded path the OS rejects (NUL, too long)
+            continue
     return None
 
 
-def _checked(path: Path, expected: pa.Schema) -> Path:
+def _trace_hash(trace_dir: Path) -> str:
+    """The trace hash replay records in run.json ``trace.hash``: ``stable_hash`` of
+    trace.json's ``content_hash`` (the hashes of ops.parquet and memory.parquet written by
+    capture), else of ops.parquet's bytes. Reads trace.json only: cheap on any trace."""
+    fix = "re-capture the trace"
+    mj = trace_dir / "trace.json"
+    meta = read_json_object(mj, fix) if mj.is_file() else {}
+    try:
+        return stable_hash(meta.get("content_hash") or file_hash(trace_dir / "ops.parquet"))
+    except OSError as exc:
+        raise SchemaError(f"{trace_dir / 'ops.parquet'}: unreadable ({exc}); {fix}") from None
+
+
+def check_trace_hash(run_dir: Path, info: dict[str, Any], trace_dir: Path) -> None:
+    """Refuse a trace that is not the one the run was replayed from (re-captured, or another
+    trace now at the recorded path): every join of run and trace would silently lose rows.
+    Runs that recorded no ``trace.hash`` (older runs, duck-typed traces) are not checked."""
+    tr = info.get("trace")
+    want = tr.get("hash") if isinstance(tr, dict) else None
+    if not want or not recorded_trace_path(info):
+        return
+    got = _trace_hash(trace_dir)
+    if got != want:
+        topo = info.get("topology")
+        topo_path = (topo.get("path") if isinstance(topo, dict) else None) or "TOPOLOGY"
+        fid = " --fidelity flit" if info.get("fidelity") == "flit" else ""
+        raise SchemaError(f"{run_dir / 'run.json'}: the trace at {trace_dir} changed since this "
+                          f"run was replayed (hash {got}, run has {want}); re-run `kbtrace "
+                          f"replay {trace_dir} -t {topo_path}{fid} -o {run_dir}`, or re-capture "
+                          "the original trace")
+
+
+def run_trace_dir(run_dir: Path, info: dict[str, Any]) -> Path | None:
+    """``find_trace_dir``, then ``check_trace_hash``: the trace the run was replayed from,
+    None when it cannot be found; a ``SchemaError`` when it changed since the replay."""
+    trace_dir = find_trace_dir(run_dir, info)
+    if trace_dir is not None:
+        check_trace_hash(run_dir, info, trace_dir)
+    return trace_dir
+
+
+def _checked(path: Path, expected: pa.Schema, fix: str = REPLAY_FIX) -> Path:
     if not path.is_file():
-        raise AnalysisError(f"{path}: missing; re-run `kbtrace replay` to regenerate the run")
-    schema.check_schema(pq.read_schema(path), expected, str(path))
+        raise AnalysisError(f"{path}: missing; {fix}")
+    schema.check_schema(read_parquet_schema(path, fix), expected, str(path))
     return path
+
+
+def _create_view(con: duckdb.DuckDBPyConnection, sql: str, files: list[Path], fix: str) -> None:
+    """``CREATE VIEW`` over Parquet files; DuckDB reads their footers here, so a file that
+    pyarrow accepted but DuckDB cannot read fails with its name, not a DuckDB traceback."""
+    try:
+        con.execute(sql)
+    except duckdb.Error as exc:
+        bad = next((f for f in files if _scan(f) is not None), files[0])
+        raise corrupt_parquet(bad, exc, fix) from None
 
 
 class Run:
@@ -99,18 +227,44 @@ class Run:
         self.run_dirs = run_dirs
 
     # -- queries
-    def sql(self, query: str) -> pl.DataFrame:
-        """Run SQL over the views; return a polars DataFrame."""
+    def error(self, exc: Exception, what: str = "SQL failed") -> KbtraceError:
+        """The error to raise for a DuckDB failure: when it may come from a damaged file
+        (I/O, invalid input, ...), the run's Parquet files are decoded to name the corrupt
+        one (a ``SchemaError``: re-run replay / re-capture); else ``AnalysisError(what)``."""
+        if type(exc) is duckdb.Error or isinstance(exc, (*_READ_ERRORS, pa.ArrowException)):
+            files = [(d / f"{t}.parquet", REPLAY_FIX) for d in self.run_dirs for t in _RUN_FILES]
+            if self.trace_dir is not None:
+                files.append((self.trace_dir / "ops.parquet", "re-capture the trace"))
+            for path, fix in files:
+                bad = _scan(path) if path.is_file() else None
+                if bad is not None:
+                    return corrupt_parquet(path, bad, fix)
+        return AnalysisError(f"{what}: {str(exc).splitlines()[0] if str(exc) else exc!r}")
+
+    def _relation(self, query: str) -> duckdb.DuckDBPyRelation | None:
+        if not query.strip():
+            raise UsageError("the SQL query is empty; pass SQL text, a saved query name "
+                             "(e.g. top_hotspots) or a .sql file")
         try:
-            return self.con.sql(query).pl()
+            return self.con.sql(query)
         except duckdb.Error as exc:
-            raise AnalysisError(f"SQL failed: {str(exc).splitlines()[0]}") from exc
+            raise self.error(exc) from exc
+
+    def sql(self, query: str) -> pl.DataFrame:
+        """Run SQL over the views; return a polars DataFrame (empty for a statement that
+        returns no rows, e.g. ``CREATE VIEW``)."""
+        rel = self._relation(query)
+        try:
+            return pl.DataFrame() if rel is None else rel.pl()
+        except duckdb.Error as exc:
+            raise self.error(exc) from exc
 
     def arrow(self, query: str) -> pa.Table:
+        rel = self._relation(query)
         try:
-            return self.con.sql(query).to_arrow_table()
+            return pa.table({}) if rel is None else rel.to_arrow_table()
         except duckdb.Error as exc:
-            raise AnalysisError(f"SQL failed: {str(exc).splitlines()[0]}") from exc
+            raise self.error(exc) from exc
 
     def pl(self, view: str) -> pl.DataFrame:
         """A whole view (``run.pl("hops")``) as a polars DataFrame."""
@@ -145,8 +299,7 @@ class Run:
                                  + (" ORDER BY ALL" if safe else ""))
                 self.con.execute(f"CREATE OR REPLACE VIEW {v} AS SELECT * FROM _m_{v}")
             except duckdb.Error as exc:
-                raise AnalysisError(f"materialising view {v!r} failed: "
-                                    f"{str(exc).splitlines()[0]}") from exc
+                raise self.error(exc, f"materialising view {v!r} failed") from exc
             finally:
                 if par:
                     self.con.execute("SET threads TO 1")
@@ -224,8 +377,24 @@ def _run_meta_sql(info: dict[str, Any], multi: bool) -> str:
     return f"CREATE TABLE _run_meta AS SELECT {cols}"
 
 
-def open_run(path: str | os.PathLike[str], *, n_windows: int = DEFAULT_WINDOWS) -> Run:
+def _points_run_dirs(points: Path) -> list[str]:
+    """A sweep's ``points.parquet`` ``run_dir`` column (each point's directory, in order)."""
+    fix = "re-run `kbtrace sweep` to regenerate it"
+    read_parquet_schema(points, fix)
+    try:
+        return pq.read_table(points, columns=["run_dir"]).column("run_dir").to_pylist()
+    except (pa.ArrowException, OSError, KeyError) as exc:
+        raise SchemaError(f"{points}: corrupt or not a sweep points table "
+                          f"({str(exc).splitlines()[0]}); {fix}") from None
+
+
+def open_run(path: str | os.PathLike[str], *, n_windows: int = DEFAULT_WINDOWS,
+             trace: bool = True) -> Run:
     """Open a run directory (or a directory of run directories) for SQL/polars analysis.
+
+    The run's trace (its ``ops`` view) must be the one it was replayed from (run.json
+    ``trace.hash``; a ``SchemaError`` otherwise). ``trace=False`` does not look for it:
+    ``ops`` is then empty, for callers that read only the run's own files (``summarize``).
 
     >>> run = open_run("data/runs/gemm")                       # doctest: +SKIP
     >>> run.sql("SELECT * FROM hotspots ORDER BY rank LIMIT 5")  # doctest: +SKIP
@@ -242,40 +411,54 @@ def open_run(path: str | os.PathLike[str], *, n_windows: int = DEFAULT_WINDOWS) 
         dirs = sorted(p.parent for p in root.rglob("run.json"))
         points = root / "points.parquet"
         if points.is_file():
-            order = {d: i for i, d in enumerate(pq.read_table(points, columns=["run_dir"])
-                                                .column("run_dir").to_pylist())}
+            order = {d: i for i, d in enumerate(_points_run_dirs(points))}
             dirs.sort(key=lambda d: (order.get(d.relative_to(root).as_posix(), len(order)), d))
         if not dirs:
             raise AnalysisError(f"{root}: neither a run directory (no run.json) nor a "
                                 "directory of runs; pass a directory written by `kbtrace replay`")
     infos = [read_run_json(d) for d in dirs]
     con = duckdb.connect()
+    try:
+        return _open(root, dirs, infos, con, n_windows, trace)
+    except BaseException:
+        con.close()
+        raise
+
+
+def _open(root: Path, dirs: list[Path], infos: list[dict[str, Any]],
+          con: duckdb.DuckDBPyConnection, n_windows: int, trace: bool) -> Run:
+    """Create the views of ``open_run`` on ``con``."""
     con.execute("SET threads TO 1")  # deterministic row order inside views, small runs
     con.execute("SET enable_progress_bar = false")   # no progress bars on stderr mid-report
     multi = len(dirs) > 1 or root != dirs[0]
     for table, sch in _RUN_FILES.items():
         files = [_checked(d / f"{table}.parquet", sch) for d in dirs]
         if table in ("nodes", "links"):  # one topology per view: the first run's
-            con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet({_q(files[0])})")
+            _create_view(con, f"CREATE VIEW {table} AS SELECT * FROM read_parquet({_q(files[0])})",
+                         files[:1], REPLAY_FIX)
         elif multi:   # run_name: the run's directory relative to root (sweep: its partitions)
             lst = "[" + ", ".join(_q(f) for f in files) + "]"
             cut = len(str(root).rstrip("/")) + 2
-            con.execute(
-                f"CREATE VIEW {table} AS SELECT * EXCLUDE (filename), "
-                f"regexp_replace(substr(filename, {cut}), '/[^/]+$', '') AS run_name "
-                f"FROM read_parquet({lst}, filename=true)")
+            _create_view(con,
+                         f"CREATE VIEW {table} AS SELECT * EXCLUDE (filename), "
+                         f"regexp_replace(substr(filename, {cut}), '/[^/]+$', '') AS run_name "
+                         f"FROM read_parquet({lst}, filename=true)", files, REPLAY_FIX)
         else:
-            con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet({_q(files[0])})")
-    trace_dir = find_trace_dir(dirs[0], infos[0])
+            _create_view(con, f"CREATE VIEW {table} AS SELECT * FROM read_parquet({_q(files[0])})",
+                         files, REPLAY_FIX)
+    trace_dir = run_trace_dir(dirs[0], infos[0]) if trace else None
     if trace_dir is not None:
-        ops = _checked(trace_dir / "ops.parquet", schema.OPS)
-        con.execute(f"CREATE VIEW ops AS SELECT * FROM read_parquet({_q(ops)})")
+        ops = _checked(trace_dir / "ops.parquet", schema.OPS, "re-capture the trace")
+        _create_view(con, f"CREATE VIEW ops AS SELECT * FROM read_parquet({_q(ops)})", [ops],
+                     "re-capture the trace")
     else:
         con.register("_ops_empty", schema.OPS.empty_table())
         con.execute("CREATE VIEW ops AS SELECT * FROM _ops_empty")
     con.register("_runs_arrow", _runs_table(root, dirs, infos))
     if multi and (root / "points.parquet").is_file():    # a sweep: its points table too
-        con.execute(f"CREATE VIEW points AS SELECT * FROM read_parquet({_q(root / 'points.parquet')})")
+        pts = root / "points.parquet"
+        _create_view(con, f"CREATE VIEW points AS SELECT * FROM read_parquet({_q(pts)})", [pts],
+                     "re-run `kbtrace sweep` to regenerate it")
     con.execute("CREATE VIEW runs AS SELECT * FROM _runs_arrow")
     con.execute(f"CREATE TABLE _config AS SELECT {int(n_windows)} AS n_windows")
     con.execute(_run_meta_sql(infos[0], multi))

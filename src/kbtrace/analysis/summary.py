@@ -9,7 +9,6 @@ which is what ``data/baselines/<workload>/`` holds (a few KB per workload).
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ import polars as pl
 
 from kbtrace import __version__, schema
 from kbtrace._io import write_json, write_table
-from kbtrace.errors import AnalysisError
+from kbtrace.errors import AnalysisError, SchemaError
 
 __all__ = ["Summary", "summarize", "load_summary", "write_summary", "OP_KEY"]
 
@@ -44,7 +43,7 @@ def summarize(run: Any) -> Summary:
     from kbtrace.analysis.run import Run, open_run
 
     owned = not isinstance(run, Run)
-    r = open_run(run) if owned else run
+    r = open_run(run, trace=False) if owned else run   # nothing here reads the trace's ops
     try:
         stages = dict(r.sql("SELECT stage, sum(time_ns) AS t FROM stage_breakdown_pe "
                             "GROUP BY stage ORDER BY stage").rows())
@@ -80,12 +79,39 @@ def load_summary(path: str | os.PathLike[str]) -> Summary:
     """A run directory or a baseline directory -> Summary."""
     p = Path(path)
     if (p / "summary.json").is_file() and not (p / "run.json").is_file():
-        doc = json.loads((p / "summary.json").read_text())
-        schema.check_version(doc.get("schema_version"), str(p / "summary.json"))
-        ops = pl.read_parquet(p / "ops.parquet")
-        return Summary(str(p), float(doc["makespan_ns"]), {k: float(v) for k, v in doc["stages"].items()},
-                       {k: float(v) for k, v in doc["util"].items()}, ops, doc.get("meta", {}))
+        return _load_baseline(p)
     if (p / "run.json").is_file():
         return summarize(p)
     raise AnalysisError(f"{p}: neither a run directory (run.json) nor a baseline (summary.json); "
                         "pass a `kbtrace replay` output or a data/baselines/<workload> directory")
+
+
+def _load_baseline(p: Path) -> Summary:
+    """A baseline directory; a corrupt, truncated or incomplete file is one ``SchemaError``."""
+    from kbtrace.analysis.baseline import update_command
+    from kbtrace.analysis.run import read_json_object, read_parquet_schema
+
+    fix = f"re-create it with `{update_command(p.name, p.parent)}`"
+    sj = p / "summary.json"
+    doc = read_json_object(sj, fix)
+    schema.check_version(doc.get("schema_version"), str(sj))
+    try:
+        makespan = float(doc["makespan_ns"])
+        stages = {str(k): float(v) for k, v in doc["stages"].items()}
+        util = {str(k): float(v) for k, v in doc["util"].items()}
+        meta = doc.get("meta") or {}
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise SchemaError(f"{sj}: corrupt baseline summary (bad or missing {exc}); {fix}") from None
+    opf = p / "ops.parquet"
+    if not opf.is_file():
+        raise SchemaError(f"{opf}: missing; {fix}")
+    read_parquet_schema(opf, fix)
+    try:
+        ops = pl.read_parquet(opf)
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise SchemaError(f"{opf}: corrupt or truncated Parquet file "
+                          f"({str(exc).splitlines()[0]}); {fix}") from None
+    missing = [c for c in _OP_COLS if c not in ops.columns]
+    if missing:
+        raise SchemaError(f"{opf}: not a baseline ops table (no column {missing[0]!r}); {fix}")
+    return Summary(str(p), makespan, stages, util, ops, meta)

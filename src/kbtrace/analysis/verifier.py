@@ -25,11 +25,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from kbtrace import schema
 from kbtrace._io import read_parquet_lean
-from kbtrace.errors import AnalysisError, KbtraceError
+from kbtrace.errors import AnalysisError, KbtraceError, SchemaError
 
 __all__ = ["verify", "VerifyResult", "TensorCheck", "DivergingOp", "execution_order"]
 
@@ -109,12 +108,21 @@ class VerifyResult:
         return "\n".join(lines)
 
 
-def _read(path: Path, expected: pa.Schema) -> pa.Table:
+_TRACE_FIX = "verify needs the run's trace (re-capture it, or fix trace.path in run.json)"
+
+
+def _read(path: Path, expected: pa.Schema, fix: str) -> pa.Table:
+    """A Parquet input of verify; missing, corrupt or mis-shaped: one line naming it + ``fix``."""
+    from kbtrace.analysis.run import read_parquet_schema
+
     if not path.is_file():
-        raise AnalysisError(f"{path}: missing; verify needs the run's trace "
-                            "(re-capture it, or fix trace.path in run.json)")
-    schema.check_schema(pq.read_schema(path), expected, str(path))
-    return read_parquet_lean(path)     # memory.parquet holds every tensor's bytes
+        raise AnalysisError(f"{path}: missing; {fix}")
+    schema.check_schema(read_parquet_schema(path, fix), expected, str(path))
+    try:
+        return read_parquet_lean(path)     # memory.parquet holds every tensor's bytes
+    except (pa.ArrowException, OSError) as exc:
+        raise SchemaError(f"{path}: corrupt or truncated Parquet file "
+                          f"({str(exc).splitlines()[0]}); {fix}") from None
 
 
 def _depth(ops: pa.Table) -> dict[int, int]:
@@ -157,6 +165,11 @@ def execution_order(ops: pa.Table, op_timing: pa.Table) -> list[int]:
     if missing:
         raise AnalysisError(f"op_timing has no row for {len(missing)} ops (first: op {missing[0]}); "
                             "the run is incomplete, re-run `kbtrace replay`")
+    extra = sorted(i for i in t if i not in depth)
+    if extra:       # a run replayed from another trace than the one found now
+        raise AnalysisError(f"op_timing has {len(extra)} rows for ops the trace does not have "
+                            f"(first: op {extra[0]}); the run was replayed from another trace, "
+                            "re-run `kbtrace replay` on this one")
     return sorted(depth, key=lambda i: (t[i], depth[i], i))
 
 
@@ -191,19 +204,19 @@ def verify(run: Any) -> VerifyResult:
     ``run``: a run directory path or an open ``Run``. Raises ``AnalysisError`` when the
     inputs are missing; numeric failures are reported in the result (``ok`` False).
     """
-    from kbtrace.analysis.run import find_trace_dir, read_run_json, recorded_trace_path
+    from kbtrace.analysis.run import REPLAY_FIX, read_run_json, recorded_trace_path, run_trace_dir
     from kbtrace.capture import executor as ex
 
     run_dir = Path(run.path if hasattr(run, "path") else run)
     info = read_run_json(run_dir)
-    trace_dir = find_trace_dir(run_dir, info)
+    trace_dir = run_trace_dir(run_dir, info)     # refuses a trace changed since the replay
     if trace_dir is None:
         raise AnalysisError(f"{run_dir}: trace {recorded_trace_path(info)!r} not found; "
                             "verify needs its ops.parquet and memory.parquet (re-capture it, "
                             "or fix trace.path in run.json)")
-    ops = _read(trace_dir / "ops.parquet", schema.OPS)
-    memory = _read(trace_dir / "memory.parquet", schema.MEMORY)
-    timing = _read(run_dir / "op_timing.parquet", schema.OP_TIMING)
+    ops = _read(trace_dir / "ops.parquet", schema.OPS, _TRACE_FIX)
+    memory = _read(trace_dir / "memory.parquet", schema.MEMORY, _TRACE_FIX)
+    timing = _read(run_dir / "op_timing.parquet", schema.OP_TIMING, REPLAY_FIX)
     order = execution_order(ops, timing)
     result = VerifyResult(run_dir, len(order), order_violations=_order_violations(ops, timing))
 
