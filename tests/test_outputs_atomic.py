@@ -210,3 +210,11 @@ def test_cli_reports_an_unforeseen_oserror_in_one_line(monkeypatch, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["kbtrace: error: /some/where: Permission denied; check the path, its "
                    "permissions and free space"]
+
+
+
+def test_cli_warns_when_a_capture_records_no_ops(tmp_path, capsys):
+    assert main(["capture", "softmax", "-p", "R=0", "-o", str(tmp_path / "t")]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("kbtrace: warning: softmax (")
+    assert "R=0" in err[0] and "recorded no ops" in err[0]

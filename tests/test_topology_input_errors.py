@@ -153,3 +153,11 @@ def test_cli_capture_names_the_override(capsys, tmp_path):
     assert err.count("\n") == 1, err
     assert "small.yaml with --set pe.tcm.size_kb=1: pe.tcm.scratch_kb = 1024: exceeds " \
            "pe.tcm.size_kb = 1; raise pe.tcm.size_kb or lower pe.tcm.scratch_kb" in err
+
+
+def test_the_same_set_key_twice_is_refused_unless_equal():
+    from kbtrace.topology.cli import parse_sets
+    assert parse_sets(["a.b=1", "a.b=1"]) == {"a.b": "1"}
+    with pytest.raises(TopologyError, match=r"--set cube\.hbm\.pc_bw_gbps is given twice \(16 and "
+                                            r"32\); keep one"):
+        parse_sets(["cube.hbm.pc_bw_gbps=16", "cube.hbm.pc_bw_gbps=32"])

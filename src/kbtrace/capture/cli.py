@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections import Counter
 
 import pyarrow.parquet as pq
@@ -46,6 +47,10 @@ def _capture(args: argparse.Namespace) -> int:
         topo = compile_topology(topo, overrides=parse_sets(args.set))
     tr = capture(args.workload, topo, params=args.param, out_dir=args.out)
     print(f"captured {tr.name}: {tr.n_ops} ops ({_counts(tr)})")
+    if tr.n_ops == 0:
+        params = ", ".join(f"{k}={v}" for k, v in sorted(tr.meta["params"].items()))
+        print(f"kbtrace: warning: {tr.name} ({params}) recorded no ops: a replay would "
+              f"time nothing; check the parameters (a size of 0?)", file=sys.stderr)
     for name, chk in sorted(tr.meta["reference_check"].items()):
         state = "matches" if chk["ok"] else "DIFFERS FROM"
         print(f"  output {name} ({chk['dtype']}) {state} its numpy reference "

@@ -20,7 +20,11 @@ def parse_sets(items: list[str] | None) -> dict[str, Any]:
         key, sep, val = item.partition("=")
         if not sep or not key:
             raise TopologyError(f"--set {item!r}: expected KEY=VALUE, e.g. --set cube.mesh.link_bw_gbps=128")
-        out[key.strip()] = val.strip()
+        key, val = key.strip(), val.strip()
+        if key in out and out[key] != val:
+            raise TopologyError(f"--set {key} is given twice ({out[key]} and {val}); keep one "
+                                f"(to compare values, use `kbtrace sweep --grid {key}=...`)")
+        out[key] = val
     return out
 
 
