@@ -218,3 +218,13 @@ def test_cli_warns_when_a_capture_records_no_ops(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("kbtrace: warning: softmax (")
     assert "R=0" in err[0] and "recorded no ops" in err[0]
+
+
+def test_atomic_dir_refuses_to_replace_the_current_directory(tmp_path, monkeypatch):
+    here = tmp_path / "empty"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    with (pytest.raises(OutputError, match=r"\.: is the current directory .* give a subdirectory"),
+          atomic_dir(".", "run.json", "run")):
+        pass
+    assert here.is_dir() and _entries(tmp_path) == ["empty"]

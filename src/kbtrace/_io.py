@@ -126,6 +126,9 @@ def atomic_dir(path: str | os.PathLike[str], marker: str, what: str) -> Iterator
     final = Path(path)
     check_replaceable(final, marker, what)
     res = final.resolve()
+    if res.exists() and Path.cwd().resolve().is_relative_to(res):
+        raise OutputError(f"{final}: is the current directory (or contains it), which a new "
+                          f"{what} would replace; give a subdirectory (-o {what}s/NAME)")
     _mkdir(res.parent, res)
     stage = res.with_name(f".{res.name}.{os.getpid()}.tmp")
     old = res.with_name(f".{res.name}.{os.getpid()}.old")
