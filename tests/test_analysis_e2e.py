@@ -17,6 +17,7 @@ from kbtrace.analysis.main import capture_and_replay
 from kbtrace.analysis.run import open_run, read_run_json
 from kbtrace.analysis.verifier import verify
 from kbtrace.cli import main
+from test_replay_util import copy_run
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = REPO / "topologies" / "small.yaml"
@@ -56,17 +57,8 @@ def test_verify_passes_and_invariants_hold(runs, name):
         assert r.sql("SELECT count(*) FROM critical_path WHERE contrib_ns < 0").item() == 0
 
 
-def _copy_run(src: Path, dst: Path) -> Path:
-    shutil.copytree(src.parent, dst)
-    import json
-    meta = json.loads((dst / "run" / "run.json").read_text())
-    meta["trace"]["path"] = str(dst / "trace")
-    (dst / "run" / "run.json").write_text(json.dumps(meta))
-    return dst / "run"
-
-
 def test_verify_catches_corrupted_input(runs, tmp_path, capsys):
-    run = _copy_run(runs["gemm"], tmp_path / "g")
+    run = copy_run(runs["gemm"], tmp_path / "g")
     mem = pq.read_table(run.parent / "trace" / "memory.parquet")
     rows = mem.to_pylist()
     i = next(k for k, r in enumerate(rows) if r["role"] == "input")
@@ -89,7 +81,7 @@ def test_verify_catches_corrupted_input(runs, tmp_path, capsys):
 
 
 def test_verify_catches_swapped_dependent_ops(runs, tmp_path):
-    run = _copy_run(runs["gemm"], tmp_path / "g")
+    run = copy_run(runs["gemm"], tmp_path / "g")
     ops = pq.read_table(run.parent / "trace" / "ops.parquet")
     dot = next(r for r in ops.select(["op_id", "kind", "deps"]).to_pylist()
                if r["kind"] == "dot" and r["deps"])

@@ -20,6 +20,7 @@ from kbtrace.analysis.synthetic import write_synthetic_run
 from kbtrace.analysis.verifier import verify
 from kbtrace.cli import main
 from kbtrace.errors import AnalysisError, SchemaError, UsageError
+from test_replay_util import copy_run
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = REPO / "topologies" / "small.yaml"
@@ -36,15 +37,6 @@ def gemm_run(tmp_path_factory):
     return root / "run"
 
 
-def _copy(run: Path, dst: Path) -> Path:
-    """Copy a run and its trace; point run.json at the copied trace."""
-    shutil.copytree(run.parent, dst)
-    meta = json.loads((dst / "run" / "run.json").read_text())
-    meta["trace"]["path"] = str(dst / "trace")
-    (dst / "run" / "run.json").write_text(json.dumps(meta))
-    return dst / "run"
-
-
 def _err(capsys) -> str:
     err = capsys.readouterr().err
     assert "Traceback" not in err
@@ -56,7 +48,7 @@ def _err(capsys) -> str:
 # -- 1. a trace re-captured after the replay -------------------------------------------------
 
 def test_stale_trace_is_refused_everywhere(gemm_run, tmp_path, capsys):
-    run = _copy(gemm_run, tmp_path / "g")
+    run = copy_run(gemm_run, tmp_path / "g")
     assert verify(run).ok                          # the untouched copy is fine
     want = json.loads((run / "run.json").read_text())["trace"]["hash"]
     from kbtrace.capture import capture
@@ -91,7 +83,7 @@ def test_run_without_recorded_hash_is_not_checked(tmp_path):
 
 def test_verify_refuses_timing_rows_of_another_trace(gemm_run, tmp_path):
     # no hash to compare (older run.json): the op ids themselves give it away
-    run = _copy(gemm_run, tmp_path / "g")
+    run = copy_run(gemm_run, tmp_path / "g")
     from kbtrace.capture import capture
     capture(GEMM, SMALL, params=P64, out_dir=run.parent / "trace")
     meta = json.loads((run / "run.json").read_text())
@@ -107,7 +99,7 @@ def test_verify_refuses_timing_rows_of_another_trace(gemm_run, tmp_path):
 
 @pytest.mark.parametrize("name", ["op_timing", "hops", "nodes", "links"])
 def test_truncated_parquet_is_one_line(gemm_run, tmp_path, capsys, name):
-    run = _copy(gemm_run, tmp_path / "g")
+    run = copy_run(gemm_run, tmp_path / "g")
     f = run / f"{name}.parquet"
     with open(f, "r+b") as fh:
         fh.truncate(300)
@@ -124,7 +116,7 @@ def test_truncated_parquet_is_one_line(gemm_run, tmp_path, capsys, name):
 
 
 def test_corrupt_pages_behind_an_intact_footer_name_the_file(gemm_run, tmp_path, capsys):
-    run = _copy(gemm_run, tmp_path / "g")
+    run = copy_run(gemm_run, tmp_path / "g")
     f = run / "hops.parquet"
     data = bytearray(f.read_bytes())
     data[8:len(data) // 2] = b"\xab" * (len(data) // 2 - 8)     # footer (schema) intact
@@ -146,7 +138,7 @@ def test_corrupt_pages_behind_an_intact_footer_name_the_file(gemm_run, tmp_path,
     ('"run"', "corrupt (a JSON string, not an object)"),
 ])
 def test_malformed_run_json(gemm_run, tmp_path, capsys, text, detail):
-    run = _copy(gemm_run, tmp_path / "g")
+    run = copy_run(gemm_run, tmp_path / "g")
     (run / "run.json").write_text(text)
     for argv in (["verify", str(run)], ["sql", str(run), "top_hotspots"],
                  ["report", str(run)], ["export", "perfetto", str(run), "-o", str(tmp_path / "t")],
@@ -163,7 +155,7 @@ def test_malformed_run_json(gemm_run, tmp_path, capsys, text, detail):
     (lambda m: m.update(peaks=[]), "peaks is a JSON array, expected an object"),
 ])
 def test_mistyped_run_json_fields(gemm_run, tmp_path, capsys, edit, detail):
-    run = _copy(gemm_run, tmp_path / "g")
+    run = copy_run(gemm_run, tmp_path / "g")
     meta = json.loads((run / "run.json").read_text())
     edit(meta)
     (run / "run.json").write_text(json.dumps(meta))
@@ -219,7 +211,7 @@ def test_sql_empty_query_and_missing_file(tmp_path, capsys, monkeypatch):
 # -- 4. verify without op_timing ------------------------------------------------------------
 
 def test_verify_missing_op_timing_says_replay(gemm_run, tmp_path, capsys):
-    run = _copy(gemm_run, tmp_path / "g")
+    run = copy_run(gemm_run, tmp_path / "g")
     (run / "op_timing.parquet").unlink()
     assert main(["verify", str(run)]) == 2
     assert _err(capsys) == (f"kbtrace: error: {run / 'op_timing.parquet'}: missing; re-run "

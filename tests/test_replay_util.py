@@ -1,7 +1,10 @@
-"""Helpers for the replay tests: synthetic traces built straight from ``schema.OPS`` rows."""
+"""Helpers for the replay and analysis tests: synthetic traces built straight from
+``schema.OPS`` rows, and copies of a captured and replayed run."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -68,3 +71,13 @@ def store(dst: int, nbytes: int, **where: Any) -> dict[str, Any]:
                                             where.get("pe", 0), 0),
             "dst_space": "hbm", "dst_addr": dst, "nbytes": nbytes, "out_shape": [nbytes // 4],
             "out_dtype": "f32"}
+
+
+def copy_run(run: Path, dst: Path) -> Path:
+    """Copy a run and its trace (siblings ``run`` and ``trace`` of one directory) to ``dst``;
+    point run.json at the copied trace; return the copied run directory."""
+    shutil.copytree(run.parent, dst)
+    meta = json.loads((dst / "run" / "run.json").read_text())
+    meta["trace"]["path"] = str(dst / "trace")
+    (dst / "run" / "run.json").write_text(json.dumps(meta))
+    return dst / "run"

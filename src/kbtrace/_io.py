@@ -37,6 +37,7 @@ __all__ = [
     "check_replaceable",
     "read_json_object",
     "json_type",
+    "trace_hash",
     "write_json",
     "write_table",
     "BatchWriter",
@@ -332,6 +333,14 @@ def stable_hash(*parts: Any) -> str:
             h.update(json.dumps(p, sort_keys=True, separators=(",", ":"), default=str).encode())
         h.update(b"\x00")
     return h.hexdigest()[:16]
+
+
+def trace_hash(meta: dict[str, Any], trace_dir: Path | None) -> str:
+    """A trace's identity, recorded by replay in run.json ``trace.hash`` and checked by
+    analysis: ``stable_hash`` of trace.json's ``content_hash`` (the hashes of ops.parquet and
+    memory.parquet written by capture), else of ops.parquet's bytes (else of nothing)."""
+    return stable_hash(meta.get("content_hash") or
+                       (file_hash(trace_dir / "ops.parquet") if trace_dir else ""))
 
 
 def file_hash(path: str | os.PathLike[str]) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["DuplicateKey", "load_unique"]
+__all__ = ["DuplicateKey", "load_unique", "problem"]
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -26,6 +26,16 @@ class DuplicateKey(Exception):
             self.first = f"column {first.column + 1}"
         else:
             self.at, self.first = f"line {mark.line + 1}", f"line {first.line + 1}"
+
+    def message(self) -> str:
+        """What is wrong and how to fix it (callers put the file in front)."""
+        return (f"{self.path}: duplicate key at {self.at} (first set at {self.first}); keep "
+                "only one of them")
+
+
+def problem(exc: yaml.YAMLError) -> str:
+    """The short reason of a YAML error (no multi-line context)."""
+    return getattr(exc, "problem", None) or str(exc).splitlines()[0]
 
 
 def _check_unique(node: yaml.Node, path: str, seen: set[int]) -> None:

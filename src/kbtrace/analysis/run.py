@@ -21,12 +21,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kbtrace import schema
-from kbtrace._io import file_hash, json_type, read_json_object, stable_hash
+from kbtrace._io import json_type, read_json_object, trace_hash
 from kbtrace.analysis.sqllib import load_views
 from kbtrace.errors import AnalysisError, KbtraceError, SchemaError, UsageError
 
 __all__ = ["Run", "open_run", "find_trace_dir", "recorded_trace_path", "read_run_json",
-           "run_trace_dir", "check_trace_hash", "read_json_object", "read_parquet_schema",
+           "run_trace_dir", "check_trace_hash", "read_parquet_schema",
            "corrupt_parquet", "flat_info", "DEFAULT_WINDOWS", "REPLAY_FIX"]
 
 DEFAULT_WINDOWS = 20
@@ -154,14 +154,13 @@ def find_trace_dir(run_dir: Path, info: dict[str, Any]) -> Path | None:
 
 
 def _trace_hash(trace_dir: Path) -> str:
-    """The trace hash replay records in run.json ``trace.hash``: ``stable_hash`` of
-    trace.json's ``content_hash`` (the hashes of ops.parquet and memory.parquet written by
-    capture), else of ops.parquet's bytes. Reads trace.json only: cheap on any trace."""
+    """``_io.trace_hash`` of ``trace_dir``, as replay recorded it in run.json ``trace.hash``
+    (reads trace.json only: cheap on any trace); unreadable files are ``SchemaError``s."""
     fix = "re-capture the trace"
     mj = trace_dir / "trace.json"
     meta = read_json_object(mj, fix) if mj.is_file() else {}
     try:
-        return stable_hash(meta.get("content_hash") or file_hash(trace_dir / "ops.parquet"))
+        return trace_hash(meta, trace_dir)
     except OSError as exc:
         raise SchemaError(f"{trace_dir / 'ops.parquet'}: unreadable ({exc}); {fix}") from None
 

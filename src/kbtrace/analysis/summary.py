@@ -88,8 +88,9 @@ def load_summary(path: str | os.PathLike[str]) -> Summary:
 
 def _load_baseline(p: Path) -> Summary:
     """A baseline directory; a corrupt, truncated or incomplete file is one ``SchemaError``."""
+    from kbtrace._io import read_json_object
     from kbtrace.analysis.baseline import update_command
-    from kbtrace.analysis.run import read_json_object, read_parquet_schema
+    from kbtrace.analysis.run import read_parquet_schema
 
     fix = f"re-create it with `{update_command(p.name, p.parent)}`"
     sj = p / "summary.json"

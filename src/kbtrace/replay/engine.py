@@ -39,9 +39,9 @@ import simpy
 from kbtrace import __version__, schema
 from kbtrace._io import (
     atomic_dir,
-    file_hash,
     read_parquet_lean,
     stable_hash,
+    trace_hash,
     write_json,
     write_table,
 )
@@ -460,8 +460,7 @@ def replay(trace: Any, topology: Any, options: ReplayOptions | None = None,
         _check_fit(topology, ops, meta)
         out = Path(opts.out_dir) if opts.out_dir else _default_dir(trace_path, meta, topology,
                                                                      opts.fidelity)
-        trace_hash = stable_hash(meta.get("content_hash") or
-                                 (file_hash(trace_path / "ops.parquet") if trace_path else ""))
+        t_hash = trace_hash(meta, trace_path)
         # the run is built beside OUT and swapped in whole: an earlier run there (and a
         # report written into it) is replaced at once, never mixed with this one
         with atomic_dir(out, "run.json", "run") as stage:
@@ -498,7 +497,7 @@ def replay(trace: Any, topology: Any, options: ReplayOptions | None = None,
             write_table(stage / "op_timing.parquet", ot)
             write_table(stage / "nodes.parquet", topology.nodes_table())
             write_table(stage / "links.parquet", topology.links_table())
-            run_id = stable_hash(trace_hash, topology.content_hash, opts.key(), __version__)
+            run_id = stable_hash(t_hash, topology.content_hash, opts.key(), __version__)
             write_json(stage / "run.json", {
                 "run_id": run_id, "kbtrace_version": __version__,
                 "schema_version": schema.SCHEMA_VERSION, "fidelity": opts.fidelity,
@@ -508,7 +507,7 @@ def replay(trace: Any, topology: Any, options: ReplayOptions | None = None,
                           "path_from_run": (os.path.relpath(Path(trace_path).resolve(),
                                                             out.resolve())
                                             if trace_path else None),
-                          "hash": trace_hash,
+                          "hash": t_hash,
                           "workload": meta.get("workload")},
                 "topology": {"path": getattr(topology, "source", None),
                              "name": topology.params.name, "hash": topology.content_hash},

@@ -61,7 +61,7 @@ import yaml
 from kbtrace import __version__, schema
 from kbtrace._io import read_json_object, stable_hash, write_json, write_table
 from kbtrace._paths import resolve
-from kbtrace._yaml import DuplicateKey, load_unique
+from kbtrace._yaml import DuplicateKey, load_unique, problem
 from kbtrace.errors import KbtraceError, SweepError, TopologyError, UsageError
 from kbtrace.replay.options import FIDELITIES
 from kbtrace.topology._spec import apply_overrides
@@ -192,7 +192,7 @@ def _grid_value(item: str, text: str) -> Any:
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        why = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        why = problem(exc)
     raise SweepError(f"--grid {item}: value {text!r} is not valid YAML ({why}); give plain values "
                      "separated by commas, e.g. --grid cube.hbm.pc_bw_gbps=8,16,32")
 
@@ -210,8 +210,7 @@ def load_config(src: str | Path | Mapping[str, Any],
         except FileNotFoundError:
             raise SweepError(f"{where}: no such sweep config; see replay/*.yaml") from None
         except DuplicateKey as dup:
-            raise SweepError(f"{where}: {dup.path}: duplicate key at {dup.at} (first set at "
-                             f"{dup.first}); keep only one of them") from None
+            raise SweepError(f"{where}: {dup.message()}") from None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             at = f" line {mark.line + 1}" if mark else ""

@@ -17,6 +17,7 @@ import yaml
 
 from kbtrace._yaml import DuplicateKey as _DuplicateKey
 from kbtrace._yaml import load_unique as _safe_load_unique
+from kbtrace._yaml import problem as _yaml_problem
 from kbtrace.errors import TopologyError
 from kbtrace.topology import address
 from kbtrace.topology.params import IoChipletParams, TopologyParams
@@ -30,11 +31,6 @@ _COORD = {"router"}
 _COORD_LISTS = {"hbm_zone", "routers"}
 
 
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    """The short reason of a YAML error (no multi-line context)."""
-    return getattr(exc, "problem", None) or str(exc).splitlines()[0]
-
-
 def load_yaml(text: str, where: str) -> dict[str, Any]:
     """Parse YAML; malformed text, a repeated key or an empty file -> TopologyError."""
     try:
@@ -45,8 +41,7 @@ def load_yaml(text: str, where: str) -> dict[str, Any]:
         raise TopologyError(f"{where}: malformed YAML at {pos}: {_yaml_problem(exc)}; "
                             "fix the syntax there") from None
     except _DuplicateKey as dup:
-        raise TopologyError(f"{where}: {dup.path}: duplicate key at {dup.at} (first set at "
-                            f"{dup.first}); keep only one of them") from None
+        raise TopologyError(f"{where}: {dup.message()}") from None
     if raw is None:
         raise TopologyError(f"{where}: the topology file is empty (no keys, only comments or null); "
                             "start from a copy of topologies/small.yaml")
