@@ -90,7 +90,7 @@ def _load_baseline(p: Path) -> Summary:
     """A baseline directory; a corrupt, truncated or incomplete file is one ``SchemaError``."""
     from kbtrace._io import read_json_object
     from kbtrace.analysis.baseline import update_command
-    from kbtrace.analysis.run import read_parquet_schema
+    from kbtrace.analysis.run import corrupt_parquet, read_parquet_schema
 
     fix = f"re-create it with `{update_command(p.name, p.parent)}`"
     sj = p / "summary.json"
@@ -110,8 +110,7 @@ def _load_baseline(p: Path) -> Summary:
     try:
         ops = pl.read_parquet(opf)
     except (pl.exceptions.PolarsError, OSError) as exc:
-        raise SchemaError(f"{opf}: corrupt or truncated Parquet file "
-                          f"({str(exc).splitlines()[0]}); {fix}") from None
+        raise corrupt_parquet(opf, exc, fix) from None
     missing = [c for c in _OP_COLS if c not in ops.columns]
     if missing:
         raise SchemaError(f"{opf}: not a baseline ops table (no column {missing[0]!r}); {fix}")

@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from kbtrace import schema
 from kbtrace._io import read_parquet_lean
-from kbtrace.errors import AnalysisError, KbtraceError, SchemaError
+from kbtrace.errors import AnalysisError, KbtraceError
 
 __all__ = ["verify", "VerifyResult", "TensorCheck", "DivergingOp", "execution_order"]
 
@@ -113,7 +113,7 @@ _TRACE_FIX = "verify needs the run's trace (re-capture it, or fix trace.path in 
 
 def _read(path: Path, expected: pa.Schema, fix: str) -> pa.Table:
     """A Parquet input of verify; missing, corrupt or mis-shaped: one line naming it + ``fix``."""
-    from kbtrace.analysis.run import read_parquet_schema
+    from kbtrace.analysis.run import corrupt_parquet, read_parquet_schema
 
     if not path.is_file():
         raise AnalysisError(f"{path}: missing; {fix}")
@@ -121,8 +121,7 @@ def _read(path: Path, expected: pa.Schema, fix: str) -> pa.Table:
     try:
         return read_parquet_lean(path)     # memory.parquet holds every tensor's bytes
     except (pa.ArrowException, OSError) as exc:
-        raise SchemaError(f"{path}: corrupt or truncated Parquet file "
-                          f"({str(exc).splitlines()[0]}); {fix}") from None
+        raise corrupt_parquet(path, exc, fix) from None
 
 
 def _depth(ops: pa.Table) -> dict[int, int]:
