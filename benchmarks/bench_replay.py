@@ -114,7 +114,7 @@ def throughput(tmp: Path, topo) -> list[tuple[str, int, int, int, float, float]]
 
 
 PHASES = (("trace load", "kbtrace.replay.engine", None, "load_ops"),
-          ("fabric booking", "kbtrace.replay.fabric", "FastFabric", "send"),
+          ("fabric booking", "kbtrace.replay.fabric.fast", "FastFabric", "send"),
           ("hop rows + Parquet", "kbtrace.replay.recorder", "Recorder", "flush"),
           ("busy windows", "kbtrace.replay.invariants", "BusyCheck", "add"),
           ("end-of-run invariants", "kbtrace.replay.invariants", None, "check"))

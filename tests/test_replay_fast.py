@@ -145,7 +145,7 @@ def test_hbm_read_span_equals_read():
 # commits at the destination), including gaps that fit, stalls and future flit-ready times.
 
 def _hop_by_hop():
-    from kbtrace.replay.fabric import FastFabric, _Route
+    from kbtrace.replay.fabric.fast import FastFabric, _Route
 
     class HopByHop(FastFabric):
         def send(self, op_id, tile, src, dst, nbytes, addr=0, ready=None, at=None, ack=0.0,
@@ -167,7 +167,7 @@ def _always_plan(base=None):
     """A fast fabric (``base``, default ``FastFabric``) that builds (and keeps) a plan the
     first time a hop is reached, instead of walking it (``FastFabric._walk``): the two must
     agree exactly."""
-    from kbtrace.replay.fabric import FastFabric, _Route
+    from kbtrace.replay.fabric.fast import FastFabric, _Route
 
     class AlwaysPlan(base or FastFabric):
         def send(self, op_id, tile, src, dst, nbytes, *a, **k):
@@ -217,7 +217,8 @@ def test_fast_stretch_booking_equals_hop_by_hop(tmp_path, sends, held_max):
     the cache, so plans are forgotten and rebuilt mid-sequence)."""
     import numpy as np
 
-    from kbtrace.replay.fabric import FastFabric, _prune
+    from kbtrace.replay.fabric.fast import FastFabric
+    from kbtrace.replay.intervals import prune as _prune
     from kbtrace.topology.model import PeCoord
     topo = _small()
     cls = FastFabric if held_max is None else type("Bounded", (FastFabric,), {"HELD_MAX": held_max})
@@ -284,7 +285,7 @@ def test_bare_events_refuse_a_negative_delay_like_timeout():
     import simpy
 
     from kbtrace.errors import InvariantError
-    from kbtrace.replay.fabric import after
+    from kbtrace.replay.fabric.base import after
 
     env = simpy.Environment()
     ev = after(env, 2.5, "x")
@@ -295,7 +296,7 @@ def test_bare_events_refuse_a_negative_delay_like_timeout():
 
 
 def test_plans_are_built_for_the_second_transfer_on_a_route(tmp_path):
-    from kbtrace.replay.fabric import FastFabric, _Plan
+    from kbtrace.replay.fabric.fast import FastFabric, _Plan
     from kbtrace.topology.model import PeCoord
     topo = _small()
     fab, _rec = _fabric(FastFabric, topo, tmp_path)

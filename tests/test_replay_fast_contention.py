@@ -3,13 +3,13 @@
 fast books a transfer when it starts, for the times its head and tail will reach each
 resource; these tests pin what it does when others hold a resource then:
 
-* a link's bookings are bandwidth shares (``_take_rate``): a stream fed slower than the
+* a link's bookings are bandwidth shares (``take_rate``): a stream fed slower than the
   link books only the share its input allows, and streams overlap until the shares reach 1;
 * a stream that finds too little to spare is served with what is left, from its arrival on
-  (``_fit_rate``: it uses gaps of any length instead of waiting for one that holds it
+  (``fit_rate``: it uses gaps of any length instead of waiting for one that holds it
   whole), and books only that, so no link is ever over 100%;
 * a node's per-transaction overhead is served in the gaps between earlier bookings
-  (``_serve``, preemptive resume);
+  (``serve``, preemptive resume);
 * an HBM write, committed when its head arrives, puts each burst in the earliest gap of its
   pseudo-channel (``HbmController.write_stream`` / ``intervals.fit_gap``), so bursts booked for
   later do not hold the channel against earlier arrivals;
@@ -24,7 +24,7 @@ from types import SimpleNamespace
 import pytest
 
 from kbtrace.replay import ReplayOptions, replay
-from kbtrace.replay.fabric import _fit_rate, _serve, _take_rate
+from kbtrace.replay.fabric.booking import fit_rate, serve, take_rate
 from kbtrace.replay.hbm import HbmController
 from kbtrace.replay.intervals import fit_gap
 from kbtrace.topology import compile_topology
@@ -34,21 +34,21 @@ from test_replay_util import TOPO_DIR, SynthTrace, hbm, load
 def test_link_shares_overlap_until_the_bandwidth_is_used():
     lt: list[float] = []
     lr: list[float] = []
-    assert _take_rate(lt, lr, 0.0, 16.0, 4.0)          # busy 4 ns over 16: a quarter
-    assert _take_rate(lt, lr, 2.0, 10.0, 4.0)          # half more from 2 to 10
+    assert take_rate(lt, lr, 0.0, 16.0, 4.0)          # busy 4 ns over 16: a quarter
+    assert take_rate(lt, lr, 2.0, 10.0, 4.0)          # half more from 2 to 10
     assert (lt, lr) == ([0.0, 2.0, 10.0, 16.0], [0.25, 0.75, 0.25, 0.0])
-    assert not _take_rate(lt, lr, 4.0, 8.0, 4.0)       # all of it: only a quarter to spare
+    assert not take_rate(lt, lr, 4.0, 8.0, 4.0)       # all of it: only a quarter to spare
     assert (lt, lr) == ([0.0, 2.0, 10.0, 16.0], [0.25, 0.75, 0.25, 0.0])
-    assert _take_rate(lt, lr, 12.0, 16.0, 3.0)         # three quarters: exactly what is left
+    assert take_rate(lt, lr, 12.0, 16.0, 3.0)         # three quarters: exactly what is left
     assert (lt, lr) == ([0.0, 2.0, 10.0, 12.0, 16.0], [0.25, 0.75, 0.25, 1.0, 0.0])
-    assert _take_rate(lt, lr, 16.0, 20.0, 4.0)         # free after the last booking
+    assert take_rate(lt, lr, 16.0, 20.0, 4.0)         # free after the last booking
     assert (lt[-3:], lr[-3:]) == ([16.0, 16.0, 20.0], [0.0, 1.0, 0.0])
 
 
 def test_a_stream_gets_what_the_link_has_to_spare():
     lt, lr = [0.0, 2.0, 10.0, 16.0], [0.25, 0.75, 0.25, 0.0]
     # alone it would cross in [4, 8] at the link's full rate (head 1 ns, body 3, last 1)
-    start, head, tail = _fit_rate(lt, lr, 0.0, 4.0, 1.0, 3.0, 0.0, 1.0, 4.0)
+    start, head, tail = fit_rate(lt, lr, 0.0, 4.0, 1.0, 3.0, 0.0, 1.0, 4.0)
     # a quarter to spare until 10 (1.5 ns of work), then three quarters: 2.5 ns more by 40/3
     assert start == 4.0                                # served at once, slower
     assert head == pytest.approx(8.0)                  # 1 ns of work at a quarter
@@ -57,16 +57,16 @@ def test_a_stream_gets_what_the_link_has_to_spare():
     assert lr == pytest.approx([0.25, 0.75, 1.0, 1.0, 0.25, 0.0])   # never over 1
     # free: the closed form, booking the share its input allows
     lt, lr = [], []
-    assert _fit_rate(lt, lr, 0.0, 4.0, 1.0, 3.0, 12.0, 1.0, 4.0) == (4.0, 5.0, 13.0)
+    assert fit_rate(lt, lr, 0.0, 4.0, 1.0, 3.0, 12.0, 1.0, 4.0) == (4.0, 5.0, 13.0)
     assert (lt, lr) == ([4.0, 13.0], [4.0 / 9.0, 0.0])
 
 
 def test_node_overhead_uses_gaps_shorter_than_itself():
     iv = [10.0, 18.0]
-    assert _serve(iv, 0.0, 6.0, 8.0) == 22.0           # 4 ns before 10, 4 after 18
+    assert serve(iv, 0.0, 6.0, 8.0) == 22.0           # 4 ns before 10, 4 after 18
     assert iv == [6.0, 10.0, 10.0, 18.0, 18.0, 22.0]
-    assert _serve(iv, 0.0, 30.0, 2.0) == 32.0
-    assert _serve([], 0.0, 1.0, 2.0) == 3.0
+    assert serve(iv, 0.0, 30.0, 2.0) == 32.0
+    assert serve([], 0.0, 1.0, 2.0) == 3.0
 
 
 def test_gap_fit_merges_touching_intervals():
@@ -165,9 +165,9 @@ def test_a_stream_that_finds_the_link_taken_queues_until_it_has_bandwidth():
     where a head delayed by slower service made the window start too late and the busy-window
     check saw the link over 100%."""
     lt, lr = [0.0, 10.0], [1.0, 0.0]
-    assert _fit_rate(lt, lr, 0.0, 2.0, 1.0, 3.0, 0.0, 1.0, 4.0) == (10.0, 11.0, 14.0)
+    assert fit_rate(lt, lr, 0.0, 2.0, 1.0, 3.0, 0.0, 1.0, 4.0) == (10.0, 11.0, 14.0)
     lt, lr = [0.0, 1.0, 3.0, 20.0], [1.0, 0.5, 1.0, 0.0]
-    start, head, tail = _fit_rate(lt, lr, 0.0, 0.5, 1.0, 1.0, 0.0, 1.0, 2.0)
+    start, head, tail = fit_rate(lt, lr, 0.0, 0.5, 1.0, 1.0, 0.0, 1.0, 2.0)
     assert (start, head, tail) == (1.0, 3.0, 21.0)     # half speed on [1, 3], then after 20
 
 
@@ -177,12 +177,12 @@ def test_a_gap_short_by_rounding_still_holds_its_reservation():
     (the reservation is clipped to the gap) instead of costing a whole further wait, so the
     two ways agree (found by the stretch-vs-hop-by-hop property test: 2 ns apart)."""
     iv = [10.0, 12.0]
-    end = _serve(iv, 0.0, 8.000000000000004, 2.0)       # the gap [8.0..04, 10] is 2 - 4e-15
+    end = serve(iv, 0.0, 8.000000000000004, 2.0)       # the gap [8.0..04, 10] is 2 - 4e-15
     assert end == 10.000000000000004 and iv == [8.000000000000004, 10.0, 10.0, 12.0]
     iv = [0.0, 8.0, 16.0 - 1e-14, 24.0]
     assert fit_gap(iv, 4.0, 8.0) == 16.0 and iv == [0.0, 24.0]
     lt, lr = [0.0, 10.0 + 1e-14, 20.0], [0.5, 1.0, 0.0]
-    assert _take_rate(lt, lr, 2.0, 10.0, 4.0)           # half of [2, 10]: up to the full part
+    assert take_rate(lt, lr, 2.0, 10.0, 4.0)           # half of [2, 10]: up to the full part
     assert (lt, lr) == ([0.0, 2.0, 10.0 + 1e-14, 20.0], [0.5, 1.0, 1.0, 0.0])
     lt, lr = [0.0, 5.0, 10.0 - 1e-14], [1.0, 1.0, 0.0]  # a sliver of bandwidth before 10
-    assert _fit_rate(lt, lr, 0.0, 2.0, 1.0, 1.0, 0.0, 1.0, 2.0)[0] == 10.0 - 1e-14
+    assert fit_rate(lt, lr, 0.0, 2.0, 1.0, 1.0, 0.0, 1.0, 2.0)[0] == 10.0 - 1e-14

@@ -21,7 +21,8 @@ from kbtrace.capture import capture
 from kbtrace.cli import main
 from kbtrace.errors import SweepError
 from kbtrace.replay import ReplayOptions, replay
-from kbtrace.replay.sweep import load_config, parse_grid_items, run_sweep
+from kbtrace.replay.sweep import run_sweep
+from kbtrace.replay.sweep_config import load_config, parse_grid_items
 from kbtrace.topology import compile_topology
 from test_replay_util import TOPO_DIR
 

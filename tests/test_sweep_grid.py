@@ -7,7 +7,7 @@ import pytest
 
 from kbtrace.cli import main
 from kbtrace.errors import SweepError
-from kbtrace.replay.sweep import parse_grid_items
+from kbtrace.replay.sweep_config import parse_grid_items
 
 
 def test_grid_values_parse_as_yaml_scalars():
@@ -36,7 +36,7 @@ def test_cli_malformed_grid_is_one_line_exit_2(capsys, tmp_path):
 
 
 def test_sweep_config_refuses_a_repeated_key(tmp_path):
-    from kbtrace.replay.sweep import load_config
+    from kbtrace.replay.sweep_config import load_config
     cfg = tmp_path / "s.yaml"
     cfg.write_text("workloads: [capture/gemm.py]\ntopologies: [small]\n"
                    "grid:\n  cube.hbm.pc_bw_gbps: [16]\n  cube.hbm.pc_bw_gbps: [32]\n")

@@ -8,13 +8,18 @@ Outputs: a run directory with ``op_timing.parquet`` (``schema.OP_TIMING``),
 ``hops.parquet`` (``schema.HOPS``), ``nodes.parquet`` / ``links.parquet`` (a copy
 of the topology tables) and ``run.json``; the ``Run`` handle.
 Phases: build -> elaborate -> run -> finalize (``engine``); components:
-``fabric`` (links, forwarding nodes; flit and fast modes), ``hbm`` (per-PE
-controller), ``pe`` (PE_CPU, scheduler, DMA, fetch/store, GEMM, MATH, TCM,
-IPCQ), ``plans`` (pure tile-plan generator), ``intervals`` (busy-interval lists of
-fast mode's exclusive resources), ``recorder`` (columnar outputs),
-``invariants`` (physical checks). ``sweep``: many replays of traces on topologies
-over a grid of parameter values (``kbtrace sweep``; hive-partitioned run directories
-plus ``points.parquet``).
+``fabric`` (a package: links and forwarding nodes, flit and fast modes; ``fabric.booking``
+holds fast mode's reservation arithmetic), ``hbm`` (per-PE controller), ``pe`` (PE_CPU
+and the wiring of a PE) with ``stations`` (scheduler, DMA, fetch/store, GEMM, MATH, TCM,
+IPCQ servers), ``plans`` (pure tile-plan generator), ``intervals`` (busy-interval lists of
+fast mode's exclusive resources), ``recorder`` (columnar outputs), ``invariants``
+(physical checks). ``sweep``: many replays of traces on topologies over a grid of
+parameter values (``kbtrace sweep``; hive-partitioned run directories plus
+``points.parquet``), its config read by ``sweep_config``.
+
+Imports run one way: ``engine`` builds the components and imports them; they see the
+simulation through ``context.SimContext`` (a protocol ``engine.Sim`` satisfies), never
+``engine`` itself (``tests/test_replay_structure.py``).
 """
 
 from __future__ import annotations

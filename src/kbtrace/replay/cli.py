@@ -96,7 +96,8 @@ def _replay(args: argparse.Namespace) -> int:
 
 def _sweep(args: argparse.Namespace) -> int:
     from kbtrace.errors import SweepPointsFailed
-    from kbtrace.replay.sweep import load_config, parse_grid_items, run_sweep
+    from kbtrace.replay.sweep import run_sweep
+    from kbtrace.replay.sweep_config import load_config, parse_grid_items
     cfg = load_config(args.config, parse_grid_items(args.grid))
     out = Path(args.out) if args.out else Path("data") / "sweeps" / Path(args.config).stem
     n = 0

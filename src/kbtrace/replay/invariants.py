@@ -30,14 +30,14 @@ import numpy as np
 from kbtrace.errors import InvariantError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from kbtrace.replay.engine import Sim
+    from kbtrace.replay.context import SimContext
 
 __all__ = ["check", "BusyCheck", "EPS_NS"]
 
 EPS_NS = 1e-6
 
 
-def _res_name(sim: Sim, rid: int) -> str:
+def _res_name(sim: SimContext, rid: int) -> str:
     topo, rec = sim.topo, sim.rec
     if rid < rec.n_links:
         lk = topo.links[rid]
@@ -46,7 +46,7 @@ def _res_name(sim: Sim, rid: int) -> str:
     return f"{topo.nodes[node].id} ({stage})"
 
 
-def _cap(sim: Sim, rid: int) -> int:
+def _cap(sim: SimContext, rid: int) -> int:
     rec = sim.rec
     if rid < rec.n_links:
         return 1
@@ -82,7 +82,7 @@ class BusyCheck:
     ``close()`` checks the rest and returns the highest window utilisation seen.
     """
 
-    def __init__(self, sim: Sim) -> None:
+    def __init__(self, sim: SimContext) -> None:
         self.sim = sim
         self._w = -np.inf                       # watermark of the previous batch
         self._open = _no_windows()
@@ -177,7 +177,7 @@ class BusyCheck:
         self.n_windows += len(res)
 
 
-def check(sim: Sim, makespan: float) -> None:
+def check(sim: SimContext, makespan: float) -> None:
     """Invariants 4 and 5 (and the rest of 1) once the run is over and every hop is finalised."""
     if sim.rec.busy is not None:
         sim.rec.busy.close()

@@ -48,7 +48,7 @@ from __future__ import annotations
 from collections import deque
 from itertools import chain
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -57,10 +57,17 @@ from kbtrace import schema
 from kbtrace._io import BatchWriter
 from kbtrace.errors import InvariantError
 
-if TYPE_CHECKING:  # pragma: no cover
-    from kbtrace.replay.invariants import BusyCheck
-
 __all__ = ["Recorder", "STAGE_CODE"]
+
+
+
+class BusySink(Protocol):
+    """Where finalised busy intervals go (``invariants.BusyCheck``): per batch the rows'
+    ``(resource, start, end, busy)`` columns and a watermark no later row starts before."""
+
+    def add(self, res: np.ndarray, s: np.ndarray, e: np.ndarray, b: np.ndarray,
+            watermark: float) -> None: ...
+
 
 _COMPUTE = ("gemm", "math")
 STAGE_CODE = {s: i for i, s in enumerate(schema.STAGES)}
@@ -120,7 +127,7 @@ class Recorder:
         self._p_plan = (np.empty(0, dtype=np.int64),) * 2
         self._p_row: tuple[np.ndarray, ...] = tuple(np.empty(0, dtype=t) for t in _PLAN_ROW_DT)
         # invariant 1, fed per batch; (t_issue, op) of issued ops, in issue (= time) order
-        self.busy: BusyCheck | None = None
+        self.busy: BusySink | None = None
         self._issued: deque[tuple[float, int]] = deque()
 
     # ------------------------------------------------------------------ resources

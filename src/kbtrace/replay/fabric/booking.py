@@ -1,0 +1,230 @@
+"""Fast mode's reservation arithmetic: pure functions on plain lists, no SimPy.
+
+A node's per-transaction overhead is an exclusive resource: its future busy intervals
+are a flat sorted list ``[s0, e0, s1, e1, ...]`` (``serve``, ``take``, ``unreserve``).
+A link's booked bandwidth is a step function: breakpoints ``lt`` and the share booked
+from each on ``lr`` (``take_rate``, ``fit_rate``, ``add_shares``, ``prune_rate``).
+``FastFabric`` owns the lists; these functions only read and update them.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from typing import Any
+
+from kbtrace.replay.intervals import TIME_EPS
+from kbtrace.replay.intervals import prune as _prune
+
+__all__ = ["RATE_EPS", "serve", "take", "unreserve", "take_rate", "add_shares", "fit_rate",
+           "prune_rate"]
+
+_INF = float("inf")
+
+
+def serve(iv: list[float], now: float, h: float, work: float) -> float:
+    """Serve ``work`` ns on an exclusive resource (a node's overhead) from ``h`` on, in the
+    gaps between its reservations, each as far as it goes (preemptive resume: what is
+    booked keeps its times; a gap shorter than ``work`` is used, not skipped); reserve the
+    pieces; return when the work is done."""
+    if not iv or iv[-1] <= h:
+        iv.append(h)
+        iv.append(h + work)
+        return h + work
+    if iv[1] <= now:
+        _prune(iv, now)
+    i = bisect_right(iv, h)
+    t = h
+    if i & 1:             # inside a reservation: from its end
+        t = iv[i]
+        i += 1
+    while True:
+        if i == len(iv):
+            iv.append(t)
+            iv.append(t + work)
+            return t + work
+        nxt = iv[i]
+        if nxt - t >= work - TIME_EPS:
+            e = t + work
+            iv[i:i] = (t, e if e < nxt else nxt)
+            return e
+        if nxt - t > TIME_EPS:      # (a sliver left by rounding serves nothing)
+            iv[i:i] = (t, nxt)
+            work -= nxt - t
+            i += 2
+        t = iv[i + 1]
+        i += 2
+
+
+def take(iv: list[float], s: float, e: float) -> bool:
+    """Reserve ``[s, e]`` in ``iv`` if it is free (after the last reservation, or a gap that
+    holds it whole); False (nothing reserved) if not: ``FastFabric.send``'s test, inline
+    there."""
+    if not iv or iv[-1] <= s:
+        iv.append(s)
+        iv.append(e)
+        return True
+    i = bisect_right(iv, s)
+    if i & 1 or e > iv[i] + TIME_EPS:
+        return False
+    iv[i:i] = (s, e if e < iv[i] else iv[i])
+    return True
+
+
+def unreserve(iv: list[float], s: float) -> None:
+    """Remove the reservation starting at ``s`` (reservations have positive length)."""
+    i = bisect_left(iv, s)
+    if i & 1:             # an interval ending exactly at s precedes it
+        i += 1
+    del iv[i:i + 2]
+
+
+RATE_EPS = 1e-9   # bandwidth shares summing to 1 + RATE_EPS still fit (rounding of busy / span)
+
+
+def take_rate(lt: list[float], lr: list[float], s: float, e: float, busy: float) -> bool:
+    """Reserve a link's bandwidth share ``busy / (e - s)`` over ``[s, e)`` if every moment of
+    it has that much to spare; False (nothing reserved) if not.
+
+    A link's reservations are a step function: ``lr[i]`` is the share of the bandwidth
+    booked from breakpoint ``lt[i]`` to ``lt[i + 1]`` (non-decreasing; the last share is
+    0). A transfer whose flits arrive slower than the link serves them (fed by a slower link
+    upstream) books only that share, so transfers that together fit the bandwidth overlap,
+    as their flits interleave in flit mode; a transfer the link itself limits books all of
+    it.
+    """
+    r = busy / (e - s)
+    if r > 1.0:
+        r = 1.0
+    n = len(lt)
+    if not n or lt[-1] <= s:            # free from s on
+        lt.append(s)
+        lr.append(r)
+        lt.append(e)
+        lr.append(0.0)
+        return True
+    lim = 1.0 + RATE_EPS - r
+    # a breakpoint within TIME_EPS of s or e counts as at it (intervals.TIME_EPS)
+    k = bisect_right(lt, s + TIME_EPS) - 1
+    if k >= 0 and lt[k] >= s - TIME_EPS:
+        s = lt[k]
+    j = bisect_left(lt, e - TIME_EPS)
+    if j < n and lt[j] <= e + TIME_EPS:
+        e = lt[j]
+    if k < 0:                           # before the first breakpoint (share 0 there)
+        k = 0
+    elif j == k + 1:                    # inside one segment (the common case)
+        x = lr[k]
+        if x > lim:
+            return False
+        if lt[k] == s:
+            lr[k] = x + r
+            if j == n or lt[j] != e:
+                lt.insert(j, e)
+                lr.insert(j, x)
+        elif j < n and lt[j] == e:
+            lt.insert(j, s)
+            lr.insert(j, x + r)
+        else:
+            lt[j:j] = (s, e)
+            lr[j:j] = (x + r, x)
+        return True
+    for q in range(k, j):
+        if lr[q] > lim:
+            return False
+    add_shares(lt, lr, s, e, (r,))
+    return True
+
+
+def add_shares(lt: list[float], lr: list[float], s: float, e: float,
+                shares: Any) -> None:
+    """Add ``shares`` over ``[s, e)``: one per segment of the step function there, in order
+    (a breakpoint is inserted at ``s`` and ``e`` unless one is there; a single value is
+    added to every segment)."""
+    j = bisect_left(lt, e)
+    if j == len(lt) or lt[j] != e:
+        lt.insert(j, e)
+        lr.insert(j, lr[j - 1] if j else 0.0)
+    i = bisect_right(lt, s) - 1
+    if i < 0 or lt[i] != s:
+        i += 1
+        lt.insert(i, s)
+        lr.insert(i, lr[i - 1] if i else 0.0)
+        j += 1
+    if len(shares) == 1:
+        r = shares[0]
+        for k in range(i, j):
+            lr[k] += r
+    else:
+        for k, r in zip(range(i, j), shares, strict=True):
+            lr[k] += r
+
+
+def fit_rate(lt: list[float], lr: list[float], now: float, h: float, hd: float, body: float,
+              tail_at: float, last: float, busy: float) -> tuple[float, float, float]:
+    """Book a link for a stream whose head reaches it at ``h`` and whose last flit is ready at
+    ``tail_at``: returns when its service starts and when its head and its tail have
+    crossed (``(start, head, tail)``).
+
+    Free (``take_rate`` at ``h``): head ``h + hd``, tail ``max(tail_at, h + body) + last``,
+    at the share ``rho = busy / (tail - h)`` its input allows. Otherwise the stream gets
+    what the link has to spare, ``min(rho, 1 - booked)`` at each moment (nothing while
+    another stream holds it all), and books that: it is served as its flits would
+    interleave with the others' (which keep their times), from its arrival on, using gaps
+    of any length; its head has crossed when ``hd * rho`` of work is done, its tail when all
+    of it (``busy``) is and no earlier than ``tail_at + last``; it starts at its first
+    moment with bandwidth (its queueing; the head may cross later than ``start + hd``, the
+    stream being served slower, not later).
+    """
+    e = h + body
+    if e < tail_at:
+        e = tail_at
+    e += last
+    if take_rate(lt, lr, h, e, busy):
+        return h, h + hd, e
+    if len(lt) > 1 and lt[1] <= now:
+        prune_rate(lt, lr, now)
+    rho = busy / (e - h)
+    if rho > 1.0:
+        rho = 1.0
+    n = len(lt)
+    k = bisect_right(lt, h) - 1
+    t0 = h
+    done = 0.0
+    head_work = hd * rho
+    head = start = -1.0
+    shares = []
+    while True:
+        m = 1.0 - (lr[k] if k >= 0 else 0.0)
+        if m > rho:
+            m = rho
+        elif m <= RATE_EPS:
+            m = 0.0
+        t1 = lt[k + 1] if k + 1 < n else _INF
+        if m > 0.0:
+            if start < 0.0 and t1 - t0 > TIME_EPS:      # (not a sliver left by rounding)
+                start = t0
+            got = done + m * (t1 - t0)
+            if head < 0.0 and got >= head_work:
+                head = t0 + (head_work - done) / m
+            if got >= busy - TIME_EPS:
+                end = t0 + (busy - done) / m
+                if end > t1:
+                    end = t1
+                shares.append(m)
+                break
+            done = got
+        shares.append(m)
+        t0 = t1
+        k += 1
+    add_shares(lt, lr, h, end, shares)
+    tail = tail_at + last
+    return (start if start >= 0.0 else h), head, (end if end > tail else tail)
+
+
+def prune_rate(lt: list[float], lr: list[float], now: float) -> None:
+    """Drop a link's breakpoints before the one in force at ``now``."""
+    k = bisect_right(lt, now) - 1
+    if k > 0:
+        del lt[:k]
+        del lr[:k]
+

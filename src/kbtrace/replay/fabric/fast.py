@@ -1,0 +1,499 @@
+"""Fast mode: closed-form wormhole timing per transfer, booked in stretches (``FastFabric``);
+routes and their free-path closed forms (``_Route``, ``_Plan``). The reservation
+arithmetic is in ``booking``."""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from typing import Any
+
+import simpy
+from simpy.events import NORMAL  # the priority of a Timeout
+
+from kbtrace.replay.fabric.base import Fabric, _Ev, after
+from kbtrace.replay.fabric.booking import fit_rate, prune_rate, serve, take, take_rate, unreserve
+from kbtrace.replay.hbm import HbmController
+from kbtrace.replay.intervals import TIME_EPS
+from kbtrace.replay.intervals import prune as _prune
+from kbtrace.replay.recorder import STAGE_CODE, Recorder
+
+__all__ = ["FastFabric"]
+
+_NEG_INF = float("-inf")
+
+
+class _Route:
+    """Everything about (route, nbytes) that does not depend on time, computed once.
+
+    ``hops``: per link, ``(node_iv | None, node_ov, link_iv, link_rate, mode, head, body,
+    last, prop)`` with ``mode`` 0 = no serialisation, 1 = single flit, 2 = stream;
+    ``head`` / ``body`` / ``last`` are ``first / bw``, ``(nbytes - last) / bw``,
+    ``last / bw``. ``plans[j]``: the free-path closed form from hop ``j`` on, built the
+    second time a transfer reaches hop ``j`` (``None``: never reached, ``False``: reached
+    once). The first time, ``FastFabric._walk`` books it with the same arithmetic, keeping
+    nothing. A route used once (e.g. all-to-all traffic) so holds no plans, and no result
+    depends on what the cache holds.
+    """
+    __slots__ = ("nodes", "links", "hops", "stage", "node", "busy", "dst", "dst_iv", "dst_ov",
+                 "hbm", "term_stage", "term_busy", "nb", "plans", "flit_max")
+
+    def __init__(self, fab: FastFabric, src: int, dst: int, nb: int, shape: int = 0) -> None:
+        nodes, links = fab.route(src, dst)
+        hop_of = fab.hop_of
+        per_hop = [hop_of(li, nb, j == 0, shape) for j, li in enumerate(links)]
+        self.nodes, self.links = nodes, links
+        self.hops = tuple(h for h, _b in per_hop)
+        self.stage = tuple(fab.link_stage_code[li] for li in links)
+        self.node = nodes[:-1]
+        self.busy = tuple(b for _h, b in per_hop)
+        self.dst = dst
+        self.dst_ov = fab.node_ov[dst]
+        self.dst_iv = fab.node_iv[dst] if self.dst_ov > 0 else None
+        self.hbm = fab.hbm.get(dst)
+        self.term_stage = STAGE_CODE[fab.term_stage[dst]]
+        h = self.hbm
+        self.term_busy = nb / (h.bw * h.n_pcs) if h is not None else 0.0
+        self.nb = nb
+        self.plans: list[_Plan | bool | None] = [None] * (len(links) + 1)
+        # a full flit's time on the path's slowest link
+        self.flit_max = max((fab.flit_bytes / fab.link_bw[li] for li in links
+                             if fab.link_bw[li] > 0), default=0.0)
+
+    def build(self, fab: FastFabric, j0: int) -> _Plan:
+        pl = self.plans[j0] = _Plan(self, fab.rec, j0)
+        fab.held += len(pl.res) + pl.n_rows
+        return pl
+
+
+class _Plan:
+    """The free-path closed form of a route from hop ``j0`` on.
+
+    The sequential recursion (``FastFabric._hop``) solved symbolically for a
+    transfer that finds every resource free: from head / tail times ``h0 <= t0``
+    at hop ``j0``, the head is at ``h0 + H`` and the tail at ``max(t0 + A, h0 +
+    B)`` everywhere further on (max-plus linear). ``res``: per resource in path
+    order (node overhead, link, destination overhead) ``(intervals, shares, S, A, B,
+    busy)``: the reservation is ``[h0 + S, max(t0 + A, h0 + B)]``, a node's exclusive
+    (``shares`` None), a link's at the share ``busy / length``; ``res_hop``: the hop (relative
+    to ``j0``, ``n_hops`` = the destination) each belongs to; ``first``: each hop's
+    first resource; ``start``: ``(H, A, B)`` at each hop's start; ``h_end`` /
+    ``t_a`` / ``t_b``: head and tail at the destination; ``pid``: the recorder
+    plan of the matching hop rows (terminal row last).
+    """
+    __slots__ = ("route", "j0", "n_hops", "res", "res_hop", "first", "start", "h_in", "h_end",
+                 "t_a", "t_b", "pid", "n_rows")
+
+    def __init__(self, rt: _Route, rec: Recorder, j0: int) -> None:
+        self.route, self.j0 = rt, j0
+        hops = rt.hops[j0:]
+        self.n_hops = len(hops)
+        H, A, B = 0.0, 0.0, _NEG_INF
+        res: list[tuple[list[float], list[float] | None, float, float, float, float]] = []
+        res_hop: list[int] = []
+        first: list[int] = []
+        start: list[tuple[float, float, float]] = []
+        rows = []
+        for jr, (niv, ov, liv, lr, mode, hd_d, body, last_d, p) in enumerate(hops):
+            j = j0 + jr
+            bz = rt.busy[j]
+            first.append(len(res))
+            start.append((H, A, B))
+            en = H
+            if niv is not None:
+                res.append((niv, None, H, _NEG_INF, H + ov, 0.0))
+                res_hop.append(jr)
+                H += ov
+                B = max(B, H)
+            elif ov > 0:
+                H += ov
+                B = max(B, H)
+            if mode == 2:
+                res.append((liv, lr, H, A + last_d, max(H + body, B) + last_d, bz))
+                res_hop.append(jr)
+                A, B, H = A + last_d, max(B, H + body) + last_d, H + hd_d
+            elif mode == 1:
+                res.append((liv, lr, H, _NEG_INF, H + hd_d, bz))
+                res_hop.append(jr)
+                A, B, H = _NEG_INF, H + hd_d, H + hd_d
+            else:
+                B = max(B, H)
+            H, A, B = H + p, A + p, B + p
+            rows.append((rt.stage[j], rt.node[j], rt.links[j], rt.busy[j], en, A, B, False))
+        first.append(len(res))
+        start.append((H, A, B))
+        h_in = H
+        if rt.dst_iv is not None:
+            res.append((rt.dst_iv, None, H, _NEG_INF, H + rt.dst_ov, 0.0))
+            res_hop.append(self.n_hops)
+            H += rt.dst_ov
+        B = max(B, H)
+        rows.append((rt.term_stage, rt.dst, -1, rt.term_busy, h_in, 0.0, 0.0, True))
+        self.res, self.res_hop, self.first, self.start = tuple(res), res_hop, first, start
+        self.h_in, self.h_end, self.t_a, self.t_b = h_in, H, A, B
+        self.n_rows = len(rows)
+        self.pid = rec.add_plan(rows, rt.nb)
+
+
+class FastFabric(Fabric):
+    """Closed-form wormhole timing per transfer with per-link / per-node reservations.
+
+    Each node keeps its future busy intervals for its per-transaction overhead (a flat
+    sorted list ``[s0, e0, s1, e1, ...]``), each link its booked bandwidth share as a step
+    function (``link_iv``: breakpoints, ``link_rate``: the share from each on;
+    ``take_rate``). A transfer started later but arriving earlier is not queued behind a
+    booking that lies in the future: it takes a node's gaps (``serve``: preemptive
+    resume, gaps of any length) and a link's spare bandwidth (``fit_rate``: while its
+    share fits, it crosses as if alone; else it gets what is left, moment by moment). An
+    HBM write's pseudo-channel commits run when its head arrives (``_commit_later``), each
+    burst in the earliest gap of its channel (``HbmController.write_stream``).
+
+    Booking walks the route in stretches. On a stretch the closed form of
+    ``_Plan`` holds while each resource is free from the moment the head reaches
+    it (a node: a gap that holds its overhead; a link: enough bandwidth to spare all
+    along the occupancy): one tight pass books them, and the stretch's hop rows go to the recorder as one compact
+    record (expanded later with numpy). The first transfer to reach a stretch
+    computes the plan's offsets as it goes instead (``_walk``: the same arithmetic,
+    rows recorded explicitly, nothing kept); the plan is built for the second. At
+    the first resource that is not free,
+    that hop is booked by the sequential recursion (``_hop``: ``serve`` and
+    ``fit_rate``, queueing recorded), and the walk goes on from the next hop with the
+    closed form from there. The result equals booking every hop sequentially (up to
+    floating-point rounding).
+    Intervals ending at or before ``now`` can never block a reservation (heads
+    are never earlier than ``now``); they are pruned every ``PRUNE_EVERY``
+    transfers and before each gap search.
+
+    The route cache (``_Route`` and its plans per (source, destination, bytes)) is bounded:
+    ``held`` counts the hops of its routes plus the resources and rows of its plans, and when
+    it reaches ``HELD_MAX`` a new route first empties it (``evict``: the recorder
+    flushes, which expands every pending compact record, then forgets the plans). So memory
+    does not grow with the number of distinct routes a trace uses (all-to-all traffic on a
+    256-PE topology has 65,280 pairs per size).
+    """
+
+    fidelity = "fast"
+    PRUNE_EVERY = 1024
+    HELD_MAX = 1 << 17    # ~35 MiB of routes and plans (~280 B per counted item on default.yaml)
+
+    def __init__(self, env: simpy.Environment, topo: Any, rec: Recorder,
+                 hbm: dict[int, HbmController]) -> None:
+        super().__init__(env, topo, rec, hbm)
+        self.link_iv: list[list[float]] = [[] for _ in topo.links]      # rate breakpoints
+        self.link_rate: list[list[float]] = [[] for _ in topo.links]    # rate from each one on
+        self.node_iv: list[list[float]] = [[] for _ in topo.nodes]      # [s0, e0, s1, ...]
+        self._routes_nb: dict[tuple[int, ...], _Route] = {}
+        self._hops: dict[tuple[int, int, bool, int], tuple[tuple, float]] = {}
+        self.link_src = [lk.src for lk in topo.links]
+        self.link_stage_code = [STAGE_CODE[s] for s in self.link_stage]
+        self._sends = 0
+        for h in hbm.values():
+            h.pc_iv = [[] for _ in range(h.n_pcs)]
+        self.held = 0
+        self.evictions = 0
+
+    def hop_of(self, li: int, nb: int, first: bool, shape: int = 0) -> tuple[tuple, float]:
+        """``(_Route.hops entry, busy ns)`` of ``nb`` bytes over link ``li`` (``first``: the
+        route's first link, whose source node charges no overhead; ``shape``: where a short
+        last flit travels, see ``FastFabric.send``); memoised, since routes share links (at
+        most ``ROUTES_MAX`` entries, emptied when full)."""
+        key = (li, nb, first, shape)
+        hit = self._hops.get(key)
+        if hit is not None:
+            return hit
+        if len(self._hops) >= self.ROUTES_MAX:
+            self._hops.clear()
+        fb = self.flit_bytes
+        n = max(1, -(-nb // fb))
+        last = nb - (n - 1) * fb if nb > 0 else 0
+        head = fb if n > 1 else last
+        if n > 1 and shape:                 # the short flit leads (1) or is in the middle (2)
+            head, last = (last, fb) if shape == 1 else (fb, fb)
+        src = self.link_src[li]
+        ov = 0.0 if first else self.node_ov[src]
+        niv = self.node_iv[src] if ov > 0 else None
+        bw = self.link_bw[li]
+        liv, lr, prop = self.link_iv[li], self.link_rate[li], self.link_prop[li]
+        if bw > 0 and nb > 0:
+            if n == 1:
+                hop = (niv, ov, liv, lr, 1, head / bw, 0.0, 0.0, prop)
+            else:
+                hop = (niv, ov, liv, lr, 2, head / bw, (nb - last) / bw, last / bw, prop)
+        else:
+            hop = (niv, ov, liv, lr, 0, 0.0, 0.0, 0.0, prop)
+        hit = self._hops[key] = (hop, nb / bw if bw > 0 else 0.0)
+        return hit
+
+    def evict(self) -> None:
+        """Empty the route cache (routes and their plans). The recorder flushes first (every
+        compact record is expanded, so no row refers to a plan any more), then forgets the
+        plans. The (source, destination) route and command caches bound themselves."""
+        self.rec.flush(self.env.now)
+        self.rec.drop_plans()
+        self._routes_nb.clear()
+        self.held = 0
+        self.evictions += 1
+
+    def send(self, op_id: int, tile: int, src: int, dst: int, nbytes: int, addr: int = 0,
+             ready: list[float] | None = None, at: float | None = None,
+             ack: float = 0.0, span: tuple[float, float] | None = None, shape: int = 0,
+             group: int = 1) -> _Ev:
+        """As ``Fabric.send``, but the event is a bare one (``after``): yield it or add
+        callbacks; it is not a ``simpy.Event`` (no ``all_of``). ``at``: flits ready at this
+        (future) time instead of now;
+        ``span``: (first, last) flit ready times instead of ``ready`` (the closed form
+        needs no more); ``ack``: the returned event fires that much later (a control
+        message back, whose row the caller records), so a DMA round trip is one SimPy
+        event. The event's value is the completion time (before ``ack``). ``shape``: flits
+        leave in ready order, so the short last flit of an HBM read (which may finish before
+        full bursts) is the head (1), somewhere in the middle (2) or, as for every other
+        transfer, the tail (0): the closed form needs the sizes of the head and tail flits.
+        ``group``: how many (full) flits are ready at the last ready time. They cross the
+        path one after another, so the last cannot arrive before ``(group - 1)`` full flit
+        times on the slowest link after it would alone (exact for a tandem of FIFO links):
+        its ready time is moved by that much. Without it, a read whose short burst leads
+        three full ones ready together came out two flit times early."""
+        key = (src, dst, nbytes) if not shape else (src, dst, nbytes, shape)
+        rt = self._routes_nb.get(key)
+        if rt is None:
+            if self.held >= self.HELD_MAX:
+                self.evict()
+            rt = self._routes_nb[key] = _Route(self, src, dst, nbytes, shape)
+            self.held += len(rt.hops) + 1
+        env = self.env
+        rec = self.rec
+        now = env.now
+        t0 = now if at is None else at
+        if span is not None:
+            h, t = span
+            if group > 1:
+                t += (group - 1) * rt.flit_max
+        elif ready is None:
+            h = t = t0
+        else:
+            h, t = min(ready), max(ready)
+        self._sends += 1
+        if self._sends % self.PRUNE_EVERY == 0:
+            self._prune_all(now)
+        j = 0
+        while True:
+            pl = rt.plans[j]
+            if pl is None:      # first reach: book by the plan's arithmetic, keep nothing
+                rt.plans[j] = False
+                j, h, t = self._walk(rt, j, op_id, tile, h, t, addr, ack)
+                if j < 0:
+                    return h    # the completion event
+            else:
+                if pl is False:
+                    pl = rt.build(self, j)
+                k = 0
+                for iv, lr, S, A, B, bz in pl.res:
+                    s = h + S
+                    e = t + A
+                    x = h + B
+                    if x > e:
+                        e = x
+                    if lr is None:      # a node's overhead: exclusive
+                        if not iv or iv[-1] <= s:
+                            iv.append(s)
+                            iv.append(e)
+                        else:   # a gap that takes the whole overhead, or a stall
+                            i = bisect_right(iv, s)
+                            if i & 1 or e > iv[i] + TIME_EPS:
+                                break
+                            iv[i:i] = (s, e if e < iv[i] else iv[i])
+                    elif not iv or iv[-1] <= s:     # a link, free from s on: the share bz / span
+                        r = bz / (e - s)
+                        iv.append(s)
+                        iv.append(e)
+                        lr.append(r if r < 1.0 else 1.0)
+                        lr.append(0.0)
+                    elif not take_rate(iv, lr, s, e, bz):  # not enough bandwidth to spare
+                        break
+                    k += 1
+                else:
+                    hh = h + pl.h_end
+                    tt = t + pl.t_a
+                    x = h + pl.t_b
+                    if x > tt:
+                        tt = x
+                    if rt.hbm is not None:      # links now, the HBM commit when data arrives
+                        rec.transfer(op_id, tile, pl.pid, h, t, 0.0, pl.n_rows - 1)
+                        return self._commit_later(rt, op_id, tile, addr, h + pl.h_in, hh, tt,
+                                                  0.0, ack)
+                    rec.transfer(op_id, tile, pl.pid, h, t, tt, pl.n_rows)
+                    return after(env, tt + ack - now, tt)
+                # resource k is not free: undo its hop's earlier reservations
+                jr = pl.res_hop[k]
+                for iv, _lr, S, _A, _B, _bz in pl.res[pl.first[jr]:k]:
+                    unreserve(iv, h + S)       # a node's (a hop's link is its last resource)
+                if jr:
+                    rec.transfer(op_id, tile, pl.pid, h, t, 0.0, jr)
+                H, A, B = pl.start[jr]
+                tt = t + A
+                x = h + B
+                h, t = h + H, (tt if tt > x else x)
+                j = pl.j0 + jr
+            # hop j (or the destination) is not free: book it sequentially, go on after it
+            if j == len(rt.links):
+                return self._arrive(rt, op_id, tile, addr, h, t, now, ack)
+            h, t = self._hop(rt, j, op_id, tile, h, t, now)
+            j += 1
+
+    def _walk(self, rt: _Route, j0: int, op_id: int, tile: int, h: float, t: float,
+              addr: int, ack: float) -> tuple[int, Any, float]:
+        """Book from hop ``j0`` as ``_Plan(rt, j0)`` would (the same floating-point
+        operations, so the same result), computing its offsets as it goes and keeping none:
+        the first transfer on a stretch pays no more than the walk up to its first resource
+        that is not free. Rows are recorded explicitly (as ``Recorder._pending`` expands a
+        compact record). Returns ``(-1, event, 0.0)`` when the transfer completed (the event
+        ``send`` returns), else
+        ``(j, h, t)``: hop ``j`` (``len(links)``: the destination) is not free, and nothing
+        of it is reserved; head and tail reach its start at ``h`` / ``t``."""
+        hops = rt.hops
+        H, A, B = 0.0, 0.0, _NEG_INF
+        rows: list[tuple] = []
+        nb = rt.nb
+        j = j0
+        n = len(hops)
+        while j < n:
+            niv, ov, liv, lr, mode, hd_d, body, last_d, p = hops[j]
+            H0, A0, B0 = H, A, B
+            if niv is not None:
+                if not take(niv, h + H, h + (H + ov)):
+                    break
+                H += ov
+                B = max(B, H)
+            elif ov > 0:
+                H += ov
+                B = max(B, H)
+            if mode == 2:
+                e = t + (A + last_d)
+                x = h + (max(H + body, B) + last_d)
+                if not take_rate(liv, lr, h + H, x if x > e else e, rt.busy[j]):
+                    if niv is not None:
+                        unreserve(niv, h + H0)
+                    break
+                A, B, H = A + last_d, max(B, H + body) + last_d, H + hd_d
+            elif mode == 1:
+                if not take_rate(liv, lr, h + H, h + (H + hd_d), rt.busy[j]):
+                    if niv is not None:
+                        unreserve(niv, h + H0)
+                    break
+                A, B, H = _NEG_INF, H + hd_d, H + hd_d
+            else:
+                B = max(B, H)
+            H, A, B = H + p, A + p, B + p
+            e = t + A
+            x = h + B
+            rows.append((op_id, tile, rt.stage[j], rt.node[j], rt.links[j], h + H0,
+                         x if x > e else e, rt.busy[j], 0.0, nb))
+            j += 1
+        else:
+            H0, A0, B0 = H, A, B
+            if rt.dst_iv is None or take(rt.dst_iv, h + H, h + (H + rt.dst_ov)):
+                if rt.dst_iv is not None:
+                    H += rt.dst_ov
+                B = max(B, H)
+                tt = t + A
+                x = h + B
+                if x > tt:
+                    tt = x
+                hh = h + H
+                if rt.hbm is not None:
+                    if rows:
+                        self.rec.rows(rows)
+                    return -1, self._commit_later(rt, op_id, tile, addr, h + H0, hh, tt, 0.0,
+                                                  ack), 0.0
+                rows.append((op_id, tile, rt.term_stage, rt.dst, -1, h + H0, tt, rt.term_busy,
+                             0.0, nb))
+                self.rec.rows(rows)
+                return -1, after(self.env, tt + ack - self.env.now, tt), 0.0
+        if rows:
+            self.rec.rows(rows)
+        tt = t + A0
+        x = h + B0
+        return j, h + H0, (tt if tt > x else x)
+
+    def _hop(self, rt: _Route, j: int, op_id: int, tile: int, h: float, t: float,
+             now: float) -> tuple[float, float]:
+        """Book hop ``j`` sequentially (head at ``h``, tail at ``t``); record its row;
+        return head and tail at the next node."""
+        niv, ov, liv, lr, mode, hd_d, body, last_d, p = rt.hops[j]
+        enter = h
+        q = 0.0
+        if niv is not None:
+            s = serve(niv, now, h, ov)
+            q = s - (h + ov)
+            h = s
+            if t < h:
+                t = h
+        elif ov > 0:
+            h += ov
+            if t < h:
+                t = h
+        if mode == 2:
+            s, hd, td = fit_rate(liv, lr, now, h, hd_d, body, t, last_d, rt.busy[j])
+            q += s - h
+        elif mode == 1:
+            s, hd, td = fit_rate(liv, lr, now, h, hd_d, hd_d, 0.0, 0.0, rt.busy[j])
+            q += s - h
+        else:
+            hd = h
+            td = t if t > h else h
+        t = td + p
+        self.rec.rows([(op_id, tile, rt.stage[j], rt.node[j], rt.links[j], enter, t, rt.busy[j], q,
+                        rt.nb)])
+        return hd + p, t
+
+    def _arrive(self, rt: _Route, op_id: int, tile: int, addr: int, h: float, t: float,
+                now: float, ack: float) -> _Ev:
+        """Book the destination (overhead, then the HBM commit when the data arrives)
+        sequentially; record the terminal row; the completion event."""
+        q = 0.0
+        h_in = h
+        niv = rt.dst_iv
+        if niv is not None:
+            ov = rt.dst_ov
+            s = serve(niv, now, h, ov)
+            q = s - (h + ov)
+            h = s
+        if t < h:
+            t = h
+        if rt.hbm is not None:
+            return self._commit_later(rt, op_id, tile, addr, h_in, h, t, q, ack)
+        self.rec.rows([(op_id, tile, rt.term_stage, rt.dst, -1, h_in, t, rt.term_busy, q,
+                        rt.nb)])
+        return after(self.env, t + ack - now, t)
+
+    def _commit_later(self, rt: _Route, op_id: int, tile: int, addr: int, h_in: float,
+                      hh: float, tt: float, q: float, ack: float) -> _Ev:
+        """The HBM commit of a write whose head reaches the controller at ``hh`` and tail at
+        ``tt``: done at ``hh`` (a SimPy event then), not when the transfer is booked, so the
+        pseudo-channels serve requests in the order they arrive -- a read that reaches them
+        first is not queued behind a write still on its way (flit mode commits flit by flit
+        as they arrive). Records the terminal row then; returns the transfer's completion
+        event, fired ``ack`` after the last commit."""
+        env = self.env
+        ev = _Ev()
+        ev.callbacks = []
+        ev._ok = True
+        ev._value = None
+
+        def commit(_e: Any) -> None:
+            done = rt.hbm.write_stream(addr, rt.nb, hh, tt, env.now)
+            self.rec.rows([(op_id, tile, rt.term_stage, rt.dst, -1, h_in, done, rt.term_busy,
+                            q, rt.nb)])
+            ev._value = done
+            env.schedule(ev, NORMAL, done + ack - env.now)
+
+        after(env, hh - env.now).callbacks.append(commit)
+        return ev
+
+    def _prune_all(self, now: float) -> None:
+        for iv in self.node_iv:
+            if len(iv) > 64:
+                _prune(iv, now)
+        for iv, lr in zip(self.link_iv, self.link_rate, strict=True):
+            if len(iv) > 64:
+                prune_rate(iv, lr, now)
+

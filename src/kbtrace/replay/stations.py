@@ -1,0 +1,377 @@
+"""A PE's stations and servers (``pe`` describes the model and builds them).
+
+A *station* (``Station``) is a FIFO of waiting tokens in front of identical servers;
+a server (``Server`` and its kinds: ``Compute`` for TCM fetch / store and the accel
+slot, ``DmaReadFast`` / ``DmaWriteFast`` / ``DmaFlit`` for DMA channels, ``Scheduler``,
+``Proc`` for IPCQ) is a callback-driven state machine that is itself the SimPy event of
+its current service. ``Command`` (one op's plan), ``Token`` (one tile on its way through
+the stages) and ``Program`` (a program's ops and its completion event) are what flows
+through them. Servers reach their PE (``pe.Pe``, typed ``Any`` here so the import runs one
+way: ``pe`` imports this module) for its parameters, stations and the simulation context.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from math import ceil
+from typing import Any
+
+import simpy
+from simpy.events import NORMAL  # the priority of a Timeout
+
+from kbtrace.replay import plans as P
+from kbtrace.replay.ops import Op
+
+__all__ = ["Command", "Token", "Program", "Station", "Server", "StageServer", "Compute",
+           "DmaServer", "DmaReadFast", "DmaWriteFast", "DmaFlit", "Scheduler", "Proc"]
+
+
+class Command:
+    __slots__ = ("op", "plan", "left", "t_start", "t_issue")
+
+    def __init__(self, op: Op, plan: P.Plan, t_issue: float) -> None:
+        self.op = op
+        self.plan = plan
+        self.left = len(plan)
+        self.t_start = -1.0
+        self.t_issue = t_issue
+
+
+class Token:
+    __slots__ = ("cmd", "tile", "stages", "idx", "t_in")
+
+    def __init__(self, cmd: Command, tile: int, stages: tuple[P.Stage, ...], t_in: float) -> None:
+        self.cmd = cmd
+        self.tile = tile
+        self.stages = stages
+        self.idx = 0
+        self.t_in = t_in
+
+
+class Program:
+    __slots__ = ("ops", "done")
+
+    def __init__(self, ops: list[Op], done: simpy.Event) -> None:
+        self.ops = ops
+        self.done = done
+
+
+class Station:
+    """FIFO queue in front of identical servers."""
+    __slots__ = ("idle", "waiting")
+
+    def __init__(self) -> None:
+        self.idle: list[Server] = []
+        self.waiting: deque[Any] = deque()
+
+    def submit(self, tok: Any) -> None:
+        if self.idle:
+            srv = self.idle.pop()
+            if not srv.serve(tok):
+                srv.drain()
+        else:
+            self.waiting.append(tok)
+
+
+class Server:
+    """One server of a station, and the SimPy event of its current service.
+
+    ``env.step()`` only needs ``callbacks`` and ``_ok`` of what it pops, so a server
+    schedules itself (``_timer``) instead of allocating a ``Timeout`` per service.
+    Subclasses implement ``serve(tok)`` (start the service; True if it takes time,
+    i.e. its completion will call ``_fire``) and ``route()`` (record the finished
+    service, pass the token on; return a token to serve next in place, or None).
+    """
+    __slots__ = ("callbacks", "_cbl", "_fire_cb", "station", "pe", "env", "rec", "sched", "tok",
+                 "t0")
+    _ok = True            # a service never fails
+
+    def __init__(self, pe: Any, station: Station) -> None:
+        self.pe = pe
+        self.env = pe.env
+        self.rec = pe.sim.rec
+        self.sched = pe.env.schedule
+        self.station = station
+        self._fire_cb = self._fire
+        self._cbl = [self._fire_cb]
+        self.callbacks: list[Any] | None = None
+        self.tok: Any = None
+        self.t0 = 0.0
+        station.idle.append(self)
+
+    def _timer(self, delay: float) -> None:
+        self.callbacks = self._cbl
+        self.sched(self, NORMAL, delay)
+
+    def drain(self) -> None:
+        """The current service ended at once: serve the next tokens until one takes time."""
+        while True:
+            tok = self._next()
+            if tok is None or self.serve(tok):
+                return
+
+    def _fire(self, _ev: Any) -> None:
+        """The current service ended: pass its token on, serve the next one."""
+        tok = self._next()
+        if tok is not None and not self.serve(tok):
+            self.drain()
+
+    def _next(self) -> Any:
+        """Finish the current service; the token to serve next (in place or queued), or None."""
+        tok = self.route()
+        if tok is None:
+            waiting = self.station.waiting
+            if waiting:
+                return waiting.popleft()
+            self.station.idle.append(self)
+        return tok
+
+    def serve(self, tok: Any) -> bool:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def route(self) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class StageServer(Server):
+    """A server of tile stages: passes a finished token to its next stage's station."""
+    __slots__ = ("stations", "in_place")
+
+    def __init__(self, pe: Any, station: Station, in_place: bool = False) -> None:
+        super().__init__(pe, station)
+        self.stations = pe.stations
+        self.in_place = in_place         # DMA read: consecutive DMA_READ stages stay here
+
+    def _begin(self, tok: Token) -> P.Stage:
+        """Start serving ``tok`` now (its command's start time if first); its stage."""
+        now = self.env._now
+        cmd = tok.cmd
+        if cmd.t_start < 0:
+            cmd.t_start = now
+        self.tok = tok
+        self.t0 = now
+        return tok.stages[tok.idx]
+
+    def _pass_on(self, tok: Token, now: float) -> Token | None:
+        idx = tok.idx = tok.idx + 1
+        stages = tok.stages
+        if idx == len(stages):
+            cmd = tok.cmd
+            cmd.left -= 1
+            if cmd.left == 0:
+                self.pe.finish_cmd(cmd)
+            return None
+        tok.t_in = now
+        kind = stages[idx].kind
+        if self.in_place and kind == P.DMA_READ:
+            return tok
+        self.stations[kind].submit(tok)
+        return None
+
+
+class Compute(StageServer):
+    """TCM read (fetch), TCM write (store) or the accel slot (GEMM and MATH): one timer."""
+    __slots__ = ("dur",)
+
+    def serve(self, tok: Token) -> bool:
+        st = self._begin(tok)
+        kind = st.kind
+        pe = self.pe
+        if kind == P.FETCH:
+            dur = st.a / pe.fetch_bw
+        elif kind == P.STORE:
+            dur = st.a / pe.store_bw
+        elif kind == P.GEMM:
+            g = pe.gemm
+            dur = (ceil(st.a / g.mac_rows) * ceil(st.b / g.mac_cols) * st.c
+                   + g.pipeline_cycles) / g.clock_ghz
+        else:
+            m = pe.mathp
+            dur = max(m.overhead_ns, ceil(st.a / m.simd_lanes) * st.b / m.clock_ghz)
+        self.dur = dur
+        if dur > 0:
+            self.callbacks = self._cbl
+            self.sched(self, NORMAL, dur)
+            return True
+        return False
+
+    def route(self) -> Token | None:
+        tok = self.tok
+        now = self.env._now
+        st = tok.stages[tok.idx]
+        kind = st.kind
+        pe = self.pe
+        if kind == P.FETCH:
+            stage, node, nb = "fetch", pe.n_fs, st.a
+        elif kind == P.STORE:
+            stage, node, nb = "store", pe.n_fs, st.a
+        elif kind == P.GEMM:
+            stage, node, nb = "gemm", pe.n_gemm, 0
+        else:
+            stage, node, nb = "math", pe.n_math, 0
+        t_in = tok.t_in
+        self.rec.hop(tok.cmd.op.op_id, tok.tile, stage, node, -1, t_in, now, self.dur,
+                     self.t0 - t_in, nb)
+        return self._pass_on(tok, now)
+
+
+class DmaServer(StageServer):
+    """One DMA channel (read or write), held through the whole round trip."""
+    __slots__ = ("sim", "fab", "resolved", "n_dma", "setup", "src", "lat", "t_ack", "_data_cb",
+                 "_sent_cb", "_stage")
+
+    def __init__(self, pe: Any, station: Station, read: bool) -> None:
+        super().__init__(pe, station, in_place=read)
+        self.sim = pe.sim
+        self.fab = pe.sim.fabric
+        self.resolved = pe.sim._resolved
+        self.n_dma = pe.n_dma
+        self.setup = pe.dma_ov
+        self.src = self.lat = self.t_ack = 0
+        self._stage = "dma_read" if read else "dma_write"
+
+    def route(self) -> Token | None:
+        tok = self.tok
+        now = self.env._now
+        st = tok.stages[tok.idx]
+        if not self.in_place and self.pe.fast:   # fast write: the ack leg's row
+            t_ack, lat = self.t_ack, self.lat
+            self.rec.hop(tok.cmd.op.op_id, tok.tile, "fabric", self.src, -1, t_ack, t_ack + lat,
+                         0.0, 0.0, 0)
+        t_in, t0 = tok.t_in, self.t0
+        self.rec.hop(tok.cmd.op.op_id, tok.tile, self._stage, self.n_dma, -1, t_in, now, now - t0,
+                     t0 - t_in, st.b)
+        return self._pass_on(tok, now)
+
+    def _begin_at(self, tok: Token) -> P.Stage:
+        """``_begin`` plus the node owning the stage's address, kept in ``self.src``."""
+        st = self._begin(tok)
+        node = self.resolved.get(st.a)
+        self.src = node if node is not None else self.sim.resolve(st.a)
+        return st
+
+
+class DmaReadFast(DmaServer):
+    """fast read: one timer (setup + request leg), then the data leg's one fabric event."""
+    __slots__ = ()
+
+    def __init__(self, pe: Any, station: Station) -> None:
+        super().__init__(pe, station, read=True)
+        self._cbl = [self._request_arrived]
+        self._data_cb = self._fire_cb
+
+    def serve(self, tok: Token) -> bool:
+        self._begin_at(tok)
+        lat = self.fab.command_ns(self.n_dma, self.src)
+        t = self.t0 + self.setup
+        self.rec.hop(tok.cmd.op.op_id, tok.tile, "fabric", self.n_dma, -1, t, t + lat, 0.0, 0.0, 0)
+        self._timer(self.setup + lat)
+        return True
+
+    def _request_arrived(self, _ev: Any) -> None:
+        """The request reached the source: read HBM, book the data transfer back."""
+        tok = self.tok
+        st = tok.stages[tok.idx]
+        op_id, tile, src, nb = tok.cmd.op.op_id, tok.tile, self.src, st.b
+        if nb <= 0:
+            ev = self.fab.command(op_id, tile, src, self.n_dma)
+        elif src in self.sim.hbm:
+            ev = self.sim.hbm_read(op_id, tile, src, self.n_dma, st.a, nb)
+        else:
+            ev = self.fab.send(op_id, tile, src, self.n_dma, nb, st.a)
+        ev.callbacks.append(self._data_cb)
+
+
+class DmaWriteFast(DmaServer):
+    """fast write: data leg, HBM commit and ack leg are the one ``fabric.send`` event."""
+    __slots__ = ()
+
+    def __init__(self, pe: Any, station: Station) -> None:
+        super().__init__(pe, station, read=False)
+        self._sent_cb = self._sent
+
+    def serve(self, tok: Token) -> bool:
+        st = self._begin_at(tok)
+        dst = self.src
+        lat = self.lat = self.fab.command_ns(dst, self.n_dma)
+        if st.b > 0:
+            ev = self.fab.send(tok.cmd.op.op_id, tok.tile, self.n_dma, dst, st.b, st.a,
+                               at=self.t0 + self.setup, ack=lat)
+            ev.callbacks.append(self._sent_cb)
+        else:
+            self.t_ack = self.t0 + self.setup
+            self._timer(self.setup + lat)
+        return True
+
+    def _sent(self, ev: simpy.Event) -> None:
+        self.t_ack = ev._value          # fabric.send's event (fabric.after): its value
+        self._fire(ev)
+
+
+class DmaFlit(DmaServer):
+    """flit DMA: setup, then the per-flit legs (``Sim.dma_read`` / ``dma_write``) as a process."""
+    __slots__ = ()
+
+    def serve(self, tok: Token) -> bool:
+        st = self._begin(tok)
+        self.env.process(self._leg(tok.cmd.op.op_id, tok.tile, st)).callbacks.append(self._fire_cb)
+        return True
+
+    def _leg(self, op_id: int, tile: int, st: P.Stage):
+        if self.setup > 0:
+            yield self.env.timeout(self.setup)
+        leg = self.sim.dma_read if self.in_place else self.sim.dma_write
+        yield from leg(op_id, tile, self.n_dma, st.a, st.b)
+
+
+class Scheduler(Server):
+    """Scheduler: ``overhead_ns`` per command, then its tiles go to their first stations."""
+    __slots__ = ()
+
+    def serve(self, cmd: Command) -> bool:
+        self.tok = cmd
+        self.t0 = self.env._now
+        ov = self.pe.sched_ov
+        if ov > 0:
+            self._timer(ov)
+            return True
+        return False
+
+    def book(self, cmd: Command, t0: float) -> None:
+        """Serve ``cmd`` from ``t0`` (a dispatch end, ``>= now``); the server was idle."""
+        self.tok = cmd
+        self.t0 = t0
+        self._timer(t0 + self.pe.sched_ov - self.env._now)
+
+    def route(self) -> None:
+        cmd, pe = self.tok, self.pe
+        now = self.env._now
+        self.rec.hop(cmd.op.op_id, -1, "scheduler", pe.n_sched, -1, self.t0, now, pe.sched_ov,
+                     0.0, 0)
+        plan = cmd.plan
+        if not plan:
+            pe.finish_cmd(cmd)
+            return None
+        stations = pe.stations
+        if len(plan) == 1:
+            stations[plan[0][0].kind].submit(Token(cmd, -1, plan[0], now))
+        else:
+            for ti, stages in enumerate(plan):
+                stations[stages[0].kind].submit(Token(cmd, ti, stages, now))
+        return None
+
+
+class Proc(Server):
+    """A rare, multi-leg service (IPCQ) run as a generator process: ``fn(token)``."""
+    __slots__ = ("fn",)
+
+    def __init__(self, pe: Any, station: Station, fn: Any) -> None:
+        super().__init__(pe, station)
+        self.fn = fn
+
+    def serve(self, tok: Any) -> bool:
+        self.env.process(self.fn(tok)).callbacks.append(self._fire_cb)
+        return True
+
+    def route(self) -> None:
+        return None
