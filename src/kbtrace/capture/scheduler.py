@@ -46,7 +46,8 @@ class LaunchRun:
     def __init__(self, tracer: Tracer, launch: int, kernel: Callable[..., Any],
                  grid: tuple[int, int], coords: list[tuple[int, int, int]],
                  args_for: Callable[[Program], tuple[tuple[Any, ...], dict[str, Any]]],
-                 neighbors: Mapping[int, Mapping[str, int]] | None) -> None:
+                 neighbors: Mapping[int, Mapping[str, int]] | None,
+                 pids: list[tuple[int, int]] | None = None) -> None:
         self.tracer, self.launch, self.kernel = tracer, launch, kernel
         self.kernel_name = getattr(kernel, "__name__", "kernel")
         self.grid = grid
@@ -54,7 +55,8 @@ class LaunchRun:
         self.args_for = args_for
         self.programs: list[Program] = []
         for idx, coord in enumerate(coords):
-            self.programs.append(Program(self, idx, idx % grid[0], idx // grid[0], coord))
+            p0, p1 = pids[idx] if pids is not None else (idx % grid[0], idx // grid[0])
+            self.programs.append(Program(self, idx, p0, p1, coord))
         self.channels: dict[tuple[int, str], deque[Any]] = {}
         self.parked: dict[tuple[int, str], deque[Any]] = {}
         self.where: dict[int, tuple[str | None, int | None]] = {}

@@ -7,6 +7,11 @@ program greenlet sets for itself. Shapes are tuples of ints; dtypes are
 ``"f32" | "f16" | "bf16" | "i32" | "i8" | "bool"``; addresses are ints (51-bit
 physical addresses of tensors, as passed by the host program).
 
+Where am I (hardware ids and topology counts, no arguments needed)::
+
+    tl.sip_id(), tl.cube_id(), tl.pe_id()          # this program's SIP (= rank), cube, PE
+    tl.num_sips(), tl.num_cubes(), tl.num_pes()    # SIPs, cubes per SIP, PEs per cube
+
 Memory (blocking, real values)::
 
     h = tl.load(ptr, (32, 64), "f32", strides=(K, 1))   # HBM/SRAM -> TCM, returns real data
@@ -38,7 +43,8 @@ from kbtrace.capture.handles import ACTIVE, CompletionHandle, RecvFuture, Tensor
 from kbtrace.errors import CaptureError
 
 __all__ = [
-    "program_id", "num_programs", "load", "store", "ref", "dot", "composite",
+    "program_id", "num_programs", "sip_id", "cube_id", "pe_id", "num_sips", "num_cubes",
+    "num_pes", "load", "store", "ref", "dot", "composite",
     "exp", "log", "sqrt", "abs", "sigmoid", "cos", "sin", "maximum", "minimum", "fma", "clamp",
     "where", "softmax", "sum", "max", "min", "arange", "zeros", "full", "trans", "cdiv",
     "add", "sub", "mul", "div", "send", "recv", "recv_async", "wait", "cycles", "sizeof",
@@ -52,7 +58,8 @@ _get = ACTIVE.get
 
 # ---------------------------------------------------------------------- index
 def program_id(axis: int = 0) -> int:
-    """axis 0: PE index within the cube; axis 1: cube index (ADR-0022)."""
+    """axis 0: PE index within the cube; axis 1: cube index (ADR-0022). On a sparse launch:
+    axis 1 numbers the launch's (SIP, cube) pairs in order, axis 0 its PEs within each."""
     p = _get() or active()
     if axis not in (0, 1):
         raise p.fail(CaptureError, f"tl.program_id: axis must be 0 (PE) or 1 (cube), got {axis}")
@@ -65,6 +72,36 @@ def num_programs(axis: int = 0) -> int:
     if axis not in (0, 1):
         raise p.fail(CaptureError, f"tl.num_programs: axis must be 0 or 1, got {axis}")
     return p.run.grid[axis]
+
+
+def sip_id() -> int:
+    """The SIP (= rank) this program runs on."""
+    return (_get() or active()).sip
+
+
+def cube_id() -> int:
+    """The cube (within its SIP) this program runs on."""
+    return (_get() or active()).cube
+
+
+def pe_id() -> int:
+    """The PE (within its cube) this program runs on."""
+    return (_get() or active()).pe
+
+
+def num_sips() -> int:
+    """SIPs (= ranks, the world size) of the topology."""
+    return (_get() or active()).tracer.topo.n_sips
+
+
+def num_cubes() -> int:
+    """Cubes per SIP of the topology."""
+    return (_get() or active()).tracer.topo.cubes_per_sip
+
+
+def num_pes() -> int:
+    """PEs per cube of the topology."""
+    return (_get() or active()).tracer.topo.pes_per_cube
 
 
 def cdiv(a: int, b: int) -> int:

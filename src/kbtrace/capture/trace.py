@@ -220,8 +220,7 @@ def capture(workload_path: str | os.PathLike[str] | Any, topology: Any,
             sink.collect_gc = gc_was_enabled
             try:
                 for li, spec in enumerate(w.launches):
-                    coords = [w.coord(i % spec.grid[0], i // spec.grid[0])
-                              for i in range(spec.grid[0] * spec.grid[1])]
+                    coords = spec.coords
 
                     def args_for(prog: Any, spec: Any = spec
                                  ) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -230,7 +229,7 @@ def capture(workload_path: str | os.PathLike[str] | Any, topology: Any,
                                 {k: w.resolve_arg(v, c) for k, v in spec.kwargs.items()})
 
                     run = LaunchRun(tracer, li, spec.kernel, spec.grid, coords, args_for,
-                                    spec.neighbors)
+                                    spec.neighbors, spec.pids)
                     first = tracer.next_op
                     run.run()
                     tracer.regions.remove_space("tcm")

@@ -12,9 +12,17 @@ A workload is a Python file (``capture/<name>.py``) defining::
         w.output(c, reference=lambda v: v["a"] @ v["b"])
 
 Kernel arguments that are ``Tensor`` objects become the address of the tensor,
-or for sharded tensors the address of the shard on the program's own PE.
-Program (pid0, pid1) runs on PE ``pid0`` of global cube ``pid1`` (cube-major
-over SIPs). Launches run in declaration order, each to completion.
+or for sharded tensors the address of the shard on the program's own PE; a
+``PerRank`` argument (``w.per_rank(...)``) becomes its entry for the program's SIP.
+On a dense grid program (pid0, pid1) runs on PE ``pid0`` of global cube ``pid1``
+(cube-major over SIPs); a sparse launch (``sips=`` / ``cubes=`` / ``pes=`` / ``on=``)
+numbers its (SIP, cube) pairs in order as pid1 and the PEs within each as pid0.
+Launches and host copies run in declaration order, each to completion.
+
+Placement policies (``dp=``) are duck-typed: any object with ``resolve(shape=,
+itemsize=, num_cubes=, num_pes=, target_sip=)`` returning shards with ``sip, cube,
+pe, offset, shape`` and ``replica`` (``kbtrace.host.DPPolicy`` is the one kbtrace
+ships), so capture does not import the host runtime built on it.
 """
 
 from __future__ import annotations
@@ -34,7 +42,8 @@ from kbtrace.capture.dtypes import STORAGE, check_dtype, itemsize, to_compute, t
 from kbtrace.capture.memory import Allocator, Region
 from kbtrace.errors import CaptureError
 
-__all__ = ["Workload", "Tensor", "Shard", "Random", "load_workload", "parse_params"]
+__all__ = ["Workload", "Tensor", "Shard", "Random", "PerRank", "LaunchSpec", "load_workload",
+           "parse_params"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,13 @@ class Shard:
     addr: int
     offset: tuple[int, ...]
     shape: tuple[int, ...]
+    replica: int = 0
+
+
+@dataclass(frozen=True)
+class PerRank:
+    """A kernel argument with one value per SIP (rank): each program gets ``values[sip]``."""
+    values: Mapping[int, Any]
 
 
 @dataclass
@@ -77,6 +93,8 @@ class Tensor:
     shards: list[Shard] = field(default_factory=list)
     sharded: bool = False
     role: str = "input"
+    #: "hbm" (device, on the shards' PEs) or "host" (host memory: kernels cannot address it)
+    space: str = "hbm"
 
     @property
     def addr(self) -> int:
@@ -106,6 +124,9 @@ class LaunchSpec:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     neighbors: Mapping[int, Mapping[str, int]] | None
+    #: (sip, cube, pe) and (pid0, pid1) of every program, in program order
+    coords: list[tuple[int, int, int]] = field(default_factory=list)
+    pids: list[tuple[int, int]] = field(default_factory=list)
 
 
 class Workload:
@@ -116,6 +137,8 @@ class Workload:
         self._tracer = tracer
         self.tensors: dict[str, Tensor] = {}
         self.launches: list[LaunchSpec] = []
+        #: launches and host copies in declaration order (the host program)
+        self.actions: list[Any] = []
         self.outputs: dict[str, Callable[[dict[str, np.ndarray]], Any]] = {}
         self._hbm: dict[tuple[int, int, int], Allocator] = {}
         self._cubes = topo.n_sips * topo.cubes_per_sip
@@ -150,10 +173,65 @@ class Workload:
                 base, self.topo.hbm_slice_bytes, f"HBM slice of sip{sip}.cube{cube}.pe{pe}", 256)
         return alloc.alloc(max(nbytes, 1), label)
 
+    # ------------------------------------------------------------------ ranks
+    @property
+    def world_size(self) -> int:
+        """Ranks of the host program: one per SIP (ADR-0024 D1)."""
+        return int(self.topo.n_sips)
+
+    @property
+    def ranks(self) -> range:
+        """Rank ids ``0 .. world_size - 1`` (rank = SIP)."""
+        return range(self.world_size)
+
+    def check_rank(self, sip: Any, what: str) -> int:
+        if isinstance(sip, bool) or not isinstance(sip, (int, np.integer)) or not (
+                0 <= int(sip) < self.world_size):
+            raise CaptureError(f"workload {self.name!r}: {what}: rank/SIP {sip!r} is out of range; "
+                               f"{self.topo.params.name!r} has {self.world_size} SIP(s) "
+                               f"(ranks 0..{self.world_size - 1}; --set system.sips.count=N "
+                               f"for more)")
+        return int(sip)
+
+    def per_rank(self, values: Mapping[int, Any] | Sequence[Any] | Callable[[int], Any]
+                 ) -> PerRank:
+        """A kernel argument with one value per rank: a sequence indexed by rank, a mapping
+        rank -> value, or a function of the rank (called for every rank)."""
+        if callable(values) and not isinstance(values, (Mapping, Tensor)):
+            vals = {r: values(r) for r in self.ranks}
+        elif isinstance(values, Mapping):
+            vals = {self.check_rank(k, "per_rank"): v for k, v in values.items()}
+        else:
+            vals = dict(enumerate(values))
+            for k in vals:
+                self.check_rank(k, "per_rank")
+        return PerRank(vals)
+
     # ------------------------------------------------------------------ declarations
+    def _values(self, name: str, shape: tuple[int, ...], dtype: str, init: Any) -> np.ndarray:
+        if isinstance(init, Random):
+            return init.draw(shape, dtype)
+        if isinstance(init, str) and init == "zeros":
+            return np.zeros(shape, dtype=STORAGE[dtype] if dtype != "bf16" else np.float32)
+        vals = np.asarray(init)
+        if vals.shape != shape:
+            raise CaptureError(f"tensor {name!r}: init has shape {vals.shape}, declared {shape}")
+        return vals
+
+    def _declare(self, name: str, shape: Sequence[int] | int, dtype: str, init: Any,
+                 space: str = "hbm") -> Tensor:
+        if name in self.tensors:
+            raise CaptureError(f"workload {self.name!r}: tensor {name!r} declared twice")
+        check_dtype(dtype, f"tensor {name!r}")
+        shp = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+        if any(d < 0 for d in shp):
+            raise CaptureError(f"tensor {name!r}: negative dimension in shape {shp}")
+        return Tensor(name, shp, dtype, to_storage(self._values(name, shp, dtype, init), dtype),
+                      space=space)
+
     def tensor(self, name: str, shape: Sequence[int] | int, dtype: str = "f32", init: Any = "zeros",
-               *, pe: tuple[int, int, int] = (0, 0, 0), shard: str | None = None, axis: int = 0,
-               cube: int = 0, shard_pe: int = 0) -> Tensor:
+               *, pe: tuple[int, int, int] | None = None, shard: str | None = None, axis: int = 0,
+               cube: int = 0, shard_pe: int = 0, dp: Any = None, sip: int | None = None) -> Tensor:
         """Declare and place a tensor in HBM.
 
         ``pe=(sip, cube, pe)`` places it on one PE's HBM slice; ``shard="pes"`` splits ``axis``
@@ -161,27 +239,41 @@ class Workload:
         ``shard_pe`` of each); ``shard="all"`` over every PE of every cube (shard ``i`` on PE
         ``i % pes_per_cube`` of global cube ``i // pes_per_cube``, i.e. the program with
         ``program_id(1) * num_programs(0) + program_id(0) == i`` on the default grid).
+        ``dp=DPPolicy(...)`` places it over the cubes and PEs of SIP ``sip`` (default 0) by
+        the policy (``kbtrace.host.placement``); ``sip`` alone means PE 0 of cube 0 of it.
         ``init``: "zeros", an array / nested list, or ``w.random(seed)``.
         """
-        if name in self.tensors:
-            raise CaptureError(f"workload {self.name!r}: tensor {name!r} declared twice")
-        check_dtype(dtype, f"tensor {name!r}")
-        shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
-        if isinstance(init, Random):
-            vals = init.draw(shape, dtype)
-        elif isinstance(init, str) and init == "zeros":
-            vals = np.zeros(shape, dtype=STORAGE[dtype] if dtype != "bf16" else np.float32)
-        else:
-            vals = np.asarray(init)
-            if vals.shape != shape:
-                raise CaptureError(f"tensor {name!r}: init has shape {vals.shape}, declared {shape}")
-        t = Tensor(name, shape, dtype, to_storage(vals, dtype))
-        if shard is None:
-            places = [(pe, tuple(0 for _ in shape), shape)]
+        t = self._declare(name, shape, dtype, init)
+        shape = t.shape
+        given = [k for k, v in (("pe", pe), ("shard", shard), ("dp", dp)) if v is not None]
+        if len(given) > 1:
+            raise CaptureError(f"tensor {name!r}: pass only one of pe=, shard= and dp= "
+                               f"(got {', '.join(given)})")
+        places: list[tuple[tuple[int, int, int], tuple[int, ...], tuple[int, ...], int]] = []
+        if dp is not None:
+            target = self.check_rank(0 if sip is None else sip, f"tensor {name!r}")
+            if not callable(getattr(dp, "resolve", None)):
+                raise CaptureError(f"tensor {name!r}: dp= must be a placement policy such as "
+                                   f"kbtrace.host.DPPolicy(...), got {type(dp).__name__}")
+            specs = dp.resolve(shape=shape, itemsize=itemsize(dtype),
+                               num_cubes=self.topo.cubes_per_sip, num_pes=self.topo.pes_per_cube,
+                               target_sip=target)
+            places = [((s.sip, s.cube, s.pe), tuple(s.offset), tuple(s.shape), s.replica)
+                      for s in specs]
+            t.sharded = len(places) > 1
+        elif shard is None:
+            if sip is not None:
+                where = (self.check_rank(sip, f"tensor {name!r}"), 0, 0) if pe is None else pe
+                if pe is not None and pe[0] != sip:
+                    raise CaptureError(f"tensor {name!r}: sip={sip} but pe={pe} is on SIP "
+                                       f"{pe[0]}; pass one of them")
+            else:
+                where = pe or (0, 0, 0)
+            places = [(tuple(where), tuple(0 for _ in shape), shape, 0)]  # type: ignore[list-item]
         else:
             if shard == "pes":
-                sip, cb = cube // self.topo.cubes_per_sip, cube % self.topo.cubes_per_sip
-                owners = [(sip, cb, i) for i in range(self.topo.pes_per_cube)]
+                sp, cb = cube // self.topo.cubes_per_sip, cube % self.topo.cubes_per_sip
+                owners = [(sp, cb, i) for i in range(self.topo.pes_per_cube)]
             elif shard == "cubes":
                 owners = [(c // self.topo.cubes_per_sip, c % self.topo.cubes_per_sip, shard_pe)
                           for c in range(self._cubes)]
@@ -196,33 +288,97 @@ class Workload:
                 raise CaptureError(f"tensor {name!r}: dim {axis} = {shape[axis]} does not split "
                                    f"evenly over {n} {shard}; use a multiple of {n}")
             step = shape[axis] // n
-            places = []
             for i, own in enumerate(owners):
                 off = tuple(i * step if d == axis else 0 for d in range(len(shape)))
                 shp = tuple(step if d == axis else s for d, s in enumerate(shape))
-                places.append((own, off, shp))
+                places.append((own, off, shp, 0))
             t.sharded = True
-        for i, (own, off, shp) in enumerate(places):
+        for i, (own, off, shp, rep) in enumerate(places):
             nbytes = math.prod(shp) * itemsize(dtype)
             label = f"tensor {name!r}" + (f" shard {i}" if t.sharded else "")
             addr = self._alloc(*own, nbytes, label)
-            t.shards.append(Shard(i, own[0], own[1], own[2], addr, off, shp))
+            t.shards.append(Shard(i, own[0], own[1], own[2], addr, off, shp, rep))
             self._tracer.regions.add(Region(addr, nbytes, label, "hbm", dtype))
             idx = tuple(slice(o, o + s) for o, s in zip(off, shp, strict=True))
             self._tracer.write_initial(addr, np.ascontiguousarray(t.stored[idx]))
         self.tensors[name] = t
         return t
 
+    def _targets(self, sips: Any, cubes: Any, pes: Any, on: Tensor | None
+                 ) -> list[tuple[int, int, int]]:
+        """Program placements of a sparse launch, sorted by (sip, cube, pe)."""
+        def norm(v: Any, n: int, what: str) -> list[int]:
+            vals = list(range(n)) if v is None else [v] if isinstance(v, (int, np.integer)) \
+                else list(v)
+            for x in vals:
+                if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or not 0 <= x < n:
+                    raise CaptureError(f"workload {self.name!r}: launch on {what} {x!r}, which "
+                                       f"{self.topo.params.name!r} does not have ({n} {what}s: "
+                                       f"0..{n - 1})")
+            if len(set(vals)) != len(vals) or not vals:
+                raise CaptureError(f"workload {self.name!r}: launch {what}s={vals!r}: list each "
+                                   f"{what} once (and at least one)")
+            return sorted(int(x) for x in vals)
+
+        if on is not None:
+            if not isinstance(on, Tensor) or self.tensors.get(on.name) is not on:
+                raise CaptureError(f"workload {self.name!r}: launch(on=...) needs a tensor of this "
+                                   f"workload, got {getattr(on, 'name', type(on).__name__)!r}")
+            if on.space != "hbm":
+                raise CaptureError(f"workload {self.name!r}: launch(on={on.name!r}): a host tensor "
+                                   f"has no PEs; launch on a device tensor")
+            coords = {(s.sip, s.cube, s.pe) for s in on.shards}
+            for c in list(coords):
+                if sips is not None and c[0] not in norm(sips, self.world_size, "SIP"):
+                    coords.discard(c)
+            return sorted(coords)
+        ss = norm(sips, self.world_size, "SIP")
+        cs = norm(cubes, self.topo.cubes_per_sip, "cube")
+        ps = norm(pes, self.topo.pes_per_cube, "PE")
+        return [(s, c, p) for s in ss for c in cs for p in ps]
+
     def launch(self, kernel: Callable[..., Any], grid: tuple[int, int] | None = None,
                args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None,
-               neighbors: Mapping[int, Mapping[str, int]] | None = None) -> None:
-        """Run ``kernel(tl, *args, **kwargs)`` on every program of ``grid`` = (PEs, cubes)."""
-        g = tuple(int(x) for x in (grid or self.grid()))
-        if len(g) == 1:
-            g = (g[0], 1)
-        self.coord(g[0] - 1, g[1] - 1)
-        self.launches.append(LaunchSpec(kernel, (g[0], g[1]), tuple(args), dict(kwargs or {}),
-                                        neighbors))
+               neighbors: Mapping[int, Mapping[str, int]] | None = None, *,
+               sips: Any = None, cubes: Any = None, pes: Any = None,
+               on: Tensor | None = None) -> LaunchSpec:
+        """Run ``kernel(tl, *args, **kwargs)`` on every program of ``grid`` = (PEs, cubes), or
+        (sparse) on the PEs ``pes`` of cubes ``cubes`` of SIPs ``sips`` (each an int, a list
+        or None = all), or on the PEs holding a shard of tensor ``on`` (of SIPs ``sips``)."""
+        if not callable(kernel):
+            raise CaptureError(f"workload {self.name!r}: launch needs a kernel function, got "
+                               f"{type(kernel).__name__}")
+        sparse = on is not None or any(v is not None for v in (sips, cubes, pes))
+        if sparse:
+            if grid is not None:
+                raise CaptureError(f"workload {self.name!r}: launch takes grid= or sips/cubes/"
+                                   f"pes/on=, not both")
+            coords = self._targets(sips, cubes, pes, on)
+            if not coords:
+                raise CaptureError(f"workload {self.name!r}: launch(on={on.name if on else None!r}, "
+                                   f"sips={sips!r}) selects no PE")
+            cube_ids = sorted({(s, c) for s, c, _ in coords})
+            pid1 = {sc: i for i, sc in enumerate(cube_ids)}
+            pids, seen = [], dict.fromkeys(cube_ids, 0)
+            for s, c, _p in coords:
+                pids.append((seen[(s, c)], pid1[(s, c)]))
+                seen[(s, c)] += 1
+            g = (max(seen.values()), len(cube_ids))
+        else:
+            g = tuple(int(x) for x in (grid or self.grid()))  # type: ignore[assignment]
+            if len(g) == 1:
+                g = (g[0], 1)
+            if len(g) != 2 or g[0] < 1 or g[1] < 1:
+                raise CaptureError(f"workload {self.name!r}: grid {tuple(g)} must be (PEs >= 1, "
+                                   f"cubes >= 1)")
+            self.coord(g[0] - 1, g[1] - 1)
+            pids = [(i % g[0], i // g[0]) for i in range(g[0] * g[1])]
+            coords = [self.coord(a, b) for a, b in pids]
+        spec = LaunchSpec(kernel, (g[0], g[1]), tuple(args), dict(kwargs or {}), neighbors,
+                          coords, pids)
+        self.launches.append(spec)
+        self.actions.append(spec)
+        return spec
 
     def output(self, tensor: Tensor, reference: Callable[[dict[str, np.ndarray]], Any]) -> None:
         """Declare ``tensor`` an output; ``reference(values)`` computes it from initial values."""
@@ -232,8 +388,19 @@ class Workload:
         self.outputs[tensor.name] = reference
 
     def resolve_arg(self, arg: Any, coord: tuple[int, int, int]) -> Any:
+        if isinstance(arg, PerRank):
+            if coord[0] not in arg.values:
+                raise CaptureError(f"per-rank argument has no value for rank {coord[0]} (a "
+                                   f"program runs on sip{coord[0]}.cube{coord[1]}.pe{coord[2]}); "
+                                   f"give every launched rank a value")
+            arg = arg.values[coord[0]]
+        if isinstance(arg, (list, tuple)) and any(isinstance(a, (Tensor, PerRank)) for a in arg):
+            return type(arg)(self.resolve_arg(a, coord) for a in arg)
         if not isinstance(arg, Tensor):
             return arg
+        if arg.space != "hbm":
+            raise CaptureError(f"tensor {arg.name!r} lives in host memory, which kernels cannot "
+                               f"address; copy it to a device tensor with w.copy_to_device")
         if not arg.sharded:
             return arg.shards[0].addr
         for s in arg.shards:
