@@ -94,7 +94,9 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         yield tmp
         os.replace(tmp, final)
     except OSError as exc:
-        if exc.filename not in (str(tmp), str(final)) and str(tmp) not in str(exc):
+        # a failure naming another file is not about this output; one naming no file (a
+        # full disk while Arrow writes) is
+        if exc.filename not in (str(tmp), str(final), None) and str(tmp) not in str(exc):
             raise
         raise _cannot_write(final, exc) from None
     finally:
@@ -243,13 +245,25 @@ class BatchWriter:
         as one RecordBatch, after any rows pending in ``columns``."""
         self.flush()
         if n:
-            self._writer.write_batch(pa.RecordBatch.from_arrays(
-                [a if isinstance(a, pa.Array) else pa.array(a, type=f.type)
-                 for a, f in zip(arrays, self._schema, strict=True)], schema=self._schema),
-                row_group_size=ROW_GROUP_SIZE)
+            try:
+                self._write_batch(arrays, n)
+            except OSError as exc:
+                raise _cannot_write(self._final, exc) from None
             self.rows += n
 
+    def _write_batch(self, arrays: list[Any], n: int) -> None:
+        self._writer.write_batch(pa.RecordBatch.from_arrays(
+            [a if isinstance(a, pa.Array) else pa.array(a, type=f.type)
+             for a, f in zip(arrays, self._schema, strict=True)], schema=self._schema),
+            row_group_size=ROW_GROUP_SIZE)
+
     def flush(self) -> None:
+        try:
+            self._flush()
+        except OSError as exc:       # a full disk: name the output, not a bare errno
+            raise _cannot_write(self._final, exc) from None
+
+    def _flush(self) -> None:
         if self._n == 0:
             return
         arrays = [pa.array(col, type=f.type) if not pa.types.is_dictionary(f.type)
@@ -262,8 +276,8 @@ class BatchWriter:
 
     def close(self) -> None:
         self.flush()
-        self._writer.close()
         try:
+            self._writer.close()
             os.replace(self._tmp, self._final)
         except OSError as exc:
             raise _cannot_write(self._final, exc) from None

@@ -48,6 +48,12 @@ CATALOGS: dict[str, tuple[tuple[str, str], ...]] = {
 DEFAULT_TOPOLOGY = "topologies/small.yaml"
 
 
+#: what an existing path must be to be taken as that kind (else the catalog is searched:
+#: a ./gemm folder in the current directory does not hide the gemm workload)
+_SHAPE = {"workload": Path.is_file, "topology": Path.is_file, "sweep": Path.is_file,
+          "trace": Path.is_dir}
+
+
 def _roots() -> list[Path]:
     cwd = Path.cwd()
     return [cwd] if cwd.resolve() == REPO_ROOT else [cwd, REPO_ROOT]
@@ -85,9 +91,13 @@ def resolve(p: str | os.PathLike[str], kind: str) -> Path:
     """``p`` if it exists; else relative to the repository root; else the catalog entry
     its bare name selects. Raises ``UsageError`` naming what exists."""
     cand = Path(p)
+    shadow = None
     if cand.exists():
-        return cand
-    if not cand.is_absolute() and (REPO_ROOT / cand).exists():
+        if kind not in _SHAPE or _SHAPE[kind](cand):
+            return cand
+        shadow = cand        # e.g. a ./gemm folder where the gemm workload was meant
+    if not cand.is_absolute() and (REPO_ROOT / cand).exists() and (
+            kind not in _SHAPE or _SHAPE[kind](REPO_ROOT / cand)):
         return REPO_ROOT / cand
     name = str(p)
     bare = len(cand.parts) == 1 and not cand.is_absolute()
@@ -97,6 +107,12 @@ def resolve(p: str | os.PathLike[str], kind: str) -> Path:
                 hit = root / d / (name if name.endswith(suffix) or not suffix else name + suffix)
                 if _entry_ok(hit, suffix):
                     return hit
+    if shadow is not None:
+        want = "a file" if _SHAPE[kind] is Path.is_file else "a directory"
+        got = ("a directory" if shadow.is_dir() else "a file" if shadow.is_file()
+               else "not a regular file")
+        raise UsageError(f"{kind} {name!r}: {shadow} is {got} (a {kind} is {want}) and no "
+                         f"{kind} of that name is in the catalog; pass the path of the {kind}")
     known = catalog_names(kind)
     close = difflib.get_close_matches(name if bare else cand.stem, known, n=1)
     where = " or ".join(str(r) for r in _roots())

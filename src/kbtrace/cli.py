@@ -2,8 +2,9 @@
 
 Each stage owns its subcommands in ``kbtrace.<stage>.cli`` (a ``register(sub)``
 function adding parsers whose ``func(args) -> int`` does the work). A
-``KbtraceError`` becomes one line on stderr and a non-zero exit code; anything
-else is a bug and keeps its traceback.
+``KbtraceError`` becomes one line on stderr (long values elided, ``errors.shorten``) and
+a non-zero exit code; ``--traceback`` adds the whole chain (e.g. the exception a workload
+raised). Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -12,10 +13,13 @@ import argparse
 import importlib
 import os
 import sys
+import traceback
+import warnings
 from collections.abc import Sequence
+from typing import Any
 
 from kbtrace import __version__
-from kbtrace.errors import KbtraceError
+from kbtrace.errors import KbtraceError, shorten
 
 __all__ = ["main", "build_parser"]
 
@@ -36,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "any topology, analyse time and numbers with DuckDB/polars.",
     )
     parser.add_argument("--version", action="version", version=f"kbtrace {__version__}")
+    parser.add_argument("--traceback", action="store_true",
+                        help="on an error, print the whole Python traceback after the one-line "
+                             "message (e.g. of an exception raised inside a workload)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for mod_name in _STAGE_CLIS:
         try:
@@ -48,8 +55,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: Any = None, line: str | None = None) -> None:
+    """Warnings as one ``kbtrace: warning: ...`` line (no source file and line of the
+    warnings.warn call, which is kbtrace's code, not the user's)."""
+    print(f"kbtrace: warning: {shorten(str(message))}", file=file or sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    show_tb = "--traceback" in argv     # known even when parsing fails
     parser = build_parser()
+    saved = warnings.showwarning
+    warnings.showwarning = _show_warning
     try:
         args = parser.parse_args(argv)   # path arguments resolve here (kbtrace._paths)
         if not getattr(args, "func", None):
@@ -57,7 +75,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0 if args.command is None else 2
         return int(args.func(args) or 0)
     except KbtraceError as err:
-        print(f"kbtrace: error: {err}", file=sys.stderr)
+        print(f"kbtrace: error: {shorten(str(err))}", file=sys.stderr)
+        if show_tb:
+            traceback.print_exception(err, file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
         print("kbtrace: interrupted", file=sys.stderr)
@@ -72,7 +92,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f"{err.filename}: " if err.filename else ""
         print(f"kbtrace: error: {where}{err.strerror or err}; check the path, its permissions "
               f"and free space", file=sys.stderr)
+        if show_tb:
+            traceback.print_exception(err, file=sys.stderr)
         return 2
+    finally:
+        warnings.showwarning = saved
 
 
 if __name__ == "__main__":  # pragma: no cover

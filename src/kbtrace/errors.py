@@ -27,13 +27,33 @@ __all__ = [
     "VerifyError",
     "UsageError",
     "OutputError",
+    "shorten",
+    "MAX_MESSAGE_CHARS",
 ]
+
+#: longest error line the CLI prints; the middle of a longer one is elided
+MAX_MESSAGE_CHARS = 1000
+
+
+def shorten(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """``text`` on one line and at most about ``limit`` characters: the head and the tail
+    (where the fix is) kept, the middle replaced by ``...[N characters]...``. A value a user
+    wrote (a list expanded from YAML aliases, a huge number) never floods a terminal."""
+    if len(text) <= limit:
+        return text
+    head, tail = limit * 2 // 3, limit // 3
+    return f"{text[:head]}...[{len(text) - head - tail:,} characters]...{text[-tail:]}"
 
 
 class KbtraceError(Exception):
-    """Base class of every error kbtrace reports to a user."""
+    """Base class of every error kbtrace reports to a user (its message ``shorten``-ed)."""
 
     exit_code: int = 2
+
+    def __init__(self, *args: object) -> None:
+        if len(args) == 1 and isinstance(args[0], str):
+            args = (shorten(args[0]),)
+        super().__init__(*args)
 
 
 class TopologyError(KbtraceError):

@@ -36,7 +36,7 @@ from kbtrace.capture.dtypes import compare, to_storage
 from kbtrace.capture.executor import ExecResult, execute, gather_outputs
 from kbtrace.capture.scheduler import LaunchRun
 from kbtrace.capture.tracer import OpSink, Tracer
-from kbtrace.capture.workload import Workload, load_workload, parse_params
+from kbtrace.capture.workload import Workload, load_workload, parse_params, user_frame
 from kbtrace.errors import CaptureError, SchemaError
 
 __all__ = ["capture", "open_trace", "Trace", "TRACE_FORMAT"]
@@ -208,7 +208,8 @@ def capture(workload_path: str | os.PathLike[str] | Any, topology: Any,
                 raise
             except Exception as exc:
                 raise CaptureError(f"workload {name!r}: build() raised "
-                                   f"{type(exc).__name__}: {exc}") from exc
+                                   f"{type(exc).__name__}: {exc} (at {user_frame(exc, path)}; "
+                                   "kbtrace --traceback ... shows the whole error)") from exc
             launches = []
             t_run0 = time.perf_counter()
             # Automatic GC is paused while kernels run: the recorder allocates a few small objects

@@ -30,6 +30,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import sys
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -410,6 +411,15 @@ class Workload:
                            f"pe{coord[2]}; pass t.shard_addr(i) explicitly")
 
 
+def user_frame(exc: BaseException, path: str | Path) -> str:
+    """``file:line`` where ``exc`` was raised in the workload file ``path`` (its deepest
+    frame there), else the deepest frame of the traceback."""
+    tb = traceback.extract_tb(exc.__traceback__)
+    mine = [f for f in tb if Path(f.filename).resolve() == Path(path).resolve()]
+    f = (mine or tb or [None])[-1]
+    return f"{f.filename}:{f.lineno}" if f is not None else str(path)
+
+
 def load_workload(path: str | Path) -> ModuleType:
     """Import a workload file as a fresh module (not cached in sys.modules)."""
     path = Path(path)
@@ -422,6 +432,15 @@ def load_workload(path: str | Path) -> ModuleType:
     sys.modules[mod_name] = mod
     try:
         spec.loader.exec_module(mod)
+    except SyntaxError as exc:
+        where = f"{exc.filename or path}:{exc.lineno}" if exc.lineno else str(path)
+        raise CaptureError(f"workload {str(path)!r} has a syntax error at {where}: {exc.msg}; "
+                           "fix the file (kbtrace --traceback ... shows the whole error)"
+                           ) from exc
+    except Exception as exc:
+        raise CaptureError(f"workload {str(path)!r} failed to import: {type(exc).__name__}: "
+                           f"{exc} (at {user_frame(exc, path)}); fix the file (kbtrace "
+                           "--traceback ... shows the whole error)") from exc
     finally:
         sys.modules.pop(mod_name, None)
     if not callable(getattr(mod, "build", None)):

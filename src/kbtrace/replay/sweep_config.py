@@ -6,6 +6,7 @@ runs the points; this module only turns input into a ``SweepConfig`` (or one
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -15,7 +16,7 @@ from typing import Any
 import yaml
 
 from kbtrace._paths import resolve
-from kbtrace._yaml import DuplicateKey, load_unique, problem
+from kbtrace._yaml import YamlProblem, load_unique, problem, read_text
 from kbtrace.errors import SweepError, TopologyError, UsageError
 from kbtrace.replay.options import FIDELITIES
 from kbtrace.topology._spec import apply_overrides
@@ -95,9 +96,11 @@ def parse_grid_items(items: Sequence[str] | None) -> dict[str, list[Any]]:
 def _grid_value(item: str, text: str) -> Any:
     """One ``--grid`` value parsed as a YAML scalar (``16``, ``0.5``, ``true``, ``W``)."""
     try:
-        return yaml.safe_load(text)
+        return load_unique(text)
     except yaml.YAMLError as exc:
         why = problem(exc)
+    except YamlProblem as bad:
+        why = bad.message()
     raise SweepError(f"--grid {item}: value {text!r} is not valid YAML ({why}); give plain values "
                      "separated by commas, e.g. --grid cube.hbm.pc_bw_gbps=8,16,32")
 
@@ -111,11 +114,14 @@ def load_config(src: str | Path | Mapping[str, Any],
     else:
         where = str(src)
         try:
-            raw = load_unique(Path(src).read_text())
+            raw = load_unique(read_text(src))
         except FileNotFoundError:
             raise SweepError(f"{where}: no such sweep config; see replay/*.yaml") from None
-        except DuplicateKey as dup:
-            raise SweepError(f"{where}: {dup.message()}") from None
+        except OSError as exc:
+            raise SweepError(f"{where}: cannot read the sweep config ({exc.strerror or exc})"
+                             ) from None
+        except YamlProblem as bad:
+            raise SweepError(f"{where}: {bad.message()}") from None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             at = f" line {mark.line + 1}" if mark else ""
@@ -155,6 +161,7 @@ def load_config(src: str | Path | Mapping[str, Any],
         if both:
             raise SweepError(f"{where}: workloads: {w['path']}: {both[0]!r} is in both params "
                              "and grid; keep it in one")
+        _check_size(math.prod(len(v) for _, v in wgrid), f"{where}: workloads: {w['path']}: grid")
         for combo in itertools.product(*(v for _, v in wgrid)):
             g = tuple(zip((k for k, _ in wgrid), combo, strict=True))
             traces.append(TraceSpec(name=base + "".join(f"-{k}{fmt_value(v)}" for k, v in g),
@@ -199,6 +206,8 @@ def load_config(src: str | Path | Mapping[str, Any],
         raise SweepError(f"{where}: grid: expected a mapping KEY: [values], e.g. "
                          "cube.hbm.pc_bw_gbps: [8, 16, 32]")
     g = _axes({**axes, **(grid or {})}, f"{where}: grid", "cube.hbm.pc_bw_gbps: [8, 16, 32]")
+    _check_size(len(traces) * len(topos) * len(set(fids)) * math.prod(len(v) for _, v in g),
+                f"{where}: traces x topologies x fidelities x grid")
     for key, vals in g:
         try:   # the key must name a topology parameter (values are judged per point)
             apply_overrides({}, {key: vals[0]}, f"{where}: grid")
@@ -214,6 +223,16 @@ def load_config(src: str | Path | Mapping[str, Any],
     topos = [_find(t, "topology", where, "topologies") for t in topos]
     return SweepConfig(tuple(traces), tuple(topos), tuple(dict.fromkeys(fids)), tuple(g), check,
                        where)
+
+
+#: most points one sweep may enumerate (checked before any is built)
+MAX_POINTS = 100_000
+
+
+def _check_size(n: int, what: str) -> None:
+    if n > MAX_POINTS:
+        raise SweepError(f"{what}: {n:,} points; at most {MAX_POINTS:,} per sweep; use fewer "
+                         "values or split the sweep")
 
 
 def _axes(raw: Any, where: str, example: str) -> list[tuple[str, tuple[Any, ...]]]:

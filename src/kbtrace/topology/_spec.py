@@ -10,12 +10,14 @@ import copy
 import difflib
 import json
 import math
+import re
 from dataclasses import fields, is_dataclass, replace
 from typing import Any
 
 import yaml
 
 from kbtrace._yaml import DuplicateKey as _DuplicateKey
+from kbtrace._yaml import YamlProblem as _YamlProblem
 from kbtrace._yaml import load_unique as _safe_load_unique
 from kbtrace._yaml import problem as _yaml_problem
 from kbtrace.errors import TopologyError
@@ -40,8 +42,8 @@ def load_yaml(text: str, where: str) -> dict[str, Any]:
         pos = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
         raise TopologyError(f"{where}: malformed YAML at {pos}: {_yaml_problem(exc)}; "
                             "fix the syntax there") from None
-    except _DuplicateKey as dup:
-        raise TopologyError(f"{where}: {dup.message()}") from None
+    except _YamlProblem as bad:
+        raise TopologyError(f"{where}: {bad.message()}") from None
     if raw is None:
         raise TopologyError(f"{where}: the topology file is empty (no keys, only comments or null); "
                             "start from a copy of topologies/small.yaml")
@@ -116,6 +118,8 @@ def _parse_value(key: str, value: str, where: str) -> Any:
         why = f"{_yaml_problem(exc)}{at}"
     except _DuplicateKey as dup:
         why = f"duplicate key {dup.path}"
+    except _YamlProblem as bad:
+        why = bad.message()
     raise TopologyError(f"{where}: --set {key}={value}: the value is not valid YAML ({why}); write "
                         "a YAML scalar, list or mapping, e.g. 16, [1, 2] or [{side: N}], and quote "
                         "it for the shell") from None
@@ -215,15 +219,49 @@ def _coord(val: Any, path: str, src: _Src) -> tuple[int, int]:
     return (val[0], val[1])
 
 
+#: largest magnitude of any float parameter, and the range of a rate (``_gbps``, ``_ghz``):
+#: far outside any hardware, yet every time the model derives from them stays finite
+MAX_FLOAT = 1e15
+RATE_RANGE = (1e-12, 1e12)
+#: largest value of any integer parameter, and of those that count elements the compiler
+#: builds one by one (checked before anything is allocated)
+MAX_INT = 1 << 40
+MAX_COUNT = {"rows": 64, "cols": 64, "connections": 64, "read_channels": 64,
+             "write_channels": 64, "mac_rows": 4096, "mac_cols": 4096, "simd_lanes": 1 << 16,
+             "n_slots": 1 << 16, "pcs_per_pe": 1024, "burst_bytes": 1 << 20,
+             "slot_bytes": 1 << 30, "credit_bytes": 1 << 20, "m": 1 << 16, "k": 1 << 16,
+             "n": 1 << 16}
+#: a topology name becomes part of default output paths (data/runs/WORKLOAD-NAME-fast)
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
+
+
+def _short(val: Any) -> str:
+    """``repr(val)``, a long one (a 400-digit number) cut to its first and last digits."""
+    text = repr(val)
+    return text if len(text) <= 40 else f"{text[:20]}...{text[-8:]} ({len(text)} characters)"
+
+
 def _scalar(val: Any, typ: str, path: str, src: _Src) -> Any:
     where = src.at(path)
+    name = path.rsplit(".", 1)[-1]
     if typ == "float":
-        if isinstance(val, bool) or not isinstance(val, (int, float)) or not math.isfinite(val):
-            raise TopologyError(f"{where}: {path} = {val!r}: must be a number")
+        if isinstance(val, bool) or not isinstance(val, (int, float)):
+            raise TopologyError(f"{where}: {path} = {_short(val)}: must be a number")
+        if not (abs(val) <= MAX_FLOAT):     # also NaN, inf and ints too large for a float
+            raise TopologyError(f"{where}: {path} = {_short(val)}: must be a finite number of "
+                                f"magnitude <= {MAX_FLOAT:g}")
+        lo, hi = RATE_RANGE
+        if name.endswith(("_gbps", "_ghz")) and val > 0 and not lo <= val <= hi:
+            raise TopologyError(f"{where}: {path} = {val!r}: a rate must be within "
+                                f"[{lo:g}, {hi:g}]; use a value in that range")
         return float(val)
     if typ == "int":
         if isinstance(val, bool) or not isinstance(val, int):
-            raise TopologyError(f"{where}: {path} = {val!r}: must be an integer")
+            raise TopologyError(f"{where}: {path} = {_short(val)}: must be an integer")
+        top = MAX_COUNT.get(name, MAX_INT)
+        if val > top:
+            raise TopologyError(f"{where}: {path} = {_short(val)}: at most {top:,}; use a "
+                                "smaller value")
         return val
     if typ == "str":
         if not isinstance(val, str):
@@ -253,6 +291,10 @@ def _fail(src: _Src, path: str, val: Any, why: str, also: tuple[str, ...] = ()) 
 
 
 def _validate(p: TopologyParams, src: _Src) -> None:  # noqa: C901 - a flat list of rules
+    if not _NAME.match(p.name):
+        raise _fail(src, "name", p.name, "a topology name is a file-name-safe word (letters, "
+                    "digits, . _ + -, at most 64 characters, no / or ..) because default output "
+                    "paths use it; rename it, e.g. my_topology")
     for path, name, val in _leaves(p):
         if name.endswith("_gbps") and val <= 0:
             raise _fail(src, path, val, "bandwidth must be > 0; use a positive GB/s value")

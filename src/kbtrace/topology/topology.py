@@ -21,7 +21,9 @@ import pyarrow as pa
 
 from kbtrace import __version__, schema
 from kbtrace._io import atomic_path, stable_hash
-from kbtrace.errors import AddressError, RoutingError, TopologyError
+from kbtrace._yaml import YamlProblem
+from kbtrace._yaml import read_text as read_yaml_text
+from kbtrace.errors import AddressError, OutputError, RoutingError, TopologyError
 from kbtrace.topology import address
 from kbtrace.topology._build import PE_COMPONENTS, Graph, build_graph
 from kbtrace.topology._route import Router
@@ -409,11 +411,13 @@ def compile_topology(path: str | os.PathLike[str], overrides: dict[str, Any] | N
     """Validate and compile a topology YAML (+ dotted-key overrides); cached on disk by content."""
     where = str(path)
     try:
-        text = Path(path).read_text()
+        text = read_yaml_text(path)
     except FileNotFoundError:
         raise TopologyError(f"{where}: no such topology file; see topologies/*.yaml") from None
     except OSError as exc:
         raise TopologyError(f"{where}: cannot read topology file ({exc.strerror})") from None
+    except YamlProblem as bad:
+        raise TopologyError(f"{where}: {bad.message()}") from None
     ov = dict(overrides or {})
     key = stable_hash(text, sorted((k, repr(v)) for k, v in ov.items()), __version__, COMPILER_VERSION,
                       _code_hash())
@@ -437,8 +441,25 @@ def compile_topology(path: str | os.PathLike[str], overrides: dict[str, Any] | N
     CACHE_STATS["misses"] += 1
     if use_cache:
         try:
+            cfile.parent.mkdir(parents=True, exist_ok=True)
             with atomic_path(cfile) as tmp:
                 tmp.write_bytes(pickle.dumps(topo, protocol=pickle.HIGHEST_PROTOCOL))
-        except OSError:
-            pass  # a read-only cache dir only costs speed
+        except (OSError, OutputError) as exc:   # a read-only or full cache dir costs speed only
+            _warn_cache_once(cfile.parent, exc)
     return topo
+
+
+_CACHE_WARNED: set[str] = set()
+
+
+def _warn_cache_once(where: Path, exc: Exception) -> None:
+    """One warning per process and cache directory that cannot be written (read-only home,
+    full disk): compiles still work, they are just not reused."""
+    if str(where) in _CACHE_WARNED:
+        return
+    _CACHE_WARNED.add(str(where))
+    import warnings
+    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "cannot write there"
+    warnings.warn(f"topology cache {where} is not writable ({why}); compiling without it "
+                  "(set KBTRACE_CACHE_DIR to a writable directory to reuse compiled "
+                  "topologies)", RuntimeWarning, stacklevel=3)

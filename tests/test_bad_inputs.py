@@ -1,0 +1,348 @@
+"""Catalogue of bad inputs (issue 21, classes 2-4 and 8-11): each case builds its inputs in
+a fresh directory, runs one ``kbtrace`` command in-process, and asserts
+
+* the exit code,
+* stderr: exactly one line, ``kbtrace: error: ...`` matching the case's pattern (no
+  traceback; a case that must succeed asserts its warnings instead),
+* that nothing in the directory changed except the command's declared output (every file's
+  bytes are snapshot before and after).
+
+The inputs come from one real capture + replay of gemm on tiny.yaml (copied per case and
+then damaged), hand-written YAML, workloads and sweep configs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kbtrace.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = REPO / "topologies" / "tiny.yaml"
+GEMM = REPO / "capture" / "gemm.py"
+TINY_TEXT = TINY.read_text()
+
+
+# ----------------------------------------------------------------------------- harness
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    setup: Callable[[Path], list[str]]   # writes inputs under the directory, returns argv
+    rc: int
+    msg: str | None                      # substring of the one error line (None: rc 0)
+    out: str | None = None               # the command's output (may change), relative
+    warn: str | None = None              # rc 0 cases: substring of the one warning line
+
+
+def _snapshot(root: Path, skip: Path | None) -> dict[str, str]:
+    snap = {}
+    for p in sorted(root.rglob("*")):
+        if skip is not None and (p == skip or skip in p.parents):
+            continue
+        if p.is_symlink():
+            snap[str(p)] = "link:" + os.readlink(p)
+        elif p.is_file():
+            snap[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
+        elif p.is_dir():
+            snap[str(p)] = "dir"
+    return snap
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    """tiny.yaml gemm (M=N=64, K=64): a trace ``tr`` and its run ``run`` (replayed fast)."""
+    root = tmp_path_factory.mktemp("bad_inputs_base")
+    assert main(["capture", str(GEMM), "-t", str(TINY), "-p", "M=64", "-p", "N=64",
+                 "-p", "K=64", "-o", str(root / "tr")]) == 0
+    assert main(["replay", str(root / "tr"), "-t", str(TINY), "-o", str(root / "run")]) == 0
+    return root
+
+
+def _run_case(case: Case, base: Path, tmp_path: Path, monkeypatch, capsys) -> str:
+    work = tmp_path / "w"
+    shutil.copytree(base, work)
+    run_json = work / "run" / "run.json"          # the copied run names the copied trace
+    meta = json.loads(run_json.read_text())
+    meta["trace"]["path"] = str(work / "tr")
+    run_json.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("KBTRACE_CACHE_DIR", str(tmp_path / "cache"))
+    argv = case.setup(work)
+    capsys.readouterr()
+    out = (work / case.out) if case.out else None
+    before = _snapshot(work, out)
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert rc == case.rc, (rc, err)
+    if case.msg is not None:
+        assert len(lines) == 1 and lines[0].startswith("kbtrace: error: "), err
+        assert case.msg in lines[0], lines[0]
+        assert len(lines[0]) < 1200, len(lines[0])
+    elif case.warn is not None:
+        assert [ln for ln in lines if ln.startswith("kbtrace: warning: ")] and \
+            case.warn in err, err
+    else:
+        assert "error" not in err, err
+    assert _snapshot(work, out) == before, "a file outside the command's output changed"
+    return err
+
+
+def w(path: Path, data: str | bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(data, bytes):
+        path.write_bytes(data)
+    else:
+        path.write_text(data)
+    return path
+
+
+def topo(text: str | bytes, cmd: tuple[str, ...] = ("topo", "show")):
+    """A case setup: write ``t.yaml`` and run ``kbtrace topo show t.yaml``."""
+    def setup(d: Path) -> list[str]:
+        w(d / "t.yaml", text)
+        return [*cmd, "t.yaml"]
+    return setup
+
+
+def workload(src: str | bytes, name: str = "wl.py"):
+    def setup(d: Path) -> list[str]:
+        w(d / name, src)
+        return ["capture", name, "-t", str(TINY), "-o", "out"]
+    return setup
+
+
+def _alias_bomb(levels: int, key: str = "name") -> str:
+    parts = ["&v0 [lol,lol,lol,lol,lol,lol,lol,lol,lol]"]
+    for i in range(1, levels):
+        parts.append(f"&v{i} [" + ",".join([f"*v{i - 1}"] * 9) + "]")
+    return f"{key}: [{', '.join(parts)}]\n"
+
+
+def _sweep_cfg(text: str):
+    def setup(d: Path) -> list[str]:
+        w(d / "s.yaml", text)
+        return ["sweep", "s.yaml", "-o", "sw"]
+    return setup
+
+
+HBM = "  hbm:\n    pc_bw_gbps: {}\n"
+MESH = "  mesh:\n    {}\n"
+
+# ----------------------------------------------------------------------------- YAML (2, 8, 10)
+
+YAML_CASES = [
+    Case("yaml-binary", topo(b"\xff\xfe\x00\x01name: x\n"), 2,
+         "t.yaml: not UTF-8 text (byte 0xff at line 1, column 1)"),
+    Case("yaml-latin1", topo("name: caf\xe9\n".encode("latin-1")), 2,
+         "t.yaml: not UTF-8 text (byte 0xe9 at line 1, column 10)"),
+    Case("yaml-nul-bytes", topo(b"\x00" * 64), 2, "t.yaml: "),
+    Case("yaml-deep-5000", topo("a: " + "[" * 5000 + "]" * 5000 + "\n"), 2,
+         "t.yaml: nested more than 32 levels deep"),
+    Case("yaml-deep-40", topo("name: " + "[" * 40 + "]" * 40 + "\n"), 2,
+         "nested more than 32 levels deep (line 1)"),
+    Case("yaml-400-digit-float", topo(TINY_TEXT + HBM.format("9" * 400)), 2,
+         "cube.hbm.pc_bw_gbps = 99999999999999999999...99999999 (400 characters): must be a "
+         "finite number"),
+    Case("yaml-400-digit-int", topo(TINY_TEXT.replace("count: 2", "count: " + "9" * 400)), 2,
+         "cube.pes.count = 99999999999999999999...99999999 (400 characters): at most"),
+    Case("yaml-negative-400-digit", topo(TINY_TEXT + HBM.format("-" + "9" * 400)), 2,
+         "must be a finite number of magnitude <= 1e+15"),
+    Case("yaml-nan", topo(TINY_TEXT + HBM.format(".nan")), 2,
+         "cube.hbm.pc_bw_gbps = nan: must be a finite number"),
+    Case("yaml-inf", topo(TINY_TEXT + HBM.format(".inf")), 2,
+         "cube.hbm.pc_bw_gbps = inf: must be a finite number"),
+    Case("yaml-near-infinite-bw", topo(TINY_TEXT + MESH.format("link_bw_gbps: 1e300")), 2,
+         "cube.mesh.link_bw_gbps = 1e+300: must be a finite number of magnitude <= 1e+15"),
+    Case("yaml-bw-1e13", topo(TINY_TEXT + MESH.format("link_bw_gbps: 1.0e13")), 2,
+         "cube.mesh.link_bw_gbps = 10000000000000.0: a rate must be within [1e-12, 1e+12]"),
+    Case("yaml-bw-1e-300", topo(TINY_TEXT + HBM.format("1.0e-300")), 2,
+         "cube.hbm.pc_bw_gbps = 1e-300: a rate must be within [1e-12, 1e+12]"),
+    Case("yaml-alias-bomb", topo(_alias_bomb(6)), 2,
+         "t.yaml: name[5]: expands to more than 100,000 values"),
+    Case("yaml-alias-bomb-7", topo(_alias_bomb(7)), 2, "expands to more than 100,000 values"),
+    Case("yaml-recursive-alias", topo(TINY_TEXT.replace("name: tiny", "name: &a [*a]")), 2,
+         "name = [[...]]: must be a string"),
+    Case("yaml-ucie-connections", topo(TINY_TEXT.replace(
+        "sip:\n", "sip:\n  ucie: {connections: 100000000}\n")), 2,
+        "sip.ucie.connections = 100000000: at most 64"),
+    Case("yaml-mesh-rows", topo(TINY_TEXT + MESH.format("rows: 20000")), 2,
+         "cube.mesh.rows = 20000: at most 64"),
+    Case("yaml-mesh-cols-huge", topo(TINY_TEXT + MESH.format("cols: 1000000000000")), 2,
+         "cube.mesh.cols = 1000000000000: at most 64"),
+    Case("yaml-cube-mesh-huge", topo(TINY_TEXT.replace("cube_mesh_w: 1", "cube_mesh_w: 100000")),
+         2, "100000x1 = 100000 cubes; at most 16 per SIP"),
+    Case("yaml-slots-huge", topo(TINY_TEXT.replace("pe:\n", "XX") + "pe:\n  ipcq: {n_slots: 1000000000}\n"),
+         2, "pe.ipcq.n_slots = 1000000000: at most 65,536"),
+    Case("yaml-file-too-large", topo("# " + "x" * (2 << 20) + "\n" + TINY_TEXT), 2,
+         "t.yaml: larger than 1024 KiB"),
+    Case("yaml-name-dotdot", topo(TINY_TEXT.replace("name: tiny", "name: ../../evil")), 2,
+         "name = '../../evil': a topology name is a file-name-safe word"),
+    Case("yaml-name-slash", topo(TINY_TEXT.replace("name: tiny", "name: a/b")), 2,
+         "name = 'a/b': a topology name is a file-name-safe word"),
+    Case("yaml-name-empty", topo(TINY_TEXT.replace("name: tiny", "name: ''")), 2,
+         "name = '': a topology name is a file-name-safe word"),
+    Case("yaml-tab-indent", topo("name: x\n\tsystem: 1\n"), 2, "t.yaml: malformed YAML at line 2"),
+    Case("yaml-empty", topo(""), 2, "t.yaml: the topology file is empty"),
+    Case("yaml-top-level-list", topo("- 1\n- 2\n"), 2, "t.yaml: top level must be a mapping"),
+    Case("yaml-duplicate-key", topo(TINY_TEXT + "name: again\n"), 2, "name: duplicate key"),
+    Case("yaml-1e3-accepted", topo(TINY_TEXT + HBM.format("1e3")), 0, None),
+    Case("yaml-1E-2-accepted", topo(TINY_TEXT + HBM.format("-1E-2").replace("-1E", "1E")), 0,
+         None),
+    Case("yaml-set-1e3-accepted", lambda d: ["topo", "show", str(TINY), "--set",
+                                             "cube.hbm.pc_bw_gbps=2e3"], 0, None),
+    Case("yaml-set-alias-bomb", lambda d: ["topo", "show", str(TINY), "--set",
+                                           "cube.hbm.pc_bw_gbps=" + _alias_bomb(6)[6:].strip()],
+         2, "the value is not valid YAML ([5]: expands to more than 100,000 values"),
+    Case("topo-dev-zero", lambda d: ["topo", "show", "/dev/zero"], 2,
+         "/dev/zero is not a regular file (a topology is a file)"),
+    Case("topo-directory", lambda d: (d / "tdir").mkdir() or ["topo", "show", "tdir"], 2,
+         "tdir is a directory (a topology is a file)"),
+    Case("topo-is-run-dir", lambda d: ["topo", "show", "run"], 2,
+         "run is a directory (a topology is a file)"),
+    Case("sweep-binary", _sweep_cfg(b"\x89PNG\r\n\x1a\n\x00\x00"), 2,
+         "s.yaml: not UTF-8 text (byte 0x89 at line 1, column 1)"),
+    Case("sweep-alias-bomb", _sweep_cfg(_alias_bomb(6, "traces")), 2,
+         "s.yaml: traces[5]: expands to more than 100,000 values"),
+    Case("sweep-grid-huge", _sweep_cfg(
+        "traces: [tr]\ntopologies: [" + str(TINY) + "]\ngrid:\n" + "".join(
+            f"  {k}: [{', '.join(str(v) for v in range(1, 41))}]\n"
+            for k in ("cube.hbm.pc_bw_gbps", "cube.mesh.link_bw_gbps", "pe.tcm.read_bw_gbps",
+                      "pe.tcm.write_bw_gbps"))), 2,
+        "traces x topologies x fidelities x grid: 2,560,000 points; at most 100,000"),
+    Case("sweep-workload-grid-huge", _sweep_cfg(
+        f"workloads:\n  - path: {GEMM}\n    grid: {{" + ", ".join(
+            f"{k}: [{', '.join(str(v) for v in range(1, 101))}]" for k in ("BM", "BN", "BK"))
+        + f"}}\ntopologies: [{TINY}]\n"), 2, "grid: 1,000,000 points; at most 100,000"),
+]
+
+# ----------------------------------------------------------------------------- workloads (2, 10)
+
+WORKLOAD_CASES = [
+    Case("wl-syntax-error", workload("def build(w, p)\n    pass\n"), 2,
+         "has a syntax error at "),
+    Case("wl-failing-import", workload("import kbtrace_no_such_module_xyz\n"), 2,
+         "failed to import: ModuleNotFoundError: No module named 'kbtrace_no_such_module_xyz' "
+         "(at "),
+    Case("wl-raises-at-import", workload("x = 1\nraise ValueError('boom')\n"), 2,
+         "failed to import: ValueError: boom (at "),
+    Case("wl-recursion-at-import", workload("def f():\n    return f()\nf()\n"), 2,
+         "failed to import: RecursionError"),
+    Case("wl-not-utf8", workload(b"def build(w, p):\n    x = '\xff'\n"), 2,
+         "has a syntax error at "),
+    Case("wl-binary", workload(b"\x7fELF\x02\x01\x01\x00" * 8), 2, "wl.py"),
+    Case("wl-empty", workload(""), 2, "defines no build(w, p) function"),
+    Case("wl-build-raises", workload("def build(w, p):\n    y = 2\n    raise KeyError('k')\n"),
+         2, "build() raised KeyError: 'k' (at "),
+    Case("wl-folder-shadows-nothing", lambda d: (d / "nosuch").mkdir() or
+         ["capture", "nosuch", "-t", str(TINY), "-o", "out"], 2,
+         "workload 'nosuch': nosuch is a directory (a workload is a file) and no workload of "
+         "that name is in the catalog"),
+]
+
+
+def test_wl_error_names_file_and_line(base, tmp_path, monkeypatch, capsys):
+    err = _run_case(Case("x", workload("import os\n\ndef build(w, p)\n"), 2, "syntax error"),
+                    base, tmp_path, monkeypatch, capsys)
+    assert f"{tmp_path / 'w' / 'wl.py'}:3: expected ':'" in err
+    err = _run_case(Case("x", workload("def build(w, p):\n    y = 2\n    raise KeyError('k')\n"),
+                         2, "build()"), base, tmp_path / "b", monkeypatch, capsys)
+    assert f"(at {tmp_path / 'b' / 'w' / 'wl.py'}:3;" in err
+
+
+def test_traceback_flag_shows_the_chain(base, tmp_path, monkeypatch, capsys):
+    work = tmp_path / "w"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    w(work / "wl.py", "def helper():\n    raise ValueError('deep')\nhelper()\n")
+    rc = main(["--traceback", "capture", "wl.py", "-t", str(TINY), "-o", "out"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.startswith("kbtrace: error: workload 'wl.py' failed to import: ValueError: deep")
+    assert "Traceback (most recent call last)" in err and "in helper" in err
+    assert not (work / "out").exists()
+
+
+def test_folder_named_like_a_workload_does_not_hide_it(base, tmp_path, monkeypatch, capsys):
+    """A ./gemm folder in the working directory: ``capture gemm`` still finds capture/gemm.py."""
+    work = tmp_path / "w"
+    (work / "gemm").mkdir(parents=True)
+    (work / "gemm" / "notes.txt").write_text("mine")
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("KBTRACE_CACHE_DIR", str(tmp_path / "cache"))
+    rc = main(["capture", "gemm", "-t", str(TINY), "-p", "M=64", "-p", "N=64", "-p", "K=64",
+               "-o", "out"])
+    assert rc == 0, capsys.readouterr().err
+    assert json.loads((work / "out" / "trace.json").read_text())["workload"] == "gemm"
+    assert (work / "gemm" / "notes.txt").read_text() == "mine"
+
+
+def test_read_only_cache_warns_once(base, tmp_path, monkeypatch, capsys):
+    """A cache directory that cannot be created (a file in the way; root ignores chmod):
+    the command works and prints one warning, not one per compile."""
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / ".cache").write_text("not a directory")
+    monkeypatch.delenv("KBTRACE_CACHE_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    from kbtrace.topology import topology as topo_mod
+    monkeypatch.setattr(topo_mod, "_CACHE_WARNED", set())
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")        # pytest turns warnings into errors
+        rc = main(["replay", str(base / "tr"), "-t", str(TINY), "-o", "r2"])
+        rc2 = main(["replay", str(base / "tr"), "-t", str(TINY), "-o", "r3"])
+    err = capsys.readouterr().err
+    assert rc2 == 0
+    assert rc == 0
+    warns = [ln for ln in err.splitlines() if ln.startswith("kbtrace: warning: ")]
+    assert warns == [f"kbtrace: warning: topology cache {tmp_path / 'home' / '.cache'}"
+                     "/kbtrace/topology is not writable (Not a directory); compiling without "
+                     "it (set KBTRACE_CACHE_DIR to a writable directory to reuse compiled "
+                     "topologies)"], err
+    assert (tmp_path / "home" / ".cache").read_text() == "not a directory"
+
+
+def test_disk_full_names_the_path(tmp_path, monkeypatch):
+    """ENOSPC while Arrow writes a batch is an OutputError naming the output file."""
+    import errno
+
+    import pyarrow.parquet as pq
+
+    from kbtrace import schema
+    from kbtrace._io import BatchWriter
+    from kbtrace.errors import OutputError
+
+    bw = BatchWriter(tmp_path / "hops.parquet", schema.HOPS, batch_rows=1)
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(pq.ParquetWriter, "write_batch", full)
+    with pytest.raises(OutputError) as ei:
+        bw.append_row(0, 0, -1, "gemm", 0, -1, 0.0, 1.0, 1.0, 0.0, 1.0, 8)
+    assert str(ei.value) == (f"cannot write {tmp_path / 'hops.parquet'}: No space left on "
+                             "device; choose a writable output path (-o)")
+    bw.abort()
+    assert list(tmp_path.iterdir()) == []
+
+
+CASES = YAML_CASES + WORKLOAD_CASES
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input(case, base, tmp_path, monkeypatch, capsys):
+    _run_case(case, base, tmp_path, monkeypatch, capsys)
+
+
+def test_catalogue_size():
+    assert len({c.id for c in CASES}) == len(CASES)
