@@ -41,7 +41,7 @@ def test_report_writes_tables_pngs_and_self_contained_html(run_dir, tmp_path):
 def test_report_tables_deterministic(run_dir, tmp_path):
     a, b = report(run_dir, tmp_path / "a"), report(run_dir, tmp_path / "b")
     files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
-    assert len(files) == 26   # 9 tables x (csv, md) + 6 PNGs + index.html + summary.md
+    assert len(files) == 27   # 9 tables x (csv, md) + 6 PNGs + index.html + summary.md + marker
     for f in files:           # PNGs and the HTML page too: same run -> same bytes
         assert (a / f).read_bytes() == (b / f).read_bytes(), f
 

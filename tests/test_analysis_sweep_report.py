@@ -69,7 +69,7 @@ def test_report_of_a_sweep_is_self_contained_and_deterministic(sweep, tmp_path, 
     report(sweep, tmp_path / "b")
     files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
     assert [f.as_posix() for f in files] == [
-        "index.html", "summary.md", "sweep_makespan.png", "sweep_stages.png", "tables/points.csv",
+        ".kbtrace", "index.html", "summary.md", "sweep_makespan.png", "sweep_stages.png", "tables/points.csv",
         "tables/points.md", "tables/stages.csv", "tables/stages.md"]
     for f in files:
         assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from kbtrace._io import atomic_dir, atomic_path, check_replaceable, read_json_object, write_json
+from kbtrace._owned import owner, write_marker
 from kbtrace.capture import capture, open_trace
 from kbtrace.cli import main
 from kbtrace.errors import CaptureError, InvariantError, OutputError, SchemaError
@@ -40,21 +41,24 @@ def _entries(d: Path) -> list[str]:
 def test_atomic_dir_replaces_an_earlier_output_whole(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
+    write_marker(out, "run")
     (out / "run.json").write_text("{}")
     (out / "stale.txt").write_text("old")
-    with atomic_dir(out, "run.json", "run") as stage:
+    with atomic_dir(out, "run") as stage:
         assert stage.parent == tmp_path and stage.name.startswith(".run.")
+        assert owner(stage) == "run"                   # marked from the start
         (stage / "a.txt").write_text("new")
         (stage / "run.json").write_text("{}")
-    assert _entries(out) == ["a.txt", "run.json"]
+    assert _entries(out) == [".kbtrace", "a.txt", "run.json"]
     assert _entries(tmp_path) == ["run"]                  # no staging or old copy left
 
 
 def test_atomic_dir_failure_keeps_the_earlier_output(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
+    write_marker(out, "run")
     (out / "run.json").write_text('{"old": 1}')
-    with pytest.raises(RuntimeError), atomic_dir(out, "run.json", "run") as stage:
+    with pytest.raises(RuntimeError), atomic_dir(out, "run") as stage:
         (stage / "run.json").write_text('{"new": 1}')
         raise RuntimeError("boom")
     assert json.loads((out / "run.json").read_text()) == {"old": 1}
@@ -62,7 +66,7 @@ def test_atomic_dir_failure_keeps_the_earlier_output(tmp_path):
 
 
 def test_atomic_dir_failure_leaves_no_directory_where_there_was_none(tmp_path):
-    with pytest.raises(RuntimeError), atomic_dir(tmp_path / "a" / "b", "run.json", "run"):
+    with pytest.raises(RuntimeError), atomic_dir(tmp_path / "a" / "b", "run"):
         raise RuntimeError("boom")
     assert not (tmp_path / "a" / "b").exists()
     assert _entries(tmp_path / "a") == []
@@ -71,23 +75,24 @@ def test_atomic_dir_failure_leaves_no_directory_where_there_was_none(tmp_path):
 def test_atomic_dir_takes_an_empty_directory(tmp_path):
     out = tmp_path / "empty"
     out.mkdir()
-    with atomic_dir(out, "run.json", "run") as stage:
+    with atomic_dir(out, "run") as stage:
         (stage / "run.json").write_text("{}")
-    assert _entries(out) == ["run.json"]
+    assert _entries(out) == [".kbtrace", "run.json"]
 
 
 def test_atomic_dir_refuses_what_kbtrace_did_not_write(tmp_path):
     mine = tmp_path / "notes"
     mine.mkdir()
     (mine / "thesis.tex").write_text("precious")
-    with pytest.raises(OutputError, match=r"notes: exists and is not a kbtrace run directory "
-                                          r"\(no run.json\)"):
-        check_replaceable(mine, "run.json", "run")
-    assert _entries(mine) == ["thesis.tex"]
+    (mine / "run.json").write_text("{}")      # a file name anyone may have is no marker
+    with pytest.raises(OutputError, match=r"notes: exists and was not written by kbtrace \(no "
+                                          r"kbtrace marker \.kbtrace\)"):
+        check_replaceable(mine, "run")
+    assert _entries(mine) == ["run.json", "thesis.tex"]
     afile = tmp_path / "afile"
     afile.write_text("x")
-    with pytest.raises(OutputError, match="afile: exists and is not a directory"):
-        check_replaceable(afile, "run.json", "run")
+    with pytest.raises(OutputError, match="afile: exists and is a regular file, not a directory"):
+        check_replaceable(afile, "run")
 
 
 # ---------------------------------------------------------------------------- atomic_path
@@ -131,7 +136,7 @@ def test_rereplay_replaces_the_run_and_whatever_was_written_into_it(tmp_path, sm
     (out / "report" / "summary.md").write_text("makespan of the old run")
     first = (out / "hops.parquet").read_bytes()
     replay(_trace(), small, ReplayOptions(out_dir=str(out)))
-    assert _entries(out) == ["hops.parquet", "links.parquet", "nodes.parquet",
+    assert _entries(out) == [".kbtrace", "hops.parquet", "links.parquet", "nodes.parquet",
                              "op_timing.parquet", "run.json"]
     assert (out / "hops.parquet").read_bytes() == first
     assert _entries(tmp_path) == ["run"]
@@ -139,7 +144,7 @@ def test_rereplay_replaces_the_run_and_whatever_was_written_into_it(tmp_path, sm
 
 def test_replay_refuses_a_foreign_directory_before_simulating(tmp_path, small):
     (tmp_path / "mine.txt").write_text("x")
-    with pytest.raises(OutputError, match="not a kbtrace run directory"):
+    with pytest.raises(OutputError, match="exists and was not written by kbtrace"):
         replay(_trace(), small, ReplayOptions(out_dir=str(tmp_path)))
     assert _entries(tmp_path) == ["mine.txt"]
 
@@ -225,6 +230,6 @@ def test_atomic_dir_refuses_to_replace_the_current_directory(tmp_path, monkeypat
     here.mkdir()
     monkeypatch.chdir(here)
     with (pytest.raises(OutputError, match=r"\.: is the current directory .* give a subdirectory"),
-          atomic_dir(".", "run.json", "run")):
+          atomic_dir(".", "run")):
         pass
     assert here.is_dir() and _entries(tmp_path) == ["empty"]

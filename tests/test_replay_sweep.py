@@ -19,7 +19,7 @@ from kbtrace.analysis.reporter import report
 from kbtrace.analysis.sweepreport import point_frames, tuning_frame, workload_grid_keys
 from kbtrace.capture import capture
 from kbtrace.cli import main
-from kbtrace.errors import SweepError
+from kbtrace.errors import OutputError, SweepError
 from kbtrace.replay import ReplayOptions, replay
 from kbtrace.replay.sweep import run_sweep
 from kbtrace.replay.sweep_config import load_config, parse_grid_items
@@ -121,8 +121,9 @@ def test_sweep_directory_must_be_this_sweep(trace, tmp_path):
         run_sweep(cfg(trace, grid={BW: [8, 16]}), tmp_path / "s")
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("x")
-    with pytest.raises(SweepError, match="not a sweep directory"):
+    with pytest.raises(OutputError, match="other: exists and was not written by kbtrace"):
         run_sweep(cfg(trace), tmp_path / "other")
+    assert sorted(p.name for p in (tmp_path / "other").iterdir()) == ["notes.txt"]
 
 
 def test_open_run_on_a_sweep_names_runs_by_partition(trace, tmp_path):
@@ -194,8 +195,9 @@ def test_bad_inputs_name_the_file(trace, tmp_path):
     with pytest.raises(SweepError, match=r"nope.yaml: no such sweep config"):
         load_config(tmp_path / "nope.yaml")
     assert main(["sweep", str(tmp_path / "nope.yaml")]) == 2     # a config error: nothing ran
+    (tmp_path / "nt").mkdir()
     with pytest.raises(SweepError, match="is not a trace directory"):
-        run_sweep({"traces": [str(tmp_path)], "topologies": [SMALL]}, tmp_path / "s")
+        run_sweep({"traces": [str(tmp_path / "nt")], "topologies": [SMALL]}, tmp_path / "s")
     with pytest.raises(SweepError, match="expected KEY=V1,V2"):
         parse_grid_items(["cube.hbm.pc_bw_gbps"])
     assert parse_grid_items([f"{BW}=8,16.5,x"]) == {BW: [8, 16.5, "x"]}

@@ -6,8 +6,10 @@ never leaves a half-written file that looks complete: data is written to
 ``<name>.<pid>.tmp`` and renamed over the final name only on success. A stage that
 writes a directory of files (a trace, a run) builds it as a hidden sibling and swaps
 it in whole (``atomic_dir``): the files of one output are never mixed with an older
-one's, and a failed stage leaves the old directory as it was (or nothing). An output
-path that cannot be written is an ``OutputError`` naming it, not an ``OSError``.
+one's, and a failed stage leaves the old directory as it was (or nothing). What may be
+replaced at all is decided by ``kbtrace._owned`` (ownership markers, inputs, special
+files). An output path that cannot be written is an ``OutputError`` naming it, not an
+``OSError``.
 Parquet files are written deterministically (no created_by timestamp drift,
 fixed compression, fixed row-group size) so identical inputs give
 byte-identical files.
@@ -19,8 +21,9 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +32,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from kbtrace._owned import check_dir_output, check_file_output, owner, write_marker
 from kbtrace.errors import OutputError, SchemaError
 
 __all__ = [
     "atomic_path",
     "atomic_dir",
+    "claim_dir",
+    "clean_stale_stages",
     "check_replaceable",
     "read_json_object",
     "json_type",
@@ -83,11 +89,14 @@ def _mkdir(d: Path, target: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike[str],
+                inputs: Iterable[str | os.PathLike[str] | None] = ()) -> Iterator[Path]:
     """Yield a temporary sibling path; rename it onto ``path`` if the block succeeds. An
     ``OSError`` on either path (a missing or read-only directory, ``path`` a directory)
-    becomes an ``OutputError`` naming ``path``."""
+    becomes an ``OutputError`` naming ``path``. ``path`` may not be a symlink, a non-regular
+    file or one of ``inputs`` (``_owned.check_file_output``)."""
     final = Path(path)
+    check_file_output(final, inputs)
     _mkdir(final.parent, final)
     tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
     try:
@@ -104,35 +113,74 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
             tmp.unlink()
 
 
-def check_replaceable(path: str | os.PathLike[str], marker: str, what: str) -> None:
-    """Refuse to write a ``what`` directory at ``path`` over anything but an earlier one
-    (a directory holding ``marker``) or an empty directory."""
-    p = Path(path)
-    if not p.exists():
-        return
-    if not p.is_dir():
-        raise OutputError(f"{p}: exists and is not a directory; choose another output "
-                          f"directory (-o)")
-    if not (p / marker).exists() and any(p.iterdir()):
-        raise OutputError(f"{p}: exists and is not a kbtrace {what} directory (no {marker}), "
-                          f"and kbtrace replaces only its own outputs; choose another output "
-                          f"directory (-o) or empty it")
+_STAGE_RE = re.compile(r"\A\.(?P<name>.+)\.(?P<pid>[0-9]+)\.(?:tmp|old)\Z")
 
 
-@contextlib.contextmanager
-def atomic_dir(path: str | os.PathLike[str], marker: str, what: str) -> Iterator[Path]:
-    """Yield an empty staging directory beside ``path``; when the block succeeds, it replaces
-    ``path`` whole (two renames: the old directory aside, the new one in; then the old one
-    is deleted). On failure the staging directory is deleted and ``path`` is untouched.
-    ``path`` may only be an earlier ``what`` directory (holding ``marker``, which the block
-    must write last), an empty directory or nothing (``check_replaceable``)."""
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:          # exists but not ours (EPERM)
+        return True
+    return True
+
+
+def clean_stale_stages(parent: Path) -> list[Path]:
+    """Delete staging directories (``.NAME.PID.tmp`` / ``.old``) that a killed kbtrace left
+    in ``parent``: only those carrying kbtrace's marker (or empty) whose process is gone."""
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return removed
+    for e in entries:
+        m = _STAGE_RE.match(e.name)
+        if not m or _pid_alive(int(m.group("pid"))):
+            continue
+        p = Path(e.path)
+        try:
+            if not e.is_dir(follow_symlinks=False):
+                continue
+            if owner(p) is None and any(p.iterdir()):
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(p, ignore_errors=True)
+        removed.append(p)
+    return removed
+
+
+def check_replaceable(path: str | os.PathLike[str], kind: str,
+                      inputs: Iterable[str | os.PathLike[str] | None] = ()) -> None:
+    """Refuse to write a ``kind`` directory at ``path`` over anything but an earlier one
+    (carrying kbtrace's ``kind`` marker) or an empty directory, or over an input of the
+    command (``_owned.check_dir_output``); also refuse the current directory."""
     final = Path(path)
-    check_replaceable(final, marker, what)
+    check_dir_output(final, kind, inputs)
     res = final.resolve()
     if res.exists() and Path.cwd().resolve().is_relative_to(res):
         raise OutputError(f"{final}: is the current directory (or contains it), which a new "
-                          f"{what} would replace; give a subdirectory (-o {what}s/NAME)")
+                          f"{kind} would replace; give a subdirectory (-o {kind}s/NAME)")
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike[str], kind: str,
+               inputs: Iterable[str | os.PathLike[str] | None] = ()) -> Iterator[Path]:
+    """Yield an empty staging directory beside ``path`` (already carrying kbtrace's ``kind``
+    marker); when the block succeeds, it replaces ``path`` whole (two renames: the old
+    directory aside, the new one in; then the old one is deleted). On failure the staging
+    directory is deleted and ``path`` is untouched. ``path`` may only be an earlier ``kind``
+    output, an empty directory or nothing, and neither be, contain nor lie inside one of
+    ``inputs`` (``check_replaceable``). Staging directories left by killed processes beside
+    ``path`` are cleaned first."""
+    final = Path(path)
+    check_replaceable(final, kind, inputs)
+    res = final.resolve()
     _mkdir(res.parent, res)
+    clean_stale_stages(res.parent)
     stage = res.with_name(f".{res.name}.{os.getpid()}.tmp")
     old = res.with_name(f".{res.name}.{os.getpid()}.old")
     for leftover in (stage, old):
@@ -140,6 +188,7 @@ def atomic_dir(path: str | os.PathLike[str], marker: str, what: str) -> Iterator
             shutil.rmtree(leftover)
     try:
         stage.mkdir()
+        write_marker(stage, kind)
     except OSError as exc:
         raise _cannot_write(res, exc) from None
     try:
@@ -157,6 +206,22 @@ def atomic_dir(path: str | os.PathLike[str], marker: str, what: str) -> Iterator
         for leftover in (stage, old):
             if leftover.exists():
                 shutil.rmtree(leftover, ignore_errors=True)
+
+
+def claim_dir(path: str | os.PathLike[str], kind: str,
+              inputs: Iterable[str | os.PathLike[str] | None] = ()) -> Path:
+    """Create (or take back) a ``kind`` directory that is filled in place over time (a
+    sweep): nothing, an empty directory or an earlier ``kind`` output is taken and marked;
+    anything else is refused as ``atomic_dir`` refuses it."""
+    final = Path(path)
+    check_replaceable(final, kind, inputs)
+    _mkdir(final, final)
+    if owner(final) != kind:
+        try:
+            write_marker(final, kind)
+        except OSError as exc:
+            raise _cannot_write(final, exc) from None
+    return final
 
 
 def json_type(v: object) -> str:
@@ -181,15 +246,18 @@ def read_json_object(path: str | os.PathLike[str], fix: str) -> dict[str, Any]:
     return doc
 
 
-def write_json(path: str | os.PathLike[str], obj: Any) -> None:
-    """Write ``obj`` as sorted, indented JSON atomically."""
-    with atomic_path(path) as tmp:
+def write_json(path: str | os.PathLike[str], obj: Any,
+               inputs: Iterable[str | os.PathLike[str] | None] = ()) -> None:
+    """Write ``obj`` as sorted, indented JSON atomically (``inputs``: see ``atomic_path``)."""
+    with atomic_path(path, inputs) as tmp:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
-def write_table(path: str | os.PathLike[str], table: pa.Table) -> None:
-    """Write a whole Arrow table to Parquet atomically and deterministically."""
-    with atomic_path(path) as tmp:
+def write_table(path: str | os.PathLike[str], table: pa.Table,
+                inputs: Iterable[str | os.PathLike[str] | None] = ()) -> None:
+    """Write a whole Arrow table to Parquet atomically and deterministically (``inputs``:
+    see ``atomic_path``)."""
+    with atomic_path(path, inputs) as tmp:
         pq.write_table(table, tmp, row_group_size=ROW_GROUP_SIZE, **_pq_opts(table.schema))
 
 

@@ -17,6 +17,7 @@ _REPORT_HELP = ("run directory, sweep directory or directory of runs (a per-poin
 
 def _sql(args: argparse.Namespace) -> int:
     from kbtrace.analysis.formats import render, resolve_query, write_frame
+    from kbtrace.analysis.reporter import run_inputs
     from kbtrace.analysis.run import open_run
     from kbtrace.errors import UsageError
 
@@ -26,8 +27,9 @@ def _sql(args: argparse.Namespace) -> int:
     _missing_trace_note(args.run)
     with open_run(args.run) as run:
         df = run.sql(query)
+        inputs = run_inputs(run.run_dirs, run.trace_dir)
     if args.output:
-        write_frame(df, args.format, args.output)
+        write_frame(df, args.format, args.output, inputs)
         print(f"wrote {df.height} rows to {args.output}")
     else:
         sys.stdout.write(render(df, args.format))
@@ -49,7 +51,7 @@ def _diff(args: argparse.Namespace) -> int:
     out = res.render(args.format)
     if args.output:
         from kbtrace._io import atomic_path
-        with atomic_path(args.output) as tmp:
+        with atomic_path(args.output, (args.base, args.new)) as tmp:
             tmp.write_text(out)
     sys.stdout.write(out)
     return 1 if res.failed else 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -55,12 +56,14 @@ def render(df: pl.DataFrame, fmt: str) -> str:
     raise AnalysisError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
 
 
-def write_frame(df: pl.DataFrame, fmt: str, path: str | os.PathLike[str]) -> None:
-    """Write a frame atomically in ``fmt`` (parquet is deterministic via _io.write_table)."""
+def write_frame(df: pl.DataFrame, fmt: str, path: str | os.PathLike[str],
+                inputs: Iterable[str | os.PathLike[str] | None] = ()) -> None:
+    """Write a frame atomically in ``fmt`` (parquet is deterministic via _io.write_table);
+    ``path`` may not be one of ``inputs`` nor lie inside one (``_io.atomic_path``)."""
     if fmt == "parquet":
-        write_table(path, df.to_arrow())
+        write_table(path, df.to_arrow(), inputs)
         return
-    with atomic_path(path) as tmp:
+    with atomic_path(path, inputs) as tmp:
         tmp.write_text(render(df, fmt))
 
 

@@ -108,7 +108,8 @@ def export_perfetto(run: Any, out: str | os.PathLike[str]) -> int:
         doc = {"traceEvents": events, "displayTimeUnit": "ns",
                "otherData": {"run": str(r.path), "run_id": str(r.info.get("run_id")),
                              "makespan_ns": r.makespan_ns}}
-        with atomic_path(Path(out)) as tmp:
+        from kbtrace.analysis.reporter import run_inputs
+        with atomic_path(Path(out), run_inputs(r.run_dirs, r.trace_dir)) as tmp:
             tmp.write_text(json.dumps(doc, separators=(",", ":")))
         return len(events)
     finally:

@@ -21,11 +21,11 @@ from typing import Any
 
 import polars as pl
 
-from kbtrace._io import atomic_path
+from kbtrace._io import atomic_dir, atomic_path
 from kbtrace.analysis import frames, plots
 from kbtrace.analysis.formats import render, write_frame
 
-__all__ = ["report", "write_page", "TIMELINE_PES"]
+__all__ = ["report", "write_page", "run_inputs", "TIMELINE_PES"]
 
 TIMELINE_PES = 64     # PEs drawn in timeline.png (the first ones, by sip, cube, pe)
 
@@ -69,6 +69,18 @@ def write_page(out_dir: Path, title: str, sections: list[tuple[str, str | None, 
         tmp.write_text("\n".join(f"## {n}\n\n{render(df, 'md')}" for n, df in tables.items()))
 
 
+def run_inputs(dirs: Any, trace_dir: Path | None = None, skip: tuple[str, ...] = ("report",)
+               ) -> list[Path]:
+    """What a report (or any output) over run or sweep directories ``dirs`` reads, as paths an
+    output may not be, contain or lie inside (``_owned.check_inputs``): every entry of each
+    directory but its own ``report`` (so the default ``RUN/report`` can be rewritten while
+    ``-o RUN`` cannot), and the trace directory."""
+    out: list[Path] = []
+    for d in dirs:
+        out.extend(p for p in sorted(Path(d).iterdir()) if p.name not in skip)
+    return [*out, *([trace_dir] if trace_dir is not None else [])]
+
+
 def report(run: Any, out: str | os.PathLike[str] | None = None) -> Path:
     """Write the report for a run (path or open Run), or for a sweep / directory of runs
     (``sweepreport.report_sweep``); return the report directory."""
@@ -86,35 +98,41 @@ def report(run: Any, out: str | os.PathLike[str] | None = None) -> Path:
         if owned:   # the report reads these views several times; a caller's Run is left as is
             r.materialize()
         tables = frames.report_frames(r)
-        for name, df in tables.items():
-            write_frame(df, "csv", out_dir / "tables" / f"{name}.csv")
-            write_frame(df, "md", out_dir / "tables" / f"{name}.md")
-        pngs = {
-            "mesh_heatmap": plots.plot_mesh_heatmap(frames.mesh_util(r), frames.link_mesh_util(r),
-                                                    out_dir / "mesh_heatmap.png"),
-            "stage_breakdown": plots.plot_stage_bars(tables["stage_breakdown_pe"],
-                                                     out_dir / "stage_breakdown.png"),
-            "timeline": plots.plot_timeline(frames.pe_segment_batches(r, TIMELINE_PES),
-                                            out_dir / "timeline.png", TIMELINE_PES,
-                                            frames.n_pes(r), r.makespan_ns,
-                                            pes=frames.first_pes(r, TIMELINE_PES)),
-            "link_util": plots.plot_link_util(tables["top_links"], out_dir / "link_util.png"),
-            "util_windows": plots.plot_util_windows(frames.util_windows(r), r.makespan_ns,
-                                                    out_dir / "util_windows.png"),
-            "roofline": plots.plot_roofline(tables["roofline"], out_dir / "roofline.png"),
-        }
-        sections = [("Summary", "summary", None), ("Stage totals (all PEs)", "stage_totals", None),
-                    ("Stage breakdown per PE", "stage_breakdown_pe", "stage_breakdown"),
-                    ("Per-PE timeline", None, "timeline"),
-                    ("Utilisation heat map", "utilisation_by_kind", "mesh_heatmap"),
-                    ("Utilisation over time", None, "util_windows"),
-                    ("Links", "top_links", "link_util"),
-                    ("Queueing hot spots", "hotspots", None),
-                    ("Critical path by op kind", "critical_path", None),
-                    ("Roofline", "roofline", "roofline"),
-                    ("Comm/compute overlap per PE", "overlap", None)]
-        write_page(out_dir, f"kbtrace report: {r.path.name}", sections, tables, pngs)
+        # built beside OUT and swapped in whole: an interrupted report leaves the earlier one
+        with atomic_dir(out_dir, "report", run_inputs(r.run_dirs, r.trace_dir)) as stage:
+            _write_run_report(r, tables, stage)
         return out_dir
     finally:
         if owned:
             r.close()
+
+
+def _write_run_report(r: Any, tables: dict[str, pl.DataFrame], out_dir: Path) -> None:
+    for name, df in tables.items():
+        write_frame(df, "csv", out_dir / "tables" / f"{name}.csv")
+        write_frame(df, "md", out_dir / "tables" / f"{name}.md")
+    pngs = {
+        "mesh_heatmap": plots.plot_mesh_heatmap(frames.mesh_util(r), frames.link_mesh_util(r),
+                                                out_dir / "mesh_heatmap.png"),
+        "stage_breakdown": plots.plot_stage_bars(tables["stage_breakdown_pe"],
+                                                 out_dir / "stage_breakdown.png"),
+        "timeline": plots.plot_timeline(frames.pe_segment_batches(r, TIMELINE_PES),
+                                        out_dir / "timeline.png", TIMELINE_PES,
+                                        frames.n_pes(r), r.makespan_ns,
+                                        pes=frames.first_pes(r, TIMELINE_PES)),
+        "link_util": plots.plot_link_util(tables["top_links"], out_dir / "link_util.png"),
+        "util_windows": plots.plot_util_windows(frames.util_windows(r), r.makespan_ns,
+                                                out_dir / "util_windows.png"),
+        "roofline": plots.plot_roofline(tables["roofline"], out_dir / "roofline.png"),
+    }
+    sections = [("Summary", "summary", None), ("Stage totals (all PEs)", "stage_totals", None),
+                ("Stage breakdown per PE", "stage_breakdown_pe", "stage_breakdown"),
+                ("Per-PE timeline", None, "timeline"),
+                ("Utilisation heat map", "utilisation_by_kind", "mesh_heatmap"),
+                ("Utilisation over time", None, "util_windows"),
+                ("Links", "top_links", "link_util"),
+                ("Queueing hot spots", "hotspots", None),
+                ("Critical path by op kind", "critical_path", None),
+                ("Roofline", "roofline", "roofline"),
+                ("Comm/compute overlap per PE", "overlap", None)]
+    write_page(out_dir, f"kbtrace report: {r.path.name}", sections, tables, pngs)

@@ -17,7 +17,7 @@ from typing import Any
 import polars as pl
 
 from kbtrace import __version__, schema
-from kbtrace._io import write_json, write_table
+from kbtrace._io import atomic_dir, write_json, write_table
 from kbtrace.errors import AnalysisError, SchemaError
 
 __all__ = ["Summary", "summarize", "load_summary", "write_summary", "OP_KEY"]
@@ -65,13 +65,15 @@ def summarize(run: Any) -> Summary:
 
 
 def write_summary(s: Summary, out: str | os.PathLike[str]) -> Path:
-    """Write a baseline directory: summary.json + ops.parquet (deterministic bytes)."""
+    """Write a baseline directory whole: summary.json + ops.parquet (deterministic bytes);
+    it may replace only an earlier baseline (``_io.atomic_dir``)."""
     out = Path(out)
-    write_table(out / "ops.parquet", s.ops.to_arrow())
-    write_json(out / "summary.json", {
-        "kind": "kbtrace.baseline", "schema_version": schema.SCHEMA_VERSION,
-        "kbtrace_version": __version__, "makespan_ns": s.makespan_ns,
-        "stages": s.stages, "util": s.util, "meta": s.meta})
+    with atomic_dir(out, "baseline") as stage:
+        write_table(stage / "ops.parquet", s.ops.to_arrow())
+        write_json(stage / "summary.json", {
+            "kind": "kbtrace.baseline", "schema_version": schema.SCHEMA_VERSION,
+            "kbtrace_version": __version__, "makespan_ns": s.makespan_ns,
+            "stages": s.stages, "util": s.util, "meta": s.meta})
     return out
 
 

@@ -64,6 +64,10 @@ def _points(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
     Each row's ``workload`` is its trace's workload entry (``base`` of a gridded workload in
     sweep.json), else the trace itself."""
     pts = root / "points.parquet"
+    if _sweep_json(root).get("status") == "running":
+        raise AnalysisError(f"{root}: the sweep was interrupted before it finished (sweep.json "
+                            f"status: running); finish it with `kbtrace sweep CONFIG -o {root} "
+                            f"--resume`")
     if pts.is_file():
         t = pq.read_table(pts)
         fixed = set(schema.SWEEP_POINTS.names)
@@ -155,10 +159,6 @@ def tuning_frame(points: pl.DataFrame, params: list[str], wkeys: list[str]) -> p
 
 def report_sweep(root: str | os.PathLike[str], out: str | os.PathLike[str] | None = None) -> Path:
     """Write the report of a sweep or directory of runs; return the report directory."""
-    from kbtrace.analysis import plots
-    from kbtrace.analysis.formats import write_frame
-    from kbtrace.analysis.reporter import write_page
-
     root = Path(root)
     out_dir = Path(out) if out else root / "report"
     points, stages, params = point_frames(root)
@@ -166,6 +166,21 @@ def report_sweep(root: str | os.PathLike[str], out: str | os.PathLike[str] | Non
     tuning = tuning_frame(points, params, workload_grid_keys(root))
     if tuning.height:
         tables = {"tuning": tuning, **tables}
+    from kbtrace._io import atomic_dir
+    from kbtrace.analysis.reporter import run_inputs
+
+    # built beside OUT and swapped in whole (an interrupted report leaves the earlier one)
+    with atomic_dir(out_dir, "report", run_inputs([root])) as stage:
+        _write_sweep_report(root, stage, points, stages, params, tables)
+    return out_dir
+
+
+def _write_sweep_report(root: Path, out_dir: Path, points: pl.DataFrame, stages: pl.DataFrame,
+                        params: list[str], tables: dict[str, pl.DataFrame]) -> None:
+    from kbtrace.analysis import plots
+    from kbtrace.analysis.formats import write_frame
+    from kbtrace.analysis.reporter import write_page
+
     for name, df in tables.items():
         write_frame(df, "csv", out_dir / "tables" / f"{name}.csv")
         write_frame(df, "md", out_dir / "tables" / f"{name}.md")
@@ -188,4 +203,3 @@ def report_sweep(root: str | os.PathLike[str], out: str | os.PathLike[str] | Non
                 ("Where the PE time went, per point", "stages", "sweep_stages")]
     write_page(out_dir, f"kbtrace sweep report: {root.name}", sections, tables, pngs, note=note,
                max_rows=200)
-    return out_dir

@@ -174,15 +174,31 @@ def _output_shards(w: Workload) -> pa.Table:
 
 def capture(workload_path: str | os.PathLike[str] | Any, topology: Any,
             params: Mapping[str, Any] | Sequence[str] | None = None,
-            out_dir: str | os.PathLike[str] | None = None, *, golden: bool = True) -> Trace:
+            out_dir: str | os.PathLike[str] | None = None, *, golden: bool = True,
+            allow_mismatch: bool = False) -> Trace:
     """Capture a workload into a trace directory and return it (see module docstring).
 
     ``workload_path``: a workload file, or an object with ``build(w, p)`` (and optional
     ``PARAMS``, ``NAME``) such as an imported module. ``topology``: a ``Topology`` or a YAML
     path. ``params``: overrides as a mapping or ``["KEY=VALUE", ...]``. ``golden=False``
     skips the arithmetic of compute ops during capture (faster; ``out_digest`` stays null
-    and outputs are not checked against their references).
+    and outputs are not checked against their references). An output that differs from its
+    numpy reference is a ``CaptureError`` (nothing written) unless ``allow_mismatch``, which
+    keeps the trace (``trace.json`` ``reference_check`` records the mismatch) for
+    ``kbtrace verify`` to find the first diverging op. A workload that exits the process
+    (``sys.exit``, ``SystemExit``) is a ``CaptureError`` too, never a silent exit.
     """
+    try:
+        return _capture(workload_path, topology, params, out_dir, golden, allow_mismatch)
+    except SystemExit as exc:
+        where = getattr(workload_path, "__file__", None) or str(workload_path)
+        raise CaptureError(f"workload {where}: called sys.exit({exc.code!r}) (SystemExit) while "
+                           f"capturing; a workload may not end the process: raise an exception "
+                           f"or return instead") from None
+
+
+def _capture(workload_path: Any, topology: Any, params: Any, out_dir: Any, golden: bool,
+             allow_mismatch: bool) -> Trace:
     t_start = time.perf_counter()
     if hasattr(workload_path, "build"):  # an already imported workload module / namespace
         mod: Any = workload_path
@@ -196,7 +212,7 @@ def capture(workload_path: str | os.PathLike[str] | Any, topology: Any,
     out = Path(out_dir) if out_dir is not None else Path("data") / "traces" / name
     # built beside OUT and swapped in whole when complete: a failed capture leaves an
     # earlier trace there as it was, and no directory where there was none
-    with atomic_dir(out, "trace.json", "trace") as stage:
+    with atomic_dir(out, "trace", inputs=(path, getattr(topo, "source", None))) as stage:
         sink = OpSink(stage / "ops.parquet")
         ok = False
         try:
@@ -263,6 +279,13 @@ def capture(workload_path: str | os.PathLike[str] | Any, topology: Any,
                 want_c = to_compute(stored_want, t.dtype)
                 err, _rel, n_bad = compare(got[oname], want_c, t.dtype)
                 check[oname] = {"ok": n_bad == 0, "max_abs_err": err, "dtype": t.dtype}
+            bad = [f"{n} (max abs err {c['max_abs_err']:.3g}, {c['dtype']})"
+                   for n, c in check.items() if not c["ok"]]
+            if bad and not allow_mismatch:
+                raise CaptureError(f"workload {name!r}: output {', '.join(bad)} differs from its "
+                                   f"numpy reference; nothing written. Fix the kernel, or keep "
+                                   f"the trace with --allow-mismatch and find the first "
+                                   f"diverging op with `kbtrace verify`")
             t_close0 = time.perf_counter()
             sink.close()
             t_close = time.perf_counter() - t_close0

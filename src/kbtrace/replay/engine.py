@@ -463,7 +463,8 @@ def replay(trace: Any, topology: Any, options: ReplayOptions | None = None,
         t_hash = trace_hash(meta, trace_path)
         # the run is built beside OUT and swapped in whole: an earlier run there (and a
         # report written into it) is replaced at once, never mixed with this one
-        with atomic_dir(out, "run.json", "run") as stage:
+        with atomic_dir(out, "run", inputs=(trace_path, getattr(topology, "source", None))
+                        ) as stage:
             sim = Sim(topology, ops, opts, stage)
             phase = "elaborate"
             items = _elaborate(sim)

@@ -48,6 +48,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import os
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,8 +58,10 @@ from typing import Any
 import pyarrow as pa
 
 from kbtrace import __version__, schema
-from kbtrace._io import read_json_object, stable_hash, write_json, write_table
+from kbtrace._io import claim_dir, read_json_object, stable_hash, write_json, write_table
+from kbtrace._owned import MARKER, owner
 from kbtrace.errors import KbtraceError, SweepError
+from kbtrace.replay._sweepsafe import check_pinned, pin_traces, worker_init, write_point
 from kbtrace.replay.sweep_config import (
     NAME_OK,
     SweepConfig,
@@ -73,9 +76,6 @@ __all__ = ["SweepConfig", "TraceSpec", "Point", "SweepResult", "load_config", "r
 EXECUTORS = ("local", "ray")
 #: What a point's replay yields (point.json; all but wall_s also go to points.parquet).
 _RESULT = ("status", "error", "run_id", "makespan_ns", "ops", "hops", "events", "wall_s")
-_RUN_FILES = ("op_timing.parquet", "hops.parquet", "nodes.parquet", "links.parquet", "run.json",
-              "point.json")
-
 
 @dataclass(frozen=True)
 class Point:
@@ -201,14 +201,14 @@ def run_point(job: dict[str, Any]) -> dict[str, Any]:
     from kbtrace.replay.options import ReplayOptions
     from kbtrace.topology import compile_topology
     out = Path(job["out"])
-    out.mkdir(parents=True, exist_ok=True)
-    for name in _RUN_FILES:              # nothing stale from an earlier sweep survives
-        (out / name).unlink(missing_ok=True)
     res: dict[str, Any] = {**dict.fromkeys(_RESULT), "status": "ok"}
     try:
+        check_pinned(job)
         topo = compile_topology(job["topology"], overrides=dict(job["params"]))
+        # the point's run replaces its earlier one whole (replay's atomic_dir)
         run = replay(job["trace_dir"], topo, ReplayOptions(
             fidelity=job["fidelity"], out_dir=str(out), check_invariants=job["check_invariants"]))
+        check_pinned(job, out / "run.json")
         res.update(run_id=run.run_id, makespan_ns=run.makespan_ns, ops=run.ops, hops=run.hops,
                    events=run.events, wall_s=round(run.wall_s, 3))
     except KbtraceError as e:
@@ -217,7 +217,7 @@ def run_point(job: dict[str, Any]) -> dict[str, Any]:
         res.update(status="error", error=f"internal error: {type(e).__name__}: {e}",
                    traceback=traceback.format_exc())
     point = {k: v for k, v in job.items() if k != "out"}
-    write_json(out / "point.json", {**point, **res})
+    write_point(out, {**point, **res})
     return res
 
 
@@ -259,7 +259,8 @@ def _execute(jobs: list[dict[str, Any]], n_jobs: int, executor: str,
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
     with ProcessPoolExecutor(max_workers=min(n_jobs, len(jobs)),
-                             mp_context=multiprocessing.get_context("spawn")) as pool:
+                             mp_context=multiprocessing.get_context("spawn"),
+                             initializer=worker_init, initargs=(os.getpid(),)) as pool:
         futs = {pool.submit(run_point, j): i for i, j in enumerate(jobs)}
         for f in as_completed(futs):
             done(futs[f], f.result())
@@ -319,7 +320,8 @@ def run_sweep(config: str | Path | Mapping[str, Any] | SweepConfig, out_dir: str
     meta = {"kbtrace_version": __version__, "schema_version": schema.SCHEMA_VERSION,
             "config": cfg.as_json(), "source": cfg.source}
     prev = out / "sweep.json"
-    if prev.is_file():
+    inputs = [cfg.source, *cfg.topologies, *(t.path for t in cfg.traces)]
+    if prev.is_file() and owner(out) == "sweep":
         try:
             old = json.loads(prev.read_text()).get("config")
         except ValueError:
@@ -327,24 +329,29 @@ def run_sweep(config: str | Path | Mapping[str, Any] | SweepConfig, out_dir: str
         if old != meta["config"]:
             raise SweepError(f"{out}: holds a different sweep (sweep.json); write to another "
                              "-o directory or delete this one")
-    elif out.is_dir() and any(out.iterdir()):
-        raise SweepError(f"{out}: exists and is not a sweep directory (no sweep.json); "
-                         "choose another -o directory")
     created = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
+    claim_dir(out, "sweep", inputs)        # ours, empty or nothing; never an input
     try:
         topos = _topologies(cfg)
         pts = points(cfg, _trace_dirs(cfg, out, topos), [t.params.name for t in topos])
     except KbtraceError:
         # nothing ran: leave no empty directories behind (captures are atomic: a failed one
         # left nothing in traces/)
+        if created:
+            (out / MARKER).unlink(missing_ok=True)
         for d in (out / "traces", out) if created else (out / "traces",):
             with contextlib.suppress(OSError):
                 d.rmdir()                   # only if empty
         raise
     meta["points"] = len(pts)
-    jobs_l = [{**p.as_json(), "out": str(out / p.rel_dir), "key": k}
+    pinned = pin_traces(p.trace_dir for p in pts)
+    jobs_l = [{**p.as_json(), "out": str(out / p.rel_dir), "key": k,
+               "trace_hash": pinned[p.trace_dir]}
               for p, k in zip(pts, _point_keys(pts), strict=True)]
+    # until every point is done, the sweep says so: an interrupted sweep is re-run or
+    # resumed (same config), and never reads as complete with points of two runs
+    (out / "points.parquet").unlink(missing_ok=True)
+    write_json(out / "sweep.json", {**meta, "status": "running"})
     results: list[dict[str, Any] | None] = [None] * len(pts)
     todo: list[int] = []
     reused = 0
@@ -368,7 +375,7 @@ def run_sweep(config: str | Path | Mapping[str, Any] | SweepConfig, out_dir: str
     res_l = [r for r in results if r is not None]
     table = points_table(cfg, pts, res_l)
     write_table(out / "points.parquet", table)
-    write_json(out / "sweep.json", meta)
+    write_json(out / "sweep.json", {**meta, "status": "complete"})
     failed = [{"point": p.index, "run_dir": p.rel_dir, "error": r.get("error")}
               for p, r in zip(pts, res_l, strict=True) if r.get("status") != "ok"]
     return SweepResult(out, table, failed, reused)

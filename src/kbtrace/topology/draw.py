@@ -26,8 +26,8 @@ __all__ = ["draw_sip", "draw_cube"]
 _META = {"Software": None}   # no matplotlib version in the PNG: byte-stable output
 
 
-def _save(fig: plt.Figure, path: Path) -> Path:
-    with atomic_path(path) as tmp:
+def _save(fig: plt.Figure, path: Path, source: str | None = None) -> Path:
+    with atomic_path(path, (source,)) as tmp:
         fig.savefig(tmp, format="png", dpi=110, metadata=_META)
     plt.close(fig)
     return path
@@ -86,7 +86,7 @@ def draw_sip(topo: Topology, out_dir: str | os.PathLike[str], sip: int = 0) -> P
     ax.invert_yaxis()
     ax.axis("off")
     ax.autoscale_view()
-    return _save(fig, Path(out_dir) / f"sip_view__{p.name}.png")
+    return _save(fig, Path(out_dir) / f"sip_view__{p.name}.png", topo.source)
 
 
 def _cube_xy(topo: Topology, a: int | None, b: int | None) -> tuple[list[float], list[float]]:
@@ -142,4 +142,4 @@ def draw_cube(topo: Topology, out_dir: str | os.PathLike[str], sip: int = 0, cub
     ax.set_aspect("equal")
     ax.invert_yaxis()
     ax.axis("off")
-    return _save(fig, Path(out_dir) / f"cube_view__{p.name}.png")
+    return _save(fig, Path(out_dir) / f"cube_view__{p.name}.png", topo.source)

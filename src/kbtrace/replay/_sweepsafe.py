@@ -1,0 +1,89 @@
+"""What keeps a sweep consistent when traces change under it or processes die.
+
+* **Pinned traces.** ``pin_traces`` reads each trace's identity (``_io.trace_hash``, the
+  digest replay records in run.json ``trace.hash``) once, when the sweep starts; every
+  point checks the trace before it replays and the run's recorded hash after, so a trace
+  re-captured while the sweep runs fails the points it would have mixed in (it never
+  yields a silent "speed-up" from another trace).
+* **Point directories** are kbtrace ``run`` outputs: a point that replayed gets its
+  ``point.json`` inside its run; a failed point's directory is swapped in whole with only
+  its ``point.json`` (so an interrupted re-run leaves each point either as it was or new).
+* **Workers die with the sweep.** Worker processes ask the kernel for SIGKILL when their
+  parent dies (Linux ``PR_SET_PDEATHSIG``) and also poll their parent, so killing the sweep
+  leaves no workers running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from kbtrace._io import atomic_dir, read_json_object, trace_hash, write_json
+from kbtrace._owned import owner
+from kbtrace.errors import SweepError
+
+__all__ = ["pin_traces", "check_pinned", "write_point", "worker_init"]
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _trace_digest(trace_dir: str | os.PathLike[str]) -> str:
+    d = Path(trace_dir)
+    meta = read_json_object(d / "trace.json", "re-capture the workload")
+    return trace_hash(meta, d)
+
+
+def pin_traces(trace_dirs: Iterable[str]) -> dict[str, str]:
+    """trace dir -> its identity now (read once per trace)."""
+    return {d: _trace_digest(d) for d in dict.fromkeys(trace_dirs)}
+
+
+def check_pinned(job: dict[str, Any], run_json: Path | None = None) -> None:
+    """Refuse a point whose trace is no longer the one pinned when the sweep started
+    (``run_json``: check what the finished replay recorded instead of the trace on disk)."""
+    want = job.get("trace_hash")
+    if not want:
+        return
+    if run_json is None:
+        got = _trace_digest(job["trace_dir"])
+    else:
+        tr = read_json_object(run_json, "re-run the sweep").get("trace")
+        got = tr.get("hash") if isinstance(tr, dict) else None
+    if got != want:
+        raise SweepError(f"{job['trace_dir']}: the trace changed while the sweep ran (digest "
+                         f"{want} at start, {got} now); re-run the sweep once the trace is "
+                         f"stable")
+
+
+def write_point(out: Path, doc: dict[str, Any]) -> None:
+    """Write a point's ``point.json``: into its run when the replay wrote one, else as a
+    point directory holding only ``point.json`` (swapped in whole)."""
+    if owner(out) == "run" and (out / "run.json").is_file():
+        write_json(out / "point.json", doc)
+        return
+    with atomic_dir(out, "run") as stage:
+        write_json(stage / "point.json", doc)
+
+
+def _watch_parent(ppid: int) -> None:
+    while True:
+        if os.getppid() != ppid:
+            os._exit(1)
+        time.sleep(0.5)
+
+
+def worker_init(ppid: int) -> None:
+    """ProcessPool initializer: die with the parent (``ppid``)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+    if os.getppid() != ppid:          # the parent died before the request took effect
+        os._exit(1)
+    threading.Thread(target=_watch_parent, args=(ppid,), daemon=True,
+                     name="kbtrace-parent-watch").start()
