@@ -21,7 +21,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from kbtrace._io import atomic_dir, read_json_object, trace_hash, write_json
 from kbtrace._owned import owner
 from kbtrace.errors import SweepError
 
-__all__ = ["pin_traces", "check_pinned", "write_point", "worker_init"]
+__all__ = ["pin_traces", "check_pinned", "write_point", "worker_init", "execute"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -87,3 +87,37 @@ def worker_init(ppid: int) -> None:
         os._exit(1)
     threading.Thread(target=_watch_parent, args=(ppid,), daemon=True,
                      name="kbtrace-parent-watch").start()
+
+
+def execute(fn: Callable[[dict[str, Any]], dict[str, Any]], jobs: list[dict[str, Any]],
+            n_jobs: int, executor: str, done: Callable[[int, dict[str, Any]], None]) -> None:
+    """Run ``fn`` on every job: in this process (``n_jobs`` 1), in spawned worker processes
+    that die with this one, or as Ray tasks; ``done(index, result)`` as each finishes."""
+    if executor == "ray":
+        try:
+            import ray
+        except ImportError:
+            raise SweepError("--executor ray: ray is not installed; pip install 'kbtrace[ray]' "
+                             "(or use --executor local)") from None
+        if not ray.is_initialized():
+            ray.init()
+        task = ray.remote(fn)
+        refs = {task.remote(j): i for i, j in enumerate(jobs)}
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            for r in ready:
+                done(refs[r], ray.get(r))
+        return
+    if n_jobs <= 1 or len(jobs) <= 1:
+        for i, j in enumerate(jobs):
+            done(i, fn(j))
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    with ProcessPoolExecutor(max_workers=min(n_jobs, len(jobs)),
+                             mp_context=multiprocessing.get_context("spawn"),
+                             initializer=worker_init, initargs=(os.getpid(),)) as pool:
+        futs = {pool.submit(fn, j): i for i, j in enumerate(jobs)}
+        for f in as_completed(futs):
+            done(futs[f], f.result())

@@ -48,7 +48,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import os
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -61,7 +60,7 @@ from kbtrace import __version__, schema
 from kbtrace._io import claim_dir, read_json_object, stable_hash, write_json, write_table
 from kbtrace._owned import MARKER, owner
 from kbtrace.errors import KbtraceError, SweepError
-from kbtrace.replay._sweepsafe import check_pinned, pin_traces, worker_init, write_point
+from kbtrace.replay._sweepsafe import check_pinned, execute, pin_traces, write_point
 from kbtrace.replay.sweep_config import (
     NAME_OK,
     SweepConfig,
@@ -234,38 +233,6 @@ def _reusable(job: dict[str, Any]) -> dict[str, Any] | None:
     return {k: prev.get(k) for k in _RESULT}
 
 
-def _execute(jobs: list[dict[str, Any]], n_jobs: int, executor: str,
-             done: Callable[[int, dict[str, Any]], None]) -> None:
-    if executor == "ray":
-        try:
-            import ray
-        except ImportError:
-            raise SweepError("--executor ray: ray is not installed; pip install 'kbtrace[ray]' "
-                             "(or use --executor local)") from None
-        if not ray.is_initialized():
-            ray.init()
-        task = ray.remote(run_point)
-        refs = {task.remote(j): i for i, j in enumerate(jobs)}
-        pending = list(refs)
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            for r in ready:
-                done(refs[r], ray.get(r))
-        return
-    if n_jobs <= 1 or len(jobs) <= 1:
-        for i, j in enumerate(jobs):
-            done(i, run_point(j))
-        return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    with ProcessPoolExecutor(max_workers=min(n_jobs, len(jobs)),
-                             mp_context=multiprocessing.get_context("spawn"),
-                             initializer=worker_init, initargs=(os.getpid(),)) as pool:
-        futs = {pool.submit(run_point, j): i for i, j in enumerate(jobs)}
-        for f in as_completed(futs):
-            done(futs[f], f.result())
-
-
 def _grid_type(vals: Sequence[Any]) -> pa.DataType:
     if all(isinstance(v, bool) for v in vals):
         return pa.bool_()
@@ -371,7 +338,7 @@ def run_sweep(config: str | Path | Mapping[str, Any] | SweepConfig, out_dir: str
         if on_point:
             on_point(pts[i], res)
 
-    _execute([jobs_l[i] for i in todo], jobs, executor, done)
+    execute(run_point, [jobs_l[i] for i in todo], jobs, executor, done)
     res_l = [r for r in results if r is not None]
     table = points_table(cfg, pts, res_l)
     write_table(out / "points.parquet", table)
