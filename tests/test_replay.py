@@ -284,9 +284,41 @@ def test_h2d_is_a_posted_write(default, tmp_path):
     got = rows(r)
     assert got[-1][0] == "hbm" and all(s != "hbm" for s, *_ in got[:-1])
     assert latency(r) == pytest.approx(got[-1][3])
-    route = default.route("host", default.resolve(a).id)
+    route = default.route("sip0.io0.pcie_ep", default.resolve(a).id)
+    # (the EP's own 5 ns and one flit on the first links come on top of the route bound)
+    assert route.floor_ns(65536) <= latency(r) < route.lower_bound_ns(65536) + 10.0
+
+
+#: the predecessor's MemoryWrite into cube 0 injected at the PCIe EP (commitlog §3, ADR-0033)
+REF_H2D_NS = {65536: 545.0, 1 << 20: 8230.0}
+
+
+@pytest.mark.parametrize("fid", MODES)
+def test_h2d_matches_the_reference_figures_by_default(default, tmp_path, fid):
+    """Host copies enter at the SIP's PCIe EP (system.host.copy_from: pcie_ep, the default):
+    64 KiB and 1 MiB into cube 0 within 10% of the reference (545 / 8,230 ns)."""
+    got = {}
+    for nb, ref in REF_H2D_NS.items():
+        r = run(SynthTrace([{**on(), "kind": "h2d", "src_space": "host", "dst_space": "hbm",
+                             "dst_addr": hbm(0, 0, 0, default), "nbytes": nb}]),
+                default, tmp_path, fid, tag=f"n{nb}")
+        got[nb] = latency(r)
+        assert abs(got[nb] / ref - 1) < 0.10, (nb, got[nb], ref)
+    assert got == pytest.approx({65536: 545.1, 1 << 20: 8225.1}, abs=0.5)
+
+
+def test_h2d_from_the_host_crosses_the_pcie_links(tmp_path):
+    """copy_from: host is the old model: the copy also crosses host -> switch -> EP at
+    64 GB/s, about twice the reference."""
+    topo = compile_topology(TOPO_DIR / "default.yaml",
+                            overrides={"system.host.copy_from": "host"})
+    a = hbm(0, 0, 0, topo)
+    r = run(SynthTrace([{**on(), "kind": "h2d", "src_space": "host", "dst_space": "hbm",
+                         "dst_addr": a, "nbytes": 65536}]), topo, tmp_path)
+    route = topo.route("host", topo.resolve(a).id)
     # PCIe (64 GB/s) drains first; the UCIe / router overheads after it hide behind the drain
     assert route.floor_ns(65536) <= latency(r) < route.lower_bound_ns(65536)
+    assert latency(r) > 1.9 * REF_H2D_NS[65536]
 
 
 def test_floor_is_the_probe_formula_when_overheads_precede_the_bottleneck(default):

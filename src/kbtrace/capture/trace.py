@@ -34,6 +34,7 @@ from kbtrace import __version__, schema
 from kbtrace._io import BatchWriter, atomic_dir, file_hash, read_json_object, write_json
 from kbtrace.capture.dtypes import compare, to_storage
 from kbtrace.capture.executor import ExecResult, execute, gather_outputs
+from kbtrace.capture.hostcopy import CopySpec, emit_copy
 from kbtrace.capture.scheduler import LaunchRun
 from kbtrace.capture.tracer import OpSink, Tracer
 from kbtrace.capture.workload import Workload, load_workload, parse_params, user_frame
@@ -103,8 +104,10 @@ def _memory_rows(w: Workload, refs: dict[str, np.ndarray]) -> Iterator[tuple[dic
     for t in w.tensors.values():
         for s in t.shards:
             idx = tuple(slice(o, o + n) for o, n in zip(s.offset, s.shape, strict=True))
-            yield (dict(tensor=t.name, role=t.role, shard=s.index, sip=s.sip, cube=s.cube,
-                        pe=s.pe, space="hbm", addr=s.addr, dtype=t.dtype, shape=list(s.shape),
+            dev = t.space != "host"
+            yield (dict(tensor=t.name, role=t.role, shard=s.index, sip=s.sip if dev else None,
+                        cube=s.cube if dev else None, pe=s.pe if dev else None, space=t.space,
+                        addr=s.addr, dtype=t.dtype, shape=list(s.shape),
                         offset=list(s.offset), global_shape=list(t.shape)),
                    np.ascontiguousarray(t.stored[idx]))
     for name, ref in refs.items():      # in blocks along axis 0: one huge value per row
@@ -236,7 +239,11 @@ def _capture(workload_path: Any, topology: Any, params: Any, out_dir: Any, golde
             gc.disable()
             sink.collect_gc = gc_was_enabled
             try:
-                for li, spec in enumerate(w.launches):
+                li = host_seq = 0
+                for spec in w.actions:
+                    if isinstance(spec, CopySpec):
+                        host_seq = emit_copy(tracer, spec, host_seq)
+                        continue
                     coords = spec.coords
 
                     def args_for(prog: Any, spec: Any = spec
@@ -253,6 +260,7 @@ def _capture(workload_path: Any, topology: Any, params: Any, out_dir: Any, golde
                     launches.append({"kernel": run.kernel_name, "grid": list(spec.grid),
                                      "programs": len(coords), "first_op": first,
                                      "n_ops": tracer.next_op - first})
+                    li += 1
             finally:
                 sink.collect_gc = False
                 if gc_was_enabled:

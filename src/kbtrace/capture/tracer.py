@@ -187,6 +187,8 @@ class Tracer:
         self.kmem = MemoryImage()
         self.machine = Machine(self.mem)
         self.regions = RegionMap()
+        #: host tensors (copies only; kernels never see these)
+        self.host_regions = RegionMap()
         self.sink = sink
         sink.machine, sink.golden = self.machine, golden
         self.log = sink.log

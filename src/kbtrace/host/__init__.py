@@ -16,7 +16,9 @@ Modules
 Ranks and sparse launches live on the capture ``Workload`` itself (they are what the capture
 engine runs): ``w.world_size``, ``w.ranks``, ``w.per_rank(...)``, ``w.tensor(..., dp=, sip=)``,
 ``w.launch(kernel, sips=, cubes=, pes=, on=)``; kernels ask ``tl.sip_id() / cube_id() /
-pe_id() / num_sips() / num_cubes() / num_pes()``.
+pe_id() / num_sips() / num_cubes() / num_pes()``. So do host memory and copies:
+``w.host_tensor(...)``, ``w.copy_to_device(src, dst)``, ``w.copy_to_host(src, dst=None)``
+(``h2d`` / ``d2h`` ops in the host program's order, ``kbtrace.capture.hostcopy``).
 Imports are one way: ``host`` imports ``capture``, never the reverse (capture takes a
 placement policy by duck typing: any object with ``resolve(...)``).
 """

@@ -304,6 +304,13 @@ class Sim:
             up[c] = cmd(cpu, m) + cmd(m, io) + cmd(io, host)
         return down, up
 
+    def copy_end(self, mem: int) -> int:
+        """Node index where a host copy to / from memory node ``mem`` enters the tray: the
+        PCIe EP of its SIP (``system.host.copy_from: pcie_ep``, the reference) or the host."""
+        if self.topo.params.system.host.copy_from == "host":
+            return self.host
+        return self.topo.pcie_ep(self.topo.node(mem).sip).idx
+
     def host_copy(self, op: Op):
         env, fab = self.env, self.fabric
         t0 = env.now
@@ -311,18 +318,20 @@ class Sim:
         nb = int(op.nbytes)
         if op.kind == "h2d":     # a posted write: done at the last commit (ADR-0034 D8)
             dst = self.resolve(op.dst_addr)
+            end = self.copy_end(dst)
             if nb > 0:
-                yield fab.send(op.op_id, -1, self.host, dst, nb, int(op.dst_addr))
+                yield fab.send(op.op_id, -1, end, dst, nb, int(op.dst_addr))
             else:
-                yield fab.command(op.op_id, -1, self.host, dst)
+                yield fab.command(op.op_id, -1, end, dst)
         else:
             src = self.resolve(op.src_addr)
-            yield fab.command(op.op_id, -1, self.host, src)
+            end = self.copy_end(src)
+            yield fab.command(op.op_id, -1, end, src)
             if nb > 0 and src in self.hbm:
-                yield self.hbm_read(op.op_id, -1, src, self.host, int(op.src_addr), nb)
+                yield self.hbm_read(op.op_id, -1, src, end, int(op.src_addr), nb)
             elif nb > 0:
-                yield fab.send(op.op_id, -1, src, self.host, nb, int(op.src_addr))
-        self.complete(op, t0, t0, self.topo.host.id)
+                yield fab.send(op.op_id, -1, src, end, nb, int(op.src_addr))
+        self.complete(op, t0, t0, self.topo.node(end).id)
 
     def host_program(self, items: list[tuple[str, Any]]):
         env = self.env

@@ -193,7 +193,6 @@ def check(sim: SimContext, makespan: float) -> None:
     lb_end = max((ln["t_barrier_ns"] for ln in sim.launches), default=0.0)
     bounds: dict[tuple, float] = {}
     dmas: dict[tuple[int, int, int], int] = {}
-    host = sim.host
     for o in sim.ops:
         kind = o.kind
         if kind not in ("load", "store", "h2d", "d2h"):
@@ -205,7 +204,8 @@ def check(sim: SimContext, makespan: float) -> None:
                 dma = dmas[(o.sip, o.cube, o.pe)] = topo.pe_node(_coord(o), "dma").idx
             key = (kind, dma, sim.resolve(o.src_addr if kind == "load" else o.dst_addr), nb)
         else:
-            key = (kind, host, sim.resolve(o.dst_addr if kind == "h2d" else o.src_addr), nb)
+            mem = sim.resolve(o.dst_addr if kind == "h2d" else o.src_addr)
+            key = (kind, sim.copy_end(mem), mem, nb)
         lb = bounds.get(key)
         if lb is None:
             lb = bounds[key] = _lower_bound(topo, *key)

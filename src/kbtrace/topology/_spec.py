@@ -312,6 +312,8 @@ def _validate(p: TopologyParams, src: _Src) -> None:  # noqa: C901 - a flat list
         raise _fail(src, "system.ns_per_mm", s.ns_per_mm, "must be > 0 (no zero-latency wires, ADR-0002 D4)")
     if s.sips.count > address.MAX_SIPS:
         raise _fail(src, "system.sips.count", s.sips.count, "at most 16 SIPs (4 address bits); use <= 16")
+    if s.host.copy_from not in ("pcie_ep", "host"):
+        raise _fail(src, "system.host.copy_from", s.host.copy_from, "use pcie_ep or host")
     if s.sips.topology not in SIP_TOPOLOGIES:
         raise _fail(src, "system.sips.topology", s.sips.topology, f"use one of {', '.join(SIP_TOPOLOGIES)}")
     if s.sips.topology != "ring_1d":

@@ -52,6 +52,9 @@ class SipsParams:
 class HostParams:
     """The host CPU that launches kernels and copies tensors."""
     overhead_ns: float = P(0.0, "ns", "host-side per-transaction overhead (kbtrace default)")
+    copy_from: str = P("pcie_ep", "-", "where h2d / d2h copies enter the tray: pcie_ep (the "
+                       "reference: memory operations are injected at the SIP's PCIe EP, "
+                       "ADR-0007 D2) or host (also cross host -> switch -> PCIe EP)")
 
 
 @dataclass(frozen=True, slots=True)
