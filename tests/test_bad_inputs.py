@@ -65,6 +65,10 @@ def base(tmp_path_factory) -> Path:
     assert main(["capture", str(GEMM), "-t", str(TINY), "-p", "M=64", "-p", "N=64",
                  "-p", "K=64", "-o", str(root / "tr")]) == 0
     assert main(["replay", str(root / "tr"), "-t", str(TINY), "-o", str(root / "run")]) == 0
+    assert main(["capture", str(REPO / "capture" / "ring_allreduce.py"), "-t", str(TINY),
+                 "-p", "P=2", "-o", str(root / "ring")]) == 0
+    assert main(["capture", str(REPO / "capture" / "gemm_composite.py"), "-t", str(TINY),
+                 "-p", "M=64", "-p", "N=64", "-p", "K=64", "-o", str(root / "comp")]) == 0
     return root
 
 
@@ -336,7 +340,268 @@ def test_disk_full_names_the_path(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-CASES = YAML_CASES + WORKLOAD_CASES
+# ----------------------------------------------------------------------------- traces (2, 3)
+
+def edit_ops(trace: Path, fn: Callable[[list[dict]], object]) -> None:
+    """Rewrite ``trace/ops.parquet`` through ``fn(rows)`` (rows edited in place) and record
+    the new file's hash in trace.json: a crafted trace that passes the integrity check, so
+    only validation can refuse it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from kbtrace import schema
+    from kbtrace._io import file_hash
+    rows = pq.read_table(trace / "ops.parquet").to_pylist()
+    fn(rows)
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema.OPS), trace / "ops.parquet")
+    meta = json.loads((trace / "trace.json").read_text())
+    meta["content_hash"]["ops.parquet"] = file_hash(trace / "ops.parquet")
+    (trace / "trace.json").write_text(json.dumps(meta))
+
+
+def replay_edited(fn: Callable[[list[dict]], object], trace: str = "tr",
+                  extra: tuple[str, ...] = ()):
+    def setup(d: Path) -> list[str]:
+        edit_ops(d / trace, fn)
+        return ["replay", trace, "-t", str(TINY), *extra, "-o", "rr"]
+    return setup
+
+
+def first(of_kind: str, **values):
+    """An edit: set ``values`` on the first op of kind ``of_kind``."""
+    def fn(rows: list[dict]) -> None:
+        r = next(r for r in rows if r["kind"] == of_kind)
+        r.update(values)
+    return fn
+
+
+def _dep(value):
+    def fn(rows):
+        r = next(r for r in rows if r["deps"])
+        r["deps"] = [value(r)]
+    return fn
+
+
+def _swap_ids(rows):
+    rows[1]["op_id"] = 0
+
+
+def _unpair(rows):
+    s = next(r for r in rows if r["kind"] == "send")
+    s["match_op_id"] = next(r["op_id"] for r in rows if r["kind"] == "load")
+
+
+def _asymmetric(rows):
+    recvs = [r for r in rows if r["kind"] == "recv"]
+    recvs[0]["match_op_id"] = recvs[1]["match_op_id"]
+
+
+def _drop_recv(rows):
+    sends = [r for r in rows if r["kind"] == "send"]
+    recv = next(r for r in rows if r["kind"] == "recv")
+    recv["kind"], recv["name"] = "cycles", "cycles"
+    recv["match_op_id"] = None
+    del sends
+
+
+def _bad_addr(col: str, addr: int):
+    def fn(rows):
+        r = next(r for r in rows if r["kind"] == "load")
+        r[col] = addr
+    return fn
+
+
+def _tcm_addr(pe: int, off: int) -> int:
+    from kbtrace.topology import address
+    return address.pe_tcm_addr(0, 0, pe, off)
+
+
+def _hbm(off: int) -> int:
+    from kbtrace.topology import address
+    return address.hbm_addr(0, 0, off)
+
+
+RT = "replay build: ops.parquet: op "
+TRACE_CASES = [
+    Case("trace-unknown-kind", replay_edited(first("load", kind="teleport")), 2,
+         "(teleport, launch 0, program 0, seq 1): unknown op kind 'teleport'", "rr"),
+    Case("trace-empty-kind", replay_edited(first("store", kind="")), 2,
+         "unknown op kind ''", "rr"),
+    Case("trace-unknown-space", replay_edited(first("load", src_space="moon")), 2,
+         "src_space 'moon' is not one of hbm, tcm, sram, ipcq, host", "rr"),
+    Case("trace-unknown-dtype", replay_edited(first("dot", out_dtype="f128")), 2,
+         "out_dtype 'f128' is not one of", "rr"),
+    Case("trace-unknown-in-dtype", replay_edited(first("dot", in_dtypes=["f32", "q4"])), 2,
+         "in_dtypes value 'q4' is not one of", "rr"),
+    Case("trace-unknown-direction", replay_edited(first("send", direction="up"), "ring"), 2,
+         "direction 'up' is not one of", "rr"),
+    Case("trace-dep-missing", replay_edited(_dep(lambda r: 10**9)), 2,
+         "depends on op 1000000000, which is not in the trace", "rr"),
+    Case("trace-dep-negative", replay_edited(_dep(lambda r: -3)), 2,
+         "depends on op -3, which is not in the trace", "rr"),
+    Case("trace-dep-self", replay_edited(_dep(lambda r: r["op_id"])), 2,
+         "which is not an earlier op", "rr"),
+    Case("trace-dep-cycle", replay_edited(_dep(lambda r: r["op_id"] + 1)), 2,
+         "which is not an earlier op (dependencies point back in capture order", "rr"),
+    Case("trace-op-id-not-dense", replay_edited(_swap_ids), 2,
+         "row 1 has op_id 0, expected 1", "rr"),
+    Case("trace-negative-nbytes", replay_edited(first("load", nbytes=-4096)), 2,
+         "nbytes = -4096 is outside [0, 1099511627776]", "rr"),
+    Case("trace-huge-nbytes", replay_edited(first("load", nbytes=1 << 62)), 2,
+         "nbytes = 4611686018427387904 is outside", "rr"),
+    Case("trace-negative-m", replay_edited(first("dot", m=-32)), 2,
+         "GEMM dimension m = -32 is outside [1, 16777216]", "rr"),
+    Case("trace-zero-k", replay_edited(first("dot", k=0)), 2,
+         "GEMM dimension k = 0 is outside", "rr"),
+    Case("trace-huge-n", replay_edited(first("dot", n=2**31 - 1)), 2,
+         "GEMM dimension n = 2147483647 is outside", "rr"),
+    Case("trace-null-m-on-dot", replay_edited(first("dot", m=None)), 2,
+         "GEMM dimension m is null on a dot", "rr"),
+    Case("trace-negative-shape", replay_edited(first("dot", out_shape=[-32, 32])), 2,
+         "out_shape has extent -32", "rr"),
+    Case("trace-huge-shape", replay_edited(first("dot", out_shape=[1 << 23, 1 << 23, 1 << 23])),
+         2, "out_shape holds 5.9e+20 elements", "rr"),
+    Case("trace-negative-cycles", replay_edited(first("load", cycles=-1)), 2,
+         "cycles = -1 is outside", "rr"),
+    Case("trace-pe-not-in-topology", replay_edited(first("load", pe=7)), 2,
+         "runs on sip0.cube0.pe7, which topology 'tiny' (1 SIP(s) x 1 cubes x 2 PEs) does not "
+         "have", "rr"),
+    Case("trace-sip-not-in-topology", replay_edited(first("store", sip=3)), 2,
+         "runs on sip3.cube0.pe0", "rr"),
+    Case("trace-peer-not-in-topology", replay_edited(first("send", peer_pe=9), "ring"), 2,
+         "IPCQ peer sip0.cube0.pe9", "rr"),
+    Case("trace-addr-sip-unmapped", replay_edited(_bad_addr("src_addr", 5 << 47)), 2,
+         "src_addr: address 0x2800000000000: SIP 5 not in this topology (1 SIPs)", "rr"),
+    Case("trace-addr-mbz", replay_edited(_bad_addr("src_addr", (1 << 38) | (1 << 37))), 2,
+         "src_addr: address 0x6000000000", "rr"),
+    Case("trace-addr-cube-unmapped", replay_edited(_bad_addr("src_addr", 3 << 42)), 2,
+         "cube 3 not in this topology (1 cubes per SIP)", "rr"),
+    Case("trace-addr-hbm-past-capacity", replay_edited(_bad_addr("src_addr", _hbm(60 << 30))),
+         2, "HBM offset 0xf00000000 beyond the 48 GB implemented per cube", "rr"),
+    Case("trace-addr-hbm-extent", replay_edited(_bad_addr("src_addr", _hbm((48 << 30) - 16))),
+         2, "bytes runs past the 48 GB of HBM per cube", "rr"),
+    Case("trace-addr-tcm-other-pe", replay_edited(_bad_addr("dst_addr", _tcm_addr(5, 0))), 2,
+         "dst_addr: address 0x", "rr"),
+    Case("trace-addr-tcm-beyond", replay_edited(_bad_addr("dst_addr", _tcm_addr(0, 2044 << 10))),
+         2, "uses TCM bytes [2093056, 2101248) but topology 'tiny' has pe.tcm.size_kb = 2048 "
+         "(2097152 bytes)", "rr"),
+    Case("trace-addr-in-addrs", replay_edited(first("dot", in_addrs=[7 << 47] * 3)), 2,
+         "in_addrs: address 0x3800000000000: SIP 7 not in this topology", "rr"),
+    Case("trace-operand-lists-differ", replay_edited(first("dot", in_addrs=[0, 0])), 2,
+         "in_addrs has 2 operands but in_spaces has 3", "rr"),
+    Case("trace-tcm-over-capacity", lambda d: ["replay", "tr", "-t", str(TINY), "--set",
+                                               "pe.tcm.size_kb=8", "--set",
+                                               "pe.tcm.scratch_kb=4", "-o", "rr"], 2,
+         "TCM offset 0x101000 beyond pe.tcm.size_kb = 8; the trace was captured for 'tiny': "
+         "replay it on a topology that maps it", "rr"),
+    Case("trace-send-matched-to-load", replay_edited(_unpair, "ring"), 2,
+         "is a load, not a recv (sends and receives must be paired)", "rr"),
+    Case("trace-recv-asymmetric", replay_edited(_asymmetric, "ring"), 2,
+         "sends and receives must be paired one to one", "rr"),
+    Case("trace-match-missing", replay_edited(first("recv", match_op_id=10**6), "ring"), 2,
+         "its IPCQ match is op 1000000, which is not in the trace", "rr"),
+    Case("trace-send-without-recv", replay_edited(_drop_recv, "ring"), 2,
+         "is a cycles, not a recv (sends and receives must be paired)", "rr"),
+    Case("trace-extra-json-broken", replay_edited(first("composite", extra_json="{oops"),
+                                                  "comp"), 2,
+         "extra_json is not valid JSON", "rr"),
+    Case("trace-extra-json-list", replay_edited(first("composite", extra_json="[1, 2]"),
+                                                "comp"), 2,
+         "extra_json is not a JSON object", "rr"),
+    Case("trace-tile-shape-zero", replay_edited(first(
+        "composite", extra_json='{"tile_shape": [0, 0, 0]}'), "comp"), 2,
+        "extra_json tile_shape [0, 0, 0] is not three integers", "rr"),
+    Case("trace-composite-too-many-tiles", replay_edited(first(
+        "composite", m=1 << 20, n=1 << 20, extra_json='{"tile_shape": [1, 1, 1]}'), "comp"), 2,
+        "tiles, more than 4194304", "rr"),
+]
+
+# ----------------------------------------------------------------------------- JSON (2)
+
+def edit_json(rel: str, fn: Callable[[dict], object], cmd: tuple[str, ...], raw: bool = False):
+    """Edit ``rel`` (a trace.json / run.json) through ``fn(doc)``; run ``cmd``. ``raw``:
+    ``fn`` returns the file's new text."""
+    def setup(d: Path) -> list[str]:
+        p = d / rel
+        doc = json.loads(p.read_text())
+        new = fn(doc)
+        p.write_text(new if raw else json.dumps(doc))
+        return list(cmd)
+    return setup
+
+
+def _del(key):
+    return lambda doc: doc.pop(key)
+
+
+def _set(path, value):
+    def fn(doc):
+        *parents, leaf = path
+        for k in parents:
+            doc = doc[k]
+        doc[leaf] = value
+    return fn
+
+
+SHOW = ("trace", "show", "tr")
+REPLAY = ("replay", "tr", "-t", str(TINY), "-o", "rr")
+SQL = ("sql", "run", "SELECT count(*) FROM op_timing")
+TJ = "tr/trace.json: corrupt: "
+JSON_CASES = [
+    Case("tracejson-missing-workload", edit_json("tr/trace.json", _del("workload"), SHOW), 2,
+         TJ + "key 'workload' is missing; re-capture the workload"),
+    Case("tracejson-missing-launches", edit_json("tr/trace.json", _del("launches"), REPLAY), 2,
+         TJ + "key 'launches' is missing", "rr"),
+    Case("tracejson-n-ops-string", edit_json("tr/trace.json", _set(["n_ops"], "many"), SHOW), 2,
+         TJ + "n_ops is a JSON string, expected an integer"),
+    Case("tracejson-n-ops-negative", edit_json("tr/trace.json", _set(["n_ops"], -5), SHOW), 2,
+         TJ + "n_ops = -5 is negative"),
+    Case("tracejson-topology-list", edit_json("tr/trace.json", _set(["topology"], []), REPLAY),
+         2, TJ + "topology is a JSON array, expected an object", "rr"),
+    Case("tracejson-topology-name-number", edit_json(
+        "tr/trace.json", _set(["topology", "name"], 7), SHOW), 2,
+        TJ + "topology.name is a JSON number, expected a string"),
+    Case("tracejson-params-list", edit_json("tr/trace.json", _set(["params"], [1]), SHOW), 2,
+         TJ + "params is a JSON array, expected an object"),
+    Case("tracejson-grid-short", edit_json("tr/trace.json", _set(["launches", 0, "grid"], [1]),
+                                           SHOW), 2,
+         TJ + "launches[0].grid is missing or not an array"),
+    Case("tracejson-launch-not-object", edit_json("tr/trace.json", _set(["launches", 0], 3),
+                                                  SHOW), 2, TJ + "launches[0].kernel"),
+    Case("tracejson-content-hash-string", edit_json(
+        "tr/trace.json", _set(["content_hash"], "abc"), REPLAY), 2,
+        TJ + "content_hash is a JSON string, expected an object", "rr"),
+    Case("tracejson-op-counts-float", edit_json(
+        "tr/trace.json", _set(["op_counts", "load"], 1.5), SHOW), 2,
+        TJ + "op_counts.load is not an integer"),
+    Case("tracejson-reference-check", edit_json(
+        "tr/trace.json", _set(["reference_check", "c"], 5), SHOW), 2,
+        TJ + "reference_check.c is not an object with ok, max_abs_err and dtype"),
+    Case("tracejson-golden-string", edit_json("tr/trace.json", _set(["golden"], "yes"), SHOW),
+         2, TJ + "golden is a JSON string, expected true or false"),
+    Case("tracejson-nan", edit_json("tr/trace.json", lambda doc: json.dumps(doc).replace(
+        '"max_abs_err": ', '"max_abs_err": NaN, "x": '), SHOW, raw=True), 2,
+        TJ + "NaN is not a JSON number (kbtrace never writes one)"),
+    Case("tracejson-truncated", edit_json("tr/trace.json", lambda doc: json.dumps(doc)[:40],
+                                          SHOW, raw=True), 2,
+         "tr/trace.json: corrupt or truncated JSON"),
+    Case("tracejson-array", edit_json("tr/trace.json", lambda doc: "[]", SHOW, raw=True), 2,
+         "tr/trace.json: corrupt (a JSON array, not an object)"),
+    Case("runjson-makespan-nan", edit_json("run/run.json", lambda doc: json.dumps(doc).replace(
+        '"makespan_ns": ', '"makespan_ns": NaN, "x": '), SQL, raw=True), 2,
+        "run/run.json: corrupt: NaN is not a JSON number"),
+    Case("runjson-makespan-infinity", edit_json("run/run.json", lambda doc: json.dumps(
+        doc).replace('"makespan_ns": ', '"makespan_ns": -Infinity, "x": '),
+        ("verify", "run"), raw=True), 2, "run/run.json: corrupt: -Infinity is not a JSON number"),
+    Case("runjson-makespan-string", edit_json("run/run.json", _set(["makespan_ns"], "fast"),
+                                              SQL), 2,
+         "run/run.json: corrupt: makespan_ns is a JSON string, expected a number"),
+    Case("runjson-trace-path-number", edit_json("run/run.json", _set(["trace", "path"], 5),
+                                                ("verify", "run")), 2,
+         "run/run.json: corrupt: trace.path is a JSON number, expected a string"),
+]
+
+CASES = YAML_CASES + WORKLOAD_CASES + TRACE_CASES + JSON_CASES
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

@@ -230,12 +230,25 @@ def json_type(v: object) -> str:
             dict: "object", type(None): "null"}.get(type(v), type(v).__name__)
 
 
+class _NotJson(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> Any:
+    """``NaN`` / ``Infinity`` in a JSON file: Python's json reads them, the JSON standard and
+    kbtrace's writers do not (a hand-edited makespan of NaN would pass every comparison)."""
+    raise _NotJson(name)
+
+
 def read_json_object(path: str | os.PathLike[str], fix: str) -> dict[str, Any]:
     """A JSON file that must hold an object; a corrupt, truncated, unreadable or non-object
     file is a ``SchemaError`` naming ``path`` and ending with ``fix``."""
     p = Path(path)
     try:
-        doc = json.loads(p.read_text())
+        doc = json.loads(p.read_text(), parse_constant=_no_constant)
+    except _NotJson as exc:
+        raise SchemaError(f"{p}: corrupt: {exc} is not a JSON number (kbtrace never writes "
+                          f"one); {fix}") from None
     except json.JSONDecodeError as exc:
         raise SchemaError(f"{p}: corrupt or truncated JSON ({exc.msg} at line {exc.lineno}, "
                           f"column {exc.colno}); {fix}") from None
@@ -248,9 +261,11 @@ def read_json_object(path: str | os.PathLike[str], fix: str) -> dict[str, Any]:
 
 def write_json(path: str | os.PathLike[str], obj: Any,
                inputs: Iterable[str | os.PathLike[str] | None] = ()) -> None:
-    """Write ``obj`` as sorted, indented JSON atomically (``inputs``: see ``atomic_path``)."""
+    """Write ``obj`` as sorted, indented JSON atomically (``inputs``: see ``atomic_path``).
+    Standard JSON: a NaN or infinite number is a ``ValueError`` (a bug in the writer), never
+    a file readers refuse."""
     with atomic_path(path, inputs) as tmp:
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
 def write_table(path: str | os.PathLike[str], table: pa.Table,

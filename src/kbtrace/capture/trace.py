@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kbtrace import __version__, schema
-from kbtrace._io import BatchWriter, atomic_dir, file_hash, read_json_object, write_json
+from kbtrace._io import BatchWriter, atomic_dir, file_hash, json_type, read_json_object, write_json
 from kbtrace.capture.dtypes import compare, to_storage
 from kbtrace.capture.executor import ExecResult, execute, gather_outputs
 from kbtrace.capture.hostcopy import CopySpec, emit_copy
@@ -40,7 +40,7 @@ from kbtrace.capture.tracer import OpSink, Tracer
 from kbtrace.capture.workload import Workload, load_workload, parse_params, user_frame
 from kbtrace.errors import CaptureError, SchemaError
 
-__all__ = ["capture", "open_trace", "Trace", "TRACE_FORMAT"]
+__all__ = ["capture", "open_trace", "check_meta", "Trace", "TRACE_FORMAT"]
 
 TRACE_FORMAT = "kbtrace-trace"
 
@@ -328,6 +328,60 @@ def _capture(workload_path: Any, topology: Any, params: Any, out_dir: Any, golde
                 sink.abort()
 
 
+_STR, _INT, _NUM, _BOOL, _OBJ, _LIST = str, int, (int, float), bool, dict, list
+#: trace.json keys -> type (every key capture writes; readers rely on each of them)
+META_KEYS: dict[str, Any] = {
+    "workload": _STR, "workload_file": _STR, "kbtrace_version": _STR, "params": _OBJ,
+    "launches": _LIST, "topology": _OBJ, "topology.name": _STR, "topology.content_hash": _STR,
+    "n_ops": _INT, "golden": _BOOL, "op_counts": _OBJ, "outputs": _LIST,
+    "reference_check": _OBJ, "content_hash": _OBJ, "content_hash.ops.parquet": _STR,
+    "content_hash.memory.parquet": _STR,
+}
+_LAUNCH_KEYS = {"kernel": _STR, "grid": _LIST, "programs": _INT, "first_op": _INT, "n_ops": _INT}
+_NAMES = {_STR: "a string", _INT: "an integer", _NUM: "a number", _BOOL: "true or false",
+          _OBJ: "an object", _LIST: "an array"}
+
+
+def _typed(v: Any, want: Any) -> bool:
+    if want in (_INT, _NUM) and isinstance(v, bool):
+        return False
+    return isinstance(v, want)
+
+
+def check_meta(meta: dict[str, Any], where: Path) -> None:
+    """trace.json holds every key capture writes, each of its type (a hand-edited or damaged
+    file fails here naming the key, not later with a KeyError or TypeError)."""
+    fix = "re-capture the workload (trace.json is written by kbtrace capture)"
+    for key, want in META_KEYS.items():
+        top, _, sub = key.partition(".")
+        holder, leaf = (meta, top) if not sub else (meta.get(top), sub)
+        if not isinstance(holder, dict):
+            continue                     # the parent's own check reports it
+        if leaf not in holder:
+            raise SchemaError(f"{where}: corrupt: key {key!r} is missing; {fix}")
+        v = holder[leaf]
+        if not _typed(v, want):
+            raise SchemaError(f"{where}: corrupt: {key} is a JSON {json_type(v)}, expected "
+                              f"{_NAMES[want]}; {fix}")
+    if meta["n_ops"] < 0:
+        raise SchemaError(f"{where}: corrupt: n_ops = {meta['n_ops']} is negative; {fix}")
+    for i, ln in enumerate(meta["launches"]):
+        for key, want in _LAUNCH_KEYS.items():
+            v = ln.get(key) if isinstance(ln, dict) else None
+            if not _typed(v, want) or (key == "grid" and (
+                    len(v) != 2 or not all(_typed(x, _INT) for x in v))):
+                raise SchemaError(f"{where}: corrupt: launches[{i}].{key} is missing or not "
+                                  f"{_NAMES[want]}; {fix}")
+    for k, v in meta["op_counts"].items():
+        if not _typed(v, _INT):
+            raise SchemaError(f"{where}: corrupt: op_counts.{k} is not an integer; {fix}")
+    for k, v in meta["reference_check"].items():
+        if not (isinstance(v, dict) and _typed(v.get("ok"), _BOOL) and _typed(
+                v.get("max_abs_err"), _NUM) and _typed(v.get("dtype"), _STR)):
+            raise SchemaError(f"{where}: corrupt: reference_check.{k} is not an object with "
+                              f"ok, max_abs_err and dtype; {fix}")
+
+
 def open_trace(path: str | os.PathLike[str],
                hashed: tuple[str, ...] = ("ops.parquet", "memory.parquet")) -> Trace:
     """Open a trace directory, checking format, schema versions, schemas and the content
@@ -342,6 +396,7 @@ def open_trace(path: str | os.PathLike[str],
     if meta.get("format") != TRACE_FORMAT:
         raise SchemaError(f"{mj}: not a kbtrace trace (format {meta.get('format')!r})")
     schema.check_version(meta.get("schema_version"), str(mj))
+    check_meta(meta, mj)
     for fname, sch in (("ops.parquet", schema.OPS), ("memory.parquet", schema.MEMORY)):
         fp = d / fname
         if not fp.is_file():

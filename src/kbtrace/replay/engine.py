@@ -53,6 +53,7 @@ from kbtrace.replay.ops import COLUMNS, HOST_KINDS, Op, load_ops, plan_for
 from kbtrace.replay.options import Progress, ReplayOptions, Run
 from kbtrace.replay.pe import Pe, Program
 from kbtrace.replay.recorder import Recorder
+from kbtrace.replay.validate import validate_ops
 from kbtrace.topology.model import PeCoord
 
 __all__ = ["replay", "Sim"]
@@ -462,6 +463,7 @@ def replay(trace: Any, topology: Any, options: ReplayOptions | None = None,
             from kbtrace.topology import compile_topology
             topology = compile_topology(topology)
         trace_path, meta, table = _open(trace)
+        validate_ops(table, topology, meta)       # the trace fits this topology, or one line
         ops = load_ops(table)
         table = table.select(list(_OT_COLUMNS))    # what op_timing copies; the rest is in ops
         if any(o.op_id != i for i, o in enumerate(ops)):
