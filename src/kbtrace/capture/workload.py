@@ -356,7 +356,7 @@ class Workload:
         self._copy("d2h", src, self._own(dst, "copy_to_host", "host"))
         return dst
 
-    def _targets(self, sips: Any, cubes: Any, pes: Any, on: Tensor | None
+    def _targets(self, sips: Any, cubes: Any, pes: Any, on: Any
                  ) -> list[tuple[int, int, int]]:
         """Program placements of a sparse launch, sorted by (sip, cube, pe)."""
         def norm(v: Any, n: int, what: str) -> list[int]:
@@ -373,13 +373,16 @@ class Workload:
             return sorted(int(x) for x in vals)
 
         if on is not None:
-            if not isinstance(on, Tensor) or self.tensors.get(on.name) is not on:
-                raise CaptureError(f"workload {self.name!r}: launch(on=...) needs a tensor of this "
-                                   f"workload, got {getattr(on, 'name', type(on).__name__)!r}")
-            if on.space != "hbm":
-                raise CaptureError(f"workload {self.name!r}: launch(on={on.name!r}): a host tensor "
-                                   f"has no PEs; launch on a device tensor")
-            coords = {(s.sip, s.cube, s.pe) for s in on.shards}
+            coords = set()
+            for t in on if isinstance(on, (list, tuple)) else [on]:
+                if not isinstance(t, Tensor) or self.tensors.get(t.name) is not t:
+                    raise CaptureError(f"workload {self.name!r}: launch(on=...) needs tensors of "
+                                       f"this workload, got "
+                                       f"{getattr(t, 'name', type(t).__name__)!r}")
+                if t.space != "hbm":
+                    raise CaptureError(f"workload {self.name!r}: launch(on={t.name!r}): a host "
+                                       f"tensor has no PEs; launch on a device tensor")
+                coords |= {(s.sip, s.cube, s.pe) for s in t.shards}
             for c in list(coords):
                 if sips is not None and c[0] not in norm(sips, self.world_size, "SIP"):
                     coords.discard(c)
@@ -393,10 +396,11 @@ class Workload:
                args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None,
                neighbors: Mapping[int, Mapping[str, int]] | None = None, *,
                sips: Any = None, cubes: Any = None, pes: Any = None,
-               on: Tensor | None = None) -> LaunchSpec:
+               on: Tensor | Sequence[Tensor] | None = None) -> LaunchSpec:
         """Run ``kernel(tl, *args, **kwargs)`` on every program of ``grid`` = (PEs, cubes), or
         (sparse) on the PEs ``pes`` of cubes ``cubes`` of SIPs ``sips`` (each an int, a list
-        or None = all), or on the PEs holding a shard of tensor ``on`` (of SIPs ``sips``)."""
+        or None = all), or on the PEs holding a shard of tensor ``on`` (or of any of a list of
+        tensors; of SIPs ``sips``)."""
         if not callable(kernel):
             raise CaptureError(f"workload {self.name!r}: launch needs a kernel function, got "
                                f"{type(kernel).__name__}")
@@ -407,8 +411,8 @@ class Workload:
                                    f"pes/on=, not both")
             coords = self._targets(sips, cubes, pes, on)
             if not coords:
-                raise CaptureError(f"workload {self.name!r}: launch(on={on.name if on else None!r}, "
-                                   f"sips={sips!r}) selects no PE")
+                raise CaptureError(f"workload {self.name!r}: launch(on=..., sips={sips!r}) "
+                                   f"selects no PE")
             cube_ids = sorted({(s, c) for s, c, _ in coords})
             pid1 = {sc: i for i, sc in enumerate(cube_ids)}
             pids, seen = [], dict.fromkeys(cube_ids, 0)
@@ -458,6 +462,12 @@ class Workload:
         for s in arg.shards:
             if (s.sip, s.cube, s.pe) == coord:
                 return s.addr
+        if all(s.offset == arg.shards[0].offset and s.shape == arg.shape for s in arg.shards):
+            # whole copies (replicas): the nearest one, same cube first, then same SIP
+            for near in (lambda s: (s.sip, s.cube) == coord[:2], lambda s: s.sip == coord[0]):
+                for s in arg.shards:
+                    if near(s):
+                        return s.addr
         raise CaptureError(f"tensor {arg.name!r} has no shard on sip{coord[0]}.cube{coord[1]}."
                            f"pe{coord[2]}; pass t.shard_addr(i) explicitly")
 
