@@ -13,6 +13,8 @@ Outputs
 Modules
     ``placement``  ``DPPolicy`` (replicate / row_wise / column_wise / tiled_* at cube and PE
                    level, ADR-0026) -> ``ShardSpec(sip, cube, pe, offset_bytes, nbytes)``.
+    ``tp``         tensor parallelism (ADR-0027): TP groups, ``RankTensor``,
+                   ``ColumnParallelLinear`` / ``RowParallelLinear``, region primitives.
 Ranks and sparse launches live on the capture ``Workload`` itself (they are what the capture
 engine runs): ``w.world_size``, ``w.ranks``, ``w.per_rank(...)``, ``w.tensor(..., dp=, sip=)``,
 ``w.launch(kernel, sips=, cubes=, pes=, on=)``; kernels ask ``tl.sip_id() / cube_id() /
@@ -23,6 +25,7 @@ Imports are one way: ``host`` imports ``capture``, never the reverse (capture ta
 placement policy by duck typing: any object with ``resolve(...)``).
 """
 
+from kbtrace.host import tp
 from kbtrace.host.placement import POLICIES, DPPolicy, ShardSpec, resolve_dp_policy, tile_grid
 
-__all__ = ["DPPolicy", "ShardSpec", "POLICIES", "resolve_dp_policy", "tile_grid"]
+__all__ = ["DPPolicy", "ShardSpec", "POLICIES", "resolve_dp_policy", "tile_grid", "tp"]
