@@ -1,7 +1,8 @@
 """Tensor-parallel 2-layer MLP (ADR-0027 D7): ``y = (x @ W1) @ W2`` over a TP group of SIPs.
 
-The reference sample's sizes: batch B=1, 512 -> 2048 -> 512. ``tp`` SIPs (default 2; the
-topology needs that many, e.g. ``--set system.sips.count=4`` for ``-p tp=4``) each hold
+The reference sample's sizes: batch B=1, 512 -> 2048 -> 512. ``tp`` SIPs (0, the default,
+means every SIP of the topology, as the reference's TP = world size: 2 on default.yaml,
+1 on small.yaml; ``-p tp=4`` needs ``--set system.sips.count=4``) each hold
 their column block of W1 (ColumnParallelLinear) and row block of W2 (RowParallelLinear),
 spread over the PEs of ``cubes`` cubes per SIP. The host copies x to every rank (one
 ``h2d`` per rank and cube), the layers run as launches (a GEMM each, then a ring
@@ -18,7 +19,7 @@ import numpy as np
 from kbtrace.host import DPPolicy, tp
 from kbtrace.host.tp import RankTensor
 
-PARAMS = {"B": 1, "D_in": 512, "D_hidden": 2048, "D_out": 512, "tp": 2, "cubes": 1,
+PARAMS = {"B": 1, "D_in": 512, "D_hidden": 2048, "D_out": 512, "tp": 0, "cubes": 1,
           "dtype": "f32", "seed": 0}
 
 
@@ -30,7 +31,9 @@ def build(w, p):
     for name in ("B", "D_in", "D_hidden", "D_out", "cubes"):
         if getattr(p, name) < 1:
             raise ValueError(f"{name}={getattr(p, name)} must be >= 1")
-    group = tp.initialize_model_parallel(w, p.tp)
+    if p.tp < 0:
+        raise ValueError(f"tp={p.tp} must be >= 1 (or 0: every SIP)")
+    group = tp.initialize_model_parallel(w, p.tp or None)
     fc1 = tp.ColumnParallelLinear(w, group, p.D_in, p.D_hidden, p.dtype,
                                   weight=_ints(p.seed + 1, (p.D_in, p.D_hidden)), name="fc1",
                                   cubes=p.cubes)
