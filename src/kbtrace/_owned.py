@@ -34,7 +34,7 @@ __all__ = ["MARKER", "KINDS", "marker_text", "owner", "write_marker", "check_dir
 #: the ownership marker's file name, inside every directory kbtrace writes
 MARKER = ".kbtrace"
 #: kinds of kbtrace output directories
-KINDS = ("trace", "run", "report", "sweep", "baseline", "study")
+KINDS = ("trace", "run", "report", "sweep", "baseline", "study", "attribution", "calibration")
 _MARKER_MAX_BYTES = 64
 _MARKER_RE = re.compile(r"\Akbtrace-output v1 kind=([a-z]+)\n\Z")
 

@@ -29,6 +29,7 @@ _STAGE_CLIS = (
     "kbtrace.capture.cli",
     "kbtrace.replay.cli",
     "kbtrace.analysis.cli",
+    "kbtrace.insight.cli",
 )
 
 

@@ -11,6 +11,7 @@ topology  ``nodes``, ``links``          (compile_topology, cached by content has
 capture   ``ops``, ``memory``           (ops.parquet, memory.parquet + trace.json)
 replay    ``op_timing``, ``hops``       (op_timing.parquet, hops.parquet + run.json)
 sweep     ``sweep_points``              (points.parquet + sweep.json; grid columns appended)
+insight   ``attribution``               (attribution.parquet of `kbtrace attribute`)
 
 Bump ``SCHEMA_VERSION`` whenever a column is added, removed, renamed or changes
 meaning; readers refuse files written with another major version.
@@ -41,6 +42,7 @@ __all__ = [
     "OP_TIMING",
     "HOPS",
     "SWEEP_POINTS",
+    "ATTRIBUTION",
     "TABLES",
     "check_schema",
     "check_version",
@@ -278,9 +280,34 @@ SWEEP_POINTS = _schema(
         _f("events", pa.int64(), "-", "SimPy events processed", nullable=True),
     ])
 
+# --------------------------------------------------------------------------- insight
+
+ATTRIBUTION = _schema(
+    "attribution", "One row per resource class of `kbtrace attribute` (attribution.parquet): "
+    "the run replayed with that class made `factor` times faster and slower; sorted by rank.", [
+        _f("rank", pa.int32(), "-", "1 = the class whose speed-up shortens the makespan most "
+           "(ties: larger slow-down loss first, then the class order of `kbtrace attribute "
+           "--list`)"),
+        _f("resource", pa.string(), "-", "resource class name (mesh, hbm, gemm, ...)"),
+        _f("keys", pa.string(), "-", "the topology parameters the class scales, comma-separated"),
+        _f("factor", pa.float64(), "-", "speed-up factor (bandwidths and clocks x factor, "
+           "overheads / factor, slot counts x factor)"),
+        _f("base_makespan_ns", pa.float64(), "ns", "makespan of the recorded run"),
+        _f("faster_makespan_ns", pa.float64(), "ns", "makespan with the class factor x faster"),
+        _f("faster_gain_pct", pa.float64(), "%",
+           "makespan saved by the faster class, percent of the base makespan"),
+        _f("elasticity", pa.float64(), "-", "ln(base / faster makespan) / ln(factor): 1 = the "
+           "makespan scales fully with this resource, 0 = not at all"),
+        _f("slower_makespan_ns", pa.float64(), "ns", "makespan with the class factor x slower "
+           "(null with --no-reverse)", nullable=True),
+        _f("slower_loss_pct", pa.float64(), "%", "makespan added by the slower class, percent "
+           "of the base makespan (null with --no-reverse)", nullable=True),
+    ])
+
 TABLES: dict[str, pa.Schema] = {
     "nodes": NODES, "links": LINKS, "ops": OPS, "memory": MEMORY,
     "op_timing": OP_TIMING, "hops": HOPS, "sweep_points": SWEEP_POINTS,
+    "attribution": ATTRIBUTION,
 }
 
 

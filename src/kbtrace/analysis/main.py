@@ -19,9 +19,11 @@ from kbtrace._io import release_memory
 from kbtrace._paths import DEFAULT_TOPOLOGY, resolve
 
 __all__ = ["run_workload", "RunSummary", "DEFAULT_WORKLOAD", "DEFAULT_TOPOLOGY",
-           "capture_and_replay"]
+           "capture_and_replay", "ATTRIBUTE_BUDGET_S"]
 
 DEFAULT_WORKLOAD = "capture/gemm.py"
+#: ``attribute="auto"`` runs the attribution when its replays are estimated under this
+ATTRIBUTE_BUDGET_S = 3.0
 
 
 @dataclass
@@ -40,6 +42,7 @@ class RunSummary:
     bottleneck: str = ""
     hotspot: str = ""
     roofline: str = ""
+    helps_most: str = ""
     verify: Any = None
     report_dir: Path | None = None
     perfetto: Path | None = None
@@ -60,6 +63,8 @@ class RunSummary:
             lines.append(f"  hot spot  {self.hotspot}")
         if self.roofline:
             lines.append(f"  roofline  {self.roofline}")
+        if self.helps_most:
+            lines.append(f"  helps most {self.helps_most}")
         if self.verify is not None:
             v = self.verify
             worst = max(v.tensors, key=lambda t: t.max_abs, default=None)
@@ -116,14 +121,37 @@ def _headline(r: Any) -> tuple[str, str, str]:
     return "; ".join(parts), hot, roof
 
 
+def _helps_most(run_dir: Path, topo_path: Path, overrides: dict[str, Any], replay_s: float,
+                auto: bool) -> str:
+    """The headline's "helps most" line: the top class of a faster-only attribution."""
+    from kbtrace.insight import RESOURCES, attribute  # thin hook: insight imports analysis
+
+    est = len(RESOURCES) * replay_s
+    if auto and est > ATTRIBUTE_BUDGET_S:
+        return (f"not measured (about {est:.0f} s of replays); kbtrace attribute {run_dir} "
+                "(or kbtrace run --attribute)")
+    a = attribute(run_dir, reverse=False, topology=topo_path, overrides=overrides)
+    rows = a.table.to_pylist()
+    if a.top is None:
+        return f"no resource class 2x faster changes the makespan ({a.wall_s:.2f} s)"
+    nxt = (f"; next {rows[1]['resource']} {rows[1]['faster_gain_pct']:.1f}%"
+           if len(rows) > 1 and rows[1]["faster_gain_pct"] > 0 else "")
+    return (f"{rows[0]['resource']}: 2x faster saves {rows[0]['faster_gain_pct']:.1f}% of the "
+            f"makespan{nxt}  ({a.replays} replays, {a.wall_s:.2f} s)")
+
+
 def run_workload(workload: str | os.PathLike[str] | None = None, *,
                  topology: str | os.PathLike[str] | None = None,
                  params: list[str] | dict[str, Any] | None = None,
                  sets: list[str] | None = None, fidelity: str = "fast",
                  out: str | os.PathLike[str] = "data", verify_data: bool = True,
-                 make_report: bool = True,
+                 make_report: bool = True, attribute: bool | str = "auto",
                  progress: Callable[[Any], Any] | None = None) -> RunSummary:
     """Capture, replay, verify and report one workload; return a ``RunSummary``.
+
+    ``attribute``: name the resource class that, 2x faster, would shorten the run most
+    (``kbtrace.insight.attribute``, one replay per class); ``"auto"``: only when those
+    replays are estimated (from this replay's wall time) under ``ATTRIBUTE_BUDGET_S``.
 
     ``progress``: passed to ``replay`` (called with a ``Progress`` while it runs).
 
@@ -162,6 +190,11 @@ def run_workload(workload: str | os.PathLike[str] | None = None, *,
                 progress=progress)
     summary.makespan_ns, summary.hops, summary.events = rr.makespan_ns, rr.hops, rr.events
     summary.seconds["replay"] = time.perf_counter() - t
+    if attribute:      # before the report, which then shows the attribution too
+        t = time.perf_counter()
+        summary.helps_most = _helps_most(run_dir, topo_path, parse_sets(sets), rr.wall_s,
+                                         attribute == "auto")
+        summary.seconds["attribute"] = time.perf_counter() - t
     # one open run serves the headline and the report: the views both read (stage totals,
     # critical path, utilisation, ...) are materialised once, not once per reader
     t = time.perf_counter()

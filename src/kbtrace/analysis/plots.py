@@ -19,7 +19,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: 
 
 __all__ = ["STAGE_COLORS", "plot_mesh_heatmap", "plot_stage_bars", "plot_timeline",
            "timeline_image", "plot_link_util", "plot_roofline", "plot_util_windows",
-           "plot_sweep_makespan",
+           "plot_sweep_makespan", "plot_tornado",
            "plot_sweep_stages"]
 
 STAGE_COLORS = {
@@ -331,6 +331,28 @@ def plot_link_util(links: pl.DataFrame, path: str | os.PathLike[str]) -> Path:
     ax.set_xlim(0, 1)
     ax.set_xlabel("utilisation (busy fraction of makespan)")
     ax.set_title("Most utilised links")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_tornado(attr: pl.DataFrame, path: str | os.PathLike[str]) -> Path:
+    """Tornado chart of ``kbtrace attribute`` (``schema.ATTRIBUTION`` rows, in rank order):
+    per resource class, the makespan change in percent with it ``factor`` x faster (left,
+    green) and slower (right, red)."""
+    fig, ax = plt.subplots(figsize=(7.5, max(2.5, 0.32 * attr.height + 1.2)))
+    y = np.arange(attr.height)
+    f = float(attr["factor"][0]) if attr.height else 2.0
+    ax.barh(y, [-g for g in attr["faster_gain_pct"].to_list()], color="#2ca02c",
+            label=f"{f:g}x faster")
+    slow = attr["slower_loss_pct"].to_list()
+    if any(v is not None for v in slow):
+        ax.barh(y, [v or 0.0 for v in slow], color="#d62728", label=f"{f:g}x slower")
+    ax.axvline(0, color="k", linewidth=0.8)
+    ax.set_yticks(y, attr["resource"].to_list(), fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("makespan change (% of the recorded run)")
+    ax.set_title("What would help most: each resource class made faster / slower")
+    ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     return _save(fig, path)
 

@@ -5,6 +5,7 @@ Layout of the report directory (default ``RUN/report``)::
     index.html                 everything below, PNGs embedded as base64
     tables/<name>.csv|.md      summary, stage_totals, stage_breakdown_pe, hotspots,
                                critical_path, utilisation_by_kind, top_links, overlap, roofline
+                               (+ attribution, when `kbtrace attribute RUN` was run on it)
     mesh_heatmap.png  stage_breakdown.png  timeline.png  link_util.png  util_windows.png
     roofline.png
 
@@ -107,6 +108,28 @@ def report(run: Any, out: str | os.PathLike[str] | None = None) -> Path:
             r.close()
 
 
+def _attribution(run_dir: Path, run_id: str | None) -> pl.DataFrame | None:
+    """``RUN/attribution/attribution.parquet`` (``schema.ATTRIBUTION``) when it was made from
+    this run (its attribution.json names the run id), else None."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from kbtrace import schema
+    d = run_dir / "attribution"
+    if not (d / "attribution.parquet").is_file() or not (d / "attribution.json").is_file():
+        return None
+    try:
+        made_from = json.loads((d / "attribution.json").read_text()).get("run_id")
+    except (ValueError, AttributeError):
+        return None
+    if run_id is not None and made_from != run_id:
+        return None                # an attribution of an earlier run of this directory
+    t = pq.read_table(d / "attribution.parquet")
+    schema.check_schema(t.schema, schema.ATTRIBUTION, str(d / "attribution.parquet"))
+    return pl.from_arrow(t.select([f.name for f in schema.ATTRIBUTION]))
+
+
 def _write_run_report(r: Any, tables: dict[str, pl.DataFrame], out_dir: Path) -> None:
     for name, df in tables.items():
         write_frame(df, "csv", out_dir / "tables" / f"{name}.csv")
@@ -135,4 +158,12 @@ def _write_run_report(r: Any, tables: dict[str, pl.DataFrame], out_dir: Path) ->
                 ("Critical path by op kind", "critical_path", None),
                 ("Roofline", "roofline", "roofline"),
                 ("Comm/compute overlap per PE", "overlap", None)]
+    attr = _attribution(r.path, r.info.get("run_id"))
+    if attr is not None:     # `kbtrace attribute RUN` was run on this very run
+        tables["attribution"] = attr
+        write_frame(attr, "csv", out_dir / "tables" / "attribution.csv")
+        write_frame(attr, "md", out_dir / "tables" / "attribution.md")
+        pngs["tornado"] = plots.plot_tornado(attr, out_dir / "tornado.png")
+        sections.insert(1, ("What would help most (kbtrace attribute)", "attribution",
+                            "tornado"))
     write_page(out_dir, f"kbtrace report: {r.path.name}", sections, tables, pngs)

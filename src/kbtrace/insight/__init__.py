@@ -1,0 +1,20 @@
+"""Insight: answers to an architect's next questions about a replayed run.
+
+Role: from a run directory (``run.json``, its trace and topology), say what to make faster
+(``attribute``: each resource class replayed faster and slower, ranked), what a parameter
+change would do without a full replay (``whatif``), and how far the model is from measured
+figures (``calibrate``).
+Inputs: a run directory written by ``kbtrace replay`` / ``kbtrace run``; resource classes
+(``resources``: named groups of topology parameters with the sense that makes them faster).
+Outputs: ``RUN/attribution/attribution.parquet`` (``schema.ATTRIBUTION``) that
+``kbtrace report`` shows with a tornado chart.
+Imports are one way: this package uses ``replay`` (sweep machinery), ``topology`` and
+``analysis``; none of those imports it (``kbtrace run``'s headline calls it lazily).
+"""
+
+from __future__ import annotations
+
+from kbtrace.insight.attribute import Attribution, attribute
+from kbtrace.insight.resources import RESOURCES, ResourceClass
+
+__all__ = ["attribute", "Attribution", "RESOURCES", "ResourceClass"]
