@@ -118,8 +118,9 @@ def test_shape_and_dtype_mismatch(small, tmp_path):
 
     def mixed(tl, x, y):
         tl.load(x, (8,), "f32") + tl.zeros((8,), "f16")
+    _run(mixed, small, tmp_path)          # promoted to f32 (Triton's rules) by default
     with pytest.raises(SanitizerError, match="dtypes differ"):
-        _run(mixed, small, tmp_path)
+        capture(_workload(mixed), small, out_dir=tmp_path, strict=("promote",))
 
 
 def test_both_recv_first_deadlocks(small, tmp_path):

@@ -2,7 +2,8 @@
 
 Pure functions: they normalise arguments and raise ``CaptureError`` /
 ``SanitizerError`` with what is wrong and how to fix it; the recorder backend
-(``program.Program``) adds the kernel/program/line prefix.
+(``program.Program``) adds the kernel/program/line prefix. Mixed dtypes promote
+implicitly (``result_dtype``; the lattice is in ``dtypes``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from kbtrace.capture.dtypes import STORAGE
+from kbtrace.capture.dtypes import STORAGE, promote, promote_scalar
 from kbtrace.errors import CaptureError, SanitizerError
 
 __all__ = ["norm_shape", "norm_strides", "broadcast", "norm_axis", "result_dtype", "ACC_DEFAULT"]
@@ -61,15 +62,25 @@ def norm_axis(axis: int | None, ndim: int, what: str) -> int | None:
     return axis % ndim
 
 
-def result_dtype(name: str, dtypes: Sequence[str], what: str) -> str:
-    """Common dtype of a math op's tensor operands (``where``'s condition excluded)."""
-    uniq = sorted(set(dtypes))
-    if len(uniq) > 1:
-        raise SanitizerError(f"{what}: operand dtypes differ ({', '.join(dtypes)}); convert with "
-                             f"h.to(dtype) first")
-    if not uniq:
+def result_dtype(name: str, dtypes: Sequence[str], what: str, scalars: Sequence[Any] = (),
+                 strict: bool = False) -> str:
+    """Common dtype of a math op's tensor operands (``where``'s condition excluded) and its
+    Python scalars, by implicit promotion (``dtypes.promote``: Triton's lattice). With
+    ``strict`` (the ``promote`` sanitizer) mixed tensor dtypes are an error instead."""
+    if not dtypes:
         raise CaptureError(f"{what}: needs at least one tensor operand")
-    dt = uniq[0]
-    if dt not in STORAGE:
-        raise CaptureError(f"{what}: unknown dtype {dt!r}")
+    for d in dtypes:
+        if d not in STORAGE:
+            raise CaptureError(f"{what}: unknown dtype {d!r}")
+    if len(set(dtypes)) > 1:
+        if strict:
+            raise SanitizerError(f"{what}: operand dtypes differ ({', '.join(dtypes)}) and the "
+                                 f"strict 'promote' sanitizer is on; convert with h.to(dtype) "
+                                 f"first")
+        dt = promote(dtypes)
+    else:
+        dt = dtypes[0]
+    for s in scalars:
+        if not (s.__class__ is bool and dt == "bool"):
+            dt = promote_scalar(dt, isinstance(s, (float, np.floating)))
     return dt

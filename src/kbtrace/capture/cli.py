@@ -28,6 +28,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--allow-mismatch", action="store_true",
                    help="write the trace even when an output differs from its numpy reference "
                         "(default: an error, exit 2, nothing written)")
+    p.add_argument("--strict", action="append", default=[], choices=("promote", "store", "all"),
+                   help="make an implicit type conversion a sanitizer error: 'promote' (mixed "
+                        "operand dtypes), 'store' (tl.store casting to the destination's "
+                        "dtype), 'all' (repeatable)")
     p.set_defaults(func=_capture)
 
     t = sub.add_parser("trace", help="inspect captured traces")
@@ -49,7 +53,7 @@ def _capture(args: argparse.Namespace) -> int:
         from kbtrace.topology.cli import parse_sets
         topo = compile_topology(topo, overrides=parse_sets(args.set))
     tr = capture(args.workload, topo, params=args.param, out_dir=args.out,
-                 allow_mismatch=args.allow_mismatch)
+                 allow_mismatch=args.allow_mismatch, strict=args.strict)
     print(f"captured {tr.name}: {tr.n_ops} ops ({_counts(tr)})")
     if tr.n_ops == 0:
         params = ", ".join(f"{k}={v}" for k, v in sorted(tr.meta["params"].items()))

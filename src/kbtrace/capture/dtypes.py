@@ -16,18 +16,26 @@ bool   bool           bool          exact
 
 bf16 values are the upper 16 bits of an IEEE float32; converting f32 -> bf16
 rounds to nearest, ties to even (NaN stays a quiet NaN).
+
+Implicit promotion (Triton's rules; ``promote`` / ``promote_scalar``): mixed tensor
+operands meet in the lattice ``bool < i8 < i32 < f16, bf16 < f32`` with
+``f16 | bf16 = f32`` (any float beats any integer); a Python scalar is *weak*: an int
+takes the tensor's dtype (``i32`` for a bool tensor), a float takes a float tensor's
+dtype and makes an integer or bool tensor ``f32``.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 
 import numpy as np
 
 from kbtrace.errors import CaptureError
 
 __all__ = ["STORAGE", "COMPUTE", "TOLERANCE", "itemsize", "check_dtype", "to_storage",
-           "to_compute", "from_bytes", "digest", "compare", "allclose"]
+           "to_compute", "from_bytes", "digest", "compare", "allclose", "promote", "promote_scalar",
+           "FLOATS"]
 
 STORAGE: dict[str, np.dtype] = {
     "f32": np.dtype("<f4"), "f16": np.dtype("<f2"), "bf16": np.dtype("<u2"),
@@ -43,6 +51,28 @@ TOLERANCE: dict[str, tuple[float, float]] = {
     "i32": (0.0, 0.0), "i8": (0.0, 0.0), "bool": (0.0, 0.0),
 }
 _ITEMSIZE = {k: v.itemsize for k, v in STORAGE.items()}
+FLOATS = frozenset(("f32", "f16", "bf16"))
+#: rank in the promotion lattice (f16 and bf16 share a rank: they meet at f32)
+_RANK = {"bool": 0, "i8": 1, "i32": 2, "f16": 3, "bf16": 3, "f32": 4}
+
+
+def promote(dtypes: Iterable[str]) -> str:
+    """The common dtype of mixed tensor operands (the lattice in the module docstring)."""
+    it = iter(dtypes)
+    out = next(it)
+    for d in it:
+        if d == out:
+            continue
+        rd, ro = _RANK[d], _RANK[out]
+        out = "f32" if rd == ro else (d if rd > ro else out)
+    return out
+
+
+def promote_scalar(dtype: str, is_float: bool) -> str:
+    """``dtype`` combined with a weak Python scalar (an int if not ``is_float``)."""
+    if is_float:
+        return dtype if dtype in FLOATS else "f32"
+    return "i32" if dtype == "bool" else dtype
 
 
 def itemsize(dtype: str) -> int:

@@ -244,9 +244,15 @@ class Machine:
 
     def _args(self, op: Op) -> list[Any]:
         handles = [self._operand(op, i) for i in range(len(op.in_addrs))]
-        cdt = to_compute(np.zeros(0, STORAGE[op.out_dtype]), op.out_dtype).dtype
+        extra = json.loads(op.extra_json) if op.extra_json else {}
+        promoted = extra.get("promote")
+        if promoted is not None:    # mixed operand dtypes: every operand in the common type
+            cdt = COMPUTE[promoted]
+            handles = [h.astype(cdt, copy=False) for h in handles]
+        else:
+            cdt = to_compute(np.zeros(0, STORAGE[op.out_dtype]), op.out_dtype).dtype
         scalars = [np.asarray(s, dtype=cdt if cdt.kind != "b" else np.float32) for s in op.scalars]
-        pattern = json.loads(op.extra_json).get("args") if op.extra_json else None
+        pattern = extra.get("args")
         if not pattern:
             return handles + scalars
         hi, si = iter(handles), iter(scalars)

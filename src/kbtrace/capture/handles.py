@@ -20,6 +20,7 @@ through the active program context (a ``ContextVar``, never a global patch).
 from __future__ import annotations
 
 import math
+import os
 import sys
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
@@ -31,7 +32,9 @@ from kbtrace.errors import CaptureError
 if TYPE_CHECKING:
     from kbtrace.capture.program import Program
 
-__all__ = ["TensorHandle", "CompletionHandle", "RecvFuture", "ACTIVE", "active"]
+__all__ = ["TensorHandle", "CompletionHandle", "RecvFuture", "ACTIVE", "active", "caller_line"]
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
 #: The program whose kernel is running in the current greenlet (each greenlet has its own context).
 ACTIVE: ContextVar[Program | None] = ContextVar("kbtrace_active_program", default=None)
@@ -43,6 +46,16 @@ def active() -> Program:
         raise CaptureError("tl.* called outside a kernel; call kernels through "
                            "Workload.launch(...) and kbtrace.capture.capture(...)")
     return prog
+
+
+def caller_line() -> tuple[str | None, int | None]:
+    """(basename, line) of the innermost frame outside kbtrace.capture: the kernel's call site."""
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_filename.startswith(_PKG_DIR):
+        f = f.f_back
+    if f is None:
+        return None, None
+    return os.path.basename(f.f_code.co_filename), f.f_lineno
 
 
 class TensorHandle:

@@ -19,18 +19,23 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import weakref
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kbtrace.capture import _semantics as sem
-from kbtrace.capture.dtypes import check_dtype, itemsize
+from kbtrace.capture._ipcq import IpcqMixin
+from kbtrace.capture.dtypes import check_dtype, itemsize, promote
 from kbtrace.capture.executor import EPILOGUE_OPS, UNARY, Op
-from kbtrace.capture.handles import CompletionHandle, RecvFuture, TensorHandle
+from kbtrace.capture.handles import (
+    _PKG_DIR,
+    CompletionHandle,
+    RecvFuture,
+    TensorHandle,
+    caller_line,
+)
 from kbtrace.capture.memory import Allocator, Region, span_elems
 from kbtrace.errors import CaptureError, SanitizerError
 
@@ -39,7 +44,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Program", "caller_line"]
 
-_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _getframe = sys._getframe
 _wref = weakref.ref
 _TH = TensorHandle
@@ -51,16 +55,6 @@ _FILL_GEO: dict[Any, tuple[Any, ...]] = {}
 _GEO_CAP = 4096
 _NO_DEPS: tuple[int, ...] = ()
 _NO_REGION = Region(0, 0, "none", "none", None)
-
-
-def caller_line() -> tuple[str | None, int | None]:
-    """(basename, line) of the innermost frame outside kbtrace.capture: the kernel's call site."""
-    f = sys._getframe(1)
-    while f is not None and f.f_code.co_filename.startswith(_PKG_DIR):
-        f = f.f_back
-    if f is None:
-        return None, None
-    return os.path.basename(f.f_code.co_filename), f.f_lineno
 
 
 #: source files of kernel-side code seen calling ``tl`` (not inside kbtrace.capture)
@@ -101,7 +95,7 @@ def _geometry(cache: dict[Any, tuple[Any, ...]], shape: Any, dtype: Any, strides
     return geo
 
 
-class Program:
+class Program(IpcqMixin):
     """State and recorder of one program instance (one PE) within a launch."""
 
     def __init__(self, run: LaunchRun, index: int, pid0: int, pid1: int,
@@ -324,7 +318,16 @@ class Program:
         except (KeyError, TypeError):
             geo = _geometry(_STORE_GEO, h.shape, dtype, strides, "tl.store")
         span = geo[2]
-        reg, ptr = self._target(ptr, span, dtype, "tl.store")
+        try:
+            reg, ptr = self._target(ptr, span, dtype, "tl.store")
+        except SanitizerError:
+            cast = self._store_cast(ptr, h)
+            if cast is None:
+                raise
+            h, dtype = cast, cast.dtype
+            geo = _geometry(_STORE_GEO, h.shape, dtype, strides, "tl.store")
+            span = geo[2]
+            reg, ptr = self._target(ptr, span, dtype, "tl.store")
         op_id, _ = self._emit("store", h, reg.space, ptr, geo)
         t = self.tracer
         pending = h.pending
@@ -339,6 +342,22 @@ class Program:
             reg.note_write(ptr, ptr + span, op_id, pending)
         else:  # a strided tile does not overwrite the gaps of its span: keep older writers
             reg.writers.append((ptr, ptr + span, op_id, pending))
+
+    def _store_cast(self, ptr: Any, h: TensorHandle) -> TensorHandle | None:
+        """``h`` cast to the dtype of the tensor at ``ptr`` when that differs (Triton casts on
+        store; recorded as a ``cast`` math op before the store), or None: no such tensor, the
+        same dtype, a ``tl.ref`` operand. With the strict ``store`` sanitizer: an error."""
+        if isinstance(ptr, TensorHandle) or not isinstance(ptr, (int, np.integer)):
+            return None
+        reg = self._find(int(ptr), 1)
+        if reg is None or reg.dtype is None or reg.dtype == h.dtype or h.space != "tcm":
+            return None
+        if "store" in self.tracer.strict:
+            raise self.fail(SanitizerError, f"tl.store of a {h.dtype} value into {reg.label} "
+                                            f"(dtype {reg.dtype}) and the strict 'store' "
+                                            f"sanitizer is on; convert with "
+                                            f"h.to({reg.dtype!r}) first")
+        return self.math("cast", [h], out_dtype=reg.dtype)
 
     def _ref_pending(self, h: TensorHandle) -> bool:
         """Whether the memory a tl.ref handle points at holds a pending value now."""
@@ -372,6 +391,7 @@ class Program:
         what = f"tl.{name}"
         handles: list[TensorHandle] = []
         scalars: list[float] = []
+        raw: list[Any] = []
         pattern = ""
         for a in args:
             if isinstance(a, TensorHandle):
@@ -379,6 +399,7 @@ class Program:
                 pattern += "h"
             elif isinstance(a, (int, float, np.integer, np.floating, bool)):
                 scalars.append(float(a))
+                raw.append(a)
                 pattern += "s"
             else:
                 raise self.fail(CaptureError, f"{what}: operand of type {type(a).__name__}; "
@@ -387,7 +408,9 @@ class Program:
             raise self.fail(CaptureError, f"{what}: needs at least one tensor operand")
         try:
             typed = handles[1:] if name == "where" and pattern[0] == "h" else handles
-            dtype = sem.result_dtype(name, [h.dtype for h in typed] or [handles[0].dtype], what)
+            tdts = [h.dtype for h in typed]
+            dtype = sem.result_dtype(name, tdts or [handles[0].dtype], what, raw,
+                                     "promote" in self.tracer.strict)
             shape = sem.broadcast([h.shape for h in handles], what)
             ax = sem.norm_axis(axis, len(shape), what)
         except CaptureError as e:
@@ -404,8 +427,12 @@ class Program:
         check_dtype(out_dt, what)
         dst, nbytes = self._out(shape, out_dt, what)
         deps = sorted({d for h in handles for d in h.deps})
-        extra = None if pattern == "h" * len(handles) + "s" * len(scalars) else json.dumps(
-            {"args": pattern}, sort_keys=True)
+        ex: dict[str, str] = {}
+        if pattern != "h" * len(handles) + "s" * len(scalars):
+            ex["args"] = pattern
+        if any(d != dtype for d in tdts):   # implicit promotion: the executor casts first
+            ex["promote"] = dtype
+        extra = json.dumps(ex, sort_keys=True) if ex else None
         op = self._record("math", name, dst_space="tcm", dst_addr=dst, nbytes=nbytes,
                              in_addrs=[h.addr for h in handles], in_spaces=[h.space for h in handles],
                              in_shapes=[list(h.shape) for h in handles],
@@ -416,17 +443,26 @@ class Program:
         self.scratch.owned.append(_wref(h))
         return h
 
-    def dot(self, a: Any, b: Any, acc: Any, acc_dtype: str | None) -> TensorHandle:
+    def dot(self, a: Any, b: Any, acc: Any, acc_dtype: str | None,
+            out_dtype: str | None = None) -> TensorHandle:
         if a.__class__ is not _TH or a.space != "tcm" or b.__class__ is not _TH or b.space != "tcm":
             a, b = self._tensor(a, "tl.dot"), self._tensor(b, "tl.dot")
         ash, bsh = a.shape, b.shape
         if len(ash) != 2 or len(bsh) != 2 or ash[1] != bsh[0]:
             raise self.fail(SanitizerError, f"tl.dot: shapes {a.shape} x {b.shape} do not form "
                                             f"(M,K) x (K,N)")
-        if a.dtype != b.dtype:
-            raise self.fail(SanitizerError, f"tl.dot: operand dtypes differ ({a.dtype}, {b.dtype})")
-        acc_dt = acc_dtype or (acc.dtype if isinstance(acc, TensorHandle) else None) \
-            or sem.ACC_DEFAULT.get(a.dtype, a.dtype)
+        in_dt = a.dtype
+        if in_dt != b.dtype:    # mixed operands multiply in their common dtype
+            if "promote" in self.tracer.strict:
+                raise self.fail(SanitizerError, f"tl.dot: operand dtypes differ ({a.dtype}, "
+                                                f"{b.dtype}) and the strict 'promote' sanitizer "
+                                                f"is on; convert with h.to(dtype) first")
+            in_dt = promote((a.dtype, b.dtype))
+        if out_dtype is not None and acc_dtype is not None and out_dtype != acc_dtype:
+            raise self.fail(CaptureError, f"tl.dot: out_dtype={out_dtype!r} and "
+                                          f"acc_dtype={acc_dtype!r} disagree; give one")
+        acc_dt = out_dtype or acc_dtype or (acc.dtype if isinstance(acc, TensorHandle) else None) \
+            or sem.ACC_DEFAULT.get(in_dt, in_dt)
         check_dtype(acc_dt, "tl.dot")
         m, n = ash[0], bsh[1]
         if acc is not None:
@@ -560,94 +596,3 @@ class Program:
         self.blocked = (call, direction, file, line)
         self.run.sched.switch()
         self.blocked = None
-
-    # ------------------------------------------------------------------ IPCQ
-    def send(self, direction: str, src: Any) -> None:
-        peer = self.run.peer(self, direction)
-        h = self._tensor(src, f"tl.send({direction!r})")
-        self._pin(h)            # the DMA reads it after the CPU has moved on
-        rx_dir = self.run.reverse_direction(self.index, peer, direction)
-        chan = (self.index, peer, direction)
-        iseq = self.run.chan_seq.get(chan, 0)
-        self.run.chan_seq[chan] = iseq + 1
-        pp = self.run.programs[peer]
-        op = self._record("send", "send", src_space=h.space, src_addr=h.addr,
-                             dst_space="ipcq", nbytes=h.nbytes, out_shape=list(h.shape),
-                             out_dtype=h.dtype, direction=direction, peer_program=peer,
-                             peer_sip=pp.sip, peer_cube=pp.cube, peer_pe=pp.pe, ipcq_seq=iseq,
-                             deps=list(h.deps))
-        msg = (op, h.shape, h.dtype, h.pending, h)
-        key = (peer, rx_dir)
-        parked = self.run.parked.get(key)
-        if parked:
-            fut, receiver = parked.popleft()
-            receiver.complete_recv(rx_dir, msg, fut)
-            self.run.wake(receiver)
-            return
-        self.run.channels.setdefault(key, deque()).append(msg)
-        self.run.wake(pp)
-
-    def recv(self, direction: str, shape: Any, dtype: str | None) -> TensorHandle:
-        self.run.peer(self, direction)
-        file, line = caller_line()
-        key = (self.index, direction)
-        while True:
-            q = self.run.channels.get(key)
-            if q and not self.run.parked.get(key):
-                h = self.complete_recv(direction, q.popleft(), None, shape, dtype)
-                return h
-            self.block("tl.recv", direction, file, line)
-
-    def recv_async(self, direction: str, shape: Any, dtype: str | None) -> RecvFuture:
-        self.run.peer(self, direction)
-        file, line = caller_line()
-        seq = self.seq
-        self.seq += 1
-        fut = RecvFuture(direction, None if shape is None else sem.norm_shape(shape, "tl.recv"),
-                         dtype, seq, line, self.n_async)
-        fut_where = (file, line)
-        self.n_async += 1
-        key = (self.index, direction)
-        q = self.run.channels.get(key)
-        if q and not self.run.parked.get(key):
-            self.complete_recv(direction, q.popleft(), fut, where=fut_where)
-        else:
-            self.run.parked.setdefault(key, deque()).append((fut, self))
-            self.run.where[id(fut)] = fut_where
-        return fut
-
-    def complete_recv(self, direction: str, msg: tuple[Op, tuple[int, ...], str, bool, Any],
-                      fut: RecvFuture | None, shape: Any = None, dtype: str | None = None,
-                      where: tuple[str | None, int | None] | None = None) -> TensorHandle:
-        send, mshape, mdtype, pending, payload = msg
-        if fut is not None:
-            shape, dtype = fut.shape, fut.dtype
-            where = where or self.run.where.pop(id(fut), (None, fut.line))
-        if shape is not None and sem.norm_shape(shape, "tl.recv") != mshape or (
-                dtype is not None and dtype != mdtype):
-            raise SanitizerError(
-                f"{self.describe()}: tl.recv({direction!r}) expects {shape} {dtype} but program "
-                f"{send.program} sent {mshape} {mdtype} (send op {send.op_id}, line "
-                f"{send.src_file}:{send.src_line}); make both sides agree")
-        nbytes = send.nbytes
-        a = self.tcm
-        dst = self._place(a, nbytes)
-        if dst is None:     # (may run in the sender's context: name the receiver, not a line)
-            raise SanitizerError(
-                f"{self.describe()}: {a.full(nbytes, f'tl.recv of {mshape} {mdtype}')}")
-        a.pin(dst, nbytes)              # written by the vc_comm DMA whenever it lands
-        op = self._record(
-            "recv", "recv_async" if fut is not None else "recv", seq=None if fut is None else fut.seq,
-            where=where, is_async=fut is not None, src_space="ipcq", src_addr=send.src_addr,
-            dst_space="tcm", dst_addr=dst, nbytes=nbytes, out_shape=list(mshape),
-            out_dtype=mdtype, direction=direction, peer_program=send.program, peer_sip=send.sip,
-            peer_cube=send.cube, peer_pe=send.pe, ipcq_seq=send.ipcq_seq, match_op_id=send.op_id,
-            deps=[send.op_id], handle_id=None if fut is None else fut.handle_id)
-        send.match_op_id = op.op_id
-        self.tracer.sink.matched(send)
-        h = TensorHandle(mshape, mdtype, "tcm", dst, op.op_id, op.name, op.src_line, pending)
-        if not pending:
-            h._lazy = (2, payload)
-        if fut is not None:
-            fut.result, fut.op_id = h, op.op_id
-        return h

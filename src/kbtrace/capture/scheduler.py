@@ -18,6 +18,7 @@ pointing at p, ADR-0025) and is matched in order on the channel
 
 from __future__ import annotations
 
+import inspect
 import os
 import traceback
 from collections import deque
@@ -33,11 +34,25 @@ from kbtrace.errors import CaptureError, DeadlockError, KbtraceError, SanitizerE
 if TYPE_CHECKING:
     from kbtrace.capture.tracer import Tracer
 
-__all__ = ["LaunchRun", "OPPOSITE"]
+__all__ = ["LaunchRun", "OPPOSITE", "tl_by_keyword"]
 
 OPPOSITE = {"E": "W", "W": "E", "N": "S", "S": "N"}
 for _p in ("intra_", "global_"):
     OPPOSITE.update({_p + a: _p + b for a, b in list(OPPOSITE.items())[:4]})
+
+
+def tl_by_keyword(kernel: Callable[..., Any]) -> bool:
+    """Whether ``kernel`` takes ``tl`` by keyword: it has a parameter named ``tl`` that is not
+    its first (``def k(x_ptr, n, tl)``, the predecessor's convention, or keyword-only). A
+    kernel whose first parameter is ``tl``, or with no parameter of that name, gets ``tl``
+    first (``def k(tl, x_ptr, n)``)."""
+    try:
+        params = list(inspect.signature(kernel).parameters.values())
+    except (TypeError, ValueError):     # a builtin or C callable: the positional convention
+        return False
+    names = [p.name for p in params]
+    return "tl" in names and names[0] != "tl" and params[names.index("tl")].kind in (
+        inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
 
 class LaunchRun:
@@ -63,6 +78,8 @@ class LaunchRun:
         self.chan_seq: dict[tuple[int, int, str], int] = {}
         self.ready: deque[Program] = deque()
         self.sched: Any = None
+        #: how the kernel takes ``tl``: first positional (kbtrace's convention) or by keyword
+        self.tl_keyword = tl_by_keyword(kernel)
 
     # ------------------------------------------------------------------ IPCQ
     def peer(self, prog: Program, direction: str) -> int:
@@ -100,7 +117,13 @@ class LaunchRun:
         from kbtrace.capture import tl
         args, kwargs = self.args_for(prog)
         try:
-            self.kernel(tl, *args, **kwargs)
+            if self.tl_keyword:
+                if "tl" in kwargs:
+                    raise prog.fail(CaptureError, f"kernel {self.kernel_name!r} takes tl by "
+                                                  f"keyword; do not pass tl in kwargs")
+                self.kernel(*args, tl=tl, **kwargs)
+            else:
+                self.kernel(tl, *args, **kwargs)
         except KbtraceError:
             raise
         except Exception as exc:

@@ -1,6 +1,7 @@
 """The kernel API (layer 1 of 3): thin public ``tl.*`` functions, Triton-style.
 
-A kernel is a plain function ``def kernel(tl, *args)``; ``tl`` is this module.
+A kernel is a plain function ``def kernel(tl, *args)`` (or ``tl`` last / keyword-only, the
+predecessor's convention); ``tl`` is this module. Mixed dtypes promote, stores cast.
 Each function normalises its arguments and forwards to the active program's
 recorder (``program.Program``), found through a ``ContextVar`` that each
 program greenlet sets for itself. Shapes are tuples of ints; dtypes are
@@ -132,9 +133,13 @@ def store(ptr: int, value: TensorHandle, strides: Any = None) -> None:
 
 # ---------------------------------------------------------------------- compute
 def dot(a: TensorHandle, b: TensorHandle, acc: TensorHandle | None = None,
-        acc_dtype: str | None = None) -> TensorHandle:
-    """``a @ b (+ acc)`` on TCM operands, accumulated in ``acc_dtype`` (f32 for f16/bf16)."""
-    return (_get() or active()).dot(a, b, acc, acc_dtype)
+        acc_dtype: str | None = None, out_dtype: str | None = None) -> TensorHandle:
+    """``a @ b (+ acc)`` on TCM operands, accumulated in and returned as ``out_dtype``
+    (Triton's name; ``acc_dtype`` is the same; default ``acc``'s dtype, else f32 for
+    f16/bf16, i32 for ints). Operands of different dtypes multiply in their common dtype."""
+    if out_dtype is None:
+        return (_get() or active()).dot(a, b, acc, acc_dtype)
+    return (_get() or active()).dot(a, b, acc, acc_dtype, out_dtype)
 
 
 def composite(op: str = "gemm", a: TensorHandle | None = None, b: TensorHandle | None = None,

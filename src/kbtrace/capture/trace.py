@@ -36,7 +36,7 @@ from kbtrace.capture.dtypes import compare, to_storage
 from kbtrace.capture.executor import ExecResult, execute, gather_outputs
 from kbtrace.capture.hostcopy import CopySpec, emit_copy
 from kbtrace.capture.scheduler import LaunchRun
-from kbtrace.capture.tracer import OpSink, Tracer
+from kbtrace.capture.tracer import STRICT, OpSink, Tracer
 from kbtrace.capture.workload import Workload, load_workload, parse_params, user_frame
 from kbtrace.errors import CaptureError, SchemaError
 
@@ -175,10 +175,25 @@ def _output_shards(w: Workload) -> pa.Table:
         for t in w.tensors.values() if t.role == "output" for s in t.shards])
 
 
+def _strict(strict: Sequence[str] | str) -> frozenset[str]:
+    """``capture(strict=...)`` -> the set of refused conversions (checked: one line if unknown)."""
+    items = [strict] if isinstance(strict, str) else list(strict)
+    out: set[str] = set()
+    for s in items:
+        if s == "all":
+            out.update(STRICT)
+        elif s in STRICT:
+            out.add(s)
+        else:
+            raise CaptureError(f"strict: unknown type sanitizer {s!r}; use "
+                               f"{', '.join(STRICT)} or all")
+    return frozenset(out)
+
+
 def capture(workload_path: str | os.PathLike[str] | Any, topology: Any,
             params: Mapping[str, Any] | Sequence[str] | None = None,
             out_dir: str | os.PathLike[str] | None = None, *, golden: bool = True,
-            allow_mismatch: bool = False) -> Trace:
+            allow_mismatch: bool = False, strict: Sequence[str] | str = ()) -> Trace:
     """Capture a workload into a trace directory and return it (see module docstring).
 
     ``workload_path``: a workload file, or an object with ``build(w, p)`` (and optional
@@ -190,9 +205,13 @@ def capture(workload_path: str | os.PathLike[str] | Any, topology: Any,
     keeps the trace (``trace.json`` ``reference_check`` records the mismatch) for
     ``kbtrace verify`` to find the first diverging op. A workload that exits the process
     (``sys.exit``, ``SystemExit``) is a ``CaptureError`` too, never a silent exit.
+    ``strict``: implicit type conversions to refuse with a ``SanitizerError`` instead, any of
+    ``"promote"`` (mixed operand dtypes) and ``"store"`` (``tl.store`` casting to the
+    destination's dtype), or ``"all"``.
     """
     try:
-        return _capture(workload_path, topology, params, out_dir, golden, allow_mismatch)
+        return _capture(workload_path, topology, params, out_dir, golden, allow_mismatch,
+                        _strict(strict))
     except SystemExit as exc:
         where = getattr(workload_path, "__file__", None) or str(workload_path)
         raise CaptureError(f"workload {where}: called sys.exit({exc.code!r}) (SystemExit) while "
@@ -201,7 +220,7 @@ def capture(workload_path: str | os.PathLike[str] | Any, topology: Any,
 
 
 def _capture(workload_path: Any, topology: Any, params: Any, out_dir: Any, golden: bool,
-             allow_mismatch: bool) -> Trace:
+             allow_mismatch: bool, strict_set: frozenset[str] = frozenset()) -> Trace:
     t_start = time.perf_counter()
     if hasattr(workload_path, "build"):  # an already imported workload module / namespace
         mod: Any = workload_path
@@ -219,7 +238,7 @@ def _capture(workload_path: Any, topology: Any, params: Any, out_dir: Any, golde
         sink = OpSink(stage / "ops.parquet")
         ok = False
         try:
-            tracer = Tracer(topo, sink, golden)
+            tracer = Tracer(topo, sink, golden, strict_set)
             w = Workload(topo, name, SimpleNamespace(**p), tracer)
             try:
                 mod.build(w, w.params)

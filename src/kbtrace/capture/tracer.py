@@ -35,7 +35,10 @@ from kbtrace._io import BatchWriter
 from kbtrace.capture.executor import OP_FIELDS, Machine, Op
 from kbtrace.capture.memory import MemoryImage, RegionMap
 
-__all__ = ["Tracer", "OpSink", "addresses", "expand"]
+__all__ = ["Tracer", "OpSink", "addresses", "expand", "STRICT"]
+
+#: the implicit type conversions a capture may be told to refuse (``capture(strict=...)``)
+STRICT = ("promote", "store")
 
 BATCH_ROWS = 65_536
 _COMPUTE = frozenset(("dot", "math", "composite"))
@@ -177,9 +180,13 @@ class OpSink:
 class Tracer:
     """Everything one capture shares across launches."""
 
-    def __init__(self, topo: Any, sink: OpSink, golden: bool = True) -> None:
+    def __init__(self, topo: Any, sink: OpSink, golden: bool = True,
+                 strict: frozenset[str] = frozenset()) -> None:
         #: execute compute ops (at drain time; fills ops.out_digest, checks references)
         self.golden = golden
+        #: type sanitizers turned into errors: "promote" (mixed operand dtypes), "store"
+        #: (tl.store of another dtype than the destination's); see ``STRICT``
+        self.strict = strict
         self.topo = topo
         self.params = topo.params
         self.addr = addresses()
