@@ -111,20 +111,25 @@ def check_inputs(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLike
                               f"outputs beside inputs, not into them (choose another -o)")
 
 
+def _existing(p: Path, what: str) -> os.stat_result | None:
+    """``p``'s own status (None when absent or unreadable: the write itself reports that);
+    a symbolic link is refused, never followed."""
+    try:
+        st = os.lstat(p)
+    except OSError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        raise OutputError(f"{p}: is a symbolic link, which kbtrace does not replace or "
+                          f"follow; give the real {what} or another output path (-o)")
+    return st
+
+
 def check_file_output(path: str | os.PathLike[str],
                       inputs: Iterable[str | os.PathLike[str] | None] = ()) -> None:
     """A single-file output may replace only a regular file that is not an input."""
     p = Path(path)
-    try:
-        st = os.lstat(p)
-    except FileNotFoundError:
-        st = None
-    except OSError:
-        st = None       # unreadable: the write itself reports it
+    st = _existing(p, "path")
     if st is not None:
-        if stat.S_ISLNK(st.st_mode):
-            raise OutputError(f"{p}: is a symbolic link, which kbtrace does not replace or "
-                              f"follow; give the real path or another output path (-o)")
         if stat.S_ISDIR(st.st_mode):
             raise OutputError(f"cannot write {p}: it is a directory; give a file path (-o)")
         if not stat.S_ISREG(st.st_mode):
@@ -138,16 +143,8 @@ def check_dir_output(path: str | os.PathLike[str], kind: str,
     """Refuse to write a ``kind`` directory at ``path`` over anything but an earlier
     ``kind`` output (``owner(path) == kind``) or an empty directory; see module doc."""
     p = Path(path)
-    try:
-        st = os.lstat(p)
-    except FileNotFoundError:
-        st = None
-    except OSError:
-        st = None
+    st = _existing(p, "directory")
     if st is not None:
-        if stat.S_ISLNK(st.st_mode):
-            raise OutputError(f"{p}: is a symbolic link, which kbtrace does not replace or "
-                              f"follow; give the real directory or another output (-o)")
         if not stat.S_ISDIR(st.st_mode):
             raise OutputError(f"{p}: exists and is a {_file_kind(st.st_mode)}, not a "
                               f"directory; choose another output directory (-o)")
