@@ -81,10 +81,10 @@ def _np(col: pa.ChunkedArray | pa.Array, fill: int = 0) -> np.ndarray:
     return arr.to_numpy(zero_copy_only=False)
 
 
-def _strings(col: pa.ChunkedArray) -> tuple[np.ndarray, list[Any]]:
+def _strings(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[Any]]:
     """(per-row codes, values): a dictionary or string column as integer codes into the
     list of its distinct values (null -> None)."""
-    arr = col.combine_chunks()
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     if not pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_encode()
     codes = _np(arr.indices, -1).astype(np.int64)
@@ -198,10 +198,11 @@ def _check_operand_lists(table: pa.Table, cx: _Ctx) -> None:
 def _list_prod(lst: pa.Array, flat: np.ndarray) -> np.ndarray:
     """Per-row product of a list<int> column (an empty list: 1), as float64 (no overflow)."""
     offs = _np(lst.offsets).astype(np.int64)
-    logs = np.concatenate([[0.0], np.cumsum(np.log2(np.maximum(flat, 1).astype(np.float64)))])
-    zero = np.concatenate([[0], np.cumsum(flat == 0)])
-    out = np.exp2(logs[offs[1:]] - logs[offs[:-1]])
-    out[(zero[offs[1:]] - zero[offs[:-1]]) > 0] = 0.0
+    lens = np.diff(offs)
+    out = np.ones(len(lens))
+    nz = lens > 0
+    if len(flat) and nz.any():
+        out[nz] = np.multiply.reduceat(flat.astype(np.float64), offs[:-1][nz])
     return out
 
 
@@ -242,7 +243,6 @@ def _check_placement(table: pa.Table, cx: _Ctx, kinds: np.ndarray) -> None:
 # ----------------------------------------------------------------------------- addresses
 
 def _decode(a: np.ndarray) -> dict[str, np.ndarray]:
-    a = a.astype(np.uint64)
     u = np.uint64
     return {
         "high": (a >> u(address.ADDR_BITS)) != 0,
@@ -286,43 +286,48 @@ def _mapped(a: np.ndarray, nb: np.ndarray, topo: Any) -> np.ndarray:
     return hbm | sram | pe_ok | mcpu | io
 
 
-def _operands(table: pa.Table) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-    """(label, row, space code, address, extent bytes) per operand column."""
-    n = table.num_rows
-    rows = np.arange(n)
+_MEMORY = ("hbm", "sram", "tcm")
+
+
+def _in_memory(col: pa.Array) -> np.ndarray:
+    """Per value of a space column: is it a memory space (hbm / sram / tcm)?"""
+    codes, values = _strings(col)
+    lut = np.array([v in _MEMORY for v in values])
+    return lut[codes]
+
+
+def _operands(table: pa.Table) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray]]:
+    """(label, row, address, extent bytes) per operand in memory (hbm / sram / tcm)."""
     nb = _np(table.column("nbytes")).astype(np.int64)
     out = []
     for side in ("src", "dst"):
-        codes, vals = _strings(table.column(f"{side}_space"))
+        mem = np.flatnonzero(_in_memory(table.column(f"{side}_space")))
         addr = _np(table.column(f"{side}_addr")).astype(np.uint64)
-        out.append((f"{side}_addr", rows, np.array(vals, dtype=object)[codes], addr, nb))
+        out.append((f"{side}_addr", mem, addr[mem], nb[mem]))
     addrs = table.column("in_addrs").combine_chunks()
     flat = _np(pc.list_flatten(addrs)).astype(np.uint64)
     if len(flat):
         parent = pc.list_parent_indices(addrs).to_numpy()
-        spaces = table.column("in_spaces").combine_chunks()
-        sp = np.array(pc.list_flatten(spaces).to_pylist(), dtype=object)
-        shapes = table.column("in_shapes").combine_chunks()
-        per_op = pc.list_flatten(shapes)              # one shape per operand
+        mem = _in_memory(pc.list_flatten(table.column("in_spaces").combine_chunks()))
+        per_op = pc.list_flatten(table.column("in_shapes").combine_chunks())  # a shape each
         elems = _list_prod(per_op, _np(pc.list_flatten(per_op)))
-        dts = pc.list_flatten(table.column("in_dtypes").combine_chunks()).to_pylist()
-        size = np.array([_DTYPE_BYTES.get(x, 4) for x in dts], dtype=np.float64)
+        codes, dts = _strings(pc.list_flatten(table.column("in_dtypes").combine_chunks()))
+        size = np.array([_DTYPE_BYTES.get(x, 4) for x in dts], dtype=np.float64)[codes]
         ext = np.minimum(elems * size, float(MAX_NBYTES)).astype(np.int64)
-        out.append(("in_addrs", parent, sp, flat, ext))
+        sel = np.flatnonzero(mem)
+        out.append(("in_addrs", parent[sel], flat[sel], ext[sel]))
     return out
 
 
 def _check_addresses(table: pa.Table, cx: _Ctx) -> None:
     topo = cx.topo
-    for label, rows, spaces, addr, ext in _operands(table):
-        sel = np.flatnonzero(np.isin(spaces, ("hbm", "sram", "tcm")))
-        if not len(sel):
+    for label, rows, addr, ext in _operands(table):
+        if not len(rows):
             continue
-        j = _first(~_mapped(addr[sel], ext[sel], topo))
+        j = _first(~_mapped(addr, ext, topo))
         if j is None:
             continue
-        k = int(sel[j])
-        a, nb, row = int(addr[k]), int(ext[k]), int(rows[k])
+        a, nb, row = int(addr[j]), int(ext[j]), int(rows[j])
         raise cx.fail(row, _address_problem(a, nb, topo, label),
                       f"{cx.captured()}replay it on a topology that maps it, or re-capture "
                       "on this one")
