@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import json
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from kbtrace.analysis.main import capture_and_replay
 from kbtrace.analysis.run import open_run, read_run_json
 from kbtrace.analysis.verifier import verify
 from kbtrace.cli import main
-from test_replay_util import copy_run
+from test_replay_util import copy_run, rehash
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = REPO / "topologies" / "small.yaml"
@@ -70,6 +71,12 @@ def test_verify_catches_corrupted_input(runs, tmp_path, capsys):
     mem = mem.set_column(mem.schema.get_field_index("data"), mem.schema.field("data"),
                          pa.array(col, type=mem.schema.field("data").type))
     write_table(run.parent / "trace" / "memory.parquet", mem)
+    rehash(run.parent / "trace" / "trace.json", "content_hash", "memory.parquet")
+    from kbtrace._io import trace_hash              # the run follows its (crafted) trace
+    info = json.loads((run / "run.json").read_text())
+    info["trace"]["hash"] = trace_hash(json.loads((run.parent / "trace" / "trace.json")
+                                                  .read_text()), run.parent / "trace")
+    (run / "run.json").write_text(json.dumps(info))
     assert main(["verify", str(run)]) == 1
     out = capsys.readouterr().out
     assert out.startswith("verify: FAIL")
@@ -96,6 +103,7 @@ def test_verify_catches_swapped_dependent_ops(runs, tmp_path):
     for c, v in cols.items():
         t = t.set_column(t.schema.get_field_index(c), t.schema.field(c), pa.array(v, pa.float64()))
     write_table(run / "op_timing.parquet", t)
+    rehash(run / "run.json", "files", "op_timing.parquet")
     res = verify(run)
     assert not res.ok
     assert (b, a) in res.order_violations

@@ -97,12 +97,25 @@ def test_verify_refuses_timing_rows_of_another_trace(gemm_run, tmp_path):
 
 # -- 2. corrupt files in a run directory ------------------------------------------------------
 
+def _forget_digests(run: Path) -> None:
+    """Drop run.json ``files``, as in runs written before digests were recorded: readers
+    then decode the damaged file itself (and still name it)."""
+    meta = json.loads((run / "run.json").read_text())
+    del meta["files"]
+    (run / "run.json").write_text(json.dumps(meta))
+
+
 @pytest.mark.parametrize("name", ["op_timing", "hops", "nodes", "links"])
 def test_truncated_parquet_is_one_line(gemm_run, tmp_path, capsys, name):
     run = copy_run(gemm_run, tmp_path / "g")
     f = run / f"{name}.parquet"
     with open(f, "r+b") as fh:
         fh.truncate(300)
+    assert main(["sql", str(run), "SELECT 1"]) == 2     # the digest run.json records
+    line = _err(capsys)
+    assert line.startswith(f"kbtrace: error: {f}: changed since kbtrace wrote it (digest ")
+    assert line.endswith("); re-run `kbtrace replay` to regenerate the run")
+    _forget_digests(run)
     cmds = [["sql", str(run), "SELECT 1"], ["report", str(run), "-o", str(tmp_path / "rep")],
             ["export", "perfetto", str(run), "-o", str(tmp_path / "t.json")],
             ["diff", str(run), str(gemm_run)]]
@@ -122,6 +135,7 @@ def test_corrupt_pages_behind_an_intact_footer_name_the_file(gemm_run, tmp_path,
     data[8:len(data) // 2] = b"\xab" * (len(data) // 2 - 8)     # footer (schema) intact
     f.write_bytes(bytes(data))
     pq.read_schema(f)
+    _forget_digests(run)
     for argv in (["sql", str(run), "SELECT sum(t_leave_ns) FROM hops"],
                  ["report", str(run), "-o", str(tmp_path / "rep")], ["diff", str(run), str(run)]):
         assert main(argv) == 2, argv
@@ -177,6 +191,12 @@ def test_corrupt_baseline_files(tmp_path, capsys):
     write_summary(summarize(run), bl)
     with open(bl / "ops.parquet", "r+b") as fh:
         fh.truncate(100)
+    assert main(["diff", str(bl), str(run)]) == 2
+    assert _err(capsys).startswith(f"kbtrace: error: {bl / 'ops.parquet'}: changed since kbtrace "
+                                   "wrote it (digest ")
+    doc = json.loads((bl / "summary.json").read_text())
+    del doc["files"]                          # a baseline written before digests were recorded
+    (bl / "summary.json").write_text(json.dumps(doc))
     assert main(["diff", str(bl), str(run)]) == 2
     assert _err(capsys).startswith(f"kbtrace: error: {bl / 'ops.parquet'}: corrupt or truncated "
                                    "Parquet file (")

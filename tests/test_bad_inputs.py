@@ -601,7 +601,187 @@ JSON_CASES = [
          "run/run.json: corrupt: trace.path is a JSON number, expected a string"),
 ]
 
-CASES = YAML_CASES + WORKLOAD_CASES + TRACE_CASES + JSON_CASES
+# ----------------------------------------------------------------------------- integrity (4)
+
+def flip(rel: str, at: float = 0.5, n: int = 4):
+    """An edit: invert ``n`` bytes of ``rel`` at fraction ``at`` of its length."""
+    def fn(d: Path) -> None:
+        p = d / rel
+        data = bytearray(p.read_bytes())
+        i = int(len(data) * at)
+        data[i:i + n] = bytes(b ^ 0xFF for b in data[i:i + n])
+        p.write_bytes(bytes(data))
+    return fn
+
+
+def then(*steps, argv: tuple[str, ...]):
+    def setup(d: Path) -> list[str]:
+        for step in steps:
+            step(d)
+        return list(argv)
+    return setup
+
+
+def _empty(rel: str):
+    return lambda d: (d / rel).write_bytes(b"")
+
+
+def _rehash(doc: str, key: str, name: str):
+    def fn(d: Path) -> None:
+        from kbtrace._io import file_hash
+        p = d / doc
+        meta = json.loads(p.read_text())
+        meta[key][name] = file_hash(p.parent / name)
+        p.write_text(json.dumps(meta))
+    return fn
+
+
+def _edit_timing(fn_rows):
+    def fn(d: Path) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from kbtrace import schema
+        t = pq.read_table(d / "run" / "op_timing.parquet")
+        rows = t.to_pylist()
+        rows = fn_rows(rows)
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema.OP_TIMING),
+                       d / "run" / "op_timing.parquet")
+    return fn
+
+
+def _backwards(rows):
+    rows[3]["t_end_ns"] = rows[3]["t_start_ns"] - 50.0
+    return rows
+
+
+def _nan_end(rows):
+    rows[2]["t_end_ns"] = float("nan")
+    return rows
+
+
+CHANGED = ": changed since kbtrace wrote it (digest "
+RFIX = "re-run `kbtrace replay` to regenerate the run"
+INTEGRITY_CASES = [
+    Case("flip-hops-sql", then(flip("run/hops.parquet"), argv=SQL), 2,
+         "run/hops.parquet" + CHANGED),
+    Case("flip-hops-diff", then(flip("run/hops.parquet"), argv=("diff", "run", "run")), 2,
+         "run/hops.parquet" + CHANGED),
+    Case("flip-hops-report", then(flip("run/hops.parquet", 0.3),
+                                  argv=("report", "run", "-o", "rep")), 2,
+         "run/hops.parquet" + CHANGED, "rep"),
+    Case("flip-hops-export", then(flip("run/hops.parquet", 0.7),
+                                  argv=("export", "perfetto", "run", "-o", "t.json")), 2,
+         "run/hops.parquet" + CHANGED, "t.json"),
+    Case("flip-op-timing-verify", then(flip("run/op_timing.parquet"), argv=("verify", "run")),
+         2, "run/op_timing.parquet" + CHANGED),
+    Case("flip-nodes-sql", then(flip("run/nodes.parquet"), argv=SQL), 2,
+         "run/nodes.parquet" + CHANGED),
+    Case("flip-links-check", then(flip("run/links.parquet", 0.2), argv=("check", "run")), 2,
+         "run/links.parquet" + CHANGED),
+    Case("empty-op-timing-diff", then(_empty("run/op_timing.parquet"),
+                                      argv=("diff", "run", "run", "--fail-on", "makespan>2%")),
+         2, "run/op_timing.parquet" + CHANGED),
+    Case("swap-nodes-links", then(lambda d: shutil.copy(d / "run" / "nodes.parquet",
+                                                        d / "run" / "links.parquet"),
+                                  argv=SQL), 2, "run/links.parquet" + CHANGED),
+    Case("op-timing-rows-dropped", then(_edit_timing(lambda rows: rows[:-3]),
+                                        _rehash("run/run.json", "files", "op_timing.parquet"),
+                                        argv=SQL), 2,
+         "run/op_timing.parquet: 17 rows, run.json records ops = 20; " + RFIX),
+    Case("op-ends-before-start-verify", then(_edit_timing(_backwards),
+                                             _rehash("run/run.json", "files",
+                                                     "op_timing.parquet"),
+                                             argv=("verify", "run")), 2,
+         "op_timing.parquet: op 3 is timed issue"),
+    Case("op-ends-before-start-check", then(_edit_timing(_backwards),
+                                            _rehash("run/run.json", "files",
+                                                    "op_timing.parquet"),
+                                            argv=("check", "run")), 2,
+         "(it ends before it starts, or a time is not finite)"),
+    Case("op-end-nan-verify", then(_edit_timing(_nan_end),
+                                   _rehash("run/run.json", "files", "op_timing.parquet"),
+                                   argv=("verify", "run")), 2,
+         "op_timing.parquet: op 2 is timed issue"),
+    Case("flip-trace-ops-sql", then(flip("tr/ops.parquet"), argv=SQL), 2,
+         "tr/ops.parquet" + CHANGED),
+    Case("flip-trace-memory-verify", then(flip("tr/memory.parquet"), argv=("verify", "run")), 2,
+         "tr/memory.parquet" + CHANGED),
+    Case("flip-trace-ops-replay", then(flip("tr/ops.parquet"), argv=REPLAY), 2,
+         "tr/ops.parquet: content hash differs from trace.json", "rr"),
+    Case("flip-trace-ops-check", then(flip("tr/ops.parquet"), argv=("check", "tr")), 2,
+         "tr/ops.parquet: content hash differs from trace.json"),
+    Case("runjson-files-list", edit_json("run/run.json", _set(["files"], ["a"]), SQL), 2,
+         "run/run.json: corrupt: files is a JSON array, expected an object"),
+    Case("runjson-files-path", edit_json("run/run.json", _set(["files", "../../x"], "00"),
+                                         SQL), 2,
+         "run/run.json: corrupt: its file digests are not an object of file name -> digest"),
+    Case("check-nothing-there", lambda d: (d / "empty").mkdir() or ["check", "empty"], 2,
+         "empty: holds no kbtrace trace (trace.json), run (run.json), baseline"),
+    Case("check-missing", lambda d: ["check", "nope"], 2, "nope: no such file or directory"),
+    Case("check-trace-fits-topology", then(lambda d: edit_ops(d / "tr", _dep(
+        lambda r: r["op_id"] + 2)), argv=("check", "tr", "-t", str(TINY))), 2,
+        "which is not an earlier op"),
+    Case("check-run-old-trace", then(lambda d: shutil.rmtree(d / "tr"), lambda d: shutil.copytree(
+        d / "ring", d / "tr"), argv=("check", "run")), 2,
+        "changed since this run was replayed"),
+]
+
+
+def _baseline(d: Path) -> None:
+    from kbtrace.analysis.summary import summarize, write_summary
+    write_summary(summarize(d / "run"), d / "bl" / "gemm")
+
+
+BASELINE_CASES = [
+    Case("flip-baseline-diff", then(_baseline, flip("bl/gemm/ops.parquet"),
+                                    argv=("diff", "bl/gemm", "run")), 2,
+         "bl/gemm/ops.parquet" + CHANGED),
+    Case("flip-baseline-check", then(_baseline, flip("bl/gemm/ops.parquet", 0.8),
+                                     argv=("check", "bl")), 2, "bl/gemm/ops.parquet" + CHANGED),
+    Case("baseline-files-number", then(_baseline, edit_json(
+        "bl/gemm/summary.json", _set(["files"], 3), ()), argv=("diff", "bl/gemm", "run")), 2,
+        "summary.json: corrupt: its file digests are not an object"),
+]
+
+# ----------------------------------------------------------------------------- tolerance (9)
+
+SLOW_CASES = [
+    Case("slow-hbm-1e-10", lambda d: ["replay", "tr", "-t", str(TINY), "--set",
+                                      "cube.hbm.pc_bw_gbps=1e-10", "-o", "rr"], 0, None, "rr"),
+    Case("slow-gemm-clock-1e-9", lambda d: ["replay", "tr", "-t", str(TINY), "--set",
+                                            "pe.gemm.clock_ghz=1e-9", "-o", "rr"], 0, None,
+         "rr"),
+    Case("slow-gemm-clock-flit", lambda d: ["replay", "tr", "-t", str(TINY), "--set",
+                                            "pe.gemm.clock_ghz=1e-9", "--fidelity", "flit",
+                                            "-o", "rr"], 0, None, "rr"),
+    Case("slow-math-and-hbm", lambda d: ["replay", "ring", "-t", str(TINY), "--set",
+                                         "pe.math.clock_ghz=1e-9", "--set",
+                                         "cube.hbm.pc_bw_gbps=1e-10", "-o", "rr"], 0, None,
+         "rr"),
+]
+
+def test_invariants_refuse_negative_durations():
+    """Defence behind validation: a run whose op ends before it starts fails the run."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from kbtrace.errors import InvariantError
+    from kbtrace.replay import invariants
+    rec = SimpleNamespace(busy=None, t_issue=np.array([0.0, 1.0]), t_start=np.array([0.0, 5.0]),
+                          t_end=np.array([2.0, 3.0]))
+    sim = SimpleNamespace(rec=rec, _ready={}, _match={}, topo=None, fabric=None,
+                          ops=[SimpleNamespace(kind="math", op_id=0),
+                               SimpleNamespace(kind="dot", op_id=1)], launches=[])
+    with pytest.raises(InvariantError, match=r"op 1 \(dot\) has a negative or undefined "
+                                             r"duration: issue 1.000, start 5.000, end 3.000 ns"):
+        invariants.check(sim, 3.0)
+    assert invariants.tol(1e11) == pytest.approx(100.000001)
+
+
+CASES = (YAML_CASES + WORKLOAD_CASES + TRACE_CASES + JSON_CASES + INTEGRITY_CASES
+         + BASELINE_CASES + SLOW_CASES)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

@@ -81,3 +81,13 @@ def copy_run(run: Path, dst: Path) -> Path:
     meta["trace"]["path"] = str(dst / "trace")
     (dst / "run" / "run.json").write_text(json.dumps(meta))
     return dst / "run"
+
+
+def rehash(doc: Path, key: str, name: str) -> None:
+    """Record ``name``'s new digest in ``doc`` (trace.json ``content_hash`` / run.json
+    ``files``): a deliberately edited file that passes the integrity check, so a test can
+    reach what a reader checks after it."""
+    from kbtrace._io import file_hash
+    meta = json.loads(doc.read_text())
+    meta[key][name] = file_hash(doc.parent / name)
+    doc.write_text(json.dumps(meta))

@@ -124,6 +124,17 @@ def _run(args: argparse.Namespace) -> int:
     return 0 if summary.ok else 1
 
 
+def _check(args: argparse.Namespace) -> int:
+    from kbtrace.analysis.check import check_path
+    topo = None
+    if args.topology is not None:
+        from kbtrace.topology import compile_topology
+        topo = compile_topology(args.topology)
+    for line in check_path(args.path, topo):
+        print(line)
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     from kbtrace.analysis.formats import FORMATS
 
@@ -184,6 +195,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         if name == "check":
             b.add_argument("--fail-on", action="append", metavar="RULE")
         b.set_defaults(func=fn)
+
+    p = sub.add_parser("check", help="check that a trace, run, sweep or baseline is intact "
+                                     "(digests, schemas, fields); exit 2 naming the first problem",
+                       description="Check every trace, run, sweep and baseline at or below PATH "
+                                   "as its readers would: recorded file digests, schemas, JSON "
+                                   "fields, op times; with -t, also that traces fit a topology.")
+    p.add_argument("path", type=Path, help="a trace, run, sweep or baseline directory (or a "
+                                           "directory holding several)")
+    p.add_argument("--topology", "-t", default=None, metavar="PATH", type=arg("topology"),
+                   help="also validate traces against this topology (as replay would)")
+    p.set_defaults(func=_check)
 
     p = sub.add_parser("report", help="tables, plots and one HTML page for a run, sweep or set of runs")
     p.add_argument("run", type=arg("run"), help=_REPORT_HELP)

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kbtrace import schema
+from kbtrace._integrity import check_digests, check_trace_files
 from kbtrace._io import json_type, read_json_object, trace_hash
 from kbtrace.analysis.sqllib import load_views
 from kbtrace.errors import AnalysisError, KbtraceError, SchemaError, UsageError
@@ -93,7 +94,24 @@ def read_run_json(run_dir: Path) -> dict[str, Any]:
     info = read_json_object(p, REPLAY_FIX)
     schema.check_version(info.get("schema_version"), str(p))
     _check_run_info(info, p)
+    check_digests(run_dir, info.get("files"), p, REPLAY_FIX)
+    if info.get("files"):       # recorded counts: a consistent edit still cannot drop rows
+        for name, key in (("op_timing.parquet", "ops"), ("hops.parquet", "hops")):
+            want = info.get(key)
+            f = run_dir / name
+            if isinstance(want, int) and f.is_file() and (
+                    got := read_parquet_rows(f, REPLAY_FIX)) != want:
+                raise SchemaError(f"{f}: {got} rows, run.json records {key} = {want}; "
+                                  f"{REPLAY_FIX}")
     return info
+
+
+def read_parquet_rows(path: Path, fix: str) -> int:
+    """The row count in a Parquet file's footer; a corrupt file is a ``SchemaError``."""
+    try:
+        return pq.ParquetFile(path).metadata.num_rows
+    except (pa.ArrowException, OSError) as exc:
+        raise corrupt_parquet(path, exc, fix) from None
 
 
 _NUM, _STR, _OBJ = (int, float), (str,), (dict,)
@@ -101,7 +119,7 @@ _NUM, _STR, _OBJ = (int, float), (str,), (dict,)
 _RUN_KEYS: dict[str, tuple[type, ...]] = {
     "makespan_ns": _NUM, "wall_s": _NUM, "events": _NUM, "ops": _NUM, "hops": _NUM,
     "run_id": _STR, "fidelity": _STR, "trace_dir": _STR, "trace_hash": _STR,
-    "trace": _OBJ, "topology": (str, dict), "options": _OBJ, "peaks": _OBJ,
+    "trace": _OBJ, "topology": (str, dict), "options": _OBJ, "peaks": _OBJ, "files": _OBJ,
     "trace.path": _STR, "trace.path_from_run": _STR, "trace.hash": _STR, "trace.workload": _STR,
     "topology.path": _STR, "topology.name": _STR, "topology.hash": _STR,
 }
@@ -447,6 +465,7 @@ def _open(root: Path, dirs: list[Path], infos: list[dict[str, Any]],
                          files, REPLAY_FIX)
     trace_dir = run_trace_dir(dirs[0], infos[0]) if trace else None
     if trace_dir is not None:
+        check_trace_files(trace_dir, ("ops.parquet",))
         ops = _checked(trace_dir / "ops.parquet", schema.OPS, "re-capture the trace")
         _create_view(con, f"CREATE VIEW ops AS SELECT * FROM read_parquet({_q(ops)})", [ops],
                      "re-capture the trace")

@@ -17,6 +17,7 @@ from typing import Any
 import polars as pl
 
 from kbtrace import __version__, schema
+from kbtrace._integrity import check_digests, digests
 from kbtrace._io import atomic_dir, write_json, write_table
 from kbtrace.errors import AnalysisError, SchemaError
 
@@ -71,6 +72,7 @@ def write_summary(s: Summary, out: str | os.PathLike[str]) -> Path:
     with atomic_dir(out, "baseline") as stage:
         write_table(stage / "ops.parquet", s.ops.to_arrow())
         write_json(stage / "summary.json", {
+            "files": digests(stage, ("ops.parquet",)),      # checked when loaded
             "kind": "kbtrace.baseline", "schema_version": schema.SCHEMA_VERSION,
             "kbtrace_version": __version__, "makespan_ns": s.makespan_ns,
             "stages": s.stages, "util": s.util, "meta": s.meta})
@@ -108,6 +110,7 @@ def _load_baseline(p: Path) -> Summary:
     opf = p / "ops.parquet"
     if not opf.is_file():
         raise SchemaError(f"{opf}: missing; {fix}")
+    check_digests(p, doc.get("files"), sj, fix)
     read_parquet_schema(opf, fix)
     try:
         ops = pl.read_parquet(opf)

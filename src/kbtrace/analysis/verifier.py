@@ -27,8 +27,9 @@ import numpy as np
 import pyarrow as pa
 
 from kbtrace import schema
+from kbtrace._integrity import check_trace_files
 from kbtrace._io import read_parquet_lean
-from kbtrace.errors import AnalysisError, KbtraceError
+from kbtrace.errors import AnalysisError, KbtraceError, SchemaError
 
 __all__ = ["verify", "VerifyResult", "TensorCheck", "DivergingOp", "execution_order"]
 
@@ -197,6 +198,22 @@ def _compare(name: str, dtype: str, got: np.ndarray | None, want: np.ndarray) ->
     return TensorCheck(name, dtype, shape, max_abs, max_rel, rtol, atol, n_bad, n_bad == 0)
 
 
+def check_timing(timing: pa.Table, where: Path) -> None:
+    """Every op of a run's op_timing starts at or after its issue and ends at or after its
+    start, with finite times (a replay never writes otherwise: a damaged or crafted file)."""
+    ti, ts, te = (np.asarray(timing.column(c).to_numpy(), dtype=np.float64)
+                  for c in ("t_issue_ns", "t_start_ns", "t_end_ns"))
+    tol = 1e-6 + 1e-9 * np.abs(te)
+    bad = np.flatnonzero(~np.isfinite(te) | ~np.isfinite(ti) | (te < ts - tol)
+                         | (ts < ti - tol))
+    if bad.size:
+        i = int(bad[0])
+        op = timing.column("op_id")[i].as_py()
+        raise SchemaError(f"{where}: op {op} is timed issue {ti[i]:.3f}, start {ts[i]:.3f}, end "
+                          f"{te[i]:.3f} ns (it ends before it starts, or a time is not finite); "
+                          "re-run `kbtrace replay` to regenerate the run")
+
+
 def verify(run: Any) -> VerifyResult:
     """Re-execute a run's trace in replay timing order and check outputs and per-op digests.
 
@@ -213,9 +230,11 @@ def verify(run: Any) -> VerifyResult:
         raise AnalysisError(f"{run_dir}: trace {recorded_trace_path(info)!r} not found; "
                             "verify needs its ops.parquet and memory.parquet (re-capture it, "
                             "or fix trace.path in run.json)")
+    check_trace_files(trace_dir, ("ops.parquet", "memory.parquet"))
     ops = _read(trace_dir / "ops.parquet", schema.OPS, _TRACE_FIX)
     memory = _read(trace_dir / "memory.parquet", schema.MEMORY, _TRACE_FIX)
     timing = _read(run_dir / "op_timing.parquet", schema.OP_TIMING, REPLAY_FIX)
+    check_timing(timing, run_dir / "op_timing.parquet")
     order = execution_order(ops, timing)
     result = VerifyResult(run_dir, len(order), order_violations=_order_violations(ops, timing))
 

@@ -45,6 +45,7 @@ from kbtrace._io import (
     write_json,
     write_table,
 )
+from kbtrace._integrity import digests
 from kbtrace.errors import KbtraceError, ReplayError
 from kbtrace.replay import invariants
 from kbtrace.replay.fabric import make_fabric
@@ -58,6 +59,8 @@ from kbtrace.topology.model import PeCoord
 
 __all__ = ["replay", "Sim"]
 
+#: the data files of a run directory (their digests are run.json ``files``)
+RUN_FILES = ("op_timing.parquet", "hops.parquet", "nodes.parquet", "links.parquet")
 GC_GEN0_THRESHOLD = 1_000_000
 PROGRESS_EVERY = 1 << 15          # SimPy events between progress reports
 PLAN_CACHE = 1 << 14              # memoised tile plans (cleared when full)
@@ -511,6 +514,7 @@ def replay(trace: Any, topology: Any, options: ReplayOptions | None = None,
             write_table(stage / "links.parquet", topology.links_table())
             run_id = stable_hash(t_hash, topology.content_hash, opts.key(), __version__)
             write_json(stage / "run.json", {
+                "files": digests(stage, RUN_FILES),    # checked by every reader
                 "run_id": run_id, "kbtrace_version": __version__,
                 "schema_version": schema.SCHEMA_VERSION, "fidelity": opts.fidelity,
                 "options": opts.key(), "makespan_ns": makespan, "events": events,

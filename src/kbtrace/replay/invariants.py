@@ -4,7 +4,9 @@
    channel), busy intervals ``[t_enter + queue, t_leave]`` are merged into
    connected windows; the busy time inside a window must not exceed
    ``capacity * window length`` (capacity = DMA channel count, else 1), and no
-   single hop may be busier than its own interval. Checked *while the replay
+   single hop may be busier than its own interval, nor have a negative busy time or
+   length. Time comparisons allow ``tol(t) = EPS_NS + REL_EPS * |t|`` (relative, so slow
+   but legal parameters with huge times do not fail on rounding). Checked *while the replay
    runs*, batch by batch (``BusyCheck``), so memory does not grow with the
    number of hops.
 2. Bytes conserved: every transfer delivers exactly the bytes it sent (checked
@@ -16,6 +18,7 @@
    ``floor_ns`` (request leg + data leg; the probe formula ``lower_bound_ns`` less the
    node overheads a wormhole transfer hides behind an earlier, slower link), and the
    makespan is at least the largest ``t_issue + lower bound`` and the last launch barrier.
+6. No op ends before it starts or starts before it is issued, and every op has an end.
 
 2 and 3 are checked where they happen; 1 as each hop batch is finalised; 4 and 5
 by ``check`` at the end of the run.
@@ -32,9 +35,18 @@ from kbtrace.errors import InvariantError
 if TYPE_CHECKING:  # pragma: no cover
     from kbtrace.replay.context import SimContext
 
-__all__ = ["check", "BusyCheck", "EPS_NS"]
+__all__ = ["check", "BusyCheck", "EPS_NS", "REL_EPS", "tol"]
 
+#: comparisons of times allow ``EPS_NS + REL_EPS * |t|``: float64 sums of durations lose
+#: precision relative to the times summed, so a fixed tolerance alone fails slow but legal
+#: parameters (HBM 1e-10 GB/s, GEMM clock 1e-9 GHz: times of 1e11 ns and more)
 EPS_NS = 1e-6
+REL_EPS = 1e-9
+
+
+def tol(t: np.ndarray | float) -> np.ndarray | float:
+    """The tolerance of a comparison at time(s) ``t`` (ns)."""
+    return EPS_NS + REL_EPS * np.abs(t)
 
 
 def _res_name(sim: SimContext, rid: int) -> str:
@@ -75,7 +87,7 @@ class BusyCheck:
     (resource, start); a window opens at a resource's first interval or where
     a start lies beyond the resource's running maximum end (+ ``EPS_NS``). A
     window ending before the watermark can never grow again: it is checked
-    (busy <= capacity * length + ``EPS_NS`` per interval) and dropped. Open
+    (busy <= capacity * length + ``tol`` per interval) and dropped. Open
     windows are carried, so memory is bounded by the windows that reach past
     the oldest op in flight, not by the run's hop count. An interval starting
     before the previous watermark would break that reasoning and is an error.
@@ -99,13 +111,19 @@ class BusyCheck:
             watermark: float) -> None:
         sim = self.sim
         if len(res):
-            bad = np.flatnonzero(b > (e - s) + EPS_NS)
+            neg = np.flatnonzero((b < -tol(e)) | (e < s - tol(e)))
+            if neg.size:
+                i = int(neg[0])
+                raise InvariantError(
+                    f"{_res_name(sim, int(res[i]))}: negative time: busy {b[i]:.3f} ns in "
+                    f"interval [{s[i]:.3f}, {e[i]:.3f}] ns (a duration below zero)")
+            bad = np.flatnonzero(b > (e - s) + tol(e))
             if bad.size:
                 i = int(bad[0])
                 raise InvariantError(
                     f"{_res_name(sim, int(res[i]))}: busy {b[i]:.3f} ns inside a "
                     f"{e[i] - s[i]:.3f} ns interval [{s[i]:.3f}, {e[i]:.3f}] ns (over 100%)")
-            early = np.flatnonzero(s < self._w - EPS_NS)
+            early = np.flatnonzero(s < self._w - tol(self._w))
             if early.size:
                 i = int(early[0])
                 raise InvariantError(
@@ -136,11 +154,11 @@ class BusyCheck:
         base = grp * n
         run_max = e[by_end[np.maximum.accumulate(base + rank) - base]]  # per-resource max end
         new = first.copy()
-        new[1:] |= s[1:] > run_max[:-1] + EPS_NS
+        new[1:] |= s[1:] > run_max[:-1] + tol(run_max[:-1])
         cidx = np.flatnonzero(new)
         w = (res[cidx], s[cidx], np.maximum.reduceat(e, cidx), np.add.reduceat(b, cidx),
              np.add.reduceat(c, cidx))
-        shut = w[2] + EPS_NS < self._w
+        shut = w[2] + tol(w[2]) < self._w
         self._check(*(x[shut] for x in w))
         keep = ~shut
         self._open = tuple(x[keep] for x in w)   # type: ignore[assignment]
@@ -164,7 +182,7 @@ class BusyCheck:
             self._cap[r] = _cap(self.sim, r)
         cap = self._cap[res]
         span = we - ws
-        over = np.flatnonzero(wb > cap * span + EPS_NS * wc)
+        over = np.flatnonzero(wb > cap * span + tol(we) * wc)
         if over.size:
             j = int(over[0])
             raise InvariantError(
@@ -190,6 +208,12 @@ def check(sim: SimContext, makespan: float) -> None:
             raise InvariantError(f"IPCQ send op {o.op_id} (program {o.program}, seq {o.seq}) has "
                                  f"no matching recv (unmatched send)")
     rec, topo, fab = sim.rec, sim.topo, sim.fabric
+    ti, ts, te = rec.t_issue, rec.t_start, rec.t_end
+    back = np.flatnonzero((ts < ti - tol(ts)) | (te < ts - tol(te)) | ~np.isfinite(te))
+    if back.size:
+        i = int(back[0])
+        raise InvariantError(f"op {i} ({sim.ops[i].kind}) has a negative or undefined duration: "
+                             f"issue {ti[i]:.3f}, start {ts[i]:.3f}, end {te[i]:.3f} ns")
     lb_end = max((ln["t_barrier_ns"] for ln in sim.launches), default=0.0)
     bounds: dict[tuple, float] = {}
     dmas: dict[tuple[int, int, int], int] = {}
@@ -210,11 +234,11 @@ def check(sim: SimContext, makespan: float) -> None:
         if lb is None:
             lb = bounds[key] = _lower_bound(topo, *key)
         dur = rec.t_end[o.op_id] - rec.t_issue[o.op_id]
-        if dur + 1e-6 < lb:
+        if dur + tol(rec.t_end[o.op_id]) < lb:
             raise InvariantError(f"op {o.op_id} ({kind}, {nb} B) took {dur:.3f} ns, below its "
                                  f"analytical lower bound {lb:.3f} ns ({fab.fidelity} mode)")
         lb_end = max(lb_end, rec.t_issue[o.op_id] + lb)
-    if makespan + 1e-6 < lb_end:
+    if makespan + tol(makespan) < lb_end:
         raise InvariantError(f"makespan {makespan:.3f} ns is below the analytical lower bound "
                              f"{lb_end:.3f} ns")
 
