@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import shutil
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -72,7 +72,7 @@ def test_verify_catches_corrupted_input(runs, tmp_path, capsys):
                          pa.array(col, type=mem.schema.field("data").type))
     write_table(run.parent / "trace" / "memory.parquet", mem)
     rehash(run.parent / "trace" / "trace.json", "content_hash", "memory.parquet")
-    from kbtrace._io import trace_hash              # the run follows its (crafted) trace
+    from kbtrace._io import trace_hash  # the run follows its (crafted) trace
     info = json.loads((run / "run.json").read_text())
     info["trace"]["hash"] = trace_hash(json.loads((run.parent / "trace" / "trace.json")
                                                   .read_text()), run.parent / "trace")

@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 import simpy
 
 from kbtrace import __version__, schema
+from kbtrace._integrity import digests
 from kbtrace._io import (
     atomic_dir,
     read_parquet_lean,
@@ -45,7 +46,6 @@ from kbtrace._io import (
     write_json,
     write_table,
 )
-from kbtrace._integrity import digests
 from kbtrace.errors import KbtraceError, ReplayError
 from kbtrace.replay import invariants
 from kbtrace.replay.fabric import make_fabric
