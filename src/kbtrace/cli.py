@@ -30,6 +30,7 @@ _STAGE_CLIS = (
     "kbtrace.replay.cli",
     "kbtrace.analysis.cli",
     "kbtrace.insight.cli",
+    "kbtrace.studies.cli",
 )
 
 

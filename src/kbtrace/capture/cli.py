@@ -32,6 +32,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="make an implicit type conversion a sanitizer error: 'promote' (mixed "
                         "operand dtypes), 'store' (tl.store casting to the destination's "
                         "dtype), 'all' (repeatable)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the op count per kind from the workload's op_counts(p, topo) "
+                        "instead of capturing (sizes too large to capture, e.g. llama_layer "
+                        "at full Llama-70B size)")
     p.set_defaults(func=_capture)
 
     t = sub.add_parser("trace", help="inspect captured traces")
@@ -46,12 +50,39 @@ def _counts(trace: Trace) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(trace.op_counts.items()))
 
 
+def _dry_run(args: argparse.Namespace, topo) -> int:
+    from types import SimpleNamespace
+
+    from kbtrace.capture.workload import load_workload, parse_params
+    from kbtrace.errors import CaptureError, UsageError
+    from kbtrace.topology import compile_topology
+    if not hasattr(topo, "params"):
+        topo = compile_topology(topo)
+    mod = load_workload(args.workload)
+    fn = getattr(mod, "op_counts", None)
+    if not callable(fn):
+        raise UsageError(f"{args.workload}: --dry-run needs the workload to define "
+                         "op_counts(p, topo); capture it instead (drop --dry-run)")
+    params = parse_params(getattr(mod, "PARAMS", {}), args.param)
+    try:
+        counts = fn(SimpleNamespace(**params), topo)
+    except ValueError as e:
+        raise CaptureError(f"{args.workload}: {e}") from None
+    shown = " ".join(f"{k}={v}" for k, v in sorted(params.items()))
+    print(f"dry run of {args.workload} on {topo.params.name} ({shown}): "
+          f"{sum(counts.values()):,} ops ({', '.join(f'{k}={v:,}' for k, v in sorted(counts.items()))})")
+    print("nothing captured (op counts from the workload's op_counts)")
+    return 0
+
+
 def _capture(args: argparse.Namespace) -> int:
     topo = args.topology
     if args.set:
         from kbtrace.topology import compile_topology
         from kbtrace.topology.cli import parse_sets
         topo = compile_topology(topo, overrides=parse_sets(args.set))
+    if args.dry_run:
+        return _dry_run(args, topo)
     tr = capture(args.workload, topo, params=args.param, out_dir=args.out,
                  allow_mismatch=args.allow_mismatch, strict=args.strict)
     print(f"captured {tr.name}: {tr.n_ops} ops ({_counts(tr)})")

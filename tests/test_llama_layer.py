@@ -1,0 +1,56 @@
+"""capture/llama_layer.py: one Llama decoder layer, TP over SIPs, verified against numpy in
+both fidelities; op_counts (the --dry-run) equals what capture records."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from kbtrace.cli import main
+from kbtrace.topology import compile_topology
+
+ROOT = Path(__file__).resolve().parents[1]
+SETS = ["--set", "system.sips.count=2", "--set", "sip.cube_mesh_w=1", "--set",
+        "sip.cube_mesh_h=1"]        # 2 SIPs (TP = 2) x 1 cube x 8 PEs
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("llama_layer", ROOT / "capture" / "llama_layer.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize(("phase", "fidelity"), [("prefill", "fast"), ("prefill", "flit"),
+                                                 ("decode", "fast")])
+def test_llama_layer_verifies(phase, fidelity, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "llama_layer", "-p", f"phase={phase}", *SETS, "--fidelity", fidelity,
+                 "--no-report"]) == 0
+    out = capsys.readouterr().out
+    assert "verify    PASS" in out
+    trace = next((tmp_path / "data" / "traces").iterdir())
+    counts = json.loads((trace / "trace.json").read_text())["op_counts"]
+    topo = compile_topology(ROOT / "topologies" / "small.yaml",
+                            overrides={"system.sips.count": 2, "sip.cube_mesh_w": 1,
+                                       "sip.cube_mesh_h": 1})
+    mod = _module()
+    p = SimpleNamespace(**{**mod.PARAMS, "phase": phase})
+    assert mod.op_counts(p, topo) == counts
+    # TP = 2: two all-reduces per sequence, one send and one recv each per program
+    assert counts["send"] == counts["recv"] == 2 * 16
+
+
+def test_dry_run_full_size(capsys):
+    assert main(["capture", "llama_layer", "-t", "default", "-p", "d_model=8192", "-p",
+                 "heads=64", "-p", "kv_heads=8", "-p", "ffn=28672", "-p", "seq=2048",
+                 "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "70,912 ops (composite=1,024, dot=16,384, load=12,288, math=29,952" in out
+    assert main(["capture", "gemm", "--dry-run"]) == 2
+    assert "needs the workload to define op_counts" in capsys.readouterr().err
+    assert main(["capture", "llama_layer", "-p", "heads=7", "--dry-run"]) == 2
