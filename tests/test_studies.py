@@ -26,6 +26,9 @@ def test_gemm_quick_outputs(gemm_quick):
         assert (out / f).is_file(), f
     pts = pl.read_parquet(out / "sweep" / "points.parquet")
     assert pts.height == 12 and set(pts["variant"]) == {"ref_ref", "load_ref", "load_load"}
+    # body_ns: launch barrier to the last program's end (the kernel body), inside the makespan
+    assert pts["body_ns"].is_not_null().all()
+    assert ((pts["body_ns"] > 0) & (pts["body_ns"] < pts["makespan_ns"])).all()
     meta = json.loads((out / "study.json").read_text())
     assert meta["study"] == "gemm" and meta["quick"] is True and meta["topology"] == "small"
     html = (out / "index.html").read_text()

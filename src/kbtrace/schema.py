@@ -275,6 +275,9 @@ SWEEP_POINTS = _schema(
         _f("error", pa.string(), "-", "the error line of a failed point", nullable=True),
         _f("run_id", pa.string(), "-", "run.json run_id", nullable=True),
         _f("makespan_ns", pa.float64(), "ns", "run makespan", nullable=True),
+        _f("body_ns", pa.float64(), "ns", "kernel body time: per launch, from the start "
+           "barrier to its last program's end, summed over launches (null: no launch)",
+           nullable=True),
         _f("ops", pa.int64(), "-", "ops replayed", nullable=True),
         _f("hops", pa.int64(), "-", "hop rows written", nullable=True),
         _f("events", pa.int64(), "-", "SimPy events processed", nullable=True),

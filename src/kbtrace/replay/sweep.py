@@ -74,7 +74,8 @@ __all__ = ["SweepConfig", "TraceSpec", "Point", "SweepResult", "load_config", "r
 
 EXECUTORS = ("local", "ray")
 #: What a point's replay yields (point.json; all but wall_s also go to points.parquet).
-_RESULT = ("status", "error", "run_id", "makespan_ns", "ops", "hops", "events", "wall_s")
+_RESULT = ("status", "error", "run_id", "makespan_ns", "body_ns", "ops", "hops", "events",
+           "wall_s")
 
 @dataclass(frozen=True)
 class Point:
@@ -209,7 +210,7 @@ def run_point(job: dict[str, Any]) -> dict[str, Any]:
             fidelity=job["fidelity"], out_dir=str(out), check_invariants=job["check_invariants"]))
         check_pinned(job, out / "run.json")
         res.update(run_id=run.run_id, makespan_ns=run.makespan_ns, ops=run.ops, hops=run.hops,
-                   events=run.events, wall_s=round(run.wall_s, 3))
+                   events=run.events, wall_s=round(run.wall_s, 3), body_ns=_body_ns(out))
     except KbtraceError as e:
         res.update(status="error", error=str(e))
     except Exception as e:  # a model bug: keep the traceback, let the other points run
@@ -218,6 +219,14 @@ def run_point(job: dict[str, Any]) -> dict[str, Any]:
     point = {k: v for k, v in job.items() if k != "out"}
     write_point(out, {**point, **res})
     return res
+
+
+def _body_ns(run_dir: Path) -> float | None:
+    """Kernel body time of a run: per launch, barrier to last program end, summed."""
+    launches = read_json_object(run_dir / "run.json", "re-run the sweep").get("launches") or []
+    if not launches:
+        return None
+    return float(sum(ln["t_body_end_ns"] - ln["t_barrier_ns"] for ln in launches))
 
 
 def _reusable(job: dict[str, Any]) -> dict[str, Any] | None:
