@@ -780,8 +780,74 @@ def test_invariants_refuse_negative_durations():
     assert invariants.tol(1e11) == pytest.approx(100.000001)
 
 
+# ----------------------------------------------------------------------------- SQL sandbox (11)
+
+def sandboxed(query: str):
+    return lambda d: ["sql", "--sandbox", "run", query.replace("DIR", str(d))]
+
+
+DENIED = "file system operations are disabled by configuration"
+SANDBOX_CASES = [
+    Case("sandbox-read-csv", sandboxed("SELECT * FROM read_csv('/etc/passwd')"), 2,
+         'SQL failed: \'Permission Error: Cannot access file "/etc/passwd" - ' + DENIED),
+    Case("sandbox-read-text", sandboxed("SELECT * FROM read_text('DIR/tr/trace.json')"), 2,
+         DENIED),
+    Case("sandbox-copy-to", sandboxed("COPY (SELECT 1) TO 'DIR/evil.csv'"), 2, DENIED),
+    Case("sandbox-copy-over-run-file", sandboxed(
+        "COPY (SELECT 1) TO 'DIR/run/op_timing.parquet' (FORMAT csv, USE_TMP_FILE false)"), 2,
+        DENIED),
+    Case("sandbox-read-parquet-direct", sandboxed("SELECT * FROM 'DIR/run/hops.parquet'"), 2,
+         DENIED),
+    Case("sandbox-attach", sandboxed("ATTACH 'DIR/x.db'"), 2, DENIED),
+    Case("sandbox-install", sandboxed("INSTALL httpfs"), 2, DENIED),
+    Case("sandbox-load", sandboxed("LOAD httpfs"), 2,
+         "Loading external extensions is disabled through configuration"),
+    Case("sandbox-unlock", sandboxed("SET lock_configuration = false"), 2,
+         'Cannot change configuration option "lock_configuration" - the configuration has '
+         "been locked"),
+    Case("sandbox-enable-access", sandboxed("SET enable_external_access = true"), 2,
+         "the configuration has been locked"),
+    Case("sandbox-export", sandboxed("EXPORT DATABASE 'DIR/exp'"), 2, DENIED),
+    Case("sandbox-glob", sandboxed("SELECT * FROM glob('/*')"), 2, DENIED),
+    Case("sandbox-views-work", sandboxed("SELECT count(*) AS n FROM hops"), 0, None),
+    Case("sandbox-library-view", sandboxed("top_hotspots"), 0, None),
+]
+
+
+def test_sandbox_gives_the_same_answers(base, tmp_path, capsys):
+    """Views over Arrow datasets (sandbox) and over read_parquet give identical frames,
+    for one run and for a set of runs (run_name column)."""
+    from kbtrace.analysis.run import open_run
+    for q in ("SELECT * FROM utilisation ORDER BY ALL", "SELECT * FROM critical_path",
+              "SELECT * FROM hops", "SELECT * FROM ops ORDER BY op_id"):
+        with open_run(base / "run") as a, open_run(base / "run", sandbox=True) as b:
+            assert b.sandbox and a.sql(q).equals(b.sql(q)), q
+    (tmp_path / "set").mkdir()
+    for n in ("a", "b"):
+        shutil.copytree(base / "run", tmp_path / "set" / n)
+    with open_run(tmp_path / "set") as a, open_run(tmp_path / "set", sandbox=True) as b:
+        q = "SELECT * FROM op_timing ORDER BY run_name, op_id"
+        assert a.sql(q).equals(b.sql(q))
+        assert b.sql("SELECT DISTINCT run_name FROM hops ORDER BY 1")["run_name"].to_list() == \
+            ["a", "b"]
+
+
+def test_diff_runs_sandboxed(base, monkeypatch):
+    """diff (and baseline, through summarize) opens runs with sandbox=True."""
+    from kbtrace.analysis import run as run_mod
+    seen = []
+    real = run_mod.open_run
+
+    def spy(*a, **k):
+        seen.append(k.get("sandbox"))
+        return real(*a, **k)
+    monkeypatch.setattr(run_mod, "open_run", spy)
+    assert main(["diff", str(base / "run"), str(base / "run")]) == 0
+    assert seen == [True, True]
+
+
 CASES = (YAML_CASES + WORKLOAD_CASES + TRACE_CASES + JSON_CASES + INTEGRITY_CASES
-         + BASELINE_CASES + SLOW_CASES)
+         + BASELINE_CASES + SLOW_CASES + SANDBOX_CASES)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

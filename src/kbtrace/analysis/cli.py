@@ -25,7 +25,7 @@ def _sql(args: argparse.Namespace) -> int:
         raise UsageError("--format parquet needs -o FILE (Parquet is not written to a terminal)")
     query = resolve_query(args.query)     # an empty query or a missing .sql file: no run opened
     _missing_trace_note(args.run)
-    with open_run(args.run) as run:
+    with open_run(args.run, sandbox=args.sandbox) as run:
         df = run.sql(query)
         inputs = run_inputs(run.run_dirs, run.trace_dir)
     if args.output:
@@ -167,6 +167,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                  "or a .sql file")
     p.add_argument("--format", "-f", choices=FORMATS, default="table")
     p.add_argument("-o", "--output", help="write to FILE instead of stdout")
+    p.add_argument("--sandbox", action="store_true",
+                   help="for SQL you did not write (e.g. from a pull request): the query sees "
+                        "the run's views only; DuckDB file access (read_csv, COPY TO, ATTACH, "
+                        "INSTALL, ...) is off and its configuration locked")
     p.set_defaults(func=_sql)
 
     p = sub.add_parser("verify", help="phase-2 numeric verification in replay order (exit 1 on mismatch)")

@@ -236,8 +236,10 @@ class Run:
     """
 
     def __init__(self, path: Path, info: dict[str, Any], trace_dir: Path | None,
-                 con: duckdb.DuckDBPyConnection, run_dirs: tuple[Path, ...]) -> None:
+                 con: duckdb.DuckDBPyConnection, run_dirs: tuple[Path, ...],
+                 sandbox: bool = False) -> None:
         self.path = path
+        self.sandbox = sandbox          # configuration locked (open_run(sandbox=True))
         self.info = info
         self.trace_dir = trace_dir
         self.con = con
@@ -308,7 +310,7 @@ class Run:
             if not _IDENT.match(v):
                 raise AnalysisError(f"{v!r} is not a view name")
             safe = v in PARALLEL_SAFE      # sorted on any machine: same rows, same order
-            par = safe and cores > 1
+            par = safe and cores > 1 and not self.sandbox     # (a locked config: one thread)
             try:
                 if par:
                     self.con.execute(f"SET threads TO {cores}")
@@ -406,12 +408,19 @@ def _points_run_dirs(points: Path) -> list[str]:
 
 
 def open_run(path: str | os.PathLike[str], *, n_windows: int = DEFAULT_WINDOWS,
-             trace: bool = True) -> Run:
+             trace: bool = True, sandbox: bool = False) -> Run:
     """Open a run directory (or a directory of run directories) for SQL/polars analysis.
 
     The run's trace (its ``ops`` view) must be the one it was replayed from (run.json
     ``trace.hash``; a ``SchemaError`` otherwise). ``trace=False`` does not look for it:
     ``ops`` is then empty, for callers that read only the run's own files (``summarize``).
+
+    ``sandbox=True`` is for SQL a person did not write (a query from a pull request in CI):
+    the views read the files through Arrow datasets opened here, then DuckDB's external
+    access is switched off and its configuration locked, so a query can read the views and
+    nothing else: no file read or written (``read_csv``, ``COPY ... TO``, ``EXPORT``), no
+    ``ATTACH``, ``INSTALL`` or ``LOAD``, no ``SET`` undoing it. ``diff`` and ``baseline``
+    open runs this way.
 
     >>> run = open_run("data/runs/gemm")                       # doctest: +SKIP
     >>> run.sql("SELECT * FROM hotspots ORDER BY rank LIMIT 5")  # doctest: +SKIP
@@ -436,14 +445,51 @@ def open_run(path: str | os.PathLike[str], *, n_windows: int = DEFAULT_WINDOWS,
     infos = [read_run_json(d) for d in dirs]
     con = duckdb.connect()
     try:
-        return _open(root, dirs, infos, con, n_windows, trace)
+        return _open(root, dirs, infos, con, n_windows, trace, _Scans(con, sandbox))
     except BaseException:
         con.close()
         raise
 
 
+class _Scans:
+    """FROM expressions over Parquet files: ``read_parquet`` (DuckDB opens the files), or in
+    sandbox mode Arrow datasets registered on the connection (DuckDB needs no file access,
+    so it can be switched off once the views exist)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, sandbox: bool) -> None:
+        self.con, self.sandbox, self.n = con, sandbox, 0
+
+    def one(self, f: Path, fix: str) -> str:
+        if not self.sandbox:
+            return f"read_parquet({_q(f)})"
+        import pyarrow.dataset as ds
+        name = f"_scan{self.n}"
+        self.n += 1
+        try:
+            self.con.register(name, ds.dataset(str(f), format="parquet"))
+        except (pa.ArrowException, OSError) as exc:
+            raise corrupt_parquet(f, exc, fix) from None
+        return name
+
+    def many(self, files: list[Path], root: Path, fix: str) -> str:
+        """All ``files`` with a ``run_name`` column: each one's directory relative to root."""
+        if not self.sandbox:
+            lst = "[" + ", ".join(_q(f) for f in files) + "]"
+            cut = len(str(root).rstrip("/")) + 2
+            return (f"(SELECT * EXCLUDE (filename), regexp_replace(substr(filename, {cut}), "
+                    f"'/[^/]+$', '') AS run_name FROM read_parquet({lst}, filename=true))")
+        return "(" + " UNION ALL ".join(
+            f"SELECT *, {_q(Path(f.parent.relative_to(root).as_posix()))} AS run_name "
+            f"FROM {self.one(f, fix)}" for f in files) + ")"
+
+    def lock(self) -> None:
+        if self.sandbox:
+            self.con.execute("SET enable_external_access = false")
+            self.con.execute("SET lock_configuration = true")
+
+
 def _open(root: Path, dirs: list[Path], infos: list[dict[str, Any]],
-          con: duckdb.DuckDBPyConnection, n_windows: int, trace: bool) -> Run:
+          con: duckdb.DuckDBPyConnection, n_windows: int, trace: bool, scans: _Scans) -> Run:
     """Create the views of ``open_run`` on ``con``."""
     con.execute("SET threads TO 1")  # deterministic row order inside views, small runs
     con.execute("SET enable_progress_bar = false")   # no progress bars on stderr mid-report
@@ -451,35 +497,33 @@ def _open(root: Path, dirs: list[Path], infos: list[dict[str, Any]],
     for table, sch in _RUN_FILES.items():
         files = [_checked(d / f"{table}.parquet", sch) for d in dirs]
         if table in ("nodes", "links"):  # one topology per view: the first run's
-            _create_view(con, f"CREATE VIEW {table} AS SELECT * FROM read_parquet({_q(files[0])})",
-                         files[:1], REPLAY_FIX)
+            _create_view(con, f"CREATE VIEW {table} AS SELECT * FROM "
+                         f"{scans.one(files[0], REPLAY_FIX)}", files[:1], REPLAY_FIX)
         elif multi:   # run_name: the run's directory relative to root (sweep: its partitions)
-            lst = "[" + ", ".join(_q(f) for f in files) + "]"
-            cut = len(str(root).rstrip("/")) + 2
-            _create_view(con,
-                         f"CREATE VIEW {table} AS SELECT * EXCLUDE (filename), "
-                         f"regexp_replace(substr(filename, {cut}), '/[^/]+$', '') AS run_name "
-                         f"FROM read_parquet({lst}, filename=true)", files, REPLAY_FIX)
+            _create_view(con, f"CREATE VIEW {table} AS SELECT * FROM "
+                         f"{scans.many(files, root, REPLAY_FIX)}", files, REPLAY_FIX)
         else:
-            _create_view(con, f"CREATE VIEW {table} AS SELECT * FROM read_parquet({_q(files[0])})",
-                         files, REPLAY_FIX)
+            _create_view(con, f"CREATE VIEW {table} AS SELECT * FROM "
+                         f"{scans.one(files[0], REPLAY_FIX)}", files, REPLAY_FIX)
     trace_dir = run_trace_dir(dirs[0], infos[0]) if trace else None
     if trace_dir is not None:
         check_trace_files(trace_dir, ("ops.parquet",))
-        ops = _checked(trace_dir / "ops.parquet", schema.OPS, "re-capture the trace")
-        _create_view(con, f"CREATE VIEW ops AS SELECT * FROM read_parquet({_q(ops)})", [ops],
-                     "re-capture the trace")
+        fix = "re-capture the trace"
+        ops = _checked(trace_dir / "ops.parquet", schema.OPS, fix)
+        _create_view(con, f"CREATE VIEW ops AS SELECT * FROM {scans.one(ops, fix)}", [ops], fix)
     else:
         con.register("_ops_empty", schema.OPS.empty_table())
         con.execute("CREATE VIEW ops AS SELECT * FROM _ops_empty")
     con.register("_runs_arrow", _runs_table(root, dirs, infos))
     if multi and (root / "points.parquet").is_file():    # a sweep: its points table too
         pts = root / "points.parquet"
-        _create_view(con, f"CREATE VIEW points AS SELECT * FROM read_parquet({_q(pts)})", [pts],
-                     "re-run `kbtrace sweep` to regenerate it")
+        fix = "re-run `kbtrace sweep` to regenerate it"
+        _create_view(con, f"CREATE VIEW points AS SELECT * FROM {scans.one(pts, fix)}", [pts],
+                     fix)
     con.execute("CREATE VIEW runs AS SELECT * FROM _runs_arrow")
     con.execute(f"CREATE TABLE _config AS SELECT {int(n_windows)} AS n_windows")
     con.execute(_run_meta_sql(infos[0], multi))
     if not multi:
         load_views(con)
-    return Run(root, infos[0], trace_dir, con, tuple(dirs))
+    scans.lock()
+    return Run(root, infos[0], trace_dir, con, tuple(dirs), sandbox=scans.sandbox)

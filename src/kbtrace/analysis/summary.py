@@ -44,7 +44,9 @@ def summarize(run: Any) -> Summary:
     from kbtrace.analysis.run import Run, open_run
 
     owned = not isinstance(run, Run)
-    r = open_run(run, trace=False) if owned else run   # nothing here reads the trace's ops
+    # nothing here reads the trace's ops; diff and baseline run in CI on pull requests, so
+    # the runs they compare are opened sandboxed (no file access beyond the run's views)
+    r = open_run(run, trace=False, sandbox=True) if owned else run
     try:
         stages = dict(r.sql("SELECT stage, sum(time_ns) AS t FROM stage_breakdown_pe "
                             "GROUP BY stage ORDER BY stage").rows())
