@@ -7,7 +7,11 @@ figures (``calibrate``).
 Inputs: a run directory written by ``kbtrace replay`` / ``kbtrace run``; resource classes
 (``resources``: named groups of topology parameters with the sense that makes them faster).
 Outputs: ``RUN/attribution/attribution.parquet`` (``schema.ATTRIBUTION``) that
-``kbtrace report`` shows with a tornado chart.
+``kbtrace report`` shows with a tornado chart; ``WhatIf`` estimates (``whatif``: ``retime``
+prepares a run once, ``Retimer.retime`` prices it on a new topology and re-times it in
+one pass over its events); ``calibrate`` fits topology parameters to measured figures
+(``scenarios``: single-flow and hot-target PE DMA reads replayed alone) and writes the
+fitted topology YAML.
 Imports are one way: this package uses ``replay`` (sweep machinery), ``topology`` and
 ``analysis``; none of those imports it (``kbtrace run``'s headline calls it lazily).
 """
@@ -15,6 +19,9 @@ Imports are one way: this package uses ``replay`` (sweep machinery), ``topology`
 from __future__ import annotations
 
 from kbtrace.insight.attribute import Attribution, attribute
+from kbtrace.insight.calibrate import Calibration, calibrate
 from kbtrace.insight.resources import RESOURCES, ResourceClass
+from kbtrace.insight.whatif import Retimer, WhatIf, whatif
 
-__all__ = ["attribute", "Attribution", "RESOURCES", "ResourceClass"]
+__all__ = ["attribute", "Attribution", "RESOURCES", "ResourceClass", "whatif", "WhatIf",
+           "Retimer", "calibrate", "Calibration"]

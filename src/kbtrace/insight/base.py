@@ -55,7 +55,8 @@ def load_base(run: str | os.PathLike[str], topology: str | os.PathLike[str] | No
         raise UsageError(f"{where}: {run_dir} was replayed on topology {rec.get('name')!r} "
                          f"(hash {rec['hash']}), but {path} with {sets} compiles to "
                          f"{topo.content_hash}; pass the --topology and --set overrides it was "
-                         "replayed with")
+                         "replayed with, or replay it again if the file or kbtrace changed "
+                         "since")
     opts = info.get("options") or {}
     return BaseRun(run_dir, trace_dir, path, ov, topo, str(info.get("fidelity") or "fast"),
                    bool(opts.get("check_invariants", True)), float(info["makespan_ns"]), info)

@@ -1,4 +1,4 @@
-"""``kbtrace attribute``: a thin wrapper over ``kbtrace.insight``."""
+"""``kbtrace attribute``, ``whatif`` and ``calibrate``: thin wrappers over ``kbtrace.insight``."""
 
 from __future__ import annotations
 
@@ -43,6 +43,51 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="output directory (default RUN/attribution)")
     p.set_defaults(func=_attribute)
 
+    w = sub.add_parser(
+        "whatif", help="re-time a run with changed parameters, without a replay",
+        description="Re-time RUN on its recorded dependency graph (program order, "
+                    "dependencies, IPCQ matching, each contended resource's recorded service "
+                    "order) with topology parameters changed by --set; say where the recorded "
+                    "order could flip and bound the error there; --exact replays instead.")
+    w.add_argument("run", type=arg("run"), help="run directory, or its name in data/runs/")
+    w.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", required=True,
+                   help="the change: a topology parameter by its YAML path (repeatable)")
+    w.add_argument("--exact", action="store_true",
+                   help="replay the trace with the change instead (slower, exact)")
+    w.add_argument("--topology", "-t", type=arg("topology"), default=None, metavar="PATH",
+                   help="the topology the run was replayed on (default: run.json's path)")
+    w.add_argument("--replayed-with", action="append", default=[], metavar="KEY=VALUE",
+                   help="the --set overrides the run was replayed with (repeatable)")
+    w.set_defaults(func=_whatif)
+
+    c = sub.add_parser(
+        "calibrate", help="fit topology parameters to measured figures (least squares)",
+        description="Replay calibration scenarios (PE DMA reads: local, cross-half, "
+                    "cross-cube, cross-SIP, hot targets) on a topology and fit the --fit "
+                    "parameters so they match a target CSV (scenario,nbytes,measured_ns"
+                    "[,source]; default: the reference's PE DMA figures); report each "
+                    "figure's error before and after; write the fitted topology YAML. "
+                    "Exit 1 when a figure stays off by more than --tolerance.")
+    c.add_argument("--target", default=None, metavar="FILE",
+                   help="target CSV (default: the shipped reference figures)")
+    c.add_argument("--fit", default=None, metavar="KEY,...",
+                   help="parameters to fit; KEY+KEY scales keys by one factor (default "
+                        "pe.dma.overhead_ns, cube.mesh.router_overhead_ns, "
+                        "cube.hbm.pc_bw_gbps+cube.hbm.router_bw_gbps, sip.ucie.overhead_ns)")
+    c.add_argument("--topology", "-t", type=arg("topology"), default=None, metavar="PATH",
+                   help="topology to start from (default topologies/default.yaml)")
+    c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="start the fit from these overrides (repeatable)")
+    c.add_argument("--tolerance", type=float, default=0.10,
+                   help="largest relative error a fitted figure may keep (default 0.10)")
+    c.add_argument("--max-evaluations", type=int, default=60, metavar="N",
+                   help="most optimiser steps (scipy's max_nfev; each step's Jacobian costs "
+                        "one more round of replays per fitted factor) (default 60)")
+    c.add_argument("-o", "--out", default="data/calibration", metavar="DIR",
+                   help="output directory: calibrated.yaml, calibration.csv, calibration.json "
+                        "(default data/calibration)")
+    c.set_defaults(func=_calibrate)
+
 
 def _attribute(args: argparse.Namespace) -> int:
     from kbtrace.insight.attribute import attribute
@@ -61,3 +106,27 @@ def _attribute(args: argparse.Namespace) -> int:
     print(f"{a.replays} replays in {a.wall_s:.2f} s; written to {a.out_dir} "
           f"(kbtrace report {args.run} shows it)")
     return 0
+
+
+def _whatif(args: argparse.Namespace) -> int:
+    from kbtrace.insight.whatif import whatif
+    from kbtrace.topology.cli import parse_sets
+    res = whatif(args.run, parse_sets(args.set), exact=args.exact, topology=args.topology,
+                 overrides=parse_sets(args.replayed_with))
+    print(res.text())
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from kbtrace._paths import resolve
+    from kbtrace.insight.calibrate import calibrate
+    from kbtrace.topology.cli import parse_sets
+    fit = [k.strip() for k in args.fit.split(",") if k.strip()] if args.fit else None
+    topo = args.topology or resolve("topologies/default.yaml", "topology")
+    cal = calibrate(args.target, topology=topo, fit=fit, start=parse_sets(args.set) or None,
+                    tolerance=args.tolerance, max_evaluations=args.max_evaluations,
+                    out=args.out)
+    print(cal.text())
+    print(f"fitted topology written to {cal.out_dir}/calibrated.yaml (and calibration.csv, "
+          "calibration.json)")
+    return 0 if cal.ok else 1
