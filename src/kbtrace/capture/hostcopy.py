@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from kbtrace.capture.tracer import Tracer
     from kbtrace.capture.workload import Shard, Tensor
 
-__all__ = ["HOST_BASE", "HOST_BYTES", "CopySpec", "emit_copy"]
+__all__ = ["HOST_BASE", "HOST_BYTES", "CopySpec", "FreeSpec", "MapSpec", "emit_copy", "apply"]
 
 HOST_BASE = 1 << 52          # above every 51-bit device address
 HOST_BYTES = 1 << 44         # 16 TiB of host address space
@@ -45,6 +45,31 @@ class CopySpec:
     kind: str
     src: Tensor
     dst: Tensor
+
+
+@dataclass(frozen=True)
+class FreeSpec:
+    """``w.free(tensor)``: its memory is unmapped at this point of the host program."""
+    tensor: Tensor
+
+
+@dataclass(frozen=True)
+class MapSpec:
+    """A tensor placed in reused memory is mapped at this point of the host program."""
+    regions: list[Any]
+
+
+def apply(tracer: Tracer, spec: Any, host_seq: int) -> int:
+    """Run one non-launch host action; return the next host copy sequence number."""
+    if isinstance(spec, CopySpec):
+        return emit_copy(tracer, spec, host_seq)
+    if isinstance(spec, FreeSpec):
+        for reg in spec.tensor.regions:
+            tracer.regions.remove(reg)
+    else:
+        for reg in spec.regions:
+            tracer.regions.add(reg)
+    return host_seq
 
 
 def _host_view(t: Tensor, s: Shard) -> tuple[int, list[int]]:

@@ -28,7 +28,7 @@ import numpy as np
 from kbtrace.capture.dtypes import STORAGE
 from kbtrace.errors import SanitizerError
 
-__all__ = ["MemoryImage", "Allocator", "Region", "RegionMap", "span_elems"]
+__all__ = ["MemoryImage", "Allocator", "FreeList", "Region", "RegionMap", "span_elems"]
 
 _PAGE_BITS = 20
 _PAGE = 1 << _PAGE_BITS
@@ -312,6 +312,60 @@ class Allocator:
         self.pinned.clear()
 
 
+class FreeList:
+    """First-fit allocator with free and coalescing over ``[base, base + capacity)``
+    (ADR-0048 D1): a sorted list of free ``(offset, size)`` blocks; ``alloc`` cuts the first
+    block that fits (``align``-ed), ``free`` returns a range and merges it with its
+    neighbours. ``high`` is the high-water mark: an allocation below it reuses memory an
+    earlier, freed allocation had. Host tensors' HBM slices use it."""
+
+    __slots__ = ("base", "capacity", "align", "name", "free_blocks", "used", "high")
+
+    def __init__(self, base: int, capacity: int, name: str, align: int = 256) -> None:
+        self.base, self.capacity, self.align, self.name = base, capacity, align, name
+        self.free_blocks: list[tuple[int, int]] = [(0, capacity)]
+        self.used = 0
+        self.high = 0
+
+    def largest(self) -> int:
+        return max((n for _o, n in self.free_blocks), default=0)
+
+    def alloc(self, nbytes: int, what: str) -> tuple[int, bool]:
+        """(address, whether it reuses freed memory) of ``nbytes`` (rounded up to ``align``)."""
+        need = -(-max(nbytes, 1) // self.align) * self.align
+        for i, (off, size) in enumerate(self.free_blocks):
+            if size >= need:
+                if size == need:
+                    del self.free_blocks[i]
+                else:
+                    self.free_blocks[i] = (off + need, size - need)
+                self.used += need
+                reused = off < self.high
+                self.high = max(self.high, off + need)
+                return self.base + off, reused
+        raise SanitizerError(
+            f"{self.name} overflow: {what} needs {nbytes} B but the largest free block is "
+            f"{self.largest()} B ({self.capacity - self.used} of {self.capacity} B free in "
+            f"{len(self.free_blocks)} block(s)); free tensors no longer used (w.free) or place "
+            f"it on another PE")
+
+    def free(self, addr: int, nbytes: int) -> None:
+        """Return ``[addr, addr + nbytes)`` (as allocated) and merge it with free neighbours."""
+        off = addr - self.base
+        size = -(-max(nbytes, 1) // self.align) * self.align
+        self.used -= size
+        blocks = self.free_blocks
+        i = bisect.bisect_left(blocks, (off,))
+        if i > 0 and blocks[i - 1][0] + blocks[i - 1][1] == off:
+            i -= 1
+            off, size = blocks[i][0], blocks[i][1] + size
+            del blocks[i]
+        if i < len(blocks) and off + size == blocks[i][0]:
+            size += blocks[i][1]
+            del blocks[i]
+        blocks.insert(i, (off, size))
+
+
 class Region:
     """An allocated address range: a tensor shard, a TCM buffer, scratch."""
 
@@ -355,6 +409,11 @@ class RegionMap:
         self._starts.insert(i, region.start)
         self._regions.insert(i, region)
         return region
+
+    def remove(self, region: Region) -> None:
+        i = bisect.bisect_left(self._starts, region.start)
+        if i < len(self._regions) and self._regions[i] is region:
+            del self._starts[i], self._regions[i]
 
     def remove_space(self, space: str) -> None:
         keep = [r for r in self._regions if r.space != space]

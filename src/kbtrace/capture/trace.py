@@ -34,10 +34,10 @@ from kbtrace import __version__, schema
 from kbtrace._io import BatchWriter, atomic_dir, file_hash, json_type, read_json_object, write_json
 from kbtrace.capture.dtypes import compare, to_storage
 from kbtrace.capture.executor import ExecResult, execute, gather_outputs
-from kbtrace.capture.hostcopy import CopySpec, emit_copy
+from kbtrace.capture.hostcopy import apply as apply_host
 from kbtrace.capture.scheduler import LaunchRun
 from kbtrace.capture.tracer import STRICT, OpSink, Tracer
-from kbtrace.capture.workload import Workload, load_workload, parse_params, user_frame
+from kbtrace.capture.workload import LaunchSpec, Workload, load_workload, parse_params, user_frame
 from kbtrace.errors import CaptureError, SchemaError
 
 __all__ = ["capture", "open_trace", "check_meta", "Trace", "TRACE_FORMAT"]
@@ -102,6 +102,8 @@ def _memory_rows(w: Workload, refs: dict[str, np.ndarray]) -> Iterator[tuple[dic
                                                                             np.ndarray]]:
     """(row without ``data``, contiguous storage array) per tensor shard, then per reference."""
     for t in w.tensors.values():
+        if getattr(t, "staged", False):     # its values arrive by h2d from its staging tensor
+            continue
         for s in t.shards:
             idx = tuple(slice(o, o + n) for o, n in zip(s.offset, s.shape, strict=True))
             dev = t.space != "host"
@@ -260,8 +262,8 @@ def _capture(workload_path: Any, topology: Any, params: Any, out_dir: Any, golde
             try:
                 li = host_seq = 0
                 for spec in w.actions:
-                    if isinstance(spec, CopySpec):
-                        host_seq = emit_copy(tracer, spec, host_seq)
+                    if not isinstance(spec, LaunchSpec):     # copies, frees, mappings
+                        host_seq = apply_host(tracer, spec, host_seq)
                         continue
                     coords = spec.coords
 

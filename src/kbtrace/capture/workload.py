@@ -40,8 +40,8 @@ from typing import Any
 import numpy as np
 
 from kbtrace.capture.dtypes import STORAGE, check_dtype, itemsize, to_compute, to_storage
-from kbtrace.capture.hostcopy import HOST_BASE, HOST_BYTES, CopySpec
-from kbtrace.capture.memory import Allocator, Region
+from kbtrace.capture.hostcopy import HOST_BASE, HOST_BYTES, CopySpec, FreeSpec, MapSpec
+from kbtrace.capture.memory import Allocator, FreeList, Region
 from kbtrace.errors import CaptureError
 
 __all__ = ["Workload", "Tensor", "Shard", "Random", "PerRank", "LaunchSpec", "load_workload",
@@ -97,6 +97,10 @@ class Tensor:
     role: str = "input"
     #: "hbm" (device, on the shards' PEs) or "host" (host memory: kernels cannot address it)
     space: str = "hbm"
+    #: placed in memory a freed tensor had: its values come by an h2d from ``<name>.init``
+    staged: bool = False
+    freed: bool = False
+    regions: list[Region] = field(default_factory=list)
 
     @property
     def addr(self) -> int:
@@ -142,7 +146,7 @@ class Workload:
         #: launches and host copies in declaration order (the host program)
         self.actions: list[Any] = []
         self.outputs: dict[str, Callable[[dict[str, np.ndarray]], Any]] = {}
-        self._hbm: dict[tuple[int, int, int], Allocator] = {}
+        self._hbm: dict[tuple[int, int, int], FreeList] = {}
         self._host = Allocator(HOST_BASE, HOST_BYTES, "host memory", 256)
         self._cubes = topo.n_sips * topo.cubes_per_sip
 
@@ -163,7 +167,8 @@ class Workload:
                                f"{self._cubes} cubes); use a smaller grid")
         return (pid1 // self.topo.cubes_per_sip, pid1 % self.topo.cubes_per_sip, pid0)
 
-    def _alloc(self, sip: int, cube: int, pe: int, nbytes: int, label: str) -> int:
+    def _alloc(self, sip: int, cube: int, pe: int, nbytes: int, label: str) -> tuple[int, bool]:
+        """(address, reuses freed memory) of ``nbytes`` on a PE's HBM slice (first fit)."""
         key = (sip, cube, pe)
         if not (0 <= sip < self.topo.n_sips and 0 <= cube < self.topo.cubes_per_sip
                 and 0 <= pe < self.topo.pes_per_cube):
@@ -172,7 +177,7 @@ class Workload:
         alloc = self._hbm.get(key)
         if alloc is None:
             base = self._tracer.addr.hbm_addr(sip, cube, pe * self.topo.hbm_slice_bytes)
-            alloc = self._hbm[key] = Allocator(
+            alloc = self._hbm[key] = FreeList(
                 base, self.topo.hbm_slice_bytes, f"HBM slice of sip{sip}.cube{cube}.pe{pe}", 256)
         return alloc.alloc(max(nbytes, 1), label)
 
@@ -296,16 +301,43 @@ class Workload:
                 shp = tuple(step if d == axis else s for d, s in enumerate(shape))
                 places.append((own, off, shp, 0))
             t.sharded = True
+        regions = []
         for i, (own, off, shp, rep) in enumerate(places):
             nbytes = math.prod(shp) * itemsize(dtype)
             label = f"tensor {name!r}" + (f" shard {i}" if t.sharded else "")
-            addr = self._alloc(*own, nbytes, label)
+            addr, reused = self._alloc(*own, nbytes, label)
+            t.staged = t.staged or reused
             t.shards.append(Shard(i, own[0], own[1], own[2], addr, off, shp, rep))
-            self._tracer.regions.add(Region(addr, nbytes, label, "hbm", dtype))
-            idx = tuple(slice(o, o + s) for o, s in zip(off, shp, strict=True))
-            self._tracer.write_initial(addr, np.ascontiguousarray(t.stored[idx]))
+            regions.append(Region(addr, nbytes, label, "hbm", dtype))
         self.tensors[name] = t
+        t.regions = regions
+        if t.staged:
+            # memory a freed tensor had: it is mapped, and its values arrive by an h2d from a
+            # host staging copy, where the host program reaches this declaration
+            self.actions.append(MapSpec(regions))
+            self.copy_to_device(self.host_tensor(f"{name}.init", shape, dtype, t.stored), t)
+            return t
+        for reg, s in zip(regions, t.shards, strict=True):
+            self._tracer.regions.add(reg)
+            idx = tuple(slice(o, o + n) for o, n in zip(s.offset, s.shape, strict=True))
+            self._tracer.write_initial(s.addr, np.ascontiguousarray(t.stored[idx]))
         return t
+
+    def free(self, tensor: Tensor) -> None:
+        """Release a device tensor's HBM after the launches declared so far: later tensors may
+        reuse it (ADR-0048 first fit + coalescing); a kernel touching it after this point is an
+        unallocated-memory error."""
+        t = self._own(tensor, "free", "hbm")
+        if t.freed:
+            raise CaptureError(f"workload {self.name!r}: tensor {t.name!r} freed twice")
+        if t.role == "output":
+            raise CaptureError(f"workload {self.name!r}: tensor {t.name!r} is an output, which "
+                               f"must stay allocated; copy it to the host first (w.copy_to_host) "
+                               f"and make the host tensor the output")
+        for s in t.shards:
+            self._hbm[(s.sip, s.cube, s.pe)].free(s.addr, math.prod(s.shape) * itemsize(t.dtype))
+        t.freed = True
+        self.actions.append(FreeSpec(t))
 
     def host_tensor(self, name: str, shape: Sequence[int] | int, dtype: str = "f32",
                     init: Any = "zeros") -> Tensor:
@@ -440,6 +472,11 @@ class Workload:
         """Declare ``tensor`` an output; ``reference(values)`` computes it from initial values."""
         if tensor.name not in self.tensors:
             raise CaptureError(f"output {tensor.name!r} is not a tensor of this workload")
+        if tensor.staged or tensor.freed:
+            state = "freed" if tensor.freed else "in memory a freed tensor had"
+            raise CaptureError(f"output {tensor.name!r} is {state}; outputs are checked from "
+                               f"their memory at the end: copy it to the host (w.copy_to_host) "
+                               f"and make the host tensor the output")
         tensor.role = "output"
         self.outputs[tensor.name] = reference
 
