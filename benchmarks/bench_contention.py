@@ -34,7 +34,7 @@ from kbtrace.topology import compile_topology  # noqa: E402
 TOPOS = ("small", "default")
 FUZZ = 12                       # random kernels per topology
 #: workload parameters a topology needs (gemm_sharded splits M over every cube: 32 on default)
-PARAMS = {"default": {"gemm_sharded": ["M=1024", "N=1024"]}}
+PARAMS = {"default": {"gemm_sharded": ["M=1024", "N=1024"], "all_gather": ["peers=16"]}}
 
 
 def _row(kind: str, name: str, e) -> tuple:

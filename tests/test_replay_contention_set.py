@@ -18,9 +18,9 @@ from test_replay_util import TOPO_DIR
 BOUNDS = {
     "small": {"one_to_many": (1e-6, 1e-6), "many_to_one": (0.012, 0.61),
               "cross_mesh": (0.035, 0.44), "ucie_readers_2": (1e-9, 1e-9),
-              "ucie_readers_4": (0.25, 0.30), "ucie_crossing": (0.056, 0.26),
-              "mixed_sizes": (0.006, 1.65), "far_readers_4": (0.94, 1.19),
-              "readers_writers": (0.104, 2.2)},
+              "ucie_readers_4": (0.241, 0.29), "ucie_crossing": (0.056, 0.26),
+              "mixed_sizes": (0.006, 1.65), "far_readers_4": (0.024, 0.20),
+              "readers_writers": (0.021, 1.63)},
 }
 BOUNDS["default"] = {**BOUNDS["small"], "far_readers_4": (1e-9, 0.53)}
 

@@ -160,20 +160,20 @@ def add_shares(lt: list[float], lr: list[float], s: float, e: float,
 
 
 def fit_rate(lt: list[float], lr: list[float], now: float, h: float, hd: float, body: float,
-              tail_at: float, last: float, busy: float) -> tuple[float, float, float]:
+             tail_at: float, last: float, busy: float) -> tuple[float, float, float]:
     """Book a link for a stream whose head reaches it at ``h`` and whose last flit is ready at
     ``tail_at``: returns when its service starts and when its head and its tail have
     crossed (``(start, head, tail)``).
 
     Free (``take_rate`` at ``h``): head ``h + hd``, tail ``max(tail_at, h + body) + last``,
-    at the share ``rho = busy / (tail - h)`` its input allows. Otherwise the stream gets
-    what the link has to spare, ``min(rho, 1 - booked)`` at each moment (nothing while
-    another stream holds it all), and books that: it is served as its flits would
-    interleave with the others' (which keep their times), from its arrival on, using gaps
-    of any length; its head has crossed when ``hd * rho`` of work is done, its tail when all
-    of it (``busy``) is and no earlier than ``tail_at + last``; it starts at its first
-    moment with bandwidth (its queueing; the head may cross later than ``start + hd``, the
-    stream being served slower, not later).
+    at the share ``rho = busy / (tail - h)`` its input allows. Otherwise the stream is a
+    queue at the link: its work arrives at the rate ``rho`` from ``h`` on, and the link
+    serves it with what it has to spare (``1 - booked``, the others keeping their times),
+    at most as fast as it arrives while nothing waits, and as fast as the spare bandwidth
+    allows while some of it waits (a stream held back catches up afterwards, as its queued
+    flits do in flit mode). It books what it is served, piece by piece; its head has crossed
+    when ``hd * rho`` of work is done, its tail when all of it (``busy``) is and no earlier
+    than ``tail_at + last``; it starts at its first moment with bandwidth (its queueing).
     """
     e = h + body
     if e < tail_at:
@@ -186,37 +186,72 @@ def fit_rate(lt: list[float], lr: list[float], now: float, h: float, hd: float, 
     rho = busy / (e - h)
     if rho > 1.0:
         rho = 1.0
+    e_in = h + busy / rho               # all of its work has arrived
+    tiny = 1e-12 * (busy if busy > 1.0 else 1.0)
     n = len(lt)
     k = bisect_right(lt, h) - 1
     t0 = h
     done = 0.0
     head_work = hd * rho
     head = start = -1.0
-    shares = []
-    while True:
-        m = 1.0 - (lr[k] if k >= 0 else 0.0)
-        if m > rho:
-            m = rho
-        elif m <= RATE_EPS:
-            m = 0.0
+    end = h
+    pieces: list[tuple[float, float, float]] = []
+    finished = False
+    while not finished:
+        c = 1.0 - (lr[k] if k >= 0 else 0.0)
+        if c <= RATE_EPS:
+            c = 0.0
         t1 = lt[k + 1] if k + 1 < n else _INF
-        if m > 0.0:
-            if start < 0.0 and t1 - t0 > TIME_EPS:      # (not a sliver left by rounding)
+        while c > 0.0 and t0 < t1:
+            arrived = busy if t0 >= e_in else rho * (t0 - h)
+            backlog = arrived - done
+            if backlog > tiny:          # some of it waits: as fast as the link spares
+                rate = c
+                t_next = t1
+                if t0 < e_in:
+                    if e_in < t_next:
+                        t_next = e_in
+                    if c > rho:
+                        clear = t0 + backlog / (c - rho)
+                        if clear < t_next:
+                            t_next = clear
+                elif t0 + backlog / c < t_next:
+                    t_next = t0 + backlog / c
+            else:                       # nothing waits: as fast as it arrives, if it can
+                rate = rho if rho < c else c
+                t_next = e_in if e_in < t1 else t1
+                if t_next <= t0:        # (all of it arrived and served)
+                    t_next = t0 + (busy - done) / rate if busy > done else t0
+            got = done + rate * (t_next - t0)
+            if start < 0.0 and t_next - t0 > TIME_EPS:
                 start = t0
-            got = done + m * (t1 - t0)
             if head < 0.0 and got >= head_work:
-                head = t0 + (head_work - done) / m
-            if got >= busy - TIME_EPS:
-                end = t0 + (busy - done) / m
-                if end > t1:
-                    end = t1
-                shares.append(m)
+                head = t0 + (head_work - done) / rate
+            if got >= busy - tiny:
+                end = t0 + (busy - done) / rate
+                pieces.append((t0, end, rate))
+                finished = True
                 break
+            pieces.append((t0, t_next, rate))
             done = got
-        shares.append(m)
-        t0 = t1
+            t0 = t_next
+        if finished:
+            break
+        if t1 > t0:
+            t0 = t1
         k += 1
-    add_shares(lt, lr, h, end, shares)
+    a0 = b0 = r0 = -1.0
+    for a, b, r in pieces:              # book them, touching pieces of one rate merged
+        if a == b0 and r == r0:
+            b0 = b
+            continue
+        if b0 > a0 and r0 > 0.0:
+            add_shares(lt, lr, a0, b0, (r0,))
+        a0, b0, r0 = a, b, r
+    if b0 > a0 and r0 > 0.0:
+        add_shares(lt, lr, a0, b0, (r0,))
+    if head < 0.0:
+        head = end
     tail = tail_at + last
     return (start if start >= 0.0 else h), head, (end if end > tail else tail)
 
