@@ -116,6 +116,8 @@ class Program(IpcqMixin):
         self.n_async = 0
         self.outstanding: list[CompletionHandle] = []
         self.blocked: tuple[str, str, str | None, int | None] | None = None
+        #: (channel, slots needed, nbytes) while blocked in tl.send waiting for slots
+        self.blocked_send: tuple[tuple[int, int, str], int, int] | None = None
         self.queued = False
         self.done = False
         self.glet: Any = None

@@ -14,6 +14,12 @@ the message arrives on q's direction ``reverse_direction(q, p, d)`` (the
 opposite direction if q points back that way, else the first direction of q
 pointing at p, ADR-0025) and is matched in order on the channel
 (sender, receiver, direction) by sequence number.
+
+IPCQ credits: each channel is one rx buffer of ``n_slots`` slots (the launch's IPCQ
+settings, else ``pe.ipcq`` of the topology); a message holds ``slots_for(nbytes)`` of
+them from its send until its receive, and a send that finds too few free blocks its
+program (``_ipcq``). A deadlock report names each blocked send with its buffer, the
+slots it needs, the free ones and the sends holding the rest, and how to fix it.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import greenlet
 
+from kbtrace.capture._ipcq import ipcq_json
 from kbtrace.capture.handles import ACTIVE
 from kbtrace.capture.program import _PKG_DIR, Program
 from kbtrace.errors import CaptureError, DeadlockError, KbtraceError, SanitizerError
@@ -62,8 +69,18 @@ class LaunchRun:
                  grid: tuple[int, int], coords: list[tuple[int, int, int]],
                  args_for: Callable[[Program], tuple[tuple[Any, ...], dict[str, Any]]],
                  neighbors: Mapping[int, Mapping[str, int]] | None,
-                 pids: list[tuple[int, int]] | None = None) -> None:
+                 pids: list[tuple[int, int]] | None = None,
+                 ipcq: Mapping[str, Any] | None = None) -> None:
         self.tracer, self.launch, self.kernel = tracer, launch, kernel
+        base = tracer.params.pe.ipcq
+        settings = dict(ipcq or {})
+        self.n_slots = int(settings.get("n_slots", base.n_slots))
+        self.slot_bytes = int(settings.get("slot_bytes", base.slot_bytes))
+        #: extra_json of this launch's IPCQ ops (None: the topology's pe.ipcq applies)
+        self.ipcq_json = ipcq_json(settings)
+        self.slots: dict[tuple[int, int, str], int] = {}
+        self.held: dict[tuple[int, int, str], deque[tuple[Any, int]]] = {}
+        self.send_waiters: dict[tuple[int, int, str], Program] = {}
         self.kernel_name = getattr(kernel, "__name__", "kernel")
         self.grid = grid
         self.neighbors = {int(k): dict(v) for k, v in (neighbors or {}).items()}
@@ -105,6 +122,25 @@ class LaunchRun:
         raise CaptureError(f"kernel {self.kernel_name!r}: program {me} sends {my_dir!r} to program "
                            f"{peer}, but program {peer} has no direction pointing back; make the "
                            f"neighbour table symmetric")
+
+    def slots_for(self, nbytes: int) -> int:
+        """Slots one message of ``nbytes`` holds: ceil(nbytes / slot_bytes), 1..n_slots."""
+        return max(1, min(self.n_slots, -(-int(nbytes) // self.slot_bytes)))
+
+    def free_slots(self, chan: tuple[int, int, str]) -> int:
+        return self.slots.get(chan, self.n_slots)
+
+    def take_slots(self, chan: tuple[int, int, str], k: int) -> None:
+        self.slots[chan] = self.free_slots(chan) - k
+
+    def release_slots(self, chan: tuple[int, int, str], k: int) -> None:
+        self.slots[chan] = self.free_slots(chan) + k
+        held = self.held.get(chan)
+        if held:
+            held.popleft()
+        waiter = self.send_waiters.pop(chan, None)
+        if waiter is not None:
+            self.wake(waiter)
 
     def wake(self, prog: Program) -> None:
         if prog.blocked is not None and not prog.queued:
@@ -152,14 +188,34 @@ class LaunchRun:
                 prog.done = True
         live = [p for p in self.programs if not p.done]
         if live:
-            lines = "; ".join(
-                f"program {p.index} (sip{p.sip}.cube{p.cube}.pe{p.pe}) in {p.blocked[0]}"
-                f"({p.blocked[1]!r}) at {p.blocked[2]}:{p.blocked[3]}"
-                for p in live if p.blocked is not None)
+            lines = "; ".join(self._blocked_line(p) for p in live if p.blocked is not None)
+            sends = [p for p in live if p.blocked_send is not None]
+            fix = ("every recv needs a send from its neighbour issued before that neighbour "
+                   "blocks")
+            if sends:
+                need = max(sum(-(-int(o.nbytes) // self.slot_bytes) for o, _ in
+                               self.held.get(p.blocked_send[0], ()))
+                           + -(-p.blocked_send[2] // self.slot_bytes) for p in sends)
+                fix = (f"a send waits for IPCQ slots its receiver frees only at a later recv: "
+                       f"post the peer's tl.recv / tl.recv_async before the next send, send "
+                       f"smaller messages, or raise the buffer (--set pe.ipcq.n_slots={need}, "
+                       f"now {self.n_slots} x pe.ipcq.slot_bytes={self.slot_bytes})")
             raise DeadlockError(f"deadlock in launch {self.launch} (kernel {self.kernel_name!r}): "
-                                f"every live program is blocked: {lines}; every recv needs a send "
-                                f"from its neighbour issued before that neighbour blocks")
+                                f"every live program is blocked: {lines}; {fix}")
         self._check_end()
+
+    def _blocked_line(self, p: Program) -> str:
+        call, direction, file, line = p.blocked
+        s = (f"program {p.index} (sip{p.sip}.cube{p.cube}.pe{p.pe}) in {call}({direction!r}) "
+             f"at {file}:{line}")
+        if p.blocked_send is not None:
+            chan, k, nbytes = p.blocked_send
+            held = ", ".join(f"send op {o.op_id} at {o.src_file}:{o.src_line} ({k_} slots)"
+                             for o, k_ in self.held.get(chan, ()))
+            s += (f" needs {k} slot(s) for {nbytes} B on its {direction!r} buffer to program "
+                  f"{chan[1]}: {self.free_slots(chan)} of {self.n_slots} free, held by "
+                  f"{held or 'nothing'} not yet received")
+        return s
 
     def _check_end(self) -> None:
         for (rx, rx_dir), q in sorted(self.channels.items()):

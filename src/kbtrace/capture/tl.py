@@ -29,9 +29,12 @@ Compute (deferred: returns pending handles)::
                      epilogue=[{"op": "bias", "bias": rbias}, {"op": "relu"}])
     tl.wait(h)
 
-IPCQ (by direction, matched by sender, receiver, direction and sequence)::
+IPCQ (by direction, matched by sender, receiver, direction and sequence; one rx
+buffer of ``n_slots`` slots per direction, a send blocks while its buffer is full)::
 
     tl.send("intra_E", h); x = tl.recv("intra_W", (64,), "f32")
+    tl.send("E", src_addr=ptr, shape=(64,), dtype="f16", space="hbm")
+    tl.recv("W", (64,), "f16", dst_addr=ptr, space="hbm"); tl.recv_no_consume("W", (64,), "f16")
     f = tl.recv_async("intra_W"); x = tl.wait(f)
 """
 
@@ -48,7 +51,7 @@ __all__ = [
     "num_pes", "load", "store", "ref", "dot", "composite",
     "exp", "log", "sqrt", "abs", "sigmoid", "cos", "sin", "maximum", "minimum", "fma", "clamp",
     "where", "softmax", "sum", "max", "min", "arange", "zeros", "full", "trans", "cdiv",
-    "add", "sub", "mul", "div", "send", "recv", "recv_async", "wait", "cycles", "sizeof",
+    "add", "sub", "mul", "div", "send", "recv", "recv_no_consume", "recv_async", "wait", "cycles", "sizeof",
     "TensorHandle", "CompletionHandle", "RecvFuture",
 ]
 
@@ -263,14 +266,26 @@ def full(shape: Any, value: float, dtype: str = "f16") -> TensorHandle:
 
 
 # ---------------------------------------------------------------------- IPCQ / control
-def send(direction: str, src: TensorHandle) -> None:
-    """Send a TCM tensor to the neighbour in ``direction`` (fire and forget; may be pending)."""
-    (_get() or active()).send(direction, src)
+def send(direction: str, src: TensorHandle | None = None, *, src_addr: int | None = None,
+         nbytes: int | None = None, shape: Any = None, dtype: str = "f16",
+         space: str = "tcm") -> None:
+    """Send to the neighbour in ``direction``: a TCM handle ``src`` (may be pending), or the
+    raw-address form ``src_addr=ptr, shape=(...) | nbytes=N, dtype=, space="hbm"|"sram"|"tcm"``
+    (the DMA reads memory directly). Blocks while the direction's rx buffer lacks free slots."""
+    (_get() or active()).send(direction, src, src_addr, nbytes, shape, dtype, space)
 
 
-def recv(direction: str, shape: Any = None, dtype: str | None = None) -> TensorHandle:
-    """Block until the neighbour in ``direction`` sent; returns the payload in TCM."""
-    return (_get() or active()).recv(direction, shape, dtype)
+def recv(direction: str, shape: Any = None, dtype: str | None = None, *,
+         dst_addr: int | None = None, space: str | None = None) -> TensorHandle:
+    """Block until the neighbour in ``direction`` sent; returns the payload in a fresh TCM
+    buffer, or with ``dst_addr=`` (and ``space=`` "tcm"|"hbm"|"sram") copies it there."""
+    return (_get() or active()).recv(direction, shape, dtype, dst_addr, space)
+
+
+def recv_no_consume(direction: str, shape: Any = None, dtype: str | None = None) -> TensorHandle:
+    """DIAGNOSTIC ONLY (ADR-0046 D3): ``tl.recv`` whose slot read costs nothing in replay
+    (to compare IPCQ with a one-sided DMA store); not for production kernels."""
+    return (_get() or active()).recv(direction, shape, dtype, None, None, consume=False)
 
 
 def recv_async(direction: str, shape: Any = None, dtype: str | None = None) -> RecvFuture:

@@ -274,7 +274,7 @@ def _capture(workload_path: Any, topology: Any, params: Any, out_dir: Any, golde
                                 {k: w.resolve_arg(v, c) for k, v in spec.kwargs.items()})
 
                     run = LaunchRun(tracer, li, spec.kernel, spec.grid, coords, args_for,
-                                    spec.neighbors, spec.pids)
+                                    spec.neighbors, spec.pids, spec.ipcq)
                     first = tracer.next_op
                     run.run()
                     tracer.regions.remove_space("tcm")

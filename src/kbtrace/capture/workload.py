@@ -133,6 +133,8 @@ class LaunchSpec:
     #: (sip, cube, pe) and (pid0, pid1) of every program, in program order
     coords: list[tuple[int, int, int]] = field(default_factory=list)
     pids: list[tuple[int, int]] = field(default_factory=list)
+    #: this launch's IPCQ settings (None: the topology's pe.ipcq)
+    ipcq: Mapping[str, Any] | None = None
 
 
 class Workload:
@@ -428,11 +430,15 @@ class Workload:
                args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None,
                neighbors: Mapping[int, Mapping[str, int]] | None = None, *,
                sips: Any = None, cubes: Any = None, pes: Any = None,
-               on: Tensor | Sequence[Tensor] | None = None) -> LaunchSpec:
+               on: Tensor | Sequence[Tensor] | None = None,
+               ipcq: Mapping[str, Any] | None = None) -> LaunchSpec:
         """Run ``kernel(tl, *args, **kwargs)`` on every program of ``grid`` = (PEs, cubes), or
         (sparse) on the PEs ``pes`` of cubes ``cubes`` of SIPs ``sips`` (each an int, a list
         or None = all), or on the PEs holding a shard of tensor ``on`` (or of any of a list of
-        tensors; of SIPs ``sips``)."""
+        tensors; of SIPs ``sips``).
+
+        ``ipcq``: this launch's IPCQ settings (``n_slots``, ``slot_bytes``, ``buffer_kind``),
+        overriding the topology's ``pe.ipcq`` for its sends and receives (recorded per op)."""
         if not callable(kernel):
             raise CaptureError(f"workload {self.name!r}: launch needs a kernel function, got "
                                f"{type(kernel).__name__}")
@@ -463,7 +469,7 @@ class Workload:
             pids = [(i % g[0], i // g[0]) for i in range(g[0] * g[1])]
             coords = [self.coord(a, b) for a, b in pids]
         spec = LaunchSpec(kernel, (g[0], g[1]), tuple(args), dict(kwargs or {}), neighbors,
-                          coords, pids)
+                          coords, pids, check_ipcq(ipcq, self.name))
         self.launches.append(spec)
         self.actions.append(spec)
         return spec
@@ -516,6 +522,31 @@ def user_frame(exc: BaseException, path: str | Path) -> str:
     mine = [f for f in tb if Path(f.filename).resolve() == Path(path).resolve()]
     f = (mine or tb or [None])[-1]
     return f"{f.filename}:{f.lineno}" if f is not None else str(path)
+
+
+_IPCQ_KEYS = {"n_slots": int, "slot_bytes": int, "buffer_kind": str}
+_BUFFER_KINDS = ("tcm", "sram", "hbm")
+
+
+def check_ipcq(ipcq: Mapping[str, Any] | None, where: str) -> dict[str, Any] | None:
+    """Validated per-launch IPCQ settings (None: the topology's)."""
+    if not ipcq:
+        return None
+    out: dict[str, Any] = {}
+    for k, v in ipcq.items():
+        if k not in _IPCQ_KEYS:
+            raise CaptureError(f"workload {where!r}: unknown IPCQ setting {k!r}; use "
+                               f"{', '.join(_IPCQ_KEYS)}")
+        if k == "buffer_kind":
+            if v not in _BUFFER_KINDS:
+                raise CaptureError(f"workload {where!r}: buffer_kind={v!r}; use one of "
+                                   f"{', '.join(_BUFFER_KINDS)}")
+            out[k] = str(v)
+        else:
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or int(v) < 1:
+                raise CaptureError(f"workload {where!r}: {k}={v!r} must be an int >= 1")
+            out[k] = int(v)
+    return out
 
 
 def load_workload(path: str | Path) -> ModuleType:

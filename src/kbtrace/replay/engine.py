@@ -25,6 +25,7 @@ granted in the order transfers start, i.e. the same order.
 from __future__ import annotations
 
 import gc
+import json
 import os
 import time
 from collections import defaultdict
@@ -47,7 +48,7 @@ from kbtrace._io import (
     write_table,
 )
 from kbtrace.errors import KbtraceError, ReplayError
-from kbtrace.replay import invariants
+from kbtrace.replay import invariants, ipcq
 from kbtrace.replay.fabric import make_fabric
 from kbtrace.replay.hbm import HbmController
 from kbtrace.replay.ops import COLUMNS, HOST_KINDS, Op, load_ops, plan_for
@@ -81,7 +82,8 @@ def _open(trace: Any) -> tuple[Path | None, dict[str, Any], pa.Table]:
     else:
         from kbtrace.capture import open_trace
         trace = open_trace(trace, hashed=("ops.parquet",))
-    table = read_parquet_lean(trace.ops_path, list(dict.fromkeys((*COLUMNS, *_OT_COLUMNS))))
+    table = read_parquet_lean(trace.ops_path, list(dict.fromkeys((*COLUMNS, *_OT_COLUMNS,
+                                                                 "src_file", "src_line"))))
     return trace.path, dict(trace.meta), table
 
 
@@ -111,7 +113,13 @@ class Sim:
         self._on_done: dict[int, list[Callable[[], Any]]] = {}
         self._waiters: dict[int, simpy.Event] = {}
         self._ready: dict[int, simpy.Event] = {}
-        self._chan: dict[tuple[int, int, int], simpy.Container] = {}
+        self._chan: dict[tuple[int, int, int, str], simpy.Container] = {}
+        self._ipcq_cfg: dict[str | None, tuple[int, int, str]] = {}
+        #: for deadlock reports: sends waiting for slots (op_id -> slots needed), and the
+        #: sends holding each buffer's slots (channel key -> op_ids), see ``ipcq.diagnose``
+        self.ipcq_waiting: dict[int, int] = {}
+        self.ipcq_held: dict[tuple[int, int, int, str], list[int]] = {}
+        self.src_lines: Any = None
         self._match: dict[int, int] = {}
         self._resolved: dict[int, int] = {}
         self._plans: dict[tuple[Any, ...], Any] = {}
@@ -253,13 +261,29 @@ class Sim:
     def match_of(self, recv: Op) -> int:
         return self._match[recv.op_id]
 
+    def ipcq_params(self, op: Op) -> tuple[int, int, str]:
+        """(n_slots, slot_bytes, buffer_kind) of an IPCQ op: its launch's settings
+        (``extra_json`` ``{"ipcq": {...}}``), else the topology's ``pe.ipcq``."""
+        key = op.extra_json
+        got = self._ipcq_cfg.get(key)
+        if got is None:
+            p = self.params.pe.ipcq
+            over = json.loads(key).get("ipcq", {}) if key else {}
+            got = self._ipcq_cfg[key] = (int(over.get("n_slots", p.n_slots)),
+                                         int(over.get("slot_bytes", p.slot_bytes)),
+                                         str(over.get("buffer_kind", p.buffer_kind)))
+        return got
+
     def ipcq_channel(self, send: Op) -> tuple[simpy.Container, int]:
-        p = self.params.pe.ipcq
-        key = (send.launch, send.program, send.peer_program if send.peer_program is not None else -1)
+        """The rx buffer of ``send``'s (sender, receiver, direction) and the slots it takes
+        (ADR-0025: one buffer of ``n_slots`` per direction)."""
+        n_slots, slot_bytes, _kind = self.ipcq_params(send)
+        key = (send.launch, send.program,
+               send.peer_program if send.peer_program is not None else -1, send.direction)
         ch = self._chan.get(key)
         if ch is None:
-            ch = self._chan[key] = simpy.Container(self.env, capacity=p.n_slots, init=p.n_slots)
-        k = max(1, min(p.n_slots, -(-int(send.nbytes) // p.slot_bytes)))
+            ch = self._chan[key] = simpy.Container(self.env, capacity=n_slots, init=n_slots)
+        k = max(1, min(n_slots, -(-int(send.nbytes) // slot_bytes)))
         return ch, k
 
     def ipcq_ready(self, send_id: int) -> simpy.Event:
@@ -268,10 +292,10 @@ class Sim:
             ev = self._ready[send_id] = self.env.event()
         return ev
 
-    def slot_access(self, op_id: int, pe: Pe, nbytes: int, write: bool):
+    def slot_access(self, op_id: int, pe: Pe, nbytes: int, write: bool, kind: str | None = None):
         """Slot write (receiver inbound) or read (recv consume) in the buffer tier."""
         p = self.params.pe.ipcq
-        kind = p.buffer_kind
+        kind = kind or p.buffer_kind
         tier = getattr(p, kind)
         fab = self.fabric
         if kind in ("sram", "hbm") and nbytes > 0:
@@ -468,6 +492,8 @@ def replay(trace: Any, topology: Any, options: ReplayOptions | None = None,
         trace_path, meta, table = _open(trace)
         validate_ops(table, topology, meta)       # the trace fits this topology, or one line
         ops = load_ops(table)
+        src_lines = (table.column("src_file"), table.column("src_line")) \
+            if "src_line" in table.column_names else None
         table = table.select(list(_OT_COLUMNS))    # what op_timing copies; the rest is in ops
         if any(o.op_id != i for i, o in enumerate(ops)):
             raise ReplayError("ops.parquet: op_id is not dense from 0; re-capture the workload")
@@ -480,6 +506,7 @@ def replay(trace: Any, topology: Any, options: ReplayOptions | None = None,
         with atomic_dir(out, "run", inputs=(trace_path, getattr(topology, "source", None))
                         ) as stage:
             sim = Sim(topology, ops, opts, stage)
+            sim.src_lines = src_lines
             phase = "elaborate"
             items = _elaborate(sim)
             sim.env.process(sim.host_program(items))
@@ -489,6 +516,9 @@ def replay(trace: Any, topology: Any, options: ReplayOptions | None = None,
             phase = "finalize"
             unfinished = [o for o in ops if not sim._done[o.op_id]]
             if unfinished:
+                msg = ipcq.diagnose(sim, unfinished)
+                if msg:
+                    raise ReplayError(msg)
                 o = unfinished[0]
                 raise ReplayError(f"{len(unfinished)} op(s) never completed (deadlock); first: "
                                   f"op {o.op_id} ({o.kind}, launch {o.launch}, program "

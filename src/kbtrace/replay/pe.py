@@ -241,10 +241,16 @@ class _Cpu:
         if kind == "send":     # block until the receiver has free slots, then hand off
             self.t0 = now
             ch, k = sim.ipcq_channel(op)
+            sim.ipcq_waiting[op.op_id] = k
             ch.get(k).callbacks.append(self._credit_cb)
             return False
-        if kind == "recv":
-            pe.rx.submit((op, self.t_issue, now))
+        if kind == "recv":     # the rx engine takes it once its data is in the slot
+            item = (op, self.t_issue, now)
+            ready = sim.ipcq_ready(sim.match_of(op))
+            if ready.callbacks is None:
+                pe.rx.submit(item)
+            else:
+                ready.callbacks.append(lambda _e, it=item, sub=pe.rx.submit: sub(it))
         else:
             pe.sched.submit(Command(op, sim.plan(op), self.t_issue))
         if sim._done[op.op_id]:
@@ -265,6 +271,10 @@ class _Cpu:
     def _credits(self, _ev: simpy.Event) -> None:
         op, pe = self.op, self.pe
         now = self.env._now
+        sim = self.sim
+        sim.ipcq_waiting.pop(op.op_id, None)
+        sim.ipcq_held.setdefault((op.launch, op.program, op.peer_program, op.direction),
+                                 []).append(op.op_id)
         self.sim.rec.hop(op.op_id, -1, "ipcq", pe.n_ipcq, -1, self.t0, now, 0.0, now - self.t0, 0)
         self.issued.append(op.op_id)
         pe.tx.submit((op, self.t_issue, now))
@@ -326,34 +336,51 @@ class Pe:
 
     # ------------------------------------------------------------------ IPCQ
     def _ipcq_send(self, item: tuple[Op, float, float]):
-        """DMA vc_comm channel: move the payload into the receiver's slot."""
+        """DMA vc_comm channel: move the payload into the receiver's slot (a raw-address
+        send from HBM / SRAM reads memory on the way: the data leaves from there)."""
         op, t_issue, t_in = item
         env, sim = self.env, self.sim
         t0 = env.now
         if self.dma_ov > 0:
             yield env.timeout(self.dma_ov)
         peer = sim.peer_pe(op)
-        yield sim.fabric.send(op.op_id, -1, self.n_dma, peer.n_dma, int(op.nbytes))
-        yield from sim.slot_access(op.op_id, peer, int(op.nbytes), write=True)
+        nb = int(op.nbytes)
+        if op.src_space in ("hbm", "sram") and nb > 0:
+            src = sim.resolve(op.src_addr)
+            yield sim.fabric.command(op.op_id, -1, self.n_dma, src)
+            if src in sim.hbm:
+                yield sim.hbm_read(op.op_id, -1, src, peer.n_dma, int(op.src_addr), nb)
+            else:
+                yield sim.fabric.send(op.op_id, -1, src, peer.n_dma, nb, int(op.src_addr))
+        else:
+            yield sim.fabric.send(op.op_id, -1, self.n_dma, peer.n_dma, nb)
+        yield from sim.slot_access(op.op_id, peer, nb, True, sim.ipcq_params(op)[2])
         sim.rec.hop(op.op_id, -1, "ipcq", self.n_dma, -1, t_in, env.now, env.now - t0, t0 - t_in,
-                    int(op.nbytes))
+                    nb)
         sim.ipcq_ready(op.op_id).succeed()
         sim.complete(op, t_issue, t0, self.names["ipcq"])
 
     def _ipcq_recv(self, item: tuple[Op, float, float]):
-        """Receiver side: wait for the data, read the slot, return the credit (blocking)."""
+        """Receiver side (its data has landed): read the slot, copy it to ``dst`` when that is
+        not this PE's TCM (``tl.recv(dst_addr=...)``), return the credit (blocking).
+        ``recv_no_consume`` (diagnostic) skips the slot read."""
         op, t_issue, t_in = item
         env, sim = self.env, self.sim
         send_id = sim.match_of(op)
-        ready = sim.ipcq_ready(send_id)
-        if not ready.processed:
-            yield ready
         t0 = env.now
         sim.rec.hop(op.op_id, -1, "ipcq", self.n_ipcq, -1, t_in, t0, 0.0, t0 - t_in, 0)
-        yield from sim.slot_access(op.op_id, self, int(op.nbytes), write=False)
+        nb = int(op.nbytes)
+        send = sim.ops[send_id]
+        if op.name != "recv_no_consume":
+            yield from sim.slot_access(op.op_id, self, nb, False, sim.ipcq_params(send)[2])
+        if op.dst_space in ("hbm", "sram") and nb > 0:
+            yield from sim.dma_write(op.op_id, -1, self.n_dma, int(op.dst_addr), nb)
         sender = sim.peer_pe(op)
         yield sim.fabric.send(op.op_id, -1, self.n_dma, sender.n_dma,
                               int(sim.params.pe.ipcq.credit_bytes))
-        ch, k = sim.ipcq_channel(sim.ops[send_id])
+        ch, k = sim.ipcq_channel(send)
+        held = sim.ipcq_held.get((send.launch, send.program, send.peer_program, send.direction))
+        if held and send_id in held:
+            held.remove(send_id)
         yield ch.put(k)
         sim.complete(op, t_issue, t0, self.names["ipcq"])
