@@ -1,6 +1,6 @@
 """IPCQ deadlock reports: which sends wait for slots, which receives wait for data.
 
-The IPCQ model itself lives with its components: ``engine.Sim`` owns the rx buffers
+The IPCQ model itself lives with its components: ``engine.Sim`` (as ``context.SimContext``) owns the rx buffers
 (one ``simpy.Container`` of ``n_slots`` per (launch, sender, receiver, direction),
 ``ipcq_channel``) and the slot tier costs (``slot_access``); ``pe`` blocks PE_CPU at a
 send until its buffer has the slots (credits), moves the payload on the DMA vc_comm
@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from kbtrace.replay.engine import Sim
+    from kbtrace.replay.context import SimContext as Sim
     from kbtrace.replay.ops import Op
 
 __all__ = ["diagnose"]
