@@ -240,3 +240,23 @@ def test_sip_neighbors_follow_sips_topology(tmp_path) -> None:
     mesh = _sips_topo(tmp_path, 4, "mesh_2d", 2, 2).sip_neighbors(prefix="")
     assert mesh[0] == {"E": 1, "S": 2}
     assert mesh[3] == {"W": 2, "N": 1}
+
+
+@pytest.mark.parametrize("count, pattern, w, h, grid", [
+    (2, "ring_1d", 0, 0, (2, 1)), (4, "ring_1d", 0, 0, (4, 1)), (6, "ring_1d", 0, 0, (6, 1)),
+    (2, "torus_2d", 2, 1, (2, 1)), (4, "torus_2d", 0, 0, (2, 2)), (6, "torus_2d", 3, 2, (3, 2)),
+    (2, "mesh_2d", 1, 2, (1, 2)), (4, "mesh_2d", 0, 0, (2, 2)), (6, "mesh_2d", 2, 3, (2, 3)),
+])
+def test_multi_sip_systems(tmp_path, count, pattern, w, h, grid) -> None:
+    """2, 4 and 6 SIPs on every fabric (ADR-0024 D5): each SIP is built, the grid is explicit."""
+    t = _sips_topo(tmp_path, count, pattern, w, h)
+    assert t.n_sips == count and t.sip_grid() == grid
+    assert {n.sip for n in t.nodes if n.sip is not None} == set(range(count))
+    nb = t.sip_neighbors()
+    for s, table in nb.items():         # every link is matched by one back (symmetric fabric)
+        for peer in table.values():
+            assert s in nb[peer].values()
+    t6 = _sips_topo(tmp_path, 6, "torus_2d", 3, 2).sip_neighbors()
+    assert t6[0] == {"global_E": 1, "global_W": 2, "global_N": 3, "global_S": 3}
+    m6 = _sips_topo(tmp_path, 6, "mesh_2d", 3, 2).sip_neighbors()
+    assert m6[4] == {"global_E": 5, "global_W": 3, "global_N": 1}

@@ -317,6 +317,14 @@ def _validate(p: TopologyParams, src: _Src) -> None:  # noqa: C901 - a flat list
     if s.sips.topology not in SIP_TOPOLOGIES:
         raise _fail(src, "system.sips.topology", s.sips.topology, f"use one of {', '.join(SIP_TOPOLOGIES)}")
     if s.sips.topology != "ring_1d":
+        side = round(math.sqrt(s.sips.count))
+        if not (s.sips.w or s.sips.h) and side * side != s.sips.count:
+            # ADR-0024 D5: the square fallback only for a square count; never a guessed grid
+            raise _fail(src, "system.sips.count", s.sips.count,
+                        f"{s.sips.count} SIPs are not a square, so a {s.sips.topology} grid needs "
+                        f"explicit system.sips.w and system.sips.h with w * h = {s.sips.count} "
+                        f"(e.g. --set system.sips.w=3 --set system.sips.h=2 for 6)",
+                        ("system.sips.topology",))
         w, h = sip_grid(p)
         if w * h != s.sips.count:
             raise _fail(src, "system.sips.w", s.sips.w,

@@ -44,8 +44,8 @@ class SipsParams:
     """How many SIPs the tray holds and how they are connected."""
     count: int = P(2, "-", "number of SIPs (<= 16, 4 address bits)")
     topology: str = P("ring_1d", "-", "inter-SIP pattern for collectives: ring_1d | torus_2d | mesh_2d")
-    w: int = P(0, "-", "SIP grid width for torus_2d/mesh_2d (0 = derive a square grid)")
-    h: int = P(0, "-", "SIP grid height for torus_2d/mesh_2d (0 = derive a square grid)")
+    w: int = P(0, "-", "SIP grid width for torus_2d/mesh_2d (0 = square grid; a non-square count needs w and h)")
+    h: int = P(0, "-", "SIP grid height for torus_2d/mesh_2d (0 = square grid; a non-square count needs w and h)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -326,6 +326,14 @@ class Topology:
             return self.nodes[g.sram[(pa_.sip, pa_.die)]]
         return self.nodes[g.mcpu[(pa_.sip, pa_.die)]]
 
+    def sip_grid(self) -> tuple[int, int]:
+        """(w, h) of the SIP grid: ``system.sips.w/h`` (a square grid when both are omitted and
+        the count is square, ADR-0024 D5); ``ring_1d`` is one row of ``count`` SIPs."""
+        sips = self.params.system.sips
+        if sips.topology == "ring_1d":
+            return sips.count, 1
+        return sip_grid(self.params)
+
     def sip_neighbors(self, prefix: str = "global_") -> dict[int, dict[str, int]]:
         """SIP -> {direction: neighbour SIP} for inter-SIP collectives (``system.sips.topology``).
 
