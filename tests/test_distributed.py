@@ -103,3 +103,32 @@ def test_facade_errors(four, tmp_path, case, want):
         kbtrace.capture(SimpleNamespace(build=build, NAME="bad"), four, out_dir=tmp_path / "t")
     assert want in str(e.value) and "\n" not in str(e.value)
     assert not (tmp_path / "t").exists()
+
+
+def test_reference_layout_dp_row_wise_cubes(tmp_path):
+    """ADR-0032 D2: per rank ``zeros((n_cubes, n_elem))`` with DPPolicy(cube="row_wise",
+    pe="replicate", num_pes=1): one shard per cube's PE 0; after dist.all_reduce every cube of
+    every rank holds the sum over all 2 x 4 cubes."""
+    from kbtrace.host import DPPolicy
+    topo = compile_topology(ROOT / "topologies" / "small.yaml",
+                            overrides={"system.sips.count": 2})
+
+    def build(w, p):
+        dist = w.distributed()
+        dist.init_process_group()
+        dp = DPPolicy(cube="row_wise", pe="replicate", num_cubes=4, num_pes=1)
+        ts = []
+
+        def worker(rank):
+            vals = np.arange(4 * 32, dtype=np.float32).reshape(4, 32) + 100 * rank
+            t = w.tensor(f"t{rank}", (4, 32), "f16", vals, dp=dp, sip=rank)
+            ts.append(t)
+            dist.all_reduce(t)
+        dist.spawn(worker)
+        total = sum((np.arange(128, dtype=np.float32).reshape(4, 32) + 100 * r) for r in (0, 1))
+        for t in ts:
+            w.output(t, reference=lambda v: np.broadcast_to(total.sum(0), (4, 32)))
+    tr = kbtrace.capture(SimpleNamespace(build=build, NAME="d2"), topo, out_dir=tmp_path / "t")
+    assert all(c["ok"] for c in tr.meta["reference_check"].values())
+    assert kbtrace.verify(kbtrace.replay(tr, topo, ReplayOptions(out_dir=tmp_path / "r"))
+                          .run_dir).ok
