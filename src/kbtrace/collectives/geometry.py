@@ -1,9 +1,9 @@
 """Who takes part in a collective, where each PE sits, and its IPCQ neighbours.
 
-A collective's launch grid is ``(P, n_sips * cubes_per_sip)``: program ``(pe, g)`` runs on
-PE lane ``pe`` of global cube ``g`` (SIP ``g // cubes_per_sip``), program index
-``g * P + pe``; only the cubes in ``cubes`` take part (the others return at once).
-Neighbour tables map program index -> {direction: program index}; they are derived from
+A collective is a sparse launch on exactly the taking-part PEs (``members()``: PE lanes
+``0..P-1`` of the cubes ``cubes`` of every SIP), so program index ``i`` is the i-th of them in
+(SIP, cube, PE) order (``index``) and no program runs where no shard lives. Neighbour
+tables map program index -> {direction: program index}; they are derived from
 the topology: the cube mesh (``sip.cube_mesh_w/h``, no wrap), the SIP fabric
 (``Topology.sip_neighbors``: ring_1d / torus_2d / mesh_2d on ``system.sips.w/h``).
 """
@@ -50,15 +50,12 @@ class Geometry:
         return len(self.cubes) == 1
 
     @property
-    def grid(self) -> tuple[int, int]:
-        return (self.pes, self.n_sips * self.cubes_per_sip)
-
-    @property
     def root_cube(self) -> int:
         return self.root[1] * self.cube_w + self.root[0]
 
     def index(self, sip: int, cube: int, pe: int) -> int:
-        return (sip * self.cubes_per_sip + cube) * self.pes + pe
+        """Program index of (sip, cube, pe) in the collective's launch (``members`` order)."""
+        return (sip * len(self.cubes) + self.cubes.index(cube)) * self.pes + pe
 
     def members(self) -> list[tuple[int, int, int]]:
         """(sip, cube, pe) of every taking-part PE, in (SIP, cube, PE) order."""

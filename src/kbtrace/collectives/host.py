@@ -128,6 +128,7 @@ def all_reduce(w: Any, tensors: Any, op: str = "sum", algorithm: str = "lrab",
     addrs = {(s.sip, s.cube, s.pe): s.addr for _, s in shards}
     ipcq = {k: v for k, v in zip(_IPCQ, (buffer_kind, n_slots, slot_bytes), strict=True)
             if v is not None}
-    w.launch(ALGORITHMS[algorithm], grid=g.grid, args=(addrs, nelem, dtype, g),
+    w.launch(ALGORITHMS[algorithm], args=(addrs, nelem, dtype, g), sips=list(range(g.n_sips)),
+             cubes=list(g.cubes), pes=list(range(g.pes)),
              neighbors=neighbor_table(algorithm, g), ipcq=ipcq or None)
     return g

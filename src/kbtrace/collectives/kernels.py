@@ -1,8 +1,9 @@
 """The all-reduce kernels (``lrab``, ``hier3``, ``ring``) and the phases they share.
 
 Every kernel takes ``(tl, addrs, n, dtype, g)``: ``addrs`` maps (sip, cube, pe) to the
-address of that PE's shard (``n`` elements of ``dtype``), ``g`` is the ``Geometry``.
-A program whose PE holds no shard returns at once. Sums accumulate in ``dtype`` with
+address of that PE's shard (``n`` elements of ``dtype``), ``g`` is the ``Geometry``; it runs
+on exactly the PEs holding a shard (a sparse launch) and finds its own with ``tl.sip_id()``,
+``tl.cube_id()``, ``tl.pe_id()``. Sums accumulate in ``dtype`` with
 ``tl`` adds; every shard is overwritten with the total (``tl.store``).
 
 Line phases: positions ``0..n-1`` on a line with the root at ``r``; ``dec`` / ``inc`` are
@@ -111,8 +112,7 @@ def inter_sip(tl: Any, acc: Any, sip: int, g: Any, shape: tuple[int, ...], dtype
 
 def _where(tl: Any, addrs: dict[tuple[int, int, int], int], g: Any
            ) -> tuple[int, int, int, int | None]:
-    pe, gc = tl.program_id(0), tl.program_id(1)
-    sip, cube = divmod(gc, g.cubes_per_sip)
+    sip, cube, pe = tl.sip_id(), tl.cube_id(), tl.pe_id()
     return sip, cube, pe, addrs.get((sip, cube, pe))
 
 
