@@ -24,14 +24,17 @@ from __future__ import annotations
 import json
 import math
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
 
 from kbtrace.capture import _semantics as sem
 from kbtrace.capture.dtypes import check_dtype, itemsize
 from kbtrace.capture.handles import RecvFuture, TensorHandle, caller_line
 from kbtrace.errors import CaptureError, SanitizerError
 
-__all__ = ["IpcqMixin"]
+__all__ = ["IpcqMixin", "check_ipcq", "ipcq_json"]
 
 _SPACES = ("tcm", "hbm", "sram")
 
@@ -254,3 +257,28 @@ class IpcqMixin:
 def ipcq_json(settings: dict[str, Any] | None) -> str | None:
     """The ``extra_json`` of a launch's IPCQ ops when it sets its own IPCQ parameters."""
     return None if not settings else json.dumps({"ipcq": settings}, sort_keys=True)
+
+
+_IPCQ_KEYS = {"n_slots": int, "slot_bytes": int, "buffer_kind": str}
+_BUFFER_KINDS = ("tcm", "sram", "hbm")
+
+
+def check_ipcq(ipcq: Mapping[str, Any] | None, where: str) -> dict[str, Any] | None:
+    """Validated per-launch IPCQ settings (None: the topology's)."""
+    if not ipcq:
+        return None
+    out: dict[str, Any] = {}
+    for k, v in ipcq.items():
+        if k not in _IPCQ_KEYS:
+            raise CaptureError(f"workload {where!r}: unknown IPCQ setting {k!r}; use "
+                               f"{', '.join(_IPCQ_KEYS)}")
+        if k == "buffer_kind":
+            if v not in _BUFFER_KINDS:
+                raise CaptureError(f"workload {where!r}: buffer_kind={v!r}; use one of "
+                                   f"{', '.join(_BUFFER_KINDS)}")
+            out[k] = str(v)
+        else:
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or int(v) < 1:
+                raise CaptureError(f"workload {where!r}: {k}={v!r} must be an int >= 1")
+            out[k] = int(v)
+    return out

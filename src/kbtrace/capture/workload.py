@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from kbtrace.capture._ipcq import check_ipcq
 from kbtrace.capture.dtypes import STORAGE, check_dtype, itemsize, to_compute, to_storage
 from kbtrace.capture.hostcopy import HOST_BASE, HOST_BYTES, CopySpec, FreeSpec, MapSpec
 from kbtrace.capture.memory import Allocator, FreeList, Region
@@ -542,31 +543,6 @@ def user_frame(exc: BaseException, path: str | Path) -> str:
     mine = [f for f in tb if Path(f.filename).resolve() == Path(path).resolve()]
     f = (mine or tb or [None])[-1]
     return f"{f.filename}:{f.lineno}" if f is not None else str(path)
-
-
-_IPCQ_KEYS = {"n_slots": int, "slot_bytes": int, "buffer_kind": str}
-_BUFFER_KINDS = ("tcm", "sram", "hbm")
-
-
-def check_ipcq(ipcq: Mapping[str, Any] | None, where: str) -> dict[str, Any] | None:
-    """Validated per-launch IPCQ settings (None: the topology's)."""
-    if not ipcq:
-        return None
-    out: dict[str, Any] = {}
-    for k, v in ipcq.items():
-        if k not in _IPCQ_KEYS:
-            raise CaptureError(f"workload {where!r}: unknown IPCQ setting {k!r}; use "
-                               f"{', '.join(_IPCQ_KEYS)}")
-        if k == "buffer_kind":
-            if v not in _BUFFER_KINDS:
-                raise CaptureError(f"workload {where!r}: buffer_kind={v!r}; use one of "
-                                   f"{', '.join(_BUFFER_KINDS)}")
-            out[k] = str(v)
-        else:
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or int(v) < 1:
-                raise CaptureError(f"workload {where!r}: {k}={v!r} must be an int >= 1")
-            out[k] = int(v)
-    return out
 
 
 def load_workload(path: str | Path) -> ModuleType:
