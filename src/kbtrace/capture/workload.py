@@ -39,11 +39,11 @@ from typing import Any
 
 import numpy as np
 
+from kbtrace.capture._collective_api import CollectiveMixin
 from kbtrace.capture._ipcq import check_ipcq
 from kbtrace.capture.dtypes import STORAGE, check_dtype, itemsize, to_compute, to_storage
 from kbtrace.capture.hostcopy import HOST_BASE, HOST_BYTES, CopySpec, FreeSpec, MapSpec
 from kbtrace.capture.memory import Allocator, FreeList, Region
-from kbtrace.collectives import Distributed, all_reduce
 from kbtrace.errors import CaptureError
 
 __all__ = ["Workload", "Tensor", "Shard", "Random", "PerRank", "LaunchSpec", "load_workload",
@@ -139,7 +139,7 @@ class LaunchSpec:
     ipcq: Mapping[str, Any] | None = None
 
 
-class Workload:
+class Workload(CollectiveMixin):
     """The host program's view while ``build(w, p)`` runs."""
 
     def __init__(self, topo: Any, name: str, params: SimpleNamespace, tracer: Any) -> None:
@@ -153,7 +153,6 @@ class Workload:
         self._hbm: dict[tuple[int, int, int], FreeList] = {}
         self._host = Allocator(HOST_BASE, HOST_BYTES, "host memory", 256)
         self._cubes = topo.n_sips * topo.cubes_per_sip
-        self._dist: Any = None
 
     # ------------------------------------------------------------------ helpers
     def grid(self, cubes: int | None = None) -> tuple[int, int]:
@@ -476,24 +475,6 @@ class Workload:
         self.launches.append(spec)
         self.actions.append(spec)
         return spec
-
-    # ------------------------------------------------------------------ collectives
-    def all_reduce(self, tensor: Any, op: str = "sum", algorithm: str = "lrab",
-                   root: str = "centre", buffer_kind: str | None = None,
-                   n_slots: int | None = None, slot_bytes: int | None = None) -> Any:
-        """Sum ``tensor`` (or a list of tensors, e.g. one per rank) over all its shards: one
-        launch of a collective (``kbtrace.collectives``: ``algorithm`` lrab | hier3 | ring,
-        lrab's ``root`` centre | corner, this collective's IPCQ ``buffer_kind`` / ``n_slots``
-        / ``slot_bytes``); afterwards every shard holds the total. Returns its geometry."""
-        return all_reduce(self, tensor, op, algorithm, root, buffer_kind, n_slots, slot_bytes)
-
-    def distributed(self) -> Any:
-        """This workload's ``torch.distributed``-like process group (rank = SIP; one per
-        workload): ``init_process_group``, ``get_rank``, ``get_world_size``, ``all_reduce``,
-        ``barrier``, ``spawn`` (``kbtrace.collectives.Distributed``)."""
-        if self._dist is None:
-            self._dist = Distributed(self)
-        return self._dist
 
     def output(self, tensor: Tensor, reference: Callable[[dict[str, np.ndarray]], Any]) -> None:
         """Declare ``tensor`` an output; ``reference(values)`` computes it from initial values."""
