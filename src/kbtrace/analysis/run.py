@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +24,13 @@ import pyarrow.parquet as pq
 from kbtrace import schema
 from kbtrace._integrity import check_digests, check_trace_files
 from kbtrace._io import json_type, read_json_object, trace_hash
+from kbtrace._paths import resolve
 from kbtrace.analysis.sqllib import load_views
 from kbtrace.errors import AnalysisError, KbtraceError, SchemaError, UsageError
 
 __all__ = ["Run", "open_run", "find_trace_dir", "recorded_trace_path", "read_run_json",
            "run_trace_dir", "check_trace_hash", "read_parquet_schema",
-           "corrupt_parquet", "flat_info", "DEFAULT_WINDOWS", "REPLAY_FIX"]
+           "corrupt_parquet", "flat_info", "reproduce_commands", "DEFAULT_WINDOWS", "REPLAY_FIX"]
 
 DEFAULT_WINDOWS = 20
 # views the report reads more than once, each costly on large runs (helpers first)
@@ -122,7 +124,13 @@ _RUN_KEYS: dict[str, tuple[type, ...]] = {
     "trace": _OBJ, "topology": (str, dict), "options": _OBJ, "peaks": _OBJ, "files": _OBJ,
     "trace.path": _STR, "trace.path_from_run": _STR, "trace.hash": _STR, "trace.workload": _STR,
     "topology.path": _STR, "topology.name": _STR, "topology.hash": _STR,
+    "topology.overrides": _OBJ, "trace.workload_file": _STR, "trace.topology_path": _STR,
+    "overrides": _OBJ, "overrides.params": _OBJ, "overrides.topology": _OBJ,
+    "overrides.capture_topology": _OBJ,
 }
+
+
+_WANT: dict[tuple[type, ...], str] = {_NUM: "a number", _STR: "a string", _OBJ: "an object"}
 
 
 def _check_run_info(info: dict[str, Any], path: Path) -> None:
@@ -135,8 +143,7 @@ def _check_run_info(info: dict[str, Any], path: Path) -> None:
             continue
         v = holder.get(leaf)
         if v is not None and (not isinstance(v, types) or isinstance(v, bool)):
-            want = {_NUM: "a number", _STR: "a string", _OBJ: "an object"}.get(
-                types, "a string or an object")
+            want = _WANT.get(types, "a string or an object")
             raise SchemaError(f"{path}: corrupt: {key} is a JSON {json_type(v)}, expected "
                               f"{want}; {REPLAY_FIX}")
     bad = [k for k, v in (info.get("peaks") or {}).items()
@@ -193,13 +200,67 @@ def check_trace_hash(run_dir: Path, info: dict[str, Any], trace_dir: Path) -> No
         return
     got = _trace_hash(trace_dir)
     if got != want:
-        topo = info.get("topology")
-        topo_path = (topo.get("path") if isinstance(topo, dict) else None) or "TOPOLOGY"
-        fid = " --fidelity flit" if info.get("fidelity") == "flit" else ""
+        replay_cmd, capture_cmd = reproduce_commands(run_dir, info, trace_dir)
+        again = (f"re-capture the original trace with `{capture_cmd}`, then" if capture_cmd
+                 else "re-capture the original trace, then")
         raise SchemaError(f"{run_dir / 'run.json'}: the trace at {trace_dir} changed since this "
-                          f"run was replayed (hash {got}, run has {want}); re-run `kbtrace "
-                          f"replay {trace_dir} -t {topo_path}{fid} -o {run_dir}`, or re-capture "
-                          "the original trace")
+                          f"run was replayed (hash {got}, run has {want}); to reproduce the run, "
+                          f"{again} `{replay_cmd}`; to time the trace as it is now, run only "
+                          "the replay")
+
+
+def _sets(overrides: Any) -> list[str]:
+    return [f"--set {shlex.quote(f'{k}={v}')}" for k, v in sorted(overrides.items())] \
+        if isinstance(overrides, dict) else []
+
+
+def _short(path: str | Path) -> str:
+    """``path`` relative to the current directory when it is below it, else as given."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return str(path)
+    return rel if not rel.startswith("..") else str(path)
+
+
+def _topology_arg(path: str | None) -> str:
+    """A topology path as ``-t`` takes it: its catalog name when that names the same file."""
+    if not path:
+        return "TOPOLOGY"
+    stem = Path(path).stem
+    try:
+        if resolve(stem, "topology").resolve() == Path(path).resolve():
+            return stem
+    except (KbtraceError, OSError):
+        pass
+    return _short(path)
+
+
+def reproduce_commands(run_dir: Path, info: dict[str, Any],
+                       trace_dir: Path | None = None) -> tuple[str, str | None]:
+    """The ``kbtrace replay`` command that re-makes ``run_dir`` from its trace (same topology,
+    ``--set`` overrides and fidelity), and the ``kbtrace capture`` command that re-makes the
+    trace (its workload parameters, topology and overrides; None when run.json does not
+    record the workload, as in runs older than these fields)."""
+    def obj(v: Any) -> dict[str, Any]:
+        return v if isinstance(v, dict) else {}
+    tr, topo, ov = obj(info.get("trace")), obj(info.get("topology")), obj(info.get("overrides"))
+    trace = _short(trace_dir or Path(recorded_trace_path(info) or "TRACE_DIR"))
+    q = shlex.quote
+    replay = ["kbtrace", "replay", q(trace), "-t", q(_topology_arg(topo.get("path"))),
+              *_sets(ov.get("topology") or topo.get("overrides"))]
+    if info.get("fidelity") == "flit":
+        replay += ["--fidelity", "flit"]
+    replay += ["-o", q(_short(run_dir))]
+    wl = tr.get("workload")
+    if not wl or "overrides" not in info:
+        return " ".join(replay), None
+    params = obj(ov.get("params"))
+    capture = ["kbtrace", "capture", q(str(wl)),
+               *[f"-p {q(f'{k}={v}')}" for k, v in sorted(params.items())],
+               "-t", q(_topology_arg(tr.get("topology_path") or topo.get("path"))),
+               *_sets(ov.get("capture_topology")), "-o", q(trace)]
+    return " ".join(replay), " ".join(capture)
 
 
 def run_trace_dir(run_dir: Path, info: dict[str, Any]) -> Path | None:
@@ -331,8 +392,8 @@ class Run:
 
     @property
     def makespan_ns(self) -> float:
-        v = (self.con.sql("SELECT makespan_ns FROM _span").fetchall() or [None])[0]
-        return float(v[0]) if v and v[0] is not None else 0.0
+        rows = self.con.sql("SELECT makespan_ns FROM _span").fetchall()
+        return float(rows[0][0]) if rows and rows[0][0] is not None else 0.0
 
     @property
     def name(self) -> str:
@@ -422,10 +483,14 @@ def open_run(path: str | os.PathLike[str], *, n_windows: int = DEFAULT_WINDOWS,
     ``ATTACH``, ``INSTALL`` or ``LOAD``, no ``SET`` undoing it. ``diff`` and ``baseline``
     open runs this way.
 
-    >>> run = open_run("data/runs/gemm")                       # doctest: +SKIP
+    ``path`` resolves as the CLI's run arguments do (``kbtrace._paths``): a path, else a
+    name in ``data/runs/``, ``data/sweeps/`` or ``data/baselines/`` under the current
+    directory or the repository (a ``UsageError`` listing the names there otherwise).
+
+    >>> run = open_run("gemm-small-fast")                      # doctest: +SKIP
     >>> run.sql("SELECT * FROM hotspots ORDER BY rank LIMIT 5")  # doctest: +SKIP
     """
-    root = Path(path)
+    root = Path(path) if Path(path).exists() else resolve(path, "run")
     if not root.is_dir():
         raise AnalysisError(f"{root}: no such run directory; pass a directory written by "
                             "`kbtrace replay` (it holds run.json)")
@@ -488,11 +553,20 @@ class _Scans:
             self.con.execute("SET lock_configuration = true")
 
 
+def _no_progress_bar(con: duckdb.DuckDBPyConnection) -> None:
+    """No DuckDB progress bars on stderr mid-report. Under Jupyter without ipywidgets DuckDB
+    has them off already and *refuses* the setting (InvalidInputException: "required package
+    'ipywidgets' is missing"): set it only when it is on."""
+    on = con.sql("SELECT current_setting('enable_progress_bar')").fetchall()
+    if on and on[0][0]:
+        con.execute("SET enable_progress_bar = false")
+
+
 def _open(root: Path, dirs: list[Path], infos: list[dict[str, Any]],
           con: duckdb.DuckDBPyConnection, n_windows: int, trace: bool, scans: _Scans) -> Run:
     """Create the views of ``open_run`` on ``con``."""
     con.execute("SET threads TO 1")  # deterministic row order inside views, small runs
-    con.execute("SET enable_progress_bar = false")   # no progress bars on stderr mid-report
+    _no_progress_bar(con)
     multi = len(dirs) > 1 or root != dirs[0]
     for table, sch in _RUN_FILES.items():
         files = [_checked(d / f"{table}.parquet", sch) for d in dirs]

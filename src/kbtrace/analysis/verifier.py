@@ -18,12 +18,16 @@ its producer fails verification even when the kernel is right.
 
 from __future__ import annotations
 
+import json
+import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
 
 from kbtrace import schema
@@ -31,7 +35,14 @@ from kbtrace._integrity import check_trace_files
 from kbtrace._io import read_parquet_lean
 from kbtrace.errors import AnalysisError, KbtraceError, SchemaError
 
+#: ops between two ``progress`` calls of ``verify``
+PROGRESS_EVERY = 256
+
 __all__ = ["verify", "VerifyResult", "TensorCheck", "DivergingOp", "execution_order"]
+
+
+def _finite(x: float) -> float | str:
+    return x if math.isfinite(x) else str(x)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +97,40 @@ class VerifyResult:
     def ok(self) -> bool:
         return (self.error is None and self.first_divergence is None
                 and all(t.ok for t in self.tensors))
+
+    def frame(self) -> pl.DataFrame:
+        """One row per output tensor: tensor, dtype, shape, max_abs, max_rel, rtol, atol,
+        n_bad, ok."""
+        return pl.DataFrame(
+            {"tensor": [t.tensor for t in self.tensors], "dtype": [t.dtype for t in self.tensors],
+             "shape": ["x".join(map(str, t.shape)) or "scalar" for t in self.tensors],
+             "max_abs": [t.max_abs for t in self.tensors],
+             "max_rel": [t.max_rel for t in self.tensors],
+             "rtol": [t.rtol for t in self.tensors], "atol": [t.atol for t in self.tensors],
+             "n_bad": [t.n_bad for t in self.tensors], "ok": [t.ok for t in self.tensors]},
+            schema={"tensor": pl.String, "dtype": pl.String, "shape": pl.String,
+                    "max_abs": pl.Float64, "max_rel": pl.Float64, "rtol": pl.Float64,
+                    "atol": pl.Float64, "n_bad": pl.Int64, "ok": pl.Boolean})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The whole result as JSON-ready values."""
+        fd = self.first_divergence
+        return {"ok": self.ok, "run_dir": str(self.run_dir), "n_ops": self.n_ops,
+                "tensors": [{**r, "max_abs": _finite(r["max_abs"]), "max_rel": _finite(r["max_rel"])}
+                            for r in self.frame().to_dicts()],
+                "first_divergence": None if fd is None else {
+                    f: getattr(fd, f) for f in fd.__slots__},
+                "order_violations": [list(v) for v in self.order_violations],
+                "error": self.error}
+
+    def render(self, fmt: str = "text") -> str:
+        """``text`` (``text()``), ``json`` (``to_dict()``), ``csv`` / ``md`` (the tensor table)."""
+        if fmt == "json":
+            return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+        if fmt in ("csv", "md"):
+            from kbtrace.analysis.formats import render
+            return render(self.frame(), fmt)
+        return self.text() + "\n"
 
     def text(self) -> str:
         lines = [f"verify: {'PASS' if self.ok else 'FAIL'} ({self.n_ops} ops in replay order, "
@@ -214,11 +259,12 @@ def check_timing(timing: pa.Table, where: Path) -> None:
                           "re-run `kbtrace replay` to regenerate the run")
 
 
-def verify(run: Any) -> VerifyResult:
+def verify(run: Any, progress: Callable[[int, int], Any] | None = None) -> VerifyResult:
     """Re-execute a run's trace in replay timing order and check outputs and per-op digests.
 
     ``run``: a run directory path or an open ``Run``. Raises ``AnalysisError`` when the
     inputs are missing; numeric failures are reported in the result (``ok`` False).
+    ``progress(done, total)``: called every ``PROGRESS_EVERY`` ops and at the end.
     """
     from kbtrace.analysis.run import REPLAY_FIX, read_run_json, recorded_trace_path, run_trace_dir
     from kbtrace.capture import executor as ex
@@ -242,6 +288,8 @@ def verify(run: Any) -> VerifyResult:
     machine = ex.Machine()
     ex.load_memory(memory, machine.mem)
     for pos, op_id in enumerate(order):
+        if progress is not None and not pos % PROGRESS_EVERY:
+            progress(pos, len(order))
         op = rows[op_id]
         try:
             _, dig = machine.step(op)
@@ -262,6 +310,8 @@ def verify(run: Any) -> VerifyResult:
             result.tensors.append(_compare(name, dtypes[name], outputs.get(name), refs[name]))
         if not refs:
             result.error = "memory.parquet declares no reference outputs; nothing to compare"
+    if progress is not None:
+        progress(len(order), len(order))
     return result
 
 

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
+from typing import Any
 
 from kbtrace._paths import add_topology, arg
+from kbtrace._progress import progress, replay_task
+from kbtrace._tables import add_format
 from kbtrace.replay.engine import replay
-from kbtrace.replay.options import FIDELITIES, Progress, ReplayOptions
+from kbtrace.replay.options import FIDELITIES, ReplayOptions
 from kbtrace.replay.sweep import EXECUTORS
 
 __all__ = ["register"]
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
+
+
     p = sub.add_parser("replay", help="time a captured trace on a topology (SimPy)",
                        description="Replay TRACE_DIR on a topology; write op_timing.parquet, "
                                    "hops.parquet, nodes/links.parquet and run.json.")
@@ -25,7 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="flit: per-flit events (reference); fast: closed-form per transfer "
                         "(default)")
     p.add_argument("-o", "--out", default=None, metavar="DIR",
-                   help="run directory (default data/runs/<trace>-<topology>-<fidelity>)")
+                   help="run directory (default data/runs/<workload>[-<params>]-<topology>"
+                        "[-<overrides>]-<fidelity>: non-default values are in the name)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="status line on stderr while the simulation runs (ops done, simulated "
                         "time, events, wall time); default: when stderr is a terminal")
@@ -49,44 +56,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="local processes (default) or a Ray cluster (pip install 'kbtrace[ray]')")
     s.add_argument("--resume", action="store_true",
                    help="skip points already replayed ok with the same config and inputs")
+    add_format(s, what="the table of points")
     s.set_defaults(func=_sweep)
 
 
-class StatusLine:
-    """Prints a replay's progress to stderr, at most once a second: rewritten in place on a
-    terminal, one line each otherwise."""
-
-    def __init__(self, stream) -> None:
-        self.stream = stream
-        self.tty = stream.isatty()
-        self.last = -1.0
-        self.shown = False
-
-    def __call__(self, p: Progress) -> None:
-        final = p.ops_done == p.ops
-        if p.wall_s - self.last < 1.0 and not (final and self.shown):
-            return
-        self.last = p.wall_s
-        line = (f"replay: {p.ops_done:,}/{p.ops:,} ops ({100 * p.fraction:.0f}%), "
-                f"t = {p.sim_ns:,.1f} ns, {p.events:,} events, {p.wall_s:.1f} s")
-        self.stream.write(f"\r{line}\033[K" if self.tty else line + "\n")
-        self.shown = True
-        if final and self.tty:
-            self.stream.write("\n")
-        self.stream.flush()
-
-
 def _replay(args: argparse.Namespace) -> int:
-    from kbtrace.topology.cli import parse_sets, set_tag
+    from kbtrace.topology.cli import parse_sets
     from kbtrace.topology.topology import compile_topology
     topo = compile_topology(args.topology, overrides=parse_sets(args.set))
-    out = args.out
-    if out is None and args.set:
-        out = str(Path("data") / "runs" / f"{Path(args.trace).name}-{topo.params.name}-"
-                                          f"{set_tag(args.set)}-{args.fidelity}")
-    show = sys.stderr.isatty() if args.progress is None else args.progress
-    run = replay(args.trace, topo, ReplayOptions(fidelity=args.fidelity, out_dir=out),
-                 progress=StatusLine(sys.stderr) if show else None)
+    out = args.out       # default: data/runs/<workload>[-<params>]-<topology>[-<sets>]-<fidelity>
+    with progress(args.progress) as bars:
+        run = replay(args.trace, topo, ReplayOptions(fidelity=args.fidelity, out_dir=out),
+                     progress=replay_task(bars) if bars.mode != "off" else None)
     print(f"replayed {args.trace} on {topo.params.name} ({run.fidelity}): "
           f"makespan {run.makespan_ns:.1f} ns, {run.ops} ops, {run.hops} hops, "
           f"{run.events} events, {run.wall_s:.2f} s wall")
@@ -95,25 +76,31 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from kbtrace.errors import SweepPointsFailed
     from kbtrace.replay.sweep import run_sweep
     from kbtrace.replay.sweep_config import load_config, parse_grid_items
     cfg = load_config(args.config, parse_grid_items(args.grid))
     out = Path(args.out) if args.out else Path("data") / "sweeps" / Path(args.config).stem
     n = 0
+    with progress() as bars:
+        total = (len(cfg.traces) * len(cfg.topologies) * len(cfg.fidelities)
+                 * math.prod(len(v) for _, v in cfg.grid))
+        task = bars.add("sweep", total=total, unit="points")
 
-    def shown(point, res) -> None:
-        nonlocal n
-        n += 1
-        what = (f"makespan {res['makespan_ns']:,.1f} ns ({res['wall_s']} s)"
-                if res["status"] == "ok" else f"FAILED: {res['error']}")
-        print(f"sweep: [{n}] {point.rel_dir}: {what}", file=sys.stderr, flush=True)
+        def shown(point: Any, res: dict[str, Any]) -> None:
+            nonlocal n
+            n += 1
+            what = (f"makespan {res['makespan_ns']:,.1f} ns ({res['wall_s']} s)"
+                    if res["status"] == "ok" else f"FAILED: {res['error']}")
+            task.update(n, info=str(point.rel_dir))
+            # one line per point as it finishes (a log of the sweep, also through a pipe)
+            print(f"sweep: [{n}] {point.rel_dir}: {what}", file=sys.stderr, flush=True)
 
-    res = run_sweep(cfg, out, jobs=args.jobs, executor=args.executor, resume=args.resume,
-                    on_point=shown)
+        res = run_sweep(cfg, out, jobs=args.jobs, executor=args.executor, resume=args.resume,
+                        on_point=shown)
+        task.done()
     import polars as pl
 
-    from kbtrace.analysis.formats import render
+    from kbtrace._tables import render
     keys = [k for k, _ in cfg.grid] + list(cfg.workload_grid_keys)
     rows = res.points.to_pylist()
     # per workload (a trace, or all the traces of one gridded workload entry): the makespan
@@ -130,11 +117,18 @@ def _sweep(args: argparse.Namespace) -> int:
     table["vs workload's first"] = [f"{r['makespan_ns'] / base[group[r['trace']]]:.3f}x"
                                     if r["makespan_ns"] is not None
                                     and group[r["trace"]] in base else "-" for r in rows]
-    print(render(pl.DataFrame(table), "md"), end="")
+    print(render(pl.DataFrame(table), args.format), end="")
+    if args.format != "text":          # the table alone: a file or another program reads it
+        return _sweep_exit(res, rows, out)
     reused = f", {res.reused} reused" if res.reused else ""
     print(f"sweep of {len(rows)} point(s){reused} written to {out} (points.parquet, sweep.json)")
     print(f"next: kbtrace report {out}   (makespan against each grid parameter, per-point "
           "bottlenecks)")
+    return _sweep_exit(res, rows, out)
+
+
+def _sweep_exit(res: Any, rows: list[dict[str, Any]], out: Path) -> int:
+    from kbtrace.errors import SweepPointsFailed
     if res.failed:
         f = res.failed[0]
         raise SweepPointsFailed(f"sweep: {len(res.failed)} of {len(rows)} point(s) failed; "
