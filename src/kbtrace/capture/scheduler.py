@@ -189,13 +189,13 @@ class LaunchRun:
         live = [p for p in self.programs if not p.done]
         if live:
             lines = "; ".join(self._blocked_line(p) for p in live if p.blocked is not None)
-            sends = [p for p in live if p.blocked_send is not None]
+            sends = [p.blocked_send for p in live if p.blocked_send is not None]
             fix = ("every recv needs a send from its neighbour issued before that neighbour "
                    "blocks")
             if sends:
                 need = max(sum(-(-int(o.nbytes) // self.slot_bytes) for o, _ in
-                               self.held.get(p.blocked_send[0], ()))
-                           + -(-p.blocked_send[2] // self.slot_bytes) for p in sends)
+                               self.held.get(chan, ()))
+                           + -(-nbytes // self.slot_bytes) for chan, _k, nbytes in sends)
                 fix = (f"a send waits for IPCQ slots its receiver frees only at a later recv: "
                        f"post the peer's tl.recv / tl.recv_async before the next send, send "
                        f"smaller messages, or raise the buffer (--set pe.ipcq.n_slots={need}, "
@@ -205,6 +205,7 @@ class LaunchRun:
         self._check_end()
 
     def _blocked_line(self, p: Program) -> str:
+        assert p.blocked is not None
         call, direction, file, line = p.blocked
         s = (f"program {p.index} (sip{p.sip}.cube{p.cube}.pe{p.pe}) in {call}({direction!r}) "
              f"at {file}:{line}")

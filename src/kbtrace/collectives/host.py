@@ -49,7 +49,7 @@ def _shards(tensors: Any) -> list[tuple[Any, Any]]:
         else [tensors]
     if not ts:
         raise _fail("no tensor given; pass the tensor (or one per rank) to reduce")
-    out = []
+    out: list[Any] = []
     for t in ts:
         if not hasattr(t, "shards"):
             raise _fail(f"expected a tensor declared with w.tensor(...), got {type(t).__name__}")
