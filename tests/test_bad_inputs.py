@@ -249,6 +249,30 @@ WORKLOAD_CASES = [
     Case("wl-empty", workload(""), 2, "defines no build(w, p) function"),
     Case("wl-build-raises", workload("def build(w, p):\n    y = 2\n    raise KeyError('k')\n"),
          2, "build() raised KeyError: 'k' (at "),
+    Case("wl-tensor-2^62-bytes", workload(
+        "def build(w, p):\n    w.tensor('x', (1 << 31, 1 << 31), 'f32')\n"), 2,
+        "tensor 'x': shape (2147483648, 2147483648) f32 needs 18,446,744,073,709,551,616 B, "
+        "more than the 48 GB of HBM in topology 'tiny'"),
+    Case("wl-tensor-256-GiB", workload(
+        "def build(w, p):\n    w.tensor('x', (1 << 18, 1 << 18), 'f32', init=w.random(0))\n"),
+        2, "needs 274,877,906,944 B, more than the 48 GB of HBM"),
+    Case("wl-load-2^64-bytes", workload(
+        "def k(tl, x):\n    tl.store(x, tl.load(x, (1 << 31, 1 << 31), 'f32'))\n"
+        "def build(w, p):\n    x = w.tensor('x', (64, 64), 'f32')\n"
+        "    w.launch(k, args=(x,))\n"), 2,
+        "tl.load of 18446744073709551616 B at 0x2000000000 touches unallocated memory"),
+    Case("wl-zeros-huge", workload(
+        "def k(tl, x):\n    tl.store(x, tl.zeros((1 << 31, 1 << 31), 'f32'))\n"
+        "def build(w, p):\n    x = w.tensor('x', (64, 64), 'f32')\n"
+        "    w.launch(k, args=(x,))\n"), 2, "scratch of sip0.cube0.pe0 overflow"),
+    Case("wl-grid-huge", workload(
+        "def k(tl, x):\n    pass\n"
+        "def build(w, p):\n    x = w.tensor('x', (64, 64), 'f32')\n"
+        "    w.launch(k, grid=(1 << 40, 1 << 40), args=(x,))\n"), 2,
+        "does not fit 'tiny' (2 PEs x 1 cubes); use a smaller grid"),
+    Case("wl-param-400-digits", lambda d: ["capture", str(GEMM), "-t", str(TINY), "-p",
+                                           "M=32" + "0" * 398, "-o", "out"], 2,
+         "more than the 48 GB of HBM in topology 'tiny'"),
     Case("wl-folder-shadows-nothing", lambda d: (d / "nosuch").mkdir() or
          ["capture", "nosuch", "-t", str(TINY), "-o", "out"], 2,
          "workload 'nosuch': nosuch is a directory (a workload is a file) and no workload of "
