@@ -58,6 +58,11 @@ class Retimer:
         self.composite = int(np.sum(ops.column("kind").combine_chunks().dictionary_decode()
                                     .to_numpy(zero_copy_only=False) == "composite"))
         ot_c = {c: ot.column(c).to_numpy() for c in ot.column_names}
+        pl = pq.read_table(d / "op_timing.parquet", columns=["sip", "cube", "pe"])
+        self.place = list(zip(*(pl.column(c).to_numpy().tolist() for c in ("sip", "cube", "pe")),
+                              strict=True))
+        self.launches = {int(ln["launch"]): ln for ln in base.info.get("launches") or []
+                         if isinstance(ln, dict) and "launch" in ln}
         h = {c: hp.column(c).to_numpy() for c in hp.column_names if c != "stage"}
         h["stage"] = (hp.column("stage").combine_chunks().dictionary_decode()
                       .to_numpy(zero_copy_only=False))
@@ -102,6 +107,8 @@ class Retimer:
         self.pred, chained = self._chain(hot)
         events = np.union1d(queued, chained)
         self.prev = self._prev_rows(ot_c)
+        self.launch_of = ot_c["launch"].tolist()
+        self._prepare_launch()
         self._prepare_prices()
         self._prepare_order()
         ev_t = np.concatenate([issue, self.S[events]])
@@ -195,6 +202,42 @@ class Retimer:
                 if score <= 1:
                     hot.add(res_l[s])
         return out, hot
+
+    def _prepare_launch(self) -> None:
+        """Per launch, the PEs it runs on; the programs' first ops (issued at the barrier)
+        and last ops (whose completions travel back to the host)."""
+        pes: dict[int, set[tuple[int, int, int]]] = {}
+        last: dict[tuple[int, int, int, int], int] = {}
+        for r, (ln, pc) in enumerate(zip(self.launch_of, self.place, strict=True)):
+            pes.setdefault(ln, set()).add(pc)
+            k = (ln, *pc)
+            if k not in last or self.end[r] >= self.end[last[k]]:
+                last[k] = r
+        self.launch_pes = {ln: sorted(v) for ln, v in pes.items()}
+        self.last_ops = last
+        self.down_o, self.up_o = self._launch_paths(self.base.topology)
+
+    def _launch_paths(self, topo: Any) -> tuple[dict[int, float], dict[tuple[int, ...], float]]:
+        """(per launch: fan-out latency host -> IO_CPU -> M_CPU -> PE_CPU, max over its PEs;
+        per (launch, PE): the completion's way back), as replay's ``_launch_ns`` computes
+        them: propagation plus the overheads of every node but the source."""
+        from kbtrace.topology.model import PeCoord
+
+        def cmd(a: Any, b: Any) -> float:
+            r = topo.route(a, b)
+            return r.overhead_ns + r.wire_ns
+        host = topo.host
+        down: dict[int, float] = {}
+        up: dict[tuple[int, ...], float] = {}
+        for ln, pes in self.launch_pes.items():
+            d = 0.0
+            for s, c, p in pes:
+                io, m = topo.io_cpu(s), topo.m_cpu(s, c)
+                cpu = topo.pe_node(PeCoord(s, c, p), "pe_cpu")
+                d = max(d, cmd(host, io) + cmd(io, m) + cmd(m, cpu))
+                up[(ln, s, c, p)] = cmd(cpu, m) + cmd(m, io) + cmd(io, host)
+            down[ln] = d
+        return down, up
 
     # -- pricing (per topology)
     @staticmethod
@@ -303,6 +346,19 @@ class Retimer:
         late = 0
         binder, pred, deps, prev = self.binder, self.pred, self.deps, self.prev
         A_np = self.A
+        try:
+            down_n, up_n = self._launch_paths(new)
+        except Exception:            # noqa: BLE001 - no launch path: keep the recorded one
+            down_n, up_n = self.down_o, self.up_o
+        # launches run one after another: each starts later by the earlier ones' changes
+        shift: dict[int, float] = {}
+        acc = 0.0
+        for ln in sorted(self.launch_pes):
+            acc += down_n.get(ln, 0.0) - self.down_o.get(ln, 0.0)
+            shift[ln] = acc
+            ups = [up_n[k] - self.up_o[k] for k in self.up_o if k[0] == ln]
+            acc += max(ups) if ups else 0.0
+        launch_of = self.launch_of
 
         def a_new(k: int) -> float:
             nonlocal late
@@ -356,7 +412,8 @@ class Retimer:
                             best = e
                         if latest is None or end[r] > latest:
                             latest = end[r]
-                issue_n[x] = t if best is None else best + max(0.0, t - latest)
+                issue_n[x] = (t + shift.get(launch_of[x], 0.0) if best is None
+                              else best + max(0.0, t - latest))
                 if nohop[x]:                    # fill / wait: an end bound to a dep's end
                     e = end[x]
                     fix = issue_n[x] + e - t
@@ -392,8 +449,8 @@ class Retimer:
         ends = issue_a + np.where(self.has, tot + np.array(dq), self.end - self.issue)
         for o, v in end_fix.items():
             ends[o] = v
-        tail = self.base.makespan_ns - (float(self.end.max()) if self.n_ops else 0.0)
-        est = Estimate((float(np.nanmax(ends)) if self.n_ops else 0.0) + tail)
+        mk = self._makespan(ends, up_n)
+        est = Estimate(mk)
         est.late = late
         cqn_a, qn_a = np.array(cqn), np.array(qn)
         d = cqn_a - self.cq
@@ -411,6 +468,20 @@ class Retimer:
         same = key[o][1:] == key[o][:-1]
         a, b = o[:-1][same], o[1:][same]
         self.order = (idx, key, a, b, s_old[b] >= e_old[a] - _EPS)
+
+    def _makespan(self, ends: np.ndarray, up_n: dict[tuple[int, ...], float]) -> float:
+        """The last launch completes when the last PE's completion reaches the host; a run
+        without recorded launches keeps its recorded tail after the last op."""
+        if not self.n_ops:
+            return self.base.makespan_ns
+        if not self.launches or not self.last_ops:
+            return float(np.nanmax(ends)) + self.base.makespan_ns - float(self.end.max())
+        lastl = max(self.launch_pes)
+        done = max(float(ends[r]) + up_n.get(k, self.up_o.get(k, 0.0))
+                   for k, r in self.last_ops.items() if k[0] == lastl)
+        # anything after the launch's completion (host copies) keeps its recorded distance
+        rec_done = float(self.launches.get(lastl, {}).get("t_done_ns", self.base.makespan_ns))
+        return max(done, float(np.nanmax(ends))) + max(0.0, self.base.makespan_ns - rec_done)
 
     def _order_check(self, est: Estimate, a_all: np.ndarray, qn: np.ndarray,
                      busy_n: np.ndarray) -> None:
