@@ -620,6 +620,12 @@ JSON_CASES = [
     Case("runjson-makespan-string", edit_json("run/run.json", _set(["makespan_ns"], "fast"),
                                               SQL), 2,
          "run/run.json: corrupt: makespan_ns is a JSON string, expected a number"),
+    Case("runjson-too-large", edit_json("run/run.json", lambda doc: json.dumps(
+        {**doc, "pad": "x" * (65 << 20)}), SQL, raw=True), 2,
+        "run/run.json: larger than 64 MiB, which no kbtrace JSON file is"),
+    Case("runjson-binary", lambda d: (d / "run" / "run.json").write_bytes(b"\xff\xfe{}") and
+         ["verify", "run"], 2,
+         "run/run.json: unreadable ('utf-8' codec can't decode byte 0xff"),
     Case("runjson-trace-path-number", edit_json("run/run.json", _set(["trace", "path"], 5),
                                                 ("verify", "run")), 2,
          "run/run.json: corrupt: trace.path is a JSON number, expected a string"),
@@ -752,12 +758,25 @@ INTEGRITY_CASES = [
 ]
 
 
+def _sweep(d: Path) -> None:
+    w(d / "s.yaml", f"traces: [{d / 'tr'}]\ntopologies: [{TINY}]\n"
+                    "grid:\n  cube.hbm.pc_bw_gbps: [8, 1e3]\n")
+    assert main(["sweep", "s.yaml", "-o", "sw"]) == 0
+
+
 def _baseline(d: Path) -> None:
     from kbtrace.analysis.summary import summarize, write_summary
     write_summary(summarize(d / "run"), d / "bl" / "gemm")
 
 
 BASELINE_CASES = [
+    Case("flip-sweep-point-check", then(_sweep, flip(
+        "sw/trace=tr/topology=tiny/fidelity=fast/cube.hbm.pc_bw_gbps=8/hops.parquet"),
+        argv=("check", "sw")), 2, "cube.hbm.pc_bw_gbps=8/hops.parquet" + CHANGED),
+    Case("flip-sweep-point-sql", then(_sweep, flip(
+        "sw/trace=tr/topology=tiny/fidelity=fast/cube.hbm.pc_bw_gbps=1000.0/op_timing.parquet"),
+        argv=("sql", "--sandbox", "sw", "SELECT count(*) FROM op_timing")), 2,
+        "cube.hbm.pc_bw_gbps=1000.0/op_timing.parquet" + CHANGED),
     Case("flip-baseline-diff", then(_baseline, flip("bl/gemm/ops.parquet"),
                                     argv=("diff", "bl/gemm", "run")), 2,
          "bl/gemm/ops.parquet" + CHANGED),
@@ -880,4 +899,4 @@ def test_bad_input(case, base, tmp_path, monkeypatch, capsys):
 
 
 def test_catalogue_size():
-    assert len({c.id for c in CASES}) == len(CASES) == 160      # the README quotes the count
+    assert len({c.id for c in CASES}) == len(CASES) == 164      # the README quotes the count
