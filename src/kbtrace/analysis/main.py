@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kbtrace._io import release_memory
+from kbtrace._names import param_overrides, tag, variant
 from kbtrace._paths import DEFAULT_TOPOLOGY, resolve
 
 __all__ = ["run_workload", "RunSummary", "DEFAULT_WORKLOAD", "DEFAULT_TOPOLOGY",
@@ -166,21 +167,26 @@ def run_workload(workload: str | os.PathLike[str] | None = None, *,
     from kbtrace.analysis.run import open_run
     from kbtrace.analysis.verifier import verify
     from kbtrace.capture import capture
+    from kbtrace.capture.workload import load_workload, parse_params
     from kbtrace.replay import ReplayOptions, replay
     from kbtrace.topology import compile_topology
-    from kbtrace.topology.cli import parse_sets, set_tag
+    from kbtrace.topology.cli import parse_sets
 
     wl = resolve(workload or DEFAULT_WORKLOAD, "workload")
     topo_path = resolve(topology or DEFAULT_TOPOLOGY, "topology")
     topo = compile_topology(topo_path, overrides=parse_sets(sets))
-    name = wl.stem
+    mod = load_workload(wl)
+    name = str(getattr(mod, "NAME", wl.stem))
+    varied = param_overrides(getattr(mod, "PARAMS", {}),
+                             parse_params(getattr(mod, "PARAMS", {}), params or []))
     out = Path(out)
-    tag = f"-{set_tag(sets)}" if sets else ""
-    # the trace is specific to the topology it was placed on (as a sweep's traces/<wl>-<topo>):
-    # a run on another topology or with other overrides must not overwrite this run's trace
-    trace_dir = out / "traces" / f"{name}-{topo_path.stem}{tag}"
-    run_dir = out / "runs" / f"{name}-{topo_path.stem}{tag}-{fidelity}"
-    summary = RunSummary(name, topo_path.stem + tag, fidelity, trace_dir, run_dir)
+    # the trace is specific to the topology it was placed on (as a sweep's traces/<wl>-<topo>),
+    # and both names carry the non-default parameters and overrides (kbtrace._names): a run
+    # of other inputs never replaces this one's trace or run
+    topo_name = variant(topo_path.stem, tag(topo.overrides))
+    trace_dir = out / "traces" / variant(name, tag(varied), topo_name)
+    run_dir = out / "runs" / variant(name, tag(varied), topo_name, fidelity)
+    summary = RunSummary(variant(name, tag(varied)), topo_name, fidelity, trace_dir, run_dir)
     t = time.perf_counter()
 
     # a mismatch is verify's to report (first diverging op, exit 1), not capture's

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from kbtrace.errors import AnalysisError, KbtraceError, SchemaError, UsageError
 
 __all__ = ["Run", "open_run", "find_trace_dir", "recorded_trace_path", "read_run_json",
            "run_trace_dir", "check_trace_hash", "read_parquet_schema",
-           "corrupt_parquet", "flat_info", "DEFAULT_WINDOWS", "REPLAY_FIX"]
+           "corrupt_parquet", "flat_info", "reproduce_commands", "DEFAULT_WINDOWS", "REPLAY_FIX"]
 
 DEFAULT_WINDOWS = 20
 # views the report reads more than once, each costly on large runs (helpers first)
@@ -122,6 +123,9 @@ _RUN_KEYS: dict[str, tuple[type, ...]] = {
     "trace": _OBJ, "topology": (str, dict), "options": _OBJ, "peaks": _OBJ, "files": _OBJ,
     "trace.path": _STR, "trace.path_from_run": _STR, "trace.hash": _STR, "trace.workload": _STR,
     "topology.path": _STR, "topology.name": _STR, "topology.hash": _STR,
+    "topology.overrides": _OBJ, "trace.workload_file": _STR, "trace.topology_path": _STR,
+    "overrides": _OBJ, "overrides.params": _OBJ, "overrides.topology": _OBJ,
+    "overrides.capture_topology": _OBJ,
 }
 
 
@@ -193,13 +197,45 @@ def check_trace_hash(run_dir: Path, info: dict[str, Any], trace_dir: Path) -> No
         return
     got = _trace_hash(trace_dir)
     if got != want:
-        topo = info.get("topology")
-        topo_path = (topo.get("path") if isinstance(topo, dict) else None) or "TOPOLOGY"
-        fid = " --fidelity flit" if info.get("fidelity") == "flit" else ""
+        replay_cmd, capture_cmd = reproduce_commands(run_dir, info, trace_dir)
+        again = (f"re-capture the original trace with `{capture_cmd}`, then" if capture_cmd
+                 else "re-capture the original trace, then")
         raise SchemaError(f"{run_dir / 'run.json'}: the trace at {trace_dir} changed since this "
-                          f"run was replayed (hash {got}, run has {want}); re-run `kbtrace "
-                          f"replay {trace_dir} -t {topo_path}{fid} -o {run_dir}`, or re-capture "
-                          "the original trace")
+                          f"run was replayed (hash {got}, run has {want}); to reproduce the run, "
+                          f"{again} `{replay_cmd}`; to time the trace as it is now, run only "
+                          "the replay")
+
+
+def _sets(overrides: Any) -> list[str]:
+    return [f"--set {shlex.quote(f'{k}={v}')}" for k, v in sorted(overrides.items())] \
+        if isinstance(overrides, dict) else []
+
+
+def reproduce_commands(run_dir: Path, info: dict[str, Any],
+                       trace_dir: Path | None = None) -> tuple[str, str | None]:
+    """The ``kbtrace replay`` command that re-makes ``run_dir`` from its trace (same topology,
+    ``--set`` overrides and fidelity), and the ``kbtrace capture`` command that re-makes the
+    trace (its workload parameters, topology and overrides; None when run.json does not
+    record the workload, as in runs older than these fields)."""
+    tr = info.get("trace") if isinstance(info.get("trace"), dict) else {}
+    topo = info.get("topology") if isinstance(info.get("topology"), dict) else {}
+    ov = info.get("overrides") if isinstance(info.get("overrides"), dict) else {}
+    trace = trace_dir or Path(recorded_trace_path(info) or "TRACE_DIR")
+    q = shlex.quote
+    replay = ["kbtrace", "replay", q(str(trace)), "-t", q(str(topo.get("path") or "TOPOLOGY")),
+              *_sets(ov.get("topology") or topo.get("overrides"))]
+    if info.get("fidelity") == "flit":
+        replay += ["--fidelity", "flit"]
+    replay += ["-o", q(str(run_dir))]
+    wl = tr.get("workload")
+    if not wl or "overrides" not in info:
+        return " ".join(replay), None
+    params = ov.get("params") if isinstance(ov.get("params"), dict) else {}
+    capture = ["kbtrace", "capture", q(str(wl)),
+               *[f"-p {q(f'{k}={v}')}" for k, v in sorted(params.items())],
+               "-t", q(str(tr.get("topology_path") or topo.get("path") or "TOPOLOGY")),
+               *_sets(ov.get("capture_topology")), "-o", q(str(trace))]
+    return " ".join(replay), " ".join(capture)
 
 
 def run_trace_dir(run_dir: Path, info: dict[str, Any]) -> Path | None:

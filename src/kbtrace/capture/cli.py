@@ -24,7 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="override a workload parameter, typed like its default (repeatable)")
     add_topology(p, overrides=True)
     p.add_argument("-o", "--out", default=None, metavar="DIR",
-                   help="trace directory (default data/traces/<workload>)")
+                   help="trace directory (default data/traces/<workload>[-<params>]; "
+                        "then -<topology>[-<overrides>] unless the default topology)")
     p.add_argument("--allow-mismatch", action="store_true",
                    help="write the trace even when an output differs from its numpy reference "
                         "(default: an error, exit 2, nothing written)")

@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 
 from kbtrace import __version__, schema
 from kbtrace._io import BatchWriter, atomic_dir, file_hash, json_type, read_json_object, write_json
+from kbtrace._names import param_overrides, tag, variant
 from kbtrace.capture.dtypes import compare, to_storage
 from kbtrace.capture.executor import ExecResult, execute, gather_outputs
 from kbtrace.capture.hostcopy import apply as apply_host
@@ -192,6 +193,15 @@ def _strict(strict: Sequence[str] | str) -> frozenset[str]:
     return frozenset(out)
 
 
+def trace_name(workload: str, varied: Mapping[str, Any], topo: Any) -> str:
+    """The default trace directory name (``kbtrace._names``): ``<workload>[-<params>]``, then
+    ``-<topology>[-<overrides>]`` unless it is the default topology as written."""
+    from kbtrace._paths import DEFAULT_TOPOLOGY
+    default = topo.params.name == Path(DEFAULT_TOPOLOGY).stem and not topo.overrides
+    return variant(workload, tag(varied),
+                   "" if default else variant(topo.params.name, tag(topo.overrides)))
+
+
 def capture(workload_path: str | os.PathLike[str] | Any, topology: Any,
             params: Mapping[str, Any] | Sequence[str] | None = None,
             out_dir: str | os.PathLike[str] | None = None, *, golden: bool = True,
@@ -233,7 +243,9 @@ def _capture(workload_path: Any, topology: Any, params: Any, out_dir: Any, golde
     name = str(getattr(mod, "NAME", path.stem))
     p = parse_params(getattr(mod, "PARAMS", {}), params)
     topo = _resolve_topology(topology)
-    out = Path(out_dir) if out_dir is not None else Path("data") / "traces" / name
+    varied = param_overrides(getattr(mod, "PARAMS", {}), p)
+    out = Path(out_dir) if out_dir is not None else Path("data") / "traces" / trace_name(
+        name, varied, topo)
     # built beside OUT and swapped in whole when complete: a failed capture leaves an
     # earlier trace there as it was, and no directory where there was none
     with atomic_dir(out, "trace", inputs=(path, getattr(topo, "source", None))) as stage:
@@ -326,8 +338,10 @@ def _capture(workload_path: Any, topology: Any, params: Any, out_dir: Any, golde
                 "workload": name,
                 "workload_file": path.name,
                 "params": p,
+                "param_overrides": varied,
                 "launches": launches,
-                "topology": {"name": topo.params.name, "content_hash": topo.content_hash},
+                "topology": {"name": topo.params.name, "content_hash": topo.content_hash,
+                             "path": topo.source, "overrides": topo.overrides},
                 "n_ops": tracer.next_op,
                 "golden": golden,
                 "op_counts": dict(sorted(sink.counts.items())),

@@ -25,7 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="flit: per-flit events (reference); fast: closed-form per transfer "
                         "(default)")
     p.add_argument("-o", "--out", default=None, metavar="DIR",
-                   help="run directory (default data/runs/<trace>-<topology>-<fidelity>)")
+                   help="run directory (default data/runs/<workload>[-<params>]-<topology>"
+                        "[-<overrides>]-<fidelity>: non-default values are in the name)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="status line on stderr while the simulation runs (ops done, simulated "
                         "time, events, wall time); default: when stderr is a terminal")
@@ -77,13 +78,10 @@ class StatusLine:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from kbtrace.topology.cli import parse_sets, set_tag
+    from kbtrace.topology.cli import parse_sets
     from kbtrace.topology.topology import compile_topology
     topo = compile_topology(args.topology, overrides=parse_sets(args.set))
-    out = args.out
-    if out is None and args.set:
-        out = str(Path("data") / "runs" / f"{Path(args.trace).name}-{topo.params.name}-"
-                                          f"{set_tag(args.set)}-{args.fidelity}")
+    out = args.out       # default: data/runs/<workload>[-<params>]-<topology>[-<sets>]-<fidelity>
     show = sys.stderr.isatty() if args.progress is None else args.progress
     run = replay(args.trace, topo, ReplayOptions(fidelity=args.fidelity, out_dir=out),
                  progress=StatusLine(sys.stderr) if show else None)

@@ -47,6 +47,7 @@ from kbtrace._io import (
     write_json,
     write_table,
 )
+from kbtrace._names import tag, variant
 from kbtrace.errors import KbtraceError, ReplayError
 from kbtrace.replay import invariants, ipcq
 from kbtrace.replay.fabric import make_fabric
@@ -442,8 +443,14 @@ def _check_fit(topo: Any, ops: list[Op], meta: dict[str, Any]) -> None:
 
 
 def _default_dir(trace_path: Path | None, meta: dict[str, Any], topo: Any, fid: str) -> Path:
+    """``data/runs/<workload>[-<params>]-<topology>[-<overrides>]-<fidelity>`` (kbtrace._names):
+    the trace's non-default workload parameters and the topology's ``--set`` overrides are
+    in the name, so replays of different inputs never share a directory."""
     name = meta.get("workload") or (trace_path.name if trace_path else "trace")
-    return Path("data") / "runs" / f"{name}-{topo.params.name}-{fid}"
+    varied = meta.get("param_overrides")
+    return Path("data") / "runs" / variant(
+        str(name), tag(varied if isinstance(varied, dict) else None), topo.params.name,
+        tag(getattr(topo, "overrides", None)), fid)
 
 
 def _step_all(env: simpy.Environment, progress: Callable[[Progress], Any] | None,
@@ -554,9 +561,19 @@ def replay(trace: Any, topology: Any, options: ReplayOptions | None = None,
                                                             out.resolve())
                                             if trace_path else None),
                           "hash": t_hash,
-                          "workload": meta.get("workload")},
+                          "workload": meta.get("workload"),
+                          "workload_file": meta.get("workload_file"),
+                          "topology_path": (meta.get("topology") or {}).get("path")},
                 "topology": {"path": getattr(topology, "source", None),
-                             "name": topology.params.name, "hash": topology.content_hash},
+                             "name": topology.params.name, "hash": topology.content_hash,
+                             "overrides": dict(getattr(topology, "overrides", {}))},
+                # everything that was varied from the defaults to make this run: the
+                # workload parameters the trace was captured with (and the topology
+                # overrides it was captured on), the topology overrides of the replay
+                "overrides": {"params": meta.get("param_overrides") or {},
+                              "capture_topology": (meta.get("topology") or {}).get("overrides")
+                              or {},
+                              "topology": dict(getattr(topology, "overrides", {}))},
                 "launches": sim.launches,
                 "peaks": topology.peaks(),
             })

@@ -28,12 +28,6 @@ def parse_sets(items: list[str] | None) -> dict[str, Any]:
     return out
 
 
-def set_tag(items: list[str] | None) -> str:
-    """``["cube.hbm.pc_bw_gbps=16"]`` -> ``"cube.hbm.pc_bw_gbps_16"``: the overrides as part of a
-    default run-directory name (empty without overrides)."""
-    return "-".join(s.replace("=", "_") for s in items or [])
-
-
 def _load(args: argparse.Namespace) -> Topology:
     return compile_topology(args.path, overrides=parse_sets(args.set))
 

@@ -63,16 +63,19 @@ def cache_dir() -> Path:
 class Topology:
     """A compiled, validated, immutable topology. Build it with ``compile_topology``."""
 
-    __slots__ = ("params", "nodes", "links", "content_hash", "source", "from_cache",
+    __slots__ = ("params", "nodes", "links", "content_hash", "source", "overrides", "from_cache",
                  "_g", "_out", "_router", "_routes", "_summaries", "_pes", "_rt_consts", "_frozen")
 
-    def __init__(self, params: TopologyParams, g: Graph, source: str) -> None:
+    def __init__(self, params: TopologyParams, g: Graph, source: str,
+                 overrides: dict[str, Any] | None = None) -> None:
         s = object.__setattr__
         s(self, "params", params)
         s(self, "nodes", tuple(g.nodes))
         s(self, "links", tuple(g.links))
         s(self, "content_hash", stable_hash(asdict(params), COMPILER_VERSION))
         s(self, "source", source)
+        #: the ``--set`` overrides applied to the YAML (key -> value as given), sorted by key
+        s(self, "overrides", dict(sorted((overrides or {}).items())))
         s(self, "from_cache", False)
         s(self, "_g", g)
         out: list[list[Link]] = [[] for _ in g.nodes]
@@ -95,13 +98,14 @@ class Topology:
         # plain tuples unpickle ~10x faster than thousands of slotted dataclass instances
         g = self._g
         rest = {f.name: getattr(g, f.name) for f in fields(g) if f.name not in ("nodes", "links")}
-        return {"params": self.params, "source": self.source, "graph": rest,
+        return {"params": self.params, "source": self.source, "overrides": self.overrides,
+                "graph": rest,
                 "nodes": [astuple_node(n) for n in g.nodes], "links": [astuple_link(ln) for ln in g.links]}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         g = Graph(nodes=[Node(*t) for t in state["nodes"]], links=[Link(*t) for t in state["links"]],
                   **state["graph"])
-        Topology.__init__(self, state["params"], g, state["source"])
+        Topology.__init__(self, state["params"], g, state["source"], state.get("overrides"))
 
     def __repr__(self) -> str:
         return (f"Topology({self.params.name!r}, sips={self.n_sips}, cubes/sip={self.cubes_per_sip}, "
@@ -445,7 +449,7 @@ def compile_topology(path: str | os.PathLike[str], overrides: dict[str, Any] | N
     params = build_params(raw, where, ov)
     # the graph builder's one check (no zero-latency hop) reads distances and overheads
     hop_where = describe(where, {k: v for k, v in ov.items() if k.endswith(("_mm", "_ns"))})
-    topo = Topology(params, build_graph(params, hop_where), where)
+    topo = Topology(params, build_graph(params, hop_where), where, ov)
     CACHE_STATS["misses"] += 1
     if use_cache:
         try:
