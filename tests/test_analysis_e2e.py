@@ -156,17 +156,17 @@ def test_kbtrace_run_with_topology_overrides(tmp_path, capsys):
     capsys.readouterr()
     assert main([*base, "--set", "cube.hbm.pc_bw_gbps=16"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("kbtrace run: gemm on small-cube.hbm.pc_bw_gbps_16 (fast)")
+    assert out.startswith("kbtrace run: gemm-M_128-N_128 on small-cube.hbm.pc_bw_gbps_16 (fast)")
     assert "verify    PASS" in out
     runs = data / "runs"
-    plain = read_run_json(runs / "gemm-small-fast")
-    slow = read_run_json(runs / "gemm-small-cube.hbm.pc_bw_gbps_16-fast")
+    plain = read_run_json(runs / "gemm-M_128-N_128-small-fast")
+    slow = read_run_json(runs / "gemm-M_128-N_128-small-cube.hbm.pc_bw_gbps_16-fast")
     assert slow["makespan_ns"] > 1.5 * plain["makespan_ns"]     # loads are HBM-bound
     assert slow["topology"]["hash"] != plain["topology"]["hash"]
     # each run keeps the trace placed for its topology and overrides
     assert sorted(p.name for p in (data / "traces").iterdir()) == [
-        "gemm-small", "gemm-small-cube.hbm.pc_bw_gbps_16"]
-    assert slow["trace"]["path"].endswith("gemm-small-cube.hbm.pc_bw_gbps_16")
+        "gemm-M_128-N_128-small", "gemm-M_128-N_128-small-cube.hbm.pc_bw_gbps_16"]
+    assert slow["trace"]["path"].endswith("gemm-M_128-N_128-small-cube.hbm.pc_bw_gbps_16")
     assert main([*base, "--set", "cube.hbm.nonsense=1"]) == 2
     assert "unknown key 'nonsense'" in capsys.readouterr().err
 

@@ -32,6 +32,12 @@ _EXPORTS = {
 __all__ = ["__version__", *_EXPORTS]
 
 
+def __dir__() -> list[str]:
+    """The module's attributes and the lazily imported public names (``dir(kbtrace)``,
+    tab completion)."""
+    return sorted({*globals(), *__all__})
+
+
 def __getattr__(name: str) -> Any:
     mod = _EXPORTS.get(name)
     if mod is None:

@@ -21,16 +21,16 @@ def _sql(args: argparse.Namespace) -> int:
     from kbtrace.analysis.run import open_run
     from kbtrace.errors import UsageError
 
-    if args.format == "parquet" and not args.output:
+    if args.format == "parquet" and not args.out:
         raise UsageError("--format parquet needs -o FILE (Parquet is not written to a terminal)")
     query = resolve_query(args.query)     # an empty query or a missing .sql file: no run opened
     _missing_trace_note(args.run)
     with open_run(args.run, sandbox=args.sandbox) as run:
         df = run.sql(query)
         inputs = run_inputs(run.run_dirs, run.trace_dir)
-    if args.output:
-        write_frame(df, args.format, args.output, inputs)
-        print(f"wrote {df.height} rows to {args.output}")
+    if args.out:
+        write_frame(df, args.format, args.out, inputs)
+        print(f"wrote {df.height} rows to {args.out}")
     else:
         sys.stdout.write(render(df, args.format))
     return 0
@@ -40,7 +40,7 @@ def _verify(args: argparse.Namespace) -> int:
     from kbtrace.analysis.verifier import verify
 
     res = verify(args.run)
-    print(res.text())
+    sys.stdout.write(res.render(args.format))
     return 0 if res.ok else 1
 
 
@@ -49,9 +49,9 @@ def _diff(args: argparse.Namespace) -> int:
 
     res = diff(args.base, args.new, fail_on=args.fail_on or [])
     out = res.render(args.format)
-    if args.output:
+    if args.out:
         from kbtrace._io import atomic_path
-        with atomic_path(args.output, (args.base, args.new)) as tmp:
+        with atomic_path(args.out, (args.base, args.new)) as tmp:
             tmp.write_text(out)
     sys.stdout.write(out)
     return 1 if res.failed else 0
@@ -72,8 +72,9 @@ def _baseline_check(args: argparse.Namespace) -> int:
     failed = False
     for name, res in check_baselines(args.workloads or None, topology=args.topology,
                                      root=args.root, fail_on=args.fail_on or ["makespan>2%"]):
-        print(f"== {name}: {'REGRESSION' if res.failed else 'ok'}")
-        sys.stdout.write(res.render("text"))
+        if args.format == "text":
+            print(f"== {name}: {'REGRESSION' if res.failed else 'ok'}")
+        sys.stdout.write(res.render(args.format))
         failed = failed or res.failed
     return 1 if failed else 0
 
@@ -97,7 +98,7 @@ def _report(args: argparse.Namespace) -> int:
     from kbtrace.analysis.reporter import report
 
     _missing_trace_note(args.run)
-    out = report(args.run, args.output)
+    out = report(args.run, args.out)
     print(f"report: {out / 'index.html'}")
     return 0
 
@@ -105,8 +106,8 @@ def _report(args: argparse.Namespace) -> int:
 def _export_perfetto(args: argparse.Namespace) -> int:
     from kbtrace.analysis.perfetto import export_perfetto
 
-    n = export_perfetto(args.run, args.output)
-    print(f"wrote {n} trace events to {args.output} (open it in https://ui.perfetto.dev)")
+    n = export_perfetto(args.run, args.out)
+    print(f"wrote {n} trace events to {args.out} (open it in https://ui.perfetto.dev)")
     return 0
 
 
@@ -135,8 +136,8 @@ def _check(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from kbtrace.analysis.formats import FORMATS
+def register(sub: argparse._SubParsersAction) -> None:
+    from kbtrace.analysis.formats import FORMATS, add_format
 
     p = sub.add_parser("run", help="capture + replay + verify + report one workload (main job)",
                        description="Capture WORKLOAD.py, replay it on a topology, verify the "
@@ -147,7 +148,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("-p", "--param", action="append", metavar="KEY=VALUE",
                    help="workload parameter override, repeatable (-p M=512)")
     p.add_argument("--fidelity", choices=("fast", "flit"), default="fast", help="replay fidelity")
-    p.add_argument("--out", default="data", help="output root: OUT/traces/<workload>-<topology>, "
+    p.add_argument("-o", "--out", default="data", metavar="DIR", help="output root: OUT/traces/<workload>-<topology>, "
                    "OUT/runs/<workload>-<topology>-<fidelity> (report in RUN/report) (default: data/)")
     p.add_argument("--no-verify", action="store_true", help="skip phase-2 verification")
     p.add_argument("--no-report", action="store_true", help="skip the HTML/PNG report")
@@ -165,8 +166,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="run directory (or a directory of runs), or its name in data/runs/")
     p.add_argument("query", help="SQL text, a saved query name from analysis/ (top_hotspots), "
                                  "or a .sql file")
-    p.add_argument("--format", "-f", choices=FORMATS, default="table")
-    p.add_argument("-o", "--output", help="write to FILE instead of stdout")
+    add_format(p, FORMATS, "the rows (parquet: with -o only)")
+    p.add_argument("-o", "--out", metavar="FILE", help="write to FILE instead of stdout")
     p.add_argument("--sandbox", action="store_true",
                    help="for SQL you did not write (e.g. from a pull request): the query sees "
                         "the run's views only; DuckDB file access (read_csv, COPY TO, ATTACH, "
@@ -175,6 +176,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     p = sub.add_parser("verify", help="phase-2 numeric verification in replay order (exit 1 on mismatch)")
     p.add_argument("run", type=arg("run"), help=_RUN_HELP)
+    add_format(p, what="the per-tensor table (json: the whole result)")
     p.set_defaults(func=_verify)
 
     p = sub.add_parser("diff", help="compare two runs or baselines op by op; thresholds set the exit code")
@@ -184,8 +186,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--fail-on", action="append", metavar="RULE",
                    help="regression rule, repeatable: makespan>2%%, stage.dma_read>5%%, "
                         "util.node.hbm_ctrl<-10%%, ops.added>0, op.max>10%%")
-    p.add_argument("--format", "-f", choices=("text", "md", "json"), default="text")
-    p.add_argument("-o", "--output", help="also write the rendering to FILE")
+    add_format(p, what="the comparison (csv: the metrics table)")
+    p.add_argument("-o", "--out", metavar="FILE", help="also write the rendering to FILE")
     p.set_defaults(func=_diff)
 
     p = sub.add_parser("baseline", help="committed CI baselines under data/baselines/")
@@ -198,6 +200,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         b.add_argument("--root", default=None, help="baseline root (default: data/baselines)")
         if name == "check":
             b.add_argument("--fail-on", action="append", metavar="RULE")
+            add_format(b, what="each comparison")
         b.set_defaults(func=fn)
 
     p = sub.add_parser("check", help="check that a trace, run, sweep or baseline is intact "
@@ -213,12 +216,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     p = sub.add_parser("report", help="tables, plots and one HTML page for a run, sweep or set of runs")
     p.add_argument("run", type=arg("run"), help=_REPORT_HELP)
-    p.add_argument("-o", "--output", default=None, help="report directory (default: RUN/report)")
+    p.add_argument("-o", "--out", default=None, metavar="DIR",
+                   help="report directory (default: RUN/report)")
     p.set_defaults(func=_report)
 
     p = sub.add_parser("export", help="export a run's timeline")
     esub = p.add_subparsers(dest="export_format", metavar="FORMAT", required=True)
     e = esub.add_parser("perfetto", help="Chrome trace-event JSON for ui.perfetto.dev")
     e.add_argument("run", type=arg("run"), help=_RUN_HELP)
-    e.add_argument("-o", "--output", required=True, type=Path, help="output .json file")
+    e.add_argument("-o", "--out", required=True, type=Path, metavar="FILE",
+                   help="output .json file")
     e.set_defaults(func=_export_perfetto)

@@ -94,7 +94,7 @@ class DiffResult:
     def unchanged(self) -> bool:
         return (self.added.height == 0 and self.removed.height == 0
                 and all(abs(d.abs) < _EPS for d in self.metrics.values())
-                and (self.changed.height == 0 or float(self.changed["delta_ns"].abs().max()) < _EPS))
+                and (self.changed.height == 0 or _max_abs(self.changed["delta_ns"]) < _EPS))
 
     def to_dict(self) -> dict[str, Any]:
         def num(x: float) -> float | str:
@@ -112,9 +112,23 @@ class DiffResult:
             "top_changed": self.changed.head(20).to_dicts(),
         }
 
+    def metrics_frame(self) -> pl.DataFrame:
+        """One row per metric that changed (and makespan): metric, base, new, delta, pct."""
+        rows = [(k, d) for k, d in self.metrics.items() if k == "makespan" or abs(d.abs) > _EPS]
+        return pl.DataFrame({"metric": [k for k, _ in rows], "base": [d.base for _, d in rows],
+                             "new": [d.new for _, d in rows], "delta": [d.abs for _, d in rows],
+                             "pct": [d.pct for _, d in rows]},
+                            schema={"metric": pl.String, "base": pl.Float64, "new": pl.Float64,
+                                    "delta": pl.Float64, "pct": pl.Float64})
+
     def render(self, fmt: str = "text") -> str:
+        """``text`` or ``md`` (verdict, metrics, largest changes), ``json`` (everything),
+        ``csv`` (the metrics table)."""
         if fmt == "json":
             return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+        if fmt == "csv":
+            from kbtrace.analysis.formats import render
+            return render(self.metrics_frame(), "csv")
         md = fmt == "md"
         lines = [f"{'## ' if md else ''}kbtrace diff: {self.base} -> {self.new}", ""]
         verdict = ("REGRESSION: " + "; ".join(self.violations) if self.failed
@@ -132,7 +146,7 @@ class DiffResult:
                       for k, d in rows]
         if self.op_max is not None and any(k == "op.max" for k, _ in rows):
             lines += ["", f"op.max is {_op_label(self.op_max)} (largest relative per-op change)"]
-        if self.changed.height and float(self.changed["delta_ns"].abs().max()) > _EPS:
+        if self.changed.height and _max_abs(self.changed["delta_ns"]) > _EPS:
             lines += ["", "largest per-op duration changes (ns):"]
             for r in self.changed.head(10).iter_rows(named=True):
                 lines.append(f"  launch {r['launch']} program {r['program']} seq {r['seq']} "
@@ -143,6 +157,11 @@ class DiffResult:
                 lines += ["", f"{title} ops (first 10 of {df.height}):"]
                 lines += [f"  {r}" for r in df.head(10).iter_rows()]
         return "\n".join(lines) + "\n"
+
+
+def _max_abs(s: pl.Series) -> float:
+    v: Any = s.abs().max()
+    return float(v)
 
 
 def _metrics(b: Summary, n: Summary) -> dict[str, Delta]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 import pyarrow as pa
@@ -171,7 +171,7 @@ def pe_segment_batches(run: Any, max_pes: int | None = None,
             return
         except (duckdb.Error, pa.ArrowException) as exc:   # a page read mid-stream
             raise run.error(exc) from exc
-        yield pl.from_arrow(batch)
+        yield cast(pl.DataFrame, pl.from_arrow(batch))
 
 
 def first_pes(run: Any, n: int) -> list[tuple[int, int, int]]:

@@ -6,6 +6,7 @@ import math
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -30,11 +31,16 @@ STAGE_COLORS = {
 _PNG_META = {"Software": None}
 
 
+def _f(v: Any) -> float:
+    """A polars scalar (``Series.min()`` and the like: typed as any Python value) as float."""
+    return float(v)
+
+
 def _save(fig: plt.Figure, path: str | os.PathLike[str], tight: bool = False) -> Path:
     """Write ``fig`` as PNG atomically (``tight``: cropped to the drawn content)."""
     from kbtrace._io import atomic_path
 
-    crop = {"bbox_inches": "tight", "pad_inches": 0.15} if tight else {}
+    crop: dict[str, Any] = {"bbox_inches": "tight", "pad_inches": 0.15} if tight else {}
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=90, metadata=_PNG_META, **crop)
     plt.close(fig)
@@ -65,8 +71,8 @@ def plot_mesh_heatmap(nodes: pl.DataFrame, links: pl.DataFrame, path: str | os.P
     cmap = plt.get_cmap("inferno_r")
     norm = plt.Normalize(0, 1)
     if nodes.height:
-        x_lo, x_hi = float(nodes["x_mm"].min()), float(nodes["x_mm"].max())
-        y_lo, y_hi = float(nodes["y_mm"].min()), float(nodes["y_mm"].max())
+        x_lo, x_hi = _f(nodes["x_mm"].min()), _f(nodes["x_mm"].max())
+        y_lo, y_hi = _f(nodes["y_mm"].min()), _f(nodes["y_mm"].max())
     else:
         x_lo = y_lo = 0.0
         x_hi = y_hi = 1.0
@@ -88,7 +94,7 @@ def plot_mesh_heatmap(nodes: pl.DataFrame, links: pl.DataFrame, path: str | os.P
     if links.height:
         x0, x1, y0, y1 = shifted(links, ["x0", "x1"], ["y0", "y1"])
         segs = np.stack([np.stack([x0, y0], axis=1), np.stack([x1, y1], axis=1)], axis=1)
-        lc = LineCollection(segs, cmap=cmap, norm=norm, linewidths=1.6)
+        lc = LineCollection(list(segs), cmap=cmap, norm=norm, linewidths=1.6)
         lc.set_array(links["util"].to_numpy())
         ax.add_collection(lc)
     if nodes.height:
@@ -130,7 +136,7 @@ def _stacked_bars(ax: plt.Axes, stacks: dict[str, np.ndarray]) -> tuple[list, li
         x0, x1 = x - 0.425, x + 0.425
         verts = np.stack([np.stack(c, axis=1) for c in
                           ((x0, bottom), (x1, bottom), (x1, top), (x0, top))], axis=1)
-        ax.add_collection(PolyCollection(verts, facecolors=color, edgecolors="none"))
+        ax.add_collection(PolyCollection(list(verts), facecolors=color, edgecolors="none"))
         handles.append(plt.Rectangle((0, 0), 1, 1, color=color))
         labels.append(stage)
         bottom = top
@@ -164,7 +170,7 @@ def plot_sweep_makespan(points: pl.DataFrame, params: list[str], path: str | os.
     Log y when makespans span >= 20x. Failed points are left out."""
     ok = points.filter(pl.col("status") == "ok")
     ms = ok["makespan_ns"]
-    log_y = ok.height > 0 and float(ms.min()) > 0 and float(ms.max()) / float(ms.min()) >= 20
+    log_y = ok.height > 0 and _f(ms.min()) > 0 and _f(ms.max()) / _f(ms.min()) >= 20
     if not params:
         fig, ax = plt.subplots(figsize=(max(6.0, 0.3 * ok.height + 2), 4))
         ax.bar(range(ok.height), (ms / 1000).to_list(), color="#1f77b4")
@@ -303,7 +309,7 @@ def plot_timeline(seg: pl.DataFrame | Iterable[pl.DataFrame], path: str | os.Pat
             pes = seg.select("sip", "cube", "pe").unique().sort("sip", "cube", "pe").head(
                 max_pes).rows()
         if t_end_ns is None:
-            t_end_ns = float((seg["t0_ns"] + seg["dur_ns"]).max() or 0.0) if seg.height else 0.0
+            t_end_ns = _f((seg["t0_ns"] + seg["dur_ns"]).max() or 0.0) if seg.height else 0.0
     img = timeline_image(seg, pes, t_end_ns)
     fig, ax = plt.subplots(figsize=(10, max(2.5, 0.22 * len(pes) + 1.2)))
     ax.imshow(img, aspect="auto", interpolation="antialiased",
@@ -399,7 +405,7 @@ def plot_roofline(roof: pl.DataFrame, path: str | os.PathLike[str]) -> Path:
 def plot_util_windows(df: pl.DataFrame, makespan_ns: float, path: str | os.PathLike[str]) -> Path:
     """Heat map: busiest resources (rows) x equal time windows (columns), utilisation colour."""
     names = df["resource_id"].unique(maintain_order=True).to_list()
-    n_win = int(df["win"].max() or 0) + 1 if df.height else 1
+    n_win = int(_f(df["win"].max() or 0)) + 1 if df.height else 1
     grid = np.zeros((max(1, len(names)), n_win))
     index = {n: i for i, n in enumerate(names)}
     for rid, win, _, util in df.iter_rows():

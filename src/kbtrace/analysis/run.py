@@ -129,6 +129,9 @@ _RUN_KEYS: dict[str, tuple[type, ...]] = {
 }
 
 
+_WANT: dict[tuple[type, ...], str] = {_NUM: "a number", _STR: "a string", _OBJ: "an object"}
+
+
 def _check_run_info(info: dict[str, Any], path: Path) -> None:
     """The run.json fields analysis reads have the types replay writes (a hand-edited or
     damaged file fails here, naming the field, not later with a TypeError)."""
@@ -139,8 +142,7 @@ def _check_run_info(info: dict[str, Any], path: Path) -> None:
             continue
         v = holder.get(leaf)
         if v is not None and (not isinstance(v, types) or isinstance(v, bool)):
-            want = {_NUM: "a number", _STR: "a string", _OBJ: "an object"}.get(
-                types, "a string or an object")
+            want = _WANT.get(types, "a string or an object")
             raise SchemaError(f"{path}: corrupt: {key} is a JSON {json_type(v)}, expected "
                               f"{want}; {REPLAY_FIX}")
     bad = [k for k, v in (info.get("peaks") or {}).items()
@@ -217,9 +219,9 @@ def reproduce_commands(run_dir: Path, info: dict[str, Any],
     ``--set`` overrides and fidelity), and the ``kbtrace capture`` command that re-makes the
     trace (its workload parameters, topology and overrides; None when run.json does not
     record the workload, as in runs older than these fields)."""
-    tr = info.get("trace") if isinstance(info.get("trace"), dict) else {}
-    topo = info.get("topology") if isinstance(info.get("topology"), dict) else {}
-    ov = info.get("overrides") if isinstance(info.get("overrides"), dict) else {}
+    def obj(v: Any) -> dict[str, Any]:
+        return v if isinstance(v, dict) else {}
+    tr, topo, ov = obj(info.get("trace")), obj(info.get("topology")), obj(info.get("overrides"))
     trace = trace_dir or Path(recorded_trace_path(info) or "TRACE_DIR")
     q = shlex.quote
     replay = ["kbtrace", "replay", q(str(trace)), "-t", q(str(topo.get("path") or "TOPOLOGY")),
@@ -230,7 +232,7 @@ def reproduce_commands(run_dir: Path, info: dict[str, Any],
     wl = tr.get("workload")
     if not wl or "overrides" not in info:
         return " ".join(replay), None
-    params = ov.get("params") if isinstance(ov.get("params"), dict) else {}
+    params = obj(ov.get("params"))
     capture = ["kbtrace", "capture", q(str(wl)),
                *[f"-p {q(f'{k}={v}')}" for k, v in sorted(params.items())],
                "-t", q(str(tr.get("topology_path") or topo.get("path") or "TOPOLOGY")),
@@ -367,8 +369,8 @@ class Run:
 
     @property
     def makespan_ns(self) -> float:
-        v = (self.con.sql("SELECT makespan_ns FROM _span").fetchall() or [None])[0]
-        return float(v[0]) if v and v[0] is not None else 0.0
+        rows = self.con.sql("SELECT makespan_ns FROM _span").fetchall()
+        return float(rows[0][0]) if rows and rows[0][0] is not None else 0.0
 
     @property
     def name(self) -> str:

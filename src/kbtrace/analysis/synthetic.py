@@ -86,7 +86,7 @@ def make_table(sch: pa.Schema, cols: dict[str, list[Any]]) -> pa.Table:
     n = len(next(iter(cols.values())))
     arrays = []
     for fld in sch:
-        default = [[] for _ in range(n)] if pa.types.is_list(fld.type) else [None] * n
+        default: list[Any] = [[] for _ in range(n)] if pa.types.is_list(fld.type) else [None] * n
         vals = cols.get(fld.name, default)
         if pa.types.is_dictionary(fld.type):
             arrays.append(pa.array(vals, type=pa.string()).dictionary_encode().cast(fld.type))

@@ -18,12 +18,15 @@ its producer fails verification even when the kernel is right.
 
 from __future__ import annotations
 
+import json
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
 
 from kbtrace import schema
@@ -32,6 +35,10 @@ from kbtrace._io import read_parquet_lean
 from kbtrace.errors import AnalysisError, KbtraceError, SchemaError
 
 __all__ = ["verify", "VerifyResult", "TensorCheck", "DivergingOp", "execution_order"]
+
+
+def _finite(x: float) -> float | str:
+    return x if math.isfinite(x) else str(x)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +93,40 @@ class VerifyResult:
     def ok(self) -> bool:
         return (self.error is None and self.first_divergence is None
                 and all(t.ok for t in self.tensors))
+
+    def frame(self) -> pl.DataFrame:
+        """One row per output tensor: tensor, dtype, shape, max_abs, max_rel, rtol, atol,
+        n_bad, ok."""
+        return pl.DataFrame(
+            {"tensor": [t.tensor for t in self.tensors], "dtype": [t.dtype for t in self.tensors],
+             "shape": ["x".join(map(str, t.shape)) or "scalar" for t in self.tensors],
+             "max_abs": [t.max_abs for t in self.tensors],
+             "max_rel": [t.max_rel for t in self.tensors],
+             "rtol": [t.rtol for t in self.tensors], "atol": [t.atol for t in self.tensors],
+             "n_bad": [t.n_bad for t in self.tensors], "ok": [t.ok for t in self.tensors]},
+            schema={"tensor": pl.String, "dtype": pl.String, "shape": pl.String,
+                    "max_abs": pl.Float64, "max_rel": pl.Float64, "rtol": pl.Float64,
+                    "atol": pl.Float64, "n_bad": pl.Int64, "ok": pl.Boolean})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The whole result as JSON-ready values."""
+        fd = self.first_divergence
+        return {"ok": self.ok, "run_dir": str(self.run_dir), "n_ops": self.n_ops,
+                "tensors": [{**r, "max_abs": _finite(r["max_abs"]), "max_rel": _finite(r["max_rel"])}
+                            for r in self.frame().to_dicts()],
+                "first_divergence": None if fd is None else {
+                    f: getattr(fd, f) for f in fd.__slots__},
+                "order_violations": [list(v) for v in self.order_violations],
+                "error": self.error}
+
+    def render(self, fmt: str = "text") -> str:
+        """``text`` (``text()``), ``json`` (``to_dict()``), ``csv`` / ``md`` (the tensor table)."""
+        if fmt == "json":
+            return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+        if fmt in ("csv", "md"):
+            from kbtrace.analysis.formats import render
+            return render(self.frame(), fmt)
+        return self.text() + "\n"
 
     def text(self) -> str:
         lines = [f"verify: {'PASS' if self.ok else 'FAIL'} ({self.n_ops} ops in replay order, "

@@ -14,7 +14,7 @@ from kbtrace.capture.trace import Trace, capture, open_trace
 __all__ = ["register"]
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("capture", help="run a workload's kernels and write an op trace",
                        description="Capture WORKLOAD.py (a file in capture/) into ops.parquet, "
                                    "memory.parquet and trace.json.")

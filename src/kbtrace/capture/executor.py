@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -55,6 +55,9 @@ class Op:
 
     def values(self) -> list[Any]:
         return [getattr(self, n) for n in OP_FIELDS]
+
+    if TYPE_CHECKING:       # for the type checker: one attribute per schema column
+        def __getattr__(self, name: str) -> Any: ...
 
 
 for _name in OP_FIELDS:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from kbtrace._paths import add_topology, arg
+from kbtrace._tables import add_format
 from kbtrace.replay.engine import replay
 from kbtrace.replay.options import FIDELITIES, Progress, ReplayOptions
 from kbtrace.replay.sweep import EXECUTORS
@@ -14,7 +16,9 @@ from kbtrace.replay.sweep import EXECUTORS
 __all__ = ["register"]
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
+
+
     p = sub.add_parser("replay", help="time a captured trace on a topology (SimPy)",
                        description="Replay TRACE_DIR on a topology; write op_timing.parquet, "
                                    "hops.parquet, nodes/links.parquet and run.json.")
@@ -50,6 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="local processes (default) or a Ray cluster (pip install 'kbtrace[ray]')")
     s.add_argument("--resume", action="store_true",
                    help="skip points already replayed ok with the same config and inputs")
+    add_format(s, what="the table of points")
     s.set_defaults(func=_sweep)
 
 
@@ -93,7 +98,6 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from kbtrace.errors import SweepPointsFailed
     from kbtrace.replay.sweep import run_sweep
     from kbtrace.replay.sweep_config import load_config, parse_grid_items
     cfg = load_config(args.config, parse_grid_items(args.grid))
@@ -111,7 +115,7 @@ def _sweep(args: argparse.Namespace) -> int:
                     on_point=shown)
     import polars as pl
 
-    from kbtrace.analysis.formats import render
+    from kbtrace._tables import render
     keys = [k for k, _ in cfg.grid] + list(cfg.workload_grid_keys)
     rows = res.points.to_pylist()
     # per workload (a trace, or all the traces of one gridded workload entry): the makespan
@@ -128,11 +132,18 @@ def _sweep(args: argparse.Namespace) -> int:
     table["vs workload's first"] = [f"{r['makespan_ns'] / base[group[r['trace']]]:.3f}x"
                                     if r["makespan_ns"] is not None
                                     and group[r["trace"]] in base else "-" for r in rows]
-    print(render(pl.DataFrame(table), "md"), end="")
+    print(render(pl.DataFrame(table), args.format), end="")
+    if args.format != "text":          # the table alone: a file or another program reads it
+        return _sweep_exit(res, rows, out)
     reused = f", {res.reused} reused" if res.reused else ""
     print(f"sweep of {len(rows)} point(s){reused} written to {out} (points.parquet, sweep.json)")
     print(f"next: kbtrace report {out}   (makespan against each grid parameter, per-point "
           "bottlenecks)")
+    return _sweep_exit(res, rows, out)
+
+
+def _sweep_exit(res: Any, rows: list[dict[str, Any]], out: Path) -> int:
+    from kbtrace.errors import SweepPointsFailed
     if res.failed:
         f = res.failed[0]
         raise SweepPointsFailed(f"sweep: {len(res.failed)} of {len(rows)} point(s) failed; "

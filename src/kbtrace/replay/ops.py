@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from math import prod
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -46,6 +46,9 @@ class Op:
 
     def __init__(self, values: tuple[Any, ...]) -> None:
         _assign(self, values)
+
+    if TYPE_CHECKING:       # for the type checker: one attribute per field of _FIELDS
+        def __getattr__(self, name: str) -> Any: ...
 
 
 def _make_assign():

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections import Counter
 from typing import Any
 
 from kbtrace._paths import arg
+from kbtrace._tables import add_format
 from kbtrace.errors import TopologyError
 from kbtrace.topology.topology import Topology, compile_topology
 
@@ -32,10 +34,11 @@ def _load(args: argparse.Namespace) -> Topology:
     return compile_topology(args.path, overrides=parse_sets(args.set))
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     topo = sub.add_parser("topo", help="inspect a topology: counts, routes, drawings",
                           description="Compile a topology YAML and inspect it.")
     tsub = topo.add_subparsers(dest="topo_command", metavar="SUBCOMMAND", required=True)
+
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("path", type=arg("topology"),
@@ -51,6 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("src", help="source node id, e.g. sip0.cube0.pe0.dma")
     p.add_argument("dst", help="destination node id, e.g. sip0.cube1.hbm_ctrl.pe0")
     p.add_argument("--nbytes", type=int, default=4096, help="transfer size for the lower bound (default 4096)")
+    add_format(p, what="the hops (text: with the lower-bound latency)")
     p.set_defaults(func=_route)
     p = tsub.add_parser("draw", help="PNG drawings: SIP view and one cube's mesh")
     common(p)
@@ -91,6 +95,8 @@ def _route(args: argparse.Namespace) -> int:
     if args.nbytes < 0:
         raise TopologyError(f"--nbytes {args.nbytes}: must be >= 0")
     r = t.route(args.src, args.dst)
+    if args.format != "text":
+        return _route_table(t, r, args.format)
     print(f"{'hop':>3}  {'node':<34} {'link kind':<15} {'bw GB/s':>8} {'dist mm':>8} {'wire ns':>8} "
           f"{'ovhd ns':>8}")
     for i, n in enumerate(r.nodes):
@@ -110,6 +116,26 @@ def _route(args: argparse.Namespace) -> int:
     print(f"lower_bound_ns({args.nbytes}) = {r.lower_bound_ns(args.nbytes):.4f}")
     print(f"floor_ns({args.nbytes}) = {r.floor_ns(args.nbytes):.4f}  (wormhole: overheads after "
           f"the slowest link overlap its drain)")
+    return 0
+
+
+def _route_table(t: Topology, r: Any, fmt: str) -> int:
+    """The hops of route ``r`` as a table (one row per node; the source has no link)."""
+    import polars as pl
+
+    from kbtrace._tables import render
+    rows = []
+    for i, n in enumerate(r.nodes):
+        node = t.nodes[n]
+        ln = t.links[r.links[i - 1]] if i else None
+        rows.append({"hop": i, "node": node.id, "link_kind": ln.kind if ln else None,
+                     "bw_gbps": ln.bw_gbps if ln else None,
+                     "distance_mm": ln.distance_mm if ln else None,
+                     "latency_ns": ln.latency_ns if ln else None,
+                     "overhead_ns": node.overhead_ns})
+    sys.stdout.write(render(pl.DataFrame(rows, schema={
+        "hop": pl.Int64, "node": pl.String, "link_kind": pl.String, "bw_gbps": pl.Float64,
+        "distance_mm": pl.Float64, "latency_ns": pl.Float64, "overhead_ns": pl.Float64}), fmt))
     return 0
 
 

@@ -65,6 +65,22 @@ class Topology:
 
     __slots__ = ("params", "nodes", "links", "content_hash", "source", "overrides", "from_cache",
                  "_g", "_out", "_router", "_routes", "_summaries", "_pes", "_rt_consts", "_frozen")
+    # the slots' types (set once in __init__ through object.__setattr__: the class is frozen)
+    params: TopologyParams
+    nodes: tuple[Node, ...]
+    links: tuple[Link, ...]
+    content_hash: str
+    source: str
+    overrides: dict[str, Any]
+    from_cache: bool
+    _g: Graph
+    _out: tuple[tuple[Link, ...], ...]
+    _router: Router
+    _routes: dict[tuple[int, int], Any]
+    _summaries: dict[Any, Any]
+    _pes: tuple[PeCoord, ...]
+    _rt_consts: tuple[list[float], list[float], list[float]]
+    _frozen: bool
 
     def __init__(self, params: TopologyParams, g: Graph, source: str,
                  overrides: dict[str, Any] | None = None) -> None:
