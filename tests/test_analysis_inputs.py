@@ -58,7 +58,7 @@ def test_stale_trace_is_refused_everywhere(gemm_run, tmp_path, capsys):
     msg = str(ei.value)
     assert msg.startswith(f"{run / 'run.json'}: the trace at {run.parent / 'trace'} changed "
                           "since this run was replayed (hash ")
-    assert f"run has {want})" in msg and "re-run `kbtrace replay" in msg
+    assert f"run has {want})" in msg and "then `kbtrace replay" in msg
     assert f"-t {SMALL}" in msg and "re-capture the original trace" in msg
     for argv in (["verify", str(run)], ["sql", str(run), "SELECT count(*) FROM ops"],
                  ["report", str(run), "-o", str(tmp_path / "rep")],
