@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kbtrace import __version__
+from kbtrace._progress import setup_logging
 from kbtrace.errors import KbtraceError, shorten
 
 __all__ = ["main", "build_parser"]
@@ -45,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--traceback", action="store_true",
                         help="on an error, print the whole Python traceback after the one-line "
                              "message (e.g. of an exception raised inside a workload)")
+    _add_verbosity(parser, 0)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for mod_name in _STAGE_CLIS:
         try:
@@ -54,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         mod.register(sub)
+    for leaf in _leaves(parser):      # -q / -v before or after the subcommand
+        _add_verbosity(leaf, argparse.SUPPRESS)
     return parser
 
 
@@ -64,6 +68,20 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
     print(f"kbtrace: warning: {shorten(str(message))}", file=file or sys.stderr)
 
 
+def _add_verbosity(p: argparse.ArgumentParser, default: object) -> None:
+    p.add_argument("-q", "--quiet", action="count", default=default,
+                   help="only errors on stderr: no progress, notes or warnings")
+    p.add_argument("-v", "--verbose", action="count", default=default,
+                   help="more on stderr: -v stage timings and cache use, -vv debug")
+
+
+def _leaves(p: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        return [p]
+    return [leaf for s in subs for c in dict.fromkeys(s.choices.values()) for leaf in _leaves(c)]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     show_tb = "--traceback" in argv     # known even when parsing fails
@@ -72,6 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.showwarning = _show_warning
     try:
         args = parser.parse_args(argv)   # path arguments resolve here (kbtrace._paths)
+        setup_logging(args.verbose - args.quiet)
         if not getattr(args, "func", None):
             parser.print_help()
             return 0 if args.command is None else 2

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from kbtrace._paths import add_topology, arg
+from kbtrace._progress import NOTE, log, progress, replay_task
 
 __all__ = ["register"]
 
@@ -39,7 +41,10 @@ def _sql(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     from kbtrace.analysis.verifier import verify
 
-    res = verify(args.run)
+    with progress() as bars:
+        task = bars.add("verify", unit="ops")
+        res = verify(args.run, progress=task.update)
+        task.done()
     sys.stdout.write(res.render(args.format))
     return 0 if res.ok else 1
 
@@ -89,16 +94,19 @@ def _missing_trace_note(run_path: Path) -> None:
         return                       # a sweep or a directory of runs: each point has its own
     info = read_run_json(run_dir)
     if find_trace_dir(run_dir, info) is None:
-        print(f"kbtrace: note: {run_dir}: its trace ({recorded_trace_path(info)}) was not "
-              "found; views over the trace's ops are empty (fix trace.path in run.json to "
-              "include them)", file=sys.stderr)
+        log.warning(f"{run_dir}: its trace ({recorded_trace_path(info)}) was not found; views "
+                    "over the trace's ops are empty (fix trace.path in run.json to include "
+                    "them)", extra=NOTE)
 
 
 def _report(args: argparse.Namespace) -> int:
     from kbtrace.analysis.reporter import report
 
     _missing_trace_note(args.run)
-    out = report(args.run, args.out)
+    with progress() as bars:
+        task = bars.add("report: tables and plots")
+        out = report(args.run, args.out)
+        task.done()
     print(f"report: {out / 'index.html'}")
     return 0
 
@@ -106,22 +114,38 @@ def _report(args: argparse.Namespace) -> int:
 def _export_perfetto(args: argparse.Namespace) -> int:
     from kbtrace.analysis.perfetto import export_perfetto
 
-    n = export_perfetto(args.run, args.out)
+    with progress() as bars:
+        task = bars.add("export perfetto")
+        n = export_perfetto(args.run, args.out)
+        task.done()
     print(f"wrote {n} trace events to {args.out} (open it in https://ui.perfetto.dev)")
     return 0
 
 
 def _run(args: argparse.Namespace) -> int:
     from kbtrace.analysis.main import run_workload
-    from kbtrace.replay.cli import StatusLine
 
-    show = sys.stderr.isatty() if args.progress is None else args.progress
-    summary = run_workload(args.workload, topology=args.topology, params=args.param or [],
-                           sets=args.set, fidelity=args.fidelity, out=args.out,
-                           verify_data=not args.no_verify, make_report=not args.no_report,
-                           attribute={None: "auto", True: True, False: False}[args.attribute],
-                           progress=StatusLine(sys.stderr) if show else None)
-    print(summary.text())
+    def lines(part: list[str]) -> None:      # each stage's lines as it ends, also in a pipe
+        if part:
+            print("\n".join(part), flush=True)
+
+    with progress(args.progress) as bars:
+        current: list[Any] = []
+
+        def stage(name: str) -> None:       # a spinner per stage; replay shows its ops
+            while current:
+                current.pop().done()
+            if name != "replay":
+                current.append(bars.add(name))
+
+        summary = run_workload(args.workload, topology=args.topology, params=args.param or [],
+                               sets=args.set, fidelity=args.fidelity, out=args.out,
+                               verify_data=not args.no_verify, make_report=not args.no_report,
+                               attribute={None: "auto", True: True, False: False}[args.attribute],
+                               progress=replay_task(bars) if bars.mode != "off" else None,
+                               on_stage=stage, on_lines=lines)
+        while current:
+            current.pop().done()
     return 0 if summary.ok else 1
 
 

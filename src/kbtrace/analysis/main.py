@@ -18,6 +18,7 @@ from typing import Any
 from kbtrace._io import release_memory
 from kbtrace._names import param_overrides, tag, variant
 from kbtrace._paths import DEFAULT_TOPOLOGY, resolve
+from kbtrace._progress import log
 
 __all__ = ["run_workload", "RunSummary", "DEFAULT_WORKLOAD", "DEFAULT_TOPOLOGY",
            "capture_and_replay", "ATTRIBUTE_BUDGET_S"]
@@ -53,36 +54,54 @@ class RunSummary:
     def ok(self) -> bool:
         return self.verify is None or bool(self.verify.ok)
 
-    def text(self) -> str:
+    #: the summary's parts in order; each is printed as soon as its stage ends
+    STAGES = ("header", "capture", "replay", "report", "verify", "next")
+
+    def lines(self, stage: str) -> list[str]:
+        """The summary lines of ``stage`` (one of ``STAGES``)."""
         s = self.seconds
-        lines = [f"kbtrace run: {self.workload} on {self.topology} ({self.fidelity})",
-                 f"  capture   {self.n_ops} ops{'':<14} {s.get('capture', 0):6.2f} s  -> {self.trace_dir}",
-                 f"  replay    makespan {self.makespan_ns / 1000:.3f} us ({self.makespan_ns:.1f} ns), "
-                 f"{self.hops} hops, {self.events} events  {s.get('replay', 0):6.2f} s  -> {self.run_dir}",
-                 f"  bottleneck {self.bottleneck}"]
-        if self.hotspot:
-            lines.append(f"  hot spot  {self.hotspot}")
-        if self.roofline:
-            lines.append(f"  roofline  {self.roofline}")
-        if self.helps_most:
-            lines.append(f"  helps most {self.helps_most}")
-        if self.verify is not None:
+        if stage == "header":
+            return [f"kbtrace run: {self.workload} on {self.topology} ({self.fidelity})"]
+        if stage == "capture":
+            return [f"  capture   {self.n_ops} ops{'':<14} {s.get('capture', 0):6.2f} s  -> "
+                    f"{self.trace_dir}"]
+        if stage == "replay":
+            out = [f"  replay    makespan {self.makespan_ns / 1000:.3f} us ({self.makespan_ns:.1f} "
+                   f"ns), {self.hops} hops, {self.events} events  {s.get('replay', 0):6.2f} s  -> "
+                   f"{self.run_dir}", f"  bottleneck {self.bottleneck}"]
+            if self.hotspot:
+                out.append(f"  hot spot  {self.hotspot}")
+            if self.roofline:
+                out.append(f"  roofline  {self.roofline}")
+            if self.helps_most:
+                out.append(f"  helps most {self.helps_most}")
+            return out
+        if stage == "verify":
+            if self.verify is None:
+                return ["  verify    skipped (--no-verify)"]
             v = self.verify
             worst = max(v.tensors, key=lambda t: t.max_abs, default=None)
             detail = (f"{len(v.tensors)} outputs, worst {worst.tensor} ({worst.dtype}) max abs "
                       f"err {worst.max_abs:.3g}" if worst else "no outputs")
-            lines.append(f"  verify    {'PASS' if v.ok else 'FAIL'} ({detail})  "
-                         f"{s.get('verify', 0):6.2f} s")
+            out = [f"  verify    {'PASS' if v.ok else 'FAIL'} ({detail})  "
+                   f"{s.get('verify', 0):6.2f} s"]
             if not v.ok:
-                lines += ["    " + ln for ln in v.text().splitlines()[1:]]
-        else:
-            lines.append("  verify    skipped (--no-verify)")
-        if self.report_dir is not None:
-            lines.append(f"  report    {self.report_dir / 'index.html'}  {s.get('report', 0):6.2f} s")
-        if self.perfetto is not None:
-            lines.append(f"  timeline  {self.perfetto} (open in https://ui.perfetto.dev)")
-        lines.append(f"  next      kbtrace sql {self.run_dir} top_hotspots")
-        return "\n".join(lines)
+                out += ["    " + ln for ln in v.text().splitlines()[1:]]
+            return out
+        if stage == "report":
+            out = []
+            if self.report_dir is not None:
+                out.append(f"  report    {self.report_dir / 'index.html'}  "
+                           f"{s.get('report', 0):6.2f} s")
+            if self.perfetto is not None:
+                out.append(f"  timeline  {self.perfetto} (open in https://ui.perfetto.dev)")
+            return out
+        if stage == "next":
+            return [f"  next      kbtrace sql {self.run_dir} top_hotspots"]
+        raise ValueError(f"unknown summary stage {stage!r}; one of {', '.join(self.STAGES)}")
+
+    def text(self) -> str:
+        return "\n".join(ln for st in self.STAGES for ln in self.lines(st))
 
 
 def capture_and_replay(workload: Path, topology: Path, params: list[str] | dict[str, Any],
@@ -150,7 +169,9 @@ def run_workload(workload: str | os.PathLike[str] | None = None, *,
                  sets: list[str] | None = None, fidelity: str = "fast",
                  out: str | os.PathLike[str] = "data", verify_data: bool = True,
                  make_report: bool = True, attribute: bool | str = "auto",
-                 progress: Callable[[Any], Any] | None = None) -> RunSummary:
+                 progress: Callable[[Any], Any] | None = None,
+                 on_stage: Callable[[str], Any] | None = None,
+                 on_lines: Callable[[list[str]], Any] | None = None) -> RunSummary:
     """Capture, replay, verify and report one workload; return a ``RunSummary``.
 
     ``attribute``: name the resource class that, 2x faster, would shorten the run most
@@ -159,6 +180,9 @@ def run_workload(workload: str | os.PathLike[str] | None = None, *,
     replay's wall time) under ``ATTRIBUTE_BUDGET_S``.
 
     ``progress``: passed to ``replay`` (called with a ``Progress`` while it runs).
+    ``on_stage(name)``: called as each stage (capture, replay, verify, report) starts;
+    ``on_lines(lines)``: called with the summary's lines as soon as they are known (the
+    header first, then each stage's as it ends: ``RunSummary.lines``).
 
     ``sets``: topology overrides (``["cube.hbm.pc_bw_gbps=16"]``) for both capture and
     replay; the run directory name carries them."""
@@ -187,20 +211,35 @@ def run_workload(workload: str | os.PathLike[str] | None = None, *,
     trace_dir = out / "traces" / variant(name, tag(varied), topo_name)
     run_dir = out / "runs" / variant(name, tag(varied), topo_name, fidelity)
     summary = RunSummary(variant(name, tag(varied)), topo_name, fidelity, trace_dir, run_dir)
-    t = time.perf_counter()
 
+    def stage(name: str) -> None:
+        if on_stage is not None:
+            on_stage(name)
+
+    def done(part: str) -> None:
+        if part in summary.seconds:
+            log.info(f"{part} took {summary.seconds[part]:.2f} s")
+        if on_lines is not None:
+            on_lines(summary.lines(part))
+
+    done("header")
+    stage("capture")
+    t = time.perf_counter()
     # a mismatch is verify's to report (first diverging op, exit 1), not capture's
     trace = capture(wl, topo, params=params or [], out_dir=trace_dir, allow_mismatch=True)
     summary.n_ops = trace.n_ops
     summary.seconds["capture"] = time.perf_counter() - t
     del trace
+    done("capture")
     release_memory()        # each stage starts from what is live, not from the last one's peak
+    stage("replay")
     t = time.perf_counter()
     rr = replay(trace_dir, topo, ReplayOptions(fidelity=fidelity, out_dir=str(run_dir)),
                 progress=progress)
     summary.makespan_ns, summary.hops, summary.events = rr.makespan_ns, rr.hops, rr.events
     summary.seconds["replay"] = time.perf_counter() - t
     if attribute:      # before the report, which then shows the attribution too
+        stage("attribute")
         t = time.perf_counter()
         summary.helps_most = _helps_most(run_dir, topo_path, parse_sets(sets), rr.wall_s,
                                          attribute == "auto")
@@ -213,16 +252,22 @@ def run_workload(workload: str | os.PathLike[str] | None = None, *,
             r.materialize()
         summary.bottleneck, summary.hotspot, summary.roofline = _headline(r)
         summary.seconds["headline"] = time.perf_counter() - t
+        done("replay")
         if make_report:
+            stage("report")
             t = time.perf_counter()
             summary.report_dir = report(r)
             summary.perfetto = summary.report_dir / "timeline.perfetto.json"
             export_perfetto(r, summary.perfetto)
             summary.seconds["report"] = time.perf_counter() - t
+    done("report")
     release_memory()
     if verify_data:
+        stage("verify")
         t = time.perf_counter()
         summary.verify = verify(run_dir)
         summary.seconds["verify"] = time.perf_counter() - t
         release_memory()
+    done("verify")
+    done("next")
     return summary

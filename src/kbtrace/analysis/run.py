@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from kbtrace import schema
 from kbtrace._integrity import check_digests, check_trace_files
 from kbtrace._io import json_type, read_json_object, trace_hash
+from kbtrace._paths import resolve
 from kbtrace.analysis.sqllib import load_views
 from kbtrace.errors import AnalysisError, KbtraceError, SchemaError, UsageError
 
@@ -460,10 +461,14 @@ def open_run(path: str | os.PathLike[str], *, n_windows: int = DEFAULT_WINDOWS,
     ``ATTACH``, ``INSTALL`` or ``LOAD``, no ``SET`` undoing it. ``diff`` and ``baseline``
     open runs this way.
 
-    >>> run = open_run("data/runs/gemm")                       # doctest: +SKIP
+    ``path`` resolves as the CLI's run arguments do (``kbtrace._paths``): a path, else a
+    name in ``data/runs/``, ``data/sweeps/`` or ``data/baselines/`` under the current
+    directory or the repository (a ``UsageError`` listing the names there otherwise).
+
+    >>> run = open_run("gemm-small-fast")                      # doctest: +SKIP
     >>> run.sql("SELECT * FROM hotspots ORDER BY rank LIMIT 5")  # doctest: +SKIP
     """
-    root = Path(path)
+    root = Path(path) if Path(path).exists() else resolve(path, "run")
     if not root.is_dir():
         raise AnalysisError(f"{root}: no such run directory; pass a directory written by "
                             "`kbtrace replay` (it holds run.json)")
@@ -526,11 +531,20 @@ class _Scans:
             self.con.execute("SET lock_configuration = true")
 
 
+def _no_progress_bar(con: duckdb.DuckDBPyConnection) -> None:
+    """No DuckDB progress bars on stderr mid-report. Under Jupyter without ipywidgets DuckDB
+    has them off already and *refuses* the setting (InvalidInputException: "required package
+    'ipywidgets' is missing"): set it only when it is on."""
+    on = con.sql("SELECT current_setting('enable_progress_bar')").fetchall()
+    if on and on[0][0]:
+        con.execute("SET enable_progress_bar = false")
+
+
 def _open(root: Path, dirs: list[Path], infos: list[dict[str, Any]],
           con: duckdb.DuckDBPyConnection, n_windows: int, trace: bool, scans: _Scans) -> Run:
     """Create the views of ``open_run`` on ``con``."""
     con.execute("SET threads TO 1")  # deterministic row order inside views, small runs
-    con.execute("SET enable_progress_bar = false")   # no progress bars on stderr mid-report
+    _no_progress_bar(con)
     multi = len(dirs) > 1 or root != dirs[0]
     for table, sch in _RUN_FILES.items():
         files = [_checked(d / f"{table}.parquet", sch) for d in dirs]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,9 @@ from kbtrace import schema
 from kbtrace._integrity import check_trace_files
 from kbtrace._io import read_parquet_lean
 from kbtrace.errors import AnalysisError, KbtraceError, SchemaError
+
+#: ops between two ``progress`` calls of ``verify``
+PROGRESS_EVERY = 256
 
 __all__ = ["verify", "VerifyResult", "TensorCheck", "DivergingOp", "execution_order"]
 
@@ -255,11 +259,12 @@ def check_timing(timing: pa.Table, where: Path) -> None:
                           "re-run `kbtrace replay` to regenerate the run")
 
 
-def verify(run: Any) -> VerifyResult:
+def verify(run: Any, progress: Callable[[int, int], Any] | None = None) -> VerifyResult:
     """Re-execute a run's trace in replay timing order and check outputs and per-op digests.
 
     ``run``: a run directory path or an open ``Run``. Raises ``AnalysisError`` when the
     inputs are missing; numeric failures are reported in the result (``ok`` False).
+    ``progress(done, total)``: called every ``PROGRESS_EVERY`` ops and at the end.
     """
     from kbtrace.analysis.run import REPLAY_FIX, read_run_json, recorded_trace_path, run_trace_dir
     from kbtrace.capture import executor as ex
@@ -283,6 +288,8 @@ def verify(run: Any) -> VerifyResult:
     machine = ex.Machine()
     ex.load_memory(memory, machine.mem)
     for pos, op_id in enumerate(order):
+        if progress is not None and not pos % PROGRESS_EVERY:
+            progress(pos, len(order))
         op = rows[op_id]
         try:
             _, dig = machine.step(op)
@@ -303,6 +310,8 @@ def verify(run: Any) -> VerifyResult:
             result.tensors.append(_compare(name, dtypes[name], outputs.get(name), refs[name]))
         if not refs:
             result.error = "memory.parquet declares no reference outputs; nothing to compare"
+    if progress is not None:
+        progress(len(order), len(order))
     return result
 
 

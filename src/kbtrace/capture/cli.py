@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from collections import Counter
 
 import pyarrow.parquet as pq
 
 from kbtrace._paths import add_topology, arg
+from kbtrace._progress import log, progress
 from kbtrace.capture.trace import Trace, capture, open_trace
 
 __all__ = ["register"]
@@ -84,13 +84,16 @@ def _capture(args: argparse.Namespace) -> int:
         topo = compile_topology(topo, overrides=parse_sets(args.set))
     if args.dry_run:
         return _dry_run(args, topo)
-    tr = capture(args.workload, topo, params=args.param, out_dir=args.out,
-                 allow_mismatch=args.allow_mismatch, strict=args.strict)
+    with progress() as bars:
+        task = bars.add(f"capture {args.workload.stem}: running kernels")
+        tr = capture(args.workload, topo, params=args.param, out_dir=args.out,
+                     allow_mismatch=args.allow_mismatch, strict=args.strict)
+        task.done()
     print(f"captured {tr.name}: {tr.n_ops} ops ({_counts(tr)})")
     if tr.n_ops == 0:
         params = ", ".join(f"{k}={v}" for k, v in sorted(tr.meta["params"].items()))
-        print(f"kbtrace: warning: {tr.name} ({params}) recorded no ops: a replay would "
-              f"time nothing; check the parameters (a size of 0?)", file=sys.stderr)
+        log.warning(f"{tr.name} ({params}) recorded no ops: a replay would time nothing; "
+                    "check the parameters (a size of 0?)")
     for name, chk in sorted(tr.meta["reference_check"].items()):
         state = "matches" if chk["ok"] else "DIFFERS FROM"
         print(f"  output {name} ({chk['dtype']}) {state} its numpy reference "

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Any
 
 from kbtrace._paths import add_topology, arg
+from kbtrace._progress import progress, replay_task
 from kbtrace._tables import add_format
 from kbtrace.replay.engine import replay
-from kbtrace.replay.options import FIDELITIES, Progress, ReplayOptions
+from kbtrace.replay.options import FIDELITIES, ReplayOptions
 from kbtrace.replay.sweep import EXECUTORS
 
 __all__ = ["register"]
@@ -58,38 +60,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=_sweep)
 
 
-class StatusLine:
-    """Prints a replay's progress to stderr, at most once a second: rewritten in place on a
-    terminal, one line each otherwise."""
-
-    def __init__(self, stream) -> None:
-        self.stream = stream
-        self.tty = stream.isatty()
-        self.last = -1.0
-        self.shown = False
-
-    def __call__(self, p: Progress) -> None:
-        final = p.ops_done == p.ops
-        if p.wall_s - self.last < 1.0 and not (final and self.shown):
-            return
-        self.last = p.wall_s
-        line = (f"replay: {p.ops_done:,}/{p.ops:,} ops ({100 * p.fraction:.0f}%), "
-                f"t = {p.sim_ns:,.1f} ns, {p.events:,} events, {p.wall_s:.1f} s")
-        self.stream.write(f"\r{line}\033[K" if self.tty else line + "\n")
-        self.shown = True
-        if final and self.tty:
-            self.stream.write("\n")
-        self.stream.flush()
-
-
 def _replay(args: argparse.Namespace) -> int:
     from kbtrace.topology.cli import parse_sets
     from kbtrace.topology.topology import compile_topology
     topo = compile_topology(args.topology, overrides=parse_sets(args.set))
     out = args.out       # default: data/runs/<workload>[-<params>]-<topology>[-<sets>]-<fidelity>
-    show = sys.stderr.isatty() if args.progress is None else args.progress
-    run = replay(args.trace, topo, ReplayOptions(fidelity=args.fidelity, out_dir=out),
-                 progress=StatusLine(sys.stderr) if show else None)
+    with progress(args.progress) as bars:
+        run = replay(args.trace, topo, ReplayOptions(fidelity=args.fidelity, out_dir=out),
+                     progress=replay_task(bars) if bars.mode != "off" else None)
     print(f"replayed {args.trace} on {topo.params.name} ({run.fidelity}): "
           f"makespan {run.makespan_ns:.1f} ns, {run.ops} ops, {run.hops} hops, "
           f"{run.events} events, {run.wall_s:.2f} s wall")
@@ -103,16 +81,23 @@ def _sweep(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, parse_grid_items(args.grid))
     out = Path(args.out) if args.out else Path("data") / "sweeps" / Path(args.config).stem
     n = 0
+    with progress() as bars:
+        total = (len(cfg.traces) * len(cfg.topologies) * len(cfg.fidelities)
+                 * math.prod(len(v) for _, v in cfg.grid))
+        task = bars.add("sweep", total=total, unit="points")
 
-    def shown(point, res) -> None:
-        nonlocal n
-        n += 1
-        what = (f"makespan {res['makespan_ns']:,.1f} ns ({res['wall_s']} s)"
-                if res["status"] == "ok" else f"FAILED: {res['error']}")
-        print(f"sweep: [{n}] {point.rel_dir}: {what}", file=sys.stderr, flush=True)
+        def shown(point: Any, res: dict[str, Any]) -> None:
+            nonlocal n
+            n += 1
+            what = (f"makespan {res['makespan_ns']:,.1f} ns ({res['wall_s']} s)"
+                    if res["status"] == "ok" else f"FAILED: {res['error']}")
+            task.update(n, info=str(point.rel_dir))
+            # one line per point as it finishes (a log of the sweep, also through a pipe)
+            print(f"sweep: [{n}] {point.rel_dir}: {what}", file=sys.stderr, flush=True)
 
-    res = run_sweep(cfg, out, jobs=args.jobs, executor=args.executor, resume=args.resume,
-                    on_point=shown)
+        res = run_sweep(cfg, out, jobs=args.jobs, executor=args.executor, resume=args.resume,
+                        on_point=shown)
+        task.done()
     import polars as pl
 
     from kbtrace._tables import render
