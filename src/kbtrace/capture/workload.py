@@ -529,8 +529,10 @@ def user_frame(exc: BaseException, path: str | Path) -> str:
     frame there), else the deepest frame of the traceback."""
     tb = traceback.extract_tb(exc.__traceback__)
     mine = [f for f in tb if Path(f.filename).resolve() == Path(path).resolve()]
-    f = (mine or tb or [None])[-1]
-    return f"{f.filename}:{f.lineno}" if f is not None else str(path)
+    frames = mine or list(tb)
+    if not frames:
+        return str(path)
+    return f"{frames[-1].filename}:{frames[-1].lineno}"
 
 
 def load_workload(path: str | Path) -> ModuleType:

@@ -153,6 +153,8 @@ def resolve_dp_policy(policy: DPPolicy, *, shape: tuple[int, ...], itemsize: int
         for pe, (r0, c0, nr, nc) in _split(policy.pe, cblock, num_pes, what, "pe"):
             replica = ((cube if n_cube_rep > 1 else 0) * n_pe_rep
                        + (pe if n_pe_rep > 1 else 0))
+            off: tuple[int, ...]
+            shp: tuple[int, ...]
             if len(shape) == 1:
                 off, shp = (c0,), (nc,)
             else:

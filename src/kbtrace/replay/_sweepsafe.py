@@ -51,6 +51,7 @@ def check_pinned(job: dict[str, Any], run_json: Path | None = None) -> None:
     want = job.get("trace_hash")
     if not want:
         return
+    got: str | None
     if run_json is None:
         got = _trace_digest(job["trace_dir"])
     else:
