@@ -87,6 +87,7 @@ def test_stale_run_message_reproduces_the_run(tmp_path, monkeypatch):
                  "-o", str(s.trace_dir)]) == 0
     with pytest.raises(SchemaError, match="changed since this run was replayed") as ei:
         kbtrace.open_run(s.run_dir)
+    assert "characters]..." not in str(ei.value)        # not elided: the commands are the fix
     cmds = re.findall(r"`(kbtrace [^`]+)`", str(ei.value))
     assert len(cmds) == 2 and cmds[0].startswith("kbtrace capture gemm -p K=64 -p M=64 -p N=64")
     assert "--set cube.hbm.pc_bw_gbps=16" in cmds[0] and "--set cube.hbm.pc_bw_gbps=16" in cmds[1]

@@ -214,6 +214,28 @@ def _sets(overrides: Any) -> list[str]:
         if isinstance(overrides, dict) else []
 
 
+def _short(path: str | Path) -> str:
+    """``path`` relative to the current directory when it is below it, else as given."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return str(path)
+    return rel if not rel.startswith("..") else str(path)
+
+
+def _topology_arg(path: str | None) -> str:
+    """A topology path as ``-t`` takes it: its catalog name when that names the same file."""
+    if not path:
+        return "TOPOLOGY"
+    stem = Path(path).stem
+    try:
+        if resolve(stem, "topology").resolve() == Path(path).resolve():
+            return stem
+    except (KbtraceError, OSError):
+        pass
+    return _short(path)
+
+
 def reproduce_commands(run_dir: Path, info: dict[str, Any],
                        trace_dir: Path | None = None) -> tuple[str, str | None]:
     """The ``kbtrace replay`` command that re-makes ``run_dir`` from its trace (same topology,
@@ -223,21 +245,21 @@ def reproduce_commands(run_dir: Path, info: dict[str, Any],
     def obj(v: Any) -> dict[str, Any]:
         return v if isinstance(v, dict) else {}
     tr, topo, ov = obj(info.get("trace")), obj(info.get("topology")), obj(info.get("overrides"))
-    trace = trace_dir or Path(recorded_trace_path(info) or "TRACE_DIR")
+    trace = _short(trace_dir or Path(recorded_trace_path(info) or "TRACE_DIR"))
     q = shlex.quote
-    replay = ["kbtrace", "replay", q(str(trace)), "-t", q(str(topo.get("path") or "TOPOLOGY")),
+    replay = ["kbtrace", "replay", q(trace), "-t", q(_topology_arg(topo.get("path"))),
               *_sets(ov.get("topology") or topo.get("overrides"))]
     if info.get("fidelity") == "flit":
         replay += ["--fidelity", "flit"]
-    replay += ["-o", q(str(run_dir))]
+    replay += ["-o", q(_short(run_dir))]
     wl = tr.get("workload")
     if not wl or "overrides" not in info:
         return " ".join(replay), None
     params = obj(ov.get("params"))
     capture = ["kbtrace", "capture", q(str(wl)),
                *[f"-p {q(f'{k}={v}')}" for k, v in sorted(params.items())],
-               "-t", q(str(tr.get("topology_path") or topo.get("path") or "TOPOLOGY")),
-               *_sets(ov.get("capture_topology")), "-o", q(str(trace))]
+               "-t", q(_topology_arg(tr.get("topology_path") or topo.get("path"))),
+               *_sets(ov.get("capture_topology")), "-o", q(trace)]
     return " ".join(replay), " ".join(capture)
 
 
