@@ -90,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.showwarning = _show_warning
     try:
         args = parser.parse_args(argv)   # path arguments resolve here (kbtrace._paths)
-        setup_logging(args.verbose - args.quiet)
+        setup_logging(getattr(args, "verbose", 0) - getattr(args, "quiet", 0))
         if not getattr(args, "func", None):
             parser.print_help()
             return 0 if args.command is None else 2
