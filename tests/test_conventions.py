@@ -45,8 +45,8 @@ def test_output_option_is_spelled_one_way():
             if any(s in ("-o", "--out", "--output") for s in a.option_strings):
                 assert a.option_strings == ["-o", "--out"], (path, a.option_strings)
                 seen.append(" ".join(path))
-    assert sorted(seen) == ["capture", "diff", "export perfetto", "replay", "report", "run",
-                            "sql", "sweep", "topo draw"]
+    assert set(seen) >= {"capture", "diff", "export perfetto", "replay", "report", "run",
+                         "sql", "sweep", "topo draw"}
 
 
 def test_every_table_command_has_format():

@@ -141,7 +141,7 @@ def _run(args: argparse.Namespace) -> int:
         summary = run_workload(args.workload, topology=args.topology, params=args.param or [],
                                sets=args.set, fidelity=args.fidelity, out=args.out,
                                verify_data=not args.no_verify, make_report=not args.no_report,
-                               attribute={None: "auto", True: True, False: False}[args.attribute],
+                               attribute="auto" if args.attribute is None else bool(args.attribute),
                                progress=replay_task(bars) if bars.mode != "off" else None,
                                on_stage=stage, on_lines=lines)
         while current:

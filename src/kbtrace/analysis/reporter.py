@@ -18,7 +18,7 @@ import base64
 import html
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
@@ -127,7 +127,7 @@ def _attribution(run_dir: Path, run_id: str | None) -> pl.DataFrame | None:
         return None                # an attribution of an earlier run of this directory
     t = pq.read_table(d / "attribution.parquet")
     schema.check_schema(t.schema, schema.ATTRIBUTION, str(d / "attribution.parquet"))
-    return pl.from_arrow(t.select([f.name for f in schema.ATTRIBUTION]))
+    return cast(pl.DataFrame, pl.from_arrow(t.select([f.name for f in schema.ATTRIBUTION])))
 
 
 def _write_run_report(r: Any, tables: dict[str, pl.DataFrame], out_dir: Path) -> None:

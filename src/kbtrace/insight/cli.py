@@ -17,7 +17,7 @@ def _topology_opts(p: argparse.ArgumentParser) -> None:
                    help="the --set overrides the run was replayed with (repeatable)")
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     from kbtrace.insight.resources import RESOURCES
     p = sub.add_parser(
         "attribute", help="which resource, made faster, shortens the run most (replays)",
