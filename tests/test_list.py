@@ -28,9 +28,10 @@ def test_list_cli_lists_new_traces_and_runs(tmp_path, monkeypatch, capsys):
     assert main(["list", "traces", "runs", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     # the current directory's catalogs come first (the repository's data/ may hold more)
-    trace = next(t for t in out["traces"] if t["name"] == "softmax-small")
-    assert trace["path"] == "data/traces/softmax-small" and trace["ops"] == "6"
-    run = next(r for r in out["runs"] if r["name"] == "softmax-small-fast")
+    # (names carry the non-default parameters: kbtrace._names)
+    trace = next(t for t in out["traces"] if t["name"] == "softmax-R_16-small")
+    assert trace["path"] == "data/traces/softmax-R_16-small" and trace["ops"] == "6"
+    run = next(r for r in out["runs"] if r["name"] == "softmax-R_16-small-fast")
     assert run["kind"] == "run" and "softmax on small (fast)" in run["description"]
     assert main(["list", "workloads"]) == 0
     assert "| softmax | Row-wise softmax" in capsys.readouterr().out
