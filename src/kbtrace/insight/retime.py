@@ -208,13 +208,24 @@ class Retimer:
         and last ops (whose completions travel back to the host)."""
         pes: dict[int, set[tuple[int, int, int]]] = {}
         last: dict[tuple[int, int, int, int], int] = {}
+        host_end: dict[float, int] = {}          # host-program ops (copies) by their end
         for r, (ln, pc) in enumerate(zip(self.launch_of, self.place, strict=True)):
+            if ln not in self.launches:
+                host_end[round(float(self.end[r]), 6)] = r
+                continue
             pes.setdefault(ln, set()).add(pc)
             k = (ln, *pc)
             if k not in last or self.end[r] >= self.end[last[k]]:
                 last[k] = r
         self.launch_pes = {ln: sorted(v) for ln, v in pes.items()}
         self.last_ops = last
+        self.host_end = host_end
+        self.launch_order = sorted(self.launch_pes)
+        self.rec = {ln: (float(self.launches[ln].get("t_launch_ns", 0.0)),
+                         float(self.launches[ln].get("t_barrier_ns", 0.0)),
+                         float(self.launches[ln].get("t_done_ns", 0.0)))
+                    for ln in self.launch_order}
+        self.done_at = {round(v[2], 6): ln for ln, v in self.rec.items()}
         self.down_o, self.up_o = self._launch_paths(self.base.topology)
 
     def _launch_paths(self, topo: Any) -> tuple[dict[int, float], dict[tuple[int, ...], float]]:
@@ -350,15 +361,36 @@ class Retimer:
             down_n, up_n = self._launch_paths(new)
         except Exception:            # noqa: BLE001 - no launch path: keep the recorded one
             down_n, up_n = self.down_o, self.up_o
-        # launches run one after another: each starts later by the earlier ones' changes
-        shift: dict[int, float] = {}
-        acc = 0.0
-        for ln in sorted(self.launch_pes):
-            acc += down_n.get(ln, 0.0) - self.down_o.get(ln, 0.0)
-            shift[ln] = acc
-            ups = [up_n[k] - self.up_o[k] for k in self.up_o if k[0] == ln]
-            acc += max(ups) if ups else 0.0
-        launch_of = self.launch_of
+        launch_of, rec, order = self.launch_of, self.rec, self.launch_order
+        by_launch: dict[int, list[tuple[tuple[int, ...], int]]] = {}
+        for k, r in self.last_ops.items():
+            by_launch.setdefault(k[0], []).append((k, r))
+        done_new: dict[int, float] = {}
+        barrier_new: dict[int, float] = {}
+
+        def launch_done(ln: int) -> float:
+            """New completion of launch ``ln``: its last PE's completion at the host."""
+            v = done_new.get(ln)
+            if v is None:
+                v = max(end_new(r) + up_n.get(k, self.up_o.get(k, 0.0))
+                        for k, r in by_launch[ln])
+                done_new[ln] = v
+            return v
+
+        def launch_barrier(ln: int) -> float:
+            """New start barrier of launch ``ln``: it starts when the host program reaches
+            it (the previous launch's completion, or a host copy's end), plus the fan-out."""
+            v = barrier_new.get(ln)
+            if v is None:
+                t_launch = rec[ln][0]
+                i = order.index(ln)
+                if i and abs(t_launch - rec[order[i - 1]][2]) <= _EPS:
+                    start = launch_done(order[i - 1])
+                else:
+                    r = self.host_end.get(round(t_launch, 6))
+                    start = end_new(r) if r is not None else t_launch
+                v = barrier_new[ln] = start + down_n.get(ln, self.down_o.get(ln, 0.0))
+            return v
 
         def a_new(k: int) -> float:
             nonlocal late
@@ -412,8 +444,18 @@ class Retimer:
                             best = e
                         if latest is None or end[r] > latest:
                             latest = end[r]
-                issue_n[x] = (t + shift.get(launch_of[x], 0.0) if best is None
-                              else best + max(0.0, t - latest))
+                ln = launch_of[x]
+                if p < 0 and ln in rec:         # a program's first op: the start barrier
+                    b = launch_barrier(ln) + (t - rec[ln][1])
+                    best = b if best is None else max(best, b)
+                    latest = t if latest is None else max(latest, t)
+                elif ln not in rec:             # the host program waits for launches
+                    d = self.done_at.get(round(t, 6))
+                    if d is not None:
+                        e = launch_done(d)
+                        best = e if best is None else max(best, e)
+                        latest = t if latest is None else max(latest, t)
+                issue_n[x] = t if best is None else best + max(0.0, t - latest)
                 if nohop[x]:                    # fill / wait: an end bound to a dep's end
                     e = end[x]
                     fix = issue_n[x] + e - t
@@ -449,7 +491,7 @@ class Retimer:
         ends = issue_a + np.where(self.has, tot + np.array(dq), self.end - self.issue)
         for o, v in end_fix.items():
             ends[o] = v
-        mk = self._makespan(ends, up_n)
+        mk = self._makespan(ends, launch_done)
         est = Estimate(mk)
         est.late = late
         cqn_a, qn_a = np.array(cqn), np.array(qn)
@@ -469,19 +511,17 @@ class Retimer:
         a, b = o[:-1][same], o[1:][same]
         self.order = (idx, key, a, b, s_old[b] >= e_old[a] - _EPS)
 
-    def _makespan(self, ends: np.ndarray, up_n: dict[tuple[int, ...], float]) -> float:
-        """The last launch completes when the last PE's completion reaches the host; a run
-        without recorded launches keeps its recorded tail after the last op."""
+    def _makespan(self, ends: np.ndarray, launch_done: Any) -> float:
+        """The later of the last launch's completion at the host and the last op's end (host
+        copies after it); a run without recorded launches keeps its recorded tail."""
         if not self.n_ops:
             return self.base.makespan_ns
-        if not self.launches or not self.last_ops:
-            return float(np.nanmax(ends)) + self.base.makespan_ns - float(self.end.max())
-        lastl = max(self.launch_pes)
-        done = max(float(ends[r]) + up_n.get(k, self.up_o.get(k, 0.0))
-                   for k, r in self.last_ops.items() if k[0] == lastl)
-        # anything after the launch's completion (host copies) keeps its recorded distance
-        rec_done = float(self.launches.get(lastl, {}).get("t_done_ns", self.base.makespan_ns))
-        return max(done, float(np.nanmax(ends))) + max(0.0, self.base.makespan_ns - rec_done)
+        last_end = float(np.nanmax(ends))
+        if not self.launch_order:
+            return last_end + self.base.makespan_ns - float(self.end.max())
+        lastl = self.launch_order[-1]
+        rec_end = max(self.rec[lastl][2], float(self.end.max()))
+        return max(launch_done(lastl), last_end) + max(0.0, self.base.makespan_ns - rec_end)
 
     def _order_check(self, est: Estimate, a_all: np.ndarray, qn: np.ndarray,
                      busy_n: np.ndarray) -> None:
