@@ -249,6 +249,30 @@ WORKLOAD_CASES = [
     Case("wl-empty", workload(""), 2, "defines no build(w, p) function"),
     Case("wl-build-raises", workload("def build(w, p):\n    y = 2\n    raise KeyError('k')\n"),
          2, "build() raised KeyError: 'k' (at "),
+    Case("wl-tensor-2^62-bytes", workload(
+        "def build(w, p):\n    w.tensor('x', (1 << 31, 1 << 31), 'f32')\n"), 2,
+        "tensor 'x': shape (2147483648, 2147483648) f32 needs 18,446,744,073,709,551,616 B, "
+        "more than the 48 GB of HBM in topology 'tiny'"),
+    Case("wl-tensor-256-GiB", workload(
+        "def build(w, p):\n    w.tensor('x', (1 << 18, 1 << 18), 'f32', init=w.random(0))\n"),
+        2, "needs 274,877,906,944 B, more than the 48 GB of HBM"),
+    Case("wl-load-2^64-bytes", workload(
+        "def k(tl, x):\n    tl.store(x, tl.load(x, (1 << 31, 1 << 31), 'f32'))\n"
+        "def build(w, p):\n    x = w.tensor('x', (64, 64), 'f32')\n"
+        "    w.launch(k, args=(x,))\n"), 2,
+        "tl.load of 18446744073709551616 B at 0x2000000000 touches unallocated memory"),
+    Case("wl-zeros-huge", workload(
+        "def k(tl, x):\n    tl.store(x, tl.zeros((1 << 31, 1 << 31), 'f32'))\n"
+        "def build(w, p):\n    x = w.tensor('x', (64, 64), 'f32')\n"
+        "    w.launch(k, args=(x,))\n"), 2, "scratch of sip0.cube0.pe0 overflow"),
+    Case("wl-grid-huge", workload(
+        "def k(tl, x):\n    pass\n"
+        "def build(w, p):\n    x = w.tensor('x', (64, 64), 'f32')\n"
+        "    w.launch(k, grid=(1 << 40, 1 << 40), args=(x,))\n"), 2,
+        "does not fit 'tiny' (2 PEs x 1 cubes); use a smaller grid"),
+    Case("wl-param-400-digits", lambda d: ["capture", str(GEMM), "-t", str(TINY), "-p",
+                                           "M=32" + "0" * 398, "-o", "out"], 2,
+         "more than the 48 GB of HBM in topology 'tiny'"),
     Case("wl-folder-shadows-nothing", lambda d: (d / "nosuch").mkdir() or
          ["capture", "nosuch", "-t", str(TINY), "-o", "out"], 2,
          "workload 'nosuch': nosuch is a directory (a workload is a file) and no workload of "
@@ -596,6 +620,12 @@ JSON_CASES = [
     Case("runjson-makespan-string", edit_json("run/run.json", _set(["makespan_ns"], "fast"),
                                               SQL), 2,
          "run/run.json: corrupt: makespan_ns is a JSON string, expected a number"),
+    Case("runjson-too-large", edit_json("run/run.json", lambda doc: json.dumps(
+        {**doc, "pad": "x" * (65 << 20)}), SQL, raw=True), 2,
+        "run/run.json: larger than 64 MiB, which no kbtrace JSON file is"),
+    Case("runjson-binary", lambda d: (d / "run" / "run.json").write_bytes(b"\xff\xfe{}") and
+         ["verify", "run"], 2,
+         "run/run.json: unreadable ('utf-8' codec can't decode byte 0xff"),
     Case("runjson-trace-path-number", edit_json("run/run.json", _set(["trace", "path"], 5),
                                                 ("verify", "run")), 2,
          "run/run.json: corrupt: trace.path is a JSON number, expected a string"),
@@ -728,12 +758,25 @@ INTEGRITY_CASES = [
 ]
 
 
+def _sweep(d: Path) -> None:
+    w(d / "s.yaml", f"traces: [{d / 'tr'}]\ntopologies: [{TINY}]\n"
+                    "grid:\n  cube.hbm.pc_bw_gbps: [8, 1e3]\n")
+    assert main(["sweep", "s.yaml", "-o", "sw"]) == 0
+
+
 def _baseline(d: Path) -> None:
     from kbtrace.analysis.summary import summarize, write_summary
     write_summary(summarize(d / "run"), d / "bl" / "gemm")
 
 
 BASELINE_CASES = [
+    Case("flip-sweep-point-check", then(_sweep, flip(
+        "sw/trace=tr/topology=tiny/fidelity=fast/cube.hbm.pc_bw_gbps=8/hops.parquet"),
+        argv=("check", "sw")), 2, "cube.hbm.pc_bw_gbps=8/hops.parquet" + CHANGED),
+    Case("flip-sweep-point-sql", then(_sweep, flip(
+        "sw/trace=tr/topology=tiny/fidelity=fast/cube.hbm.pc_bw_gbps=1000.0/op_timing.parquet"),
+        argv=("sql", "--sandbox", "sw", "SELECT count(*) FROM op_timing")), 2,
+        "cube.hbm.pc_bw_gbps=1000.0/op_timing.parquet" + CHANGED),
     Case("flip-baseline-diff", then(_baseline, flip("bl/gemm/ops.parquet"),
                                     argv=("diff", "bl/gemm", "run")), 2,
          "bl/gemm/ops.parquet" + CHANGED),
@@ -856,4 +899,4 @@ def test_bad_input(case, base, tmp_path, monkeypatch, capsys):
 
 
 def test_catalogue_size():
-    assert len({c.id for c in CASES}) == len(CASES)
+    assert len({c.id for c in CASES}) == len(CASES) == 164      # the README quotes the count

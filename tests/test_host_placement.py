@@ -4,6 +4,7 @@ property test that every policy combination covers a tensor exactly once per rep
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +13,9 @@ from hypothesis import strategies as st
 
 from kbtrace.errors import CaptureError
 from kbtrace.host import POLICIES, DPPolicy, ShardSpec, resolve_dp_policy, tile_grid
+from kbtrace.host.placement import picture
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "capture.md"
 
 
 def shards(policy, shape=(8, 16), itemsize=4, num_cubes=4, num_pes=8, sip=0):
@@ -155,3 +159,17 @@ def test_every_policy_covers_the_tensor_exactly_once_per_replica(cube, pe, nc, n
         for s in out:
             size = (full[ax] // nc)
             assert (s.offset[ax] if not one_d else s.offset[0]) == s.cube * size
+
+
+def test_the_docs_pictures_are_what_the_code_does():
+    doc = DOCS.read_text()
+    for c, p, nc, npe in [("row_wise", "column_wise", 2, 2), ("column_wise", "column_wise", 2, 2),
+                          ("column_wise", "row_wise", 2, 2), ("replicate", "column_wise", 2, 2),
+                          ("replicate", "tiled_row_major", 1, 4),
+                          ("replicate", "tiled_column_major", 1, 4)]:
+        pol = DPPolicy(cube=c, pe=p, num_cubes=nc, num_pes=npe)
+        block = (f"DPPolicy(cube={c!r}, pe={p!r}, num_cubes={nc}, num_pes={npe})\n"
+                 + picture(pol, (4, 8), nc, npe))
+        assert block in doc, block
+    assert picture(DPPolicy(cube="row_wise", pe="column_wise", num_cubes=2, num_pes=2), (2, 4),
+                   2, 2) == "0.0 0.0 0.1 0.1\n1.0 1.0 1.1 1.1"

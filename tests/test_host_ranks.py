@@ -131,3 +131,19 @@ def test_per_rank_argument_missing_a_launched_rank(two_sips, tmp_path):
         w.launch(lambda tl, s: None, args=(w.per_rank({0: 1}),), sips=[0, 1], cubes=0, pes=0)
     with pytest.raises(CaptureError, match="no value for rank 1"):
         capture(wl(build), two_sips, out_dir=tmp_path / "t")
+
+
+@pytest.mark.parametrize("body,match", [
+    ("w.tensor('x', (6, 4), dp=DPPolicy(cube='row_wise'))", "does not divide"),
+    ("w.tensor('x', (4,), sip=5)", "rank/SIP 5 is out of range"),
+    ("w.launch(lambda tl: None, pes=[9])", "launch on PE 9"),
+    ("w.copy_to_device(w.host_tensor('h', (4,)), 'x')", "not a tensor of this workload"),
+])
+def test_cli_bad_host_program_exits_2_one_line_nothing_written(tmp_path, capsys, body, match):
+    from kbtrace.cli import main
+    wf = tmp_path / "bad.py"
+    wf.write_text(f"from kbtrace.host import DPPolicy\n\ndef build(w, p):\n    {body}\n")
+    rc = main(["capture", str(wf), "-o", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and match in err, err
+    assert not (tmp_path / "out").exists()

@@ -101,3 +101,15 @@ def test_bad_inputs(tmp_path, capsys):
         calibrate(bad, topology=SMALL)
     with pytest.raises(UsageError, match="pe.ipcq.n_slots: an integer parameter"):
         calibrate([Target("local", 4096, 50.0)], topology=SMALL, fit=["pe.ipcq.n_slots"])
+
+
+def test_probe_cases_are_scenarios():
+    """``probe:CASE`` targets use issue 20's probe library (its replayed ``actual_ns``)."""
+    from kbtrace.studies.probe import run_probe
+    topo = compile_topology(SMALL)
+    got = predict(topo, [("probe:pe-local-hbm", 4096), ("probe:h2d-1hop", 4096)])
+    want = [float(run_probe(topo, case=c, nbytes=4096).cases["actual_ns"][0])
+            for c in ("pe-local-hbm", "h2d-1hop")]
+    assert got == want and got[1] > got[0] > 0
+    with pytest.raises(UsageError, match="no probe case 'nope'"):
+        calibrate([Target("probe:nope", 4096, 50.0)], topology=SMALL)

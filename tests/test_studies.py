@@ -121,3 +121,23 @@ def test_gqa_quick_panels_verify_and_count(tmp_path):
     assert refs["ratio"].to_list() == [1.0, 1.0]
     assert all(c.ok for c in res.findings.checks)
     assert res.drift is not None and res.drift["ok"].all()
+
+
+def test_allreduce_quick_on_six_sips(tmp_path):
+    res = run_study("allreduce", "topologies/default.yaml", quick=True,
+                    out=tmp_path / "allreduce")
+    refs = {(r["figure"], r["quantity"]): r for r in res.refs_frame().to_dicts()}
+    t96 = refs[("latency", "torus_2d 96 KB/PE, centre root")]
+    assert t96["reference"] == 17.2 and t96["kbtrace"] == pytest.approx(24.92, abs=0.01)
+    assert "PE_MATH" in t96["note"]          # the gap is explained
+    bk = [refs[("latency", f"buffer {k}, 64 KB/PE, torus")]["kbtrace"]
+          for k in ("tcm", "hbm", "sram")]
+    assert bk[0] < bk[1] < bk[2]             # the reference's order
+    lat = pl.read_csv(res.out / "tables" / "latency.csv")
+    assert sorted(set(lat["fabric"])) == ["mesh_2d", "ring_1d", "torus_2d"]
+    # 6 SIPs were captured, not replayed from a 2-SIP trace: the fabrics differ
+    at = dict(lat.filter(pl.col("n_elem") == 49152).select("fabric", "body_ns").iter_rows())
+    assert at["torus_2d"] < at["mesh_2d"] < at["ring_1d"]
+    assert (res.out / "allreduce_topology.png").is_file()
+    assert all(c.ok for c in res.findings.checks) and res.ok
+    assert res.drift is not None and res.drift["ok"].all()

@@ -230,6 +230,10 @@ def json_type(v: object) -> str:
             dict: "object", type(None): "null"}.get(type(v), type(v).__name__)
 
 
+#: largest JSON document read (trace.json / run.json / summary.json are a few KB)
+MAX_JSON_BYTES = 64 << 20
+
+
 class _NotJson(ValueError):
     pass
 
@@ -245,7 +249,12 @@ def read_json_object(path: str | os.PathLike[str], fix: str) -> dict[str, Any]:
     file is a ``SchemaError`` naming ``path`` and ending with ``fix``."""
     p = Path(path)
     try:
-        doc = json.loads(p.read_text(), parse_constant=_no_constant)
+        with open(p, "rb") as fh:
+            raw = fh.read(MAX_JSON_BYTES + 1)
+        if len(raw) > MAX_JSON_BYTES:
+            raise SchemaError(f"{p}: larger than {MAX_JSON_BYTES >> 20} MiB, which no kbtrace "
+                              f"JSON file is; {fix}")
+        doc = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
     except _NotJson as exc:
         raise SchemaError(f"{p}: corrupt: {exc} is not a JSON number (kbtrace never writes "
                           f"one); {fix}") from None

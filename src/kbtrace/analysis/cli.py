@@ -177,9 +177,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-verify", action="store_true", help="skip phase-2 verification")
     p.add_argument("--no-report", action="store_true", help="skip the HTML/PNG report")
     p.add_argument("--attribute", action=argparse.BooleanOptionalAction, default=None,
-                   help="name the resource that would help most (one replay per resource class "
-                        "made 2x faster, `kbtrace attribute`); default: when those replays are "
-                        "estimated under 3 s")
+                   help="name the resource that would help most (each resource class made 2x "
+                        "faster, re-timed on the recorded run: `kbtrace attribute --estimate`); "
+                        "default: when that is estimated under 3 s")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="replay status line on stderr (ops done, simulated time, events, wall "
                         "time); default: when stderr is a terminal")

@@ -238,6 +238,13 @@ class Workload(CollectiveMixin):
         shp = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
         if any(d < 0 for d in shp):
             raise CaptureError(f"tensor {name!r}: negative dimension in shape {shp}")
+        nbytes = math.prod(shp) * itemsize(dtype)      # checked before anything is allocated
+        topo = self.topo
+        cap_gb = topo.n_sips * topo.cubes_per_sip * topo.params.cube.hbm.capacity_gb
+        if nbytes > cap_gb << 30:
+            raise CaptureError(f"tensor {name!r}: shape {shp} {dtype} needs {nbytes:,} B, more "
+                               f"than the {cap_gb} GB of HBM in topology "
+                               f"{topo.params.name!r}; use a smaller shape")
         return Tensor(name, shp, dtype, to_storage(self._values(name, shp, dtype, init), dtype),
                       space=space)
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from kbtrace.errors import CaptureError
 
-__all__ = ["DPPolicy", "ShardSpec", "POLICIES", "resolve_dp_policy", "tile_grid"]
+__all__ = ["DPPolicy", "ShardSpec", "POLICIES", "resolve_dp_policy", "tile_grid", "picture"]
 
 POLICIES = ("replicate", "column_wise", "row_wise", "tiled_row_major", "tiled_column_major")
 
@@ -164,3 +164,20 @@ def resolve_dp_policy(policy: DPPolicy, *, shape: tuple[int, ...], itemsize: int
                                  nbytes=nr * nc * itemsize, offset=off, shape=shp,
                                  replica=replica))
     return out
+
+
+def picture(policy: DPPolicy, shape: tuple[int, int], num_cubes: int, num_pes: int) -> str:
+    """Text picture of where ``policy`` puts a 2-D tensor: one cell per element naming its
+    owner ``cube.pe``, one grid per replica side by side (used in docs/capture.md)."""
+    shards = policy.resolve(shape=shape, itemsize=1, num_cubes=num_cubes, num_pes=num_pes,
+                            target_sip=0)
+    grids = []
+    for rep in sorted({s.replica for s in shards}):
+        g = [["" for _ in range(shape[1])] for _ in range(shape[0])]
+        for s in shards:
+            if s.replica == rep:
+                for r in range(s.offset[0], s.offset[0] + s.shape[0]):
+                    for c in range(s.offset[1], s.offset[1] + s.shape[1]):
+                        g[r][c] = f"{s.cube}.{s.pe}"
+        grids.append(g)
+    return "\n".join("   ".join(" ".join(g[r]) for g in grids) for r in range(shape[0]))

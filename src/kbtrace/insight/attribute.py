@@ -10,6 +10,9 @@ all zero (nothing to scale) is not replayed: its makespan is the base one.
 
 The point replays are written into the output's staging directory and deleted when the
 makespans are read (they would otherwise nest run directories inside the run).
+``method="whatif"`` estimates each class with ``Retimer`` (``whatif``'s re-timing; the run
+is prepared once) instead, replaying only what it cannot price: several times cheaper, an
+estimate (``kbtrace run``'s headline uses it).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ class Attribution:
     base_makespan_ns: float
     replays: int
     wall_s: float
+    estimates: int = 0         # makespans re-timed (method="whatif") instead of replayed
 
     @property
     def top(self) -> dict[str, Any] | None:
@@ -57,8 +61,10 @@ class Attribution:
         rev = any(r["slower_makespan_ns"] is not None for r in rows)
         head = (f"| rank | resource | {f:g}x faster: makespan ns | gain | elasticity |"
                 + (f" {f:g}x slower: makespan ns | loss |" if rev else ""))
+        how = (f" ({self.estimates} re-timed estimates, {self.replays} replays)"
+               if self.estimates else "")
         lines = [f"base makespan {self.base_makespan_ns:,.1f} ns; each resource class "
-                 f"{f:g}x faster" + (" and slower" if rev else "") + ":", head,
+                 f"{f:g}x faster" + (" and slower" if rev else "") + how + ":", head,
                  "|" + "---|" * (head.count("|") - 1)]
         for r in rows:
             line = (f"| {r['rank']} | {r['resource']} | {r['faster_makespan_ns']:,.1f} | "
@@ -82,15 +88,21 @@ def attribute(run: str | os.PathLike[str], *, factor: float = 2.0, reverse: bool
               resources: list[str] | tuple[str, ...] | None = None,
               topology: str | os.PathLike[str] | None = None,
               overrides: dict[str, Any] | None = None, jobs: int = 1, executor: str = "local",
-              out: str | os.PathLike[str] | None = None) -> Attribution:
+              out: str | os.PathLike[str] | None = None, method: str = "replay"
+              ) -> Attribution:
     """Replay the run's trace with each resource class ``factor`` x faster (and, with
     ``reverse``, ``factor`` x slower); rank the makespan sensitivities; write
     ``attribution.parquet`` and ``attribution.json`` into ``out`` (default
     ``RUN/attribution``). ``topology`` / ``overrides``: the machine the run was replayed on
-    when run.json's path no longer gives it (checked against the recorded hash)."""
+    when run.json's path no longer gives it (checked against the recorded hash).
+    ``method="whatif"``: estimate each class with the what-if re-timing (``Retimer``, the
+    run prepared once) instead of replaying it; classes it cannot price (IPCQ slot counts)
+    and runs with composite ops are still replayed. Cheaper, and an estimate."""
     from kbtrace.analysis.reporter import run_inputs
     from kbtrace.replay.sweep import EXECUTORS, execute, run_point
 
+    if method not in ("replay", "whatif"):
+        raise UsageError(f"attribute: method {method!r}: use replay or whatif")
     if not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor > 1):
         raise UsageError(f"attribute: factor {factor}: must be a number > 1 (2 = twice as "
                          "fast; the reverse 1/factor is replayed with --reverse)")
@@ -108,6 +120,8 @@ def attribute(run: str | os.PathLike[str], *, factor: float = 2.0, reverse: bool
         jobs_l: list[dict[str, Any]] = []
         slots: list[tuple[str, int]] = []
         makespan: dict[tuple[str, int], float] = {}
+        retimer = _retimer(base) if method == "whatif" else None
+        estimated: list[str] = []
         for name in names:
             for i, f in enumerate(factors):
                 ov = _changes(base, name, f)
@@ -115,6 +129,11 @@ def attribute(run: str | os.PathLike[str], *, factor: float = 2.0, reverse: bool
                     makespan[name, i] = base.makespan_ns
                     continue
                 params = {**base.overrides, **ov}
+                est = _estimate(retimer, base, params) if retimer is not None else None
+                if est is not None:
+                    makespan[name, i] = est
+                    estimated.append(name)
+                    continue
                 jobs_l.append({"point": len(jobs_l), "trace": base.trace_dir.name,
                                "trace_dir": str(base.trace_dir), "topology": base.topology_path,
                                "topology_name": base.topology.params.name,
@@ -143,9 +162,32 @@ def attribute(run: str | os.PathLike[str], *, factor: float = 2.0, reverse: bool
             "trace": str(base.trace_dir), "topology": base.topology_path,
             "overrides": base.overrides, "fidelity": base.fidelity, "factor": factor,
             "reverse": reverse, "resources": {n: list(_BY_NAME[n].keys) for n in names},
-            "replays": len(jobs_l)})
+            "replays": len(jobs_l), "method": method,
+            "estimated": list(dict.fromkeys(estimated))})
     return Attribution(out_dir, table, base.makespan_ns, len(jobs_l),
-                       time.perf_counter() - t0)
+                       time.perf_counter() - t0, len(estimated))
+
+
+def _retimer(base: BaseRun) -> Any:
+    """The run prepared for re-timing, or None when it cannot be (composite ops)."""
+    from kbtrace.insight.retime import Retimer
+    rt = Retimer(base)
+    return None if rt.composite else rt
+
+
+def _estimate(rt: Any, base: BaseRun, params: dict[str, Any]) -> float | None:
+    """The re-timed makespan with ``params``, or None when the re-timing cannot price them."""
+    from kbtrace.insight.whatif import _check_keys
+    from kbtrace.topology import compile_topology
+    try:
+        _check_keys({k: v for k, v in params.items() if k not in base.overrides
+                     or base.overrides[k] != v})
+    except UsageError:
+        return None
+    topo = compile_topology(base.topology_path, overrides=params)
+    if len(topo.nodes) != len(base.topology.nodes) or len(topo.links) != len(base.topology.links):
+        return None
+    return rt.retime(topo).makespan_ns
 
 
 def _table(base: BaseRun, names: tuple[str, ...], factor: float, reverse: bool,

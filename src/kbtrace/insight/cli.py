@@ -41,6 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--executor", choices=("local", "ray"), default="local")
     p.add_argument("-o", "--out", default=None, metavar="DIR",
                    help="output directory (default RUN/attribution)")
+    p.add_argument("--estimate", action="store_true",
+                   help="re-time each class on the recorded graph (kbtrace whatif) instead of "
+                        "replaying it: faster, an estimate")
     p.set_defaults(func=_attribute)
 
     w = sub.add_parser(
@@ -95,7 +98,8 @@ def _attribute(args: argparse.Namespace) -> int:
     res = [r.strip() for r in args.resources.split(",")] if args.resources else None
     a = attribute(args.run, factor=args.factor, reverse=args.reverse, resources=res,
                   topology=args.topology, overrides=parse_sets(args.set), jobs=args.jobs,
-                  executor=args.executor, out=args.out)
+                  executor=args.executor, out=args.out,
+                  method="whatif" if args.estimate else "replay")
     print(a.text())
     top = a.top
     if top:
@@ -103,7 +107,8 @@ def _attribute(args: argparse.Namespace) -> int:
               f"faster saves {top['faster_gain_pct']:.2f}% of the makespan")
     else:
         print("no resource class changes the makespan")
-    print(f"{a.replays} replays in {a.wall_s:.2f} s; written to {a.out_dir} "
+    est = f", {a.estimates} re-timed estimates" if a.estimates else ""
+    print(f"{a.replays} replays{est} in {a.wall_s:.2f} s; written to {a.out_dir} "
           f"(kbtrace report {args.run} shows it)")
     return 0
 

@@ -58,6 +58,11 @@ class Retimer:
         self.composite = int(np.sum(ops.column("kind").combine_chunks().dictionary_decode()
                                     .to_numpy(zero_copy_only=False) == "composite"))
         ot_c = {c: ot.column(c).to_numpy() for c in ot.column_names}
+        pl = pq.read_table(d / "op_timing.parquet", columns=["sip", "cube", "pe"])
+        self.place = list(zip(*(pl.column(c).to_numpy().tolist() for c in ("sip", "cube", "pe")),
+                              strict=True))
+        self.launches = {int(ln["launch"]): ln for ln in base.info.get("launches") or []
+                         if isinstance(ln, dict) and "launch" in ln}
         h = {c: hp.column(c).to_numpy() for c in hp.column_names if c != "stage"}
         h["stage"] = (hp.column("stage").combine_chunks().dictionary_decode()
                       .to_numpy(zero_copy_only=False))
@@ -102,6 +107,8 @@ class Retimer:
         self.pred, chained = self._chain(hot)
         events = np.union1d(queued, chained)
         self.prev = self._prev_rows(ot_c)
+        self.launch_of = ot_c["launch"].tolist()
+        self._prepare_launch()
         self._prepare_prices()
         self._prepare_order()
         ev_t = np.concatenate([issue, self.S[events]])
@@ -195,6 +202,53 @@ class Retimer:
                 if score <= 1:
                     hot.add(res_l[s])
         return out, hot
+
+    def _prepare_launch(self) -> None:
+        """Per launch, the PEs it runs on; the programs' first ops (issued at the barrier)
+        and last ops (whose completions travel back to the host)."""
+        pes: dict[int, set[tuple[int, int, int]]] = {}
+        last: dict[tuple[int, int, int, int], int] = {}
+        host_end: dict[float, int] = {}          # host-program ops (copies) by their end
+        for r, (ln, pc) in enumerate(zip(self.launch_of, self.place, strict=True)):
+            if ln not in self.launches:
+                host_end[round(float(self.end[r]), 6)] = r
+                continue
+            pes.setdefault(ln, set()).add(pc)
+            k = (ln, *pc)
+            if k not in last or self.end[r] >= self.end[last[k]]:
+                last[k] = r
+        self.launch_pes = {ln: sorted(v) for ln, v in pes.items()}
+        self.last_ops = last
+        self.host_end = host_end
+        self.launch_order = sorted(self.launch_pes)
+        self.rec = {ln: (float(self.launches[ln].get("t_launch_ns", 0.0)),
+                         float(self.launches[ln].get("t_barrier_ns", 0.0)),
+                         float(self.launches[ln].get("t_done_ns", 0.0)))
+                    for ln in self.launch_order}
+        self.done_at = {round(v[2], 6): ln for ln, v in self.rec.items()}
+        self.down_o, self.up_o = self._launch_paths(self.base.topology)
+
+    def _launch_paths(self, topo: Any) -> tuple[dict[int, float], dict[tuple[int, ...], float]]:
+        """(per launch: fan-out latency host -> IO_CPU -> M_CPU -> PE_CPU, max over its PEs;
+        per (launch, PE): the completion's way back), as replay's ``_launch_ns`` computes
+        them: propagation plus the overheads of every node but the source."""
+        from kbtrace.topology.model import PeCoord
+
+        def cmd(a: Any, b: Any) -> float:
+            r = topo.route(a, b)
+            return r.overhead_ns + r.wire_ns
+        host = topo.host
+        down: dict[int, float] = {}
+        up: dict[tuple[int, ...], float] = {}
+        for ln, pes in self.launch_pes.items():
+            d = 0.0
+            for s, c, p in pes:
+                io, m = topo.io_cpu(s), topo.m_cpu(s, c)
+                cpu = topo.pe_node(PeCoord(s, c, p), "pe_cpu")
+                d = max(d, cmd(host, io) + cmd(io, m) + cmd(m, cpu))
+                up[(ln, s, c, p)] = cmd(cpu, m) + cmd(m, io) + cmd(io, host)
+            down[ln] = d
+        return down, up
 
     # -- pricing (per topology)
     @staticmethod
@@ -303,6 +357,40 @@ class Retimer:
         late = 0
         binder, pred, deps, prev = self.binder, self.pred, self.deps, self.prev
         A_np = self.A
+        try:
+            down_n, up_n = self._launch_paths(new)
+        except Exception:            # noqa: BLE001 - no launch path: keep the recorded one
+            down_n, up_n = self.down_o, self.up_o
+        launch_of, rec, order = self.launch_of, self.rec, self.launch_order
+        by_launch: dict[int, list[tuple[tuple[int, ...], int]]] = {}
+        for k, r in self.last_ops.items():
+            by_launch.setdefault(k[0], []).append((k, r))
+        done_new: dict[int, float] = {}
+        barrier_new: dict[int, float] = {}
+
+        def launch_done(ln: int) -> float:
+            """New completion of launch ``ln``: its last PE's completion at the host."""
+            v = done_new.get(ln)
+            if v is None:
+                v = max(end_new(r) + up_n.get(k, self.up_o.get(k, 0.0))
+                        for k, r in by_launch[ln])
+                done_new[ln] = v
+            return v
+
+        def launch_barrier(ln: int) -> float:
+            """New start barrier of launch ``ln``: it starts when the host program reaches
+            it (the previous launch's completion, or a host copy's end), plus the fan-out."""
+            v = barrier_new.get(ln)
+            if v is None:
+                t_launch = rec[ln][0]
+                i = order.index(ln)
+                if i and abs(t_launch - rec[order[i - 1]][2]) <= _EPS:
+                    start = launch_done(order[i - 1])
+                else:
+                    r = self.host_end.get(round(t_launch, 6))
+                    start = end_new(r) if r is not None else t_launch
+                v = barrier_new[ln] = start + down_n.get(ln, self.down_o.get(ln, 0.0))
+            return v
 
         def a_new(k: int) -> float:
             nonlocal late
@@ -356,6 +444,17 @@ class Retimer:
                             best = e
                         if latest is None or end[r] > latest:
                             latest = end[r]
+                ln = launch_of[x]
+                if p < 0 and ln in rec:         # a program's first op: the start barrier
+                    b = launch_barrier(ln) + (t - rec[ln][1])
+                    best = b if best is None else max(best, b)
+                    latest = t if latest is None else max(latest, t)
+                elif ln not in rec:             # the host program waits for launches
+                    d = self.done_at.get(round(t, 6))
+                    if d is not None:
+                        e = launch_done(d)
+                        best = e if best is None else max(best, e)
+                        latest = t if latest is None else max(latest, t)
                 issue_n[x] = t if best is None else best + max(0.0, t - latest)
                 if nohop[x]:                    # fill / wait: an end bound to a dep's end
                     e = end[x]
@@ -392,8 +491,8 @@ class Retimer:
         ends = issue_a + np.where(self.has, tot + np.array(dq), self.end - self.issue)
         for o, v in end_fix.items():
             ends[o] = v
-        tail = self.base.makespan_ns - (float(self.end.max()) if self.n_ops else 0.0)
-        est = Estimate((float(np.nanmax(ends)) if self.n_ops else 0.0) + tail)
+        mk = self._makespan(ends, launch_done)
+        est = Estimate(mk)
         est.late = late
         cqn_a, qn_a = np.array(cqn), np.array(qn)
         d = cqn_a - self.cq
@@ -411,6 +510,18 @@ class Retimer:
         same = key[o][1:] == key[o][:-1]
         a, b = o[:-1][same], o[1:][same]
         self.order = (idx, key, a, b, s_old[b] >= e_old[a] - _EPS)
+
+    def _makespan(self, ends: np.ndarray, launch_done: Any) -> float:
+        """The later of the last launch's completion at the host and the last op's end (host
+        copies after it); a run without recorded launches keeps its recorded tail."""
+        if not self.n_ops:
+            return self.base.makespan_ns
+        last_end = float(np.nanmax(ends))
+        if not self.launch_order:
+            return last_end + self.base.makespan_ns - float(self.end.max())
+        lastl = self.launch_order[-1]
+        rec_end = max(self.rec[lastl][2], float(self.end.max()))
+        return max(launch_done(lastl), last_end) + max(0.0, self.base.makespan_ns - rec_end)
 
     def _order_check(self, est: Estimate, a_all: np.ndarray, qn: np.ndarray,
                      busy_n: np.ndarray) -> None:

@@ -17,8 +17,8 @@ harness", ADR-0049's PE DMA cases): issuer ``sip0.cube0.pe0`` unless stated.
 ``all_to_pe0``         all PEs of cube 0 read PE0's slice at once
 =====================  ======================================================
 
-(The issue's ``kbtrace probe`` scenarios of helper issue 20 were not on main when this was
-written; these are replays of small synthetic traces, as the issue allows.)
+plus ``probe:CASE`` for every case of ``kbtrace probe`` (issue 20's library, which landed
+after these scenarios were written): ``probe:h2d-2hop``, ``probe:pe-local-hbm``, ...
 """
 
 from __future__ import annotations
@@ -36,8 +36,11 @@ from kbtrace import schema
 from kbtrace.errors import UsageError
 from kbtrace.topology import address
 
-__all__ = ["SCENARIOS", "scenario_ops", "predict", "check_scenario"]
+__all__ = ["SCENARIOS", "PROBE", "scenario_ops", "predict", "check_scenario"]
 
+#: ``probe:CASE`` is a case of ``kbtrace probe`` (``studies.probe``: H2D / D2H over N cube
+#: hops, PE DMA writes), its figure the probe's ``actual_ns``.
+PROBE = "probe:"
 SCENARIOS = ("local", "same_half", "cross_half", "cross_cube_best", "cross_cube_worst",
              "cross_sip", "hot_N", "all_to_pe0")
 _HOT = re.compile(r"^hot_([1-9][0-9]*)$")
@@ -87,6 +90,14 @@ def _load(topo: Any, program: int, reader: tuple[int, int, int], src: tuple[int,
 
 def check_scenario(name: str, topo: Any, where: str) -> None:
     """Raise ``UsageError`` when ``name`` is not a scenario or does not fit ``topo``."""
+    if name.startswith(PROBE):
+        from kbtrace.studies.probe import probe_cases
+        names = [c.name for c in probe_cases(topo)]
+        if name[len(PROBE):] not in names:
+            raise UsageError(f"{where}: no probe case {name[len(PROBE):]!r} on "
+                             f"{topo.params.name!r}; use {PROBE}NAME with one of "
+                             f"{', '.join(names)}")
+        return
     scenario_ops(name, topo, 4096, where)
 
 
@@ -129,6 +140,11 @@ def predict(topo: Any, cases: list[tuple[str, int]]) -> list[float]:
     out = []
     with tempfile.TemporaryDirectory(prefix="kbtrace-calibrate-") as tmp:
         for i, (name, nbytes) in enumerate(cases):
+            if name.startswith(PROBE):
+                from kbtrace.studies.probe import run_probe
+                res = run_probe(topo, case=name[len(PROBE):], nbytes=nbytes)
+                out.append(float(res.cases["actual_ns"][0]))
+                continue
             trace = scenario_ops(name, topo, nbytes)
             run = replay(trace, topo, ReplayOptions(out_dir=str(Path(tmp) / str(i)),
                                                     check_invariants=False))

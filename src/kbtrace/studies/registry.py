@@ -35,6 +35,9 @@ STUDIES: dict[str, StudySpec] = {s.name: s for s in (
     StudySpec("gqa", "Llama-70B grouped-query attention: single / multi-user x prefill (KV ring) "
               "/ decode (partial-softmax combine), verified, op counts, latency breakdown",
               "ADR-0057, commitlog §16 (milestone-gqa-llama70b)", "kbtrace.studies.gqa"),
+    StudySpec("allreduce", "LRAB all-reduce on 6 SIPs: n_elem x ring_1d / torus_2d / mesh_2d, "
+              "IPCQ buffer kinds, topology diagram, the reference curve",
+              "ADR-0043, commitlog §13/§18", "kbtrace.studies.allreduce"),
 )}
 
 
