@@ -17,11 +17,16 @@ rank from a ``DPPolicy`` over ``cubes`` cubes (default 1) and all PEs of each:
 ``RowParallelLinear``     W (in, out) -> rank r owns rows ``[r*in/tp, (r+1)*in/tp)``, split
                           column-wise over its PEs; input = a ColumnParallel output. Each PE
                           loads every shard of its rank's input (the whole K of that rank),
-                          computes its output columns as an f32 partial sum, then the
-                          partials are all-reduced over the group and cast to the dtype.
-``reduce_from_tp_region`` the all-reduce: a ring over the group's SIPs per (cube, PE)
-                          (reduce-scatter then all-gather over ``global_E`` / ``global_W``
-                          IPCQ), until the collectives package lands.
+                          computes its output columns as an f32 partial sum into the rank's
+                          (B, out) partial on PE 0 of cube 0, the partials are all-reduced
+                          over the SIPs (``w.all_reduce``, kbtrace.collectives) and each PE
+                          casts its columns to the dtype into the output shard.
+``reduce_from_tp_region`` sum over the group's ranks per shard position: a ring over the
+                          group's SIPs per (cube, PE) (reduce-scatter then all-gather over
+                          ``global_E`` / ``global_W`` IPCQ). ``w.all_reduce`` of the
+                          collectives package sums over *every* shard, so it serves here
+                          only where each rank holds one shard: RowParallelLinear uses it
+                          (LRAB) when the group is every SIP, this ring for a sub-group.
 ``copy_to_tp_region``     identity (forward only, ADR-0027 D6).
 ``scatter_to_tp_region``  a replicated per-rank tensor -> each rank keeps its column slice.
 ``gather_from_tp_region`` refused, as in the reference: it needs an all-gather collective.
@@ -123,16 +128,29 @@ def linear_kernel(tl, x_ptr, w_ptr, y_ptr, B, K, N, BK, dtype):
     tl.store(y_ptr, acc if dtype == _ACC else acc.to(dtype))
 
 
-def row_linear_kernel(tl, h_shards, w_ptr, y_ptr, B, KS, N, dtype):
+def row_linear_kernel(tl, h_shards, w_ptr, y_ptr, B, KS, N, dtype, OUT=0):
     """Partial ``y = h @ w`` (f32) on one PE: h is the rank's input in column shards of
-    (B, KS) (every shard loaded), w the PE's weight columns (len(h_shards) * KS, N)."""
+    (B, KS) (every shard loaded), w the PE's weight columns (len(h_shards) * KS, N). With
+    ``OUT`` > 0, ``y_ptr`` is the rank's whole (B, OUT) partial and the PE stores its columns
+    ``(cube * num_pes + pe) * N ..`` there; else ``y_ptr`` is the PE's own (B, N) shard."""
     esz = tl.sizeof(dtype)
     acc = tl.zeros((B, N), _ACC)
     for j, h_ptr in enumerate(h_shards):
         a = tl.load(h_ptr, (B, KS), dtype)
         b = tl.load(w_ptr + j * KS * N * esz, (KS, N), dtype)
         acc = tl.dot(a, b, acc)
-    tl.store(y_ptr, acc)
+    if OUT:
+        col = (tl.cube_id() * tl.num_pes() + tl.pe_id()) * N
+        tl.store(y_ptr + col * tl.sizeof(_ACC), acc, strides=(OUT, 1))
+    else:
+        tl.store(y_ptr, acc)
+
+
+def cast_columns_kernel(tl, src_ptr, dst_ptr, B, OUT, N, dtype):
+    """This PE's N columns of the rank's reduced (B, OUT) f32 sum -> its (B, N) ``dtype`` shard."""
+    col = (tl.cube_id() * tl.num_pes() + tl.pe_id()) * N
+    v = tl.load(src_ptr + col * tl.sizeof(_ACC), (B, N), _ACC, strides=(OUT, 1))
+    tl.store(dst_ptr, v if dtype == _ACC else v.to(dtype))
 
 
 def ring_allreduce_kernel(tl, src_ptr, dst_ptr, n, p, dtype, out_dtype):
@@ -310,15 +328,31 @@ class RowParallelLinear:
             raise CaptureError(f"RowParallelLinear {self.name!r}: input {x0.name!r} must be "
                                f"column-sharded in order (a ColumnParallelLinear output)")
         b = x.shape[0]
-        partial = rank_tensor(self.w, self.group, f"{self.name}.partial", (b, self.out_features),
-                              _ACC, self.dp)
         wt = self.weight[self.group.ranks[0]]
         n = wt.shards[0].shape[1]
-        self.w.launch(row_linear_kernel, args=(x.shard_addrs(), self.weight.arg(), partial.arg(),
-                                               b, ks, n, self.dtype),
-                      on=list(self.weight.tensors.values()))
         out = rank_tensor(self.w, self.group, f"{self.name}.out", (b, self.out_features),
                           self.dtype, self.dp)
-        return reduce_from_tp_region(self.w, partial, out)
+        if self.group.size < self.w.world_size:
+            # a sub-group: the collectives package reduces over every SIP, so ring it here
+            partial = rank_tensor(self.w, self.group, f"{self.name}.partial",
+                                  (b, self.out_features), _ACC, self.dp)
+            self.w.launch(row_linear_kernel, args=(x.shard_addrs(), self.weight.arg(),
+                                                   partial.arg(), b, ks, n, self.dtype),
+                          on=list(self.weight.tensors.values()))
+            return reduce_from_tp_region(self.w, partial, out)
+        # every PE writes its columns of the rank's (B, out) f32 partial on PE 0 of cube 0;
+        # the collectives' all-reduce (LRAB, inter-SIP phase) sums them over the SIPs; each
+        # PE then casts its columns into the output shard
+        partial = RankTensor(self.group, {
+            sip: self.w.tensor(f"{self.name}.partial.r{sip}", (b, self.out_features), _ACC,
+                               sip=sip) for sip in self.group.ranks})
+        self.w.launch(row_linear_kernel, args=(x.shard_addrs(), self.weight.arg(), partial.arg(),
+                                               b, ks, n, self.dtype, self.out_features),
+                      on=list(self.weight.tensors.values()))
+        self.w.all_reduce([partial[s] for s in self.group.ranks], op="sum")
+        self.w.launch(cast_columns_kernel, args=(partial.arg(), out.arg(), b, self.out_features,
+                                                 n, self.dtype),
+                      on=list(out.tensors.values()))
+        return out
 
     forward = __call__
