@@ -1,100 +1,218 @@
-"""``kbtrace export perfetto``: the run as Chrome trace-event JSON (opens in ui.perfetto.dev).
+"""``kbtrace export perfetto``: the run as Chrome trace-event JSON (opens in ui.perfetto.dev),
+engines and fabric alike.
 
 Mapping
-    process  one per (SIP, cube) (``pid = 1 + sip * 1000 + cube``) plus one "host/io"
-             process for engines outside cubes; named ``sipS.cubeC``.
-    thread   one track per engine (``op_timing.engine``), named by its node id relative
-             to the cube (``pe3.dma``). Ops overlapping on one engine (DMA channels,
-             async composites) spill onto extra lanes named ``pe3.dma [2]``, ... so every
-             slice nests correctly; lane 1 is the engine's track.
-    slice    ``X`` event per op: name ``kind/name``, args op_id, launch, program, seq,
-             queue_ns, nbytes. Timestamps are microseconds (ns / 1000).
-    flow     ``s``/``f`` pairs for transfers between engines: every IPCQ send -> recv
-             pair and every dependency whose producer ran on another engine.
+    process  one per (SIP, cube) for its engines, named ``sipS.cubeC``, and one per (SIP,
+             cube) for its fabric, named ``sipS.cubeC fabric``; "host/io" and "fabric"
+             for what lies outside cubes.
+    thread   engines: one track per engine (``op_timing.engine``), named by its node id
+             relative to the cube (``pe3.dma``); fabric: one track per directed link that
+             carried data (``link router_0_1 -> router_0_2 (router_mesh)``) and one per HBM
+             controller that served accesses (``hbm_ctrl.pe3``). Slices that overlap on a
+             track (DMA channels, async composites, transfers sharing a link) spill onto
+             extra lanes named ``... [2]``, so every slice nests correctly.
+    slice    ``X`` per op (name ``kind/name``; args op_id, launch, program, seq, queue_ns,
+             nbytes) and per fabric hop (a link hop from its head entering to its tail
+             leaving; an HBM access, the ``hbm`` stage at the controller; name ``kind/name``
+             of the op it serves; args op_id, tile, nbytes, queue_ns).
+    flow     one per transfer: from the issuing op through each link it crossed, in path
+             order (``s`` on the op, ``t`` on each link slice), ending on the matching
+             receive for an IPCQ send, else on the last link (``f``); plus one ``s``/``f``
+             pair per dependency whose producer ran on another engine.
+    time     integer nanoseconds: every start and end is rounded to the nearest ns, then
+             written as a JSON *string* of microseconds with exactly three decimals
+             (``"12.345"``). Perfetto's JSON importer multiplies a number by 1000 and
+             truncates (``12.345`` -> 12344 ns), but parses a string exactly; every flow
+             point lies inside the slice it binds to, checked in integer ns.
+
+Large runs: at most ``MAX_FABRIC_SLICES`` fabric slices (the earliest by entry time) and
+``MAX_FLOWS`` flows; ``otherData`` says how many were left out.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from kbtrace._io import atomic_path
 
-__all__ = ["export_perfetto", "trace_events"]
+__all__ = ["export_perfetto", "trace_events", "us", "MAX_FABRIC_SLICES", "MAX_FLOWS"]
 
-_MAX_FLOWS = 50_000
+MAX_FLOWS = 50_000
+MAX_FABRIC_SLICES = 200_000
 
 
-def _split(engine: str) -> tuple[str, str]:
-    parts = engine.split(".")
+def us(ns: int) -> str:
+    """Integer nanoseconds as the exact decimal microseconds string Perfetto parses."""
+    sign = "-" if ns < 0 else ""
+    ns = abs(ns)
+    return f"{sign}{ns // 1000}.{ns % 1000:03d}"
+
+
+def _split(node: str) -> tuple[str, str]:
+    parts = node.split(".")
     if len(parts) >= 3 and parts[0].startswith("sip") and parts[1].startswith("cube"):
         return ".".join(parts[:2]), ".".join(parts[2:])
-    return "host/io", engine
+    return "", node
 
 
-def trace_events(run: Any) -> list[dict[str, Any]]:
-    """Trace events for an open Run (deterministic order)."""
-    ops = run.sql("SELECT t.op_id, t.launch, t.program, t.seq, CAST(t.kind AS VARCHAR) AS kind, "
-                  "CAST(t.name AS VARCHAR) AS name, CAST(t.engine AS VARCHAR) AS engine, "
-                  "t.t_start_ns, t.t_end_ns, t.queue_ns, t.nbytes FROM op_timing t "
-                  "ORDER BY engine, t_start_ns, t_end_ns DESC, op_id").rows()
-    procs: dict[str, int] = {}
-    threads: dict[tuple[str, int], int] = {}
-    lane_end: dict[str, list[float]] = {}
-    slot: dict[int, tuple[int, int, float, float]] = {}
-    events: list[dict[str, Any]] = []
-    for (op_id, launch, program, seq, kind, name, engine, t0, t1, q, nb) in ops:
-        proc, local = _split(engine)
-        if proc not in procs:
-            procs[proc] = len(procs) + 1
-        lanes = lane_end.setdefault(engine, [])
+class _Tracks:
+    """Processes, threads (with overlap lanes) and their metadata events."""
+
+    def __init__(self) -> None:
+        self.procs: dict[str, int] = {}
+        self.threads: dict[tuple[str, str, int], int] = {}
+        self.lane_end: dict[tuple[str, str], list[int]] = {}
+
+    def place(self, proc: str, track: str, t0: int, t1: int) -> tuple[int, int]:
+        """(pid, tid) of the first lane of ``track`` free at ``t0``; the lane is busy to t1."""
+        if proc not in self.procs:
+            self.procs[proc] = len(self.procs) + 1
+        lanes = self.lane_end.setdefault((proc, track), [])
         lane = next((i for i, end in enumerate(lanes) if end <= t0), None)
         if lane is None:
             lanes.append(t1)
             lane = len(lanes) - 1
         else:
             lanes[lane] = t1
-        key = (engine, lane)
-        if key not in threads:
-            threads[key] = len(threads) + 1
-        pid, tid = procs[proc], threads[key]
-        slot[op_id] = (pid, tid, t0, t1)
-        events.append({"ph": "X", "pid": pid, "tid": tid, "ts": t0 / 1000.0,
-                       "dur": max(0.0, t1 - t0) / 1000.0, "name": f"{kind}/{name}", "cat": kind,
-                       "args": {"op_id": op_id, "launch": launch, "program": program, "seq": seq,
-                                "queue_ns": q, "nbytes": nb}})
-    meta: list[dict[str, Any]] = []
-    for proc, pid in procs.items():
-        meta.append({"ph": "M", "pid": pid, "tid": 0, "name": "process_name", "args": {"name": proc}})
-        meta.append({"ph": "M", "pid": pid, "tid": 0, "name": "process_sort_index",
-                     "args": {"sort_index": pid}})
-    for (engine, lane), tid in threads.items():
+        key = (proc, track, lane)
+        if key not in self.threads:
+            self.threads[key] = len(self.threads) + 1
+        return self.procs[proc], self.threads[key]
+
+    def meta(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for proc, pid in self.procs.items():
+            out.append({"ph": "M", "pid": pid, "tid": 0, "name": "process_name",
+                        "args": {"name": proc}})
+            out.append({"ph": "M", "pid": pid, "tid": 0, "name": "process_sort_index",
+                        "args": {"sort_index": pid}})
+        for (proc, track, lane), tid in self.threads.items():
+            out.append({"ph": "M", "pid": self.procs[proc], "tid": tid, "name": "thread_name",
+                        "args": {"name": track if lane == 0 else f"{track} [{lane + 1}]"}})
+            out.append({"ph": "M", "pid": self.procs[proc], "tid": tid,
+                        "name": "thread_sort_index", "args": {"sort_index": tid}})
+        return out
+
+
+def _clamp(t: int, lo: int, hi: int) -> int:
+    return max(lo, min(t, hi))
+
+
+def trace_events(run: Any, info: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Trace events for an open Run (deterministic order); ``info`` receives the counts of
+    what was left out (fabric slices, flows) on large runs."""
+    info = {} if info is None else info
+    tracks = _Tracks()
+    ops = run.sql("SELECT t.op_id, t.launch, t.program, t.seq, CAST(t.kind AS VARCHAR) AS kind, "
+                  "CAST(t.name AS VARCHAR) AS name, CAST(t.engine AS VARCHAR) AS engine, "
+                  "t.t_start_ns, t.t_end_ns, t.queue_ns, t.nbytes FROM op_timing t "
+                  "ORDER BY engine, t_start_ns, t_end_ns DESC, op_id").rows()
+    slot: dict[int, tuple[int, int, int, int]] = {}
+    label: dict[int, str] = {}
+    events: list[dict[str, Any]] = []
+    for (op_id, launch, program, seq, kind, name, engine, t0, t1, q, nb) in ops:
+        s, e = round(t0), round(t1)
+        e = max(s, e)
         proc, local = _split(engine)
-        label = local if lane == 0 else f"{local} [{lane + 1}]"
-        meta.append({"ph": "M", "pid": procs[proc], "tid": tid, "name": "thread_name",
-                     "args": {"name": label}})
-        meta.append({"ph": "M", "pid": procs[proc], "tid": tid, "name": "thread_sort_index",
-                     "args": {"sort_index": tid}})
-    pairs = run.sql(
-        "SELECT op_id AS src, match_op_id AS dst, 'ipcq' AS cat FROM ops "
-        "WHERE kind = 'send' AND match_op_id IS NOT NULL "
-        "UNION ALL SELECT d.dep, d.op_id, 'dep' FROM (SELECT op_id, unnest(deps) AS dep FROM ops) d "
+        pid, tid = tracks.place(proc or "host/io", local, s, e)
+        slot[op_id] = (pid, tid, s, e)
+        label[op_id] = f"{kind}/{name}"
+        events.append({"ph": "X", "pid": pid, "tid": tid, "ts": us(s), "dur": us(e - s),
+                       "name": label[op_id], "cat": kind,
+                       "args": {"op_id": op_id, "launch": launch, "program": program,
+                                "seq": seq, "queue_ns": q, "nbytes": nb}})
+    # fabric: link hops and HBM accesses, each a slice on its link's / controller's track
+    n_fabric = run.sql("SELECT count(*) AS n FROM hops WHERE link_idx >= 0 OR "
+                       "CAST(stage AS VARCHAR) = 'hbm'").item()
+    hops = run.sql(
+        "SELECT h.op_id, h.tile, h.hop, h.link_idx, h.t_enter_ns, h.t_leave_ns, h.nbytes, "
+        "h.queue_ns, CASE WHEN h.link_idx >= 0 THEN l.src_id ELSE n.node_id END AS node, "
+        "l.dst_id, l.kind AS link_kind FROM hops h "
+        "LEFT JOIN links l ON l.link_idx = h.link_idx "
+        "LEFT JOIN nodes n ON n.node_idx = h.node_idx "
+        "WHERE h.link_idx >= 0 OR CAST(h.stage AS VARCHAR) = 'hbm' "
+        f"ORDER BY h.t_enter_ns, h.op_id, h.tile, h.hop LIMIT {MAX_FABRIC_SLICES}").rows()
+    info["fabric_slices_left_out"] = int(n_fabric) - len(hops)
+    chains: dict[tuple[int, int], list[tuple[int, int, int, int]]] = defaultdict(list)
+    for (op_id, tile, hop, link_idx, t0, t1, nb, q, node, dst, lkind) in hops:
+        s, e = round(t0), round(t1)
+        e = max(s, e)
+        cube, src_local = _split(node)
+        proc = f"{cube} fabric" if cube else "fabric"
+        if link_idx >= 0:
+            dst_local = _split(dst)[1] if _split(dst)[0] == cube else dst
+            track = f"link {src_local} -> {dst_local} ({lkind})"
+        else:
+            track = src_local
+        pid, tid = tracks.place(proc, track, s, e)
+        events.append({"ph": "X", "pid": pid, "tid": tid, "ts": us(s), "dur": us(e - s),
+                       "name": label.get(op_id, f"op {op_id}"), "cat": "fabric",
+                       "args": {"op_id": op_id, "tile": tile, "nbytes": nb, "queue_ns": q}})
+        if link_idx >= 0:
+            chains[(op_id, tile)].append((hop, pid, tid, s))
+    flows = _flows(run, slot, chains, info)
+    return tracks.meta() + events + flows
+
+
+def _flows(run: Any, slot: dict[int, tuple[int, int, int, int]],
+           chains: dict[tuple[int, int], list[tuple[int, int, int, int]]],
+           info: dict[str, Any]) -> list[dict[str, Any]]:
+    """One flow per transfer (op -> each link -> receive or last link), one per
+    cross-engine dependency; every point inside the slice it binds to (integer ns)."""
+    recv_of = dict(run.sql("SELECT op_id, match_op_id FROM ops WHERE kind = 'send' "
+                           "AND match_op_id IS NOT NULL ORDER BY op_id").rows())
+    deps = run.sql(
+        "SELECT d.dep, d.op_id FROM (SELECT op_id, unnest(deps) AS dep FROM ops) d "
         "JOIN op_timing a ON a.op_id = d.dep JOIN op_timing b ON b.op_id = d.op_id "
-        f"WHERE a.engine <> b.engine ORDER BY 1, 2 LIMIT {_MAX_FLOWS}").rows()
-    flows: list[dict[str, Any]] = []
-    for i, (src, dst, cat) in enumerate(pairs):
-        if src not in slot or dst not in slot:
+        "WHERE a.engine <> b.engine ORDER BY 1, 2").rows()
+    out: list[dict[str, Any]] = []
+    n = 0
+    total = 0
+
+    def point(ph: str, fid: int, pid: int, tid: int, ts: int, cat: str) -> None:
+        ev = {"ph": ph, "id": fid, "pid": pid, "tid": tid, "ts": us(ts), "name": cat,
+              "cat": f"flow.{cat}"}
+        if ph == "f":
+            ev["bp"] = "e"
+        out.append(ev)
+
+    for (op_id, _tile), hops in sorted(chains.items()):
+        if op_id not in slot:
             continue
+        total += 1
+        if n >= MAX_FLOWS:
+            continue
+        n += 1
+        hops.sort()
+        pid, tid, s, e = slot[op_id]
+        cat = "ipcq" if op_id in recv_of else "transfer"
+        ts = _clamp(hops[0][3], s, e)
+        point("s", n, pid, tid, ts, cat)
+        dst = slot.get(recv_of[op_id]) if op_id in recv_of else None
+        for i, (_h, hp, ht, hs) in enumerate(hops):    # path order: entry times grow
+            ts = hs
+            last = i == len(hops) - 1 and dst is None
+            point("f" if last else "t", n, hp, ht, hs, cat)
+        if dst is not None:
+            dp, dt, ds, de = dst
+            point("f", n, dp, dt, _clamp(ts, ds, de), cat)
+    for src, dst_op in deps:
+        if src not in slot or dst_op not in slot:
+            continue
+        total += 1
+        if n >= MAX_FLOWS:
+            continue
+        n += 1
         sp, st, s0, s1 = slot[src]
-        dp, dt, d0, _ = slot[dst]
-        t_src = s0 + (s1 - s0) * 0.999   # inside the producer slice, so the flow binds to it
-        flows.append({"ph": "s", "id": i + 1, "pid": sp, "tid": st, "ts": t_src / 1000.0,
-                      "name": cat, "cat": f"flow.{cat}"})
-        flows.append({"ph": "f", "bp": "e", "id": i + 1, "pid": dp, "tid": dt,
-                      "ts": d0 / 1000.0, "name": cat, "cat": f"flow.{cat}"})
-    return meta + events + flows
+        dp, dt, d0, _ = slot[dst_op]
+        point("s", n, sp, st, max(s0, s1 - 1), "dep")    # inside the producer's slice
+        point("f", n, dp, dt, d0, "dep")
+    info["flows_left_out"] = total - n
+    return out
 
 
 def export_perfetto(run: Any, out: str | os.PathLike[str]) -> int:
@@ -104,10 +222,12 @@ def export_perfetto(run: Any, out: str | os.PathLike[str]) -> int:
     owned = not isinstance(run, Run)
     r = open_run(run) if owned else run
     try:
-        events = trace_events(r)
+        left: dict[str, Any] = {}
+        events = trace_events(r, left)
         doc = {"traceEvents": events, "displayTimeUnit": "ns",
                "otherData": {"run": str(r.path), "run_id": str(r.info.get("run_id")),
-                             "makespan_ns": r.makespan_ns}}
+                             "makespan_ns": r.makespan_ns, "time": "integer ns",
+                             **{k: v for k, v in left.items() if v}}}
         from kbtrace.analysis.reporter import run_inputs
         with atomic_path(Path(out), run_inputs(r.run_dirs, r.trace_dir)) as tmp:
             tmp.write_text(json.dumps(doc, separators=(",", ":")))
