@@ -690,6 +690,15 @@ def _nan_end(rows):
     return rows
 
 
+def _follow_trace(d: Path) -> None:
+    """The run records the (crafted, rehashed) trace's identity: only validation is left."""
+    from kbtrace._io import trace_hash
+    info = json.loads((d / "run" / "run.json").read_text())
+    info["trace"]["hash"] = trace_hash(json.loads((d / "tr" / "trace.json").read_text()),
+                                       d / "tr")
+    (d / "run" / "run.json").write_text(json.dumps(info))
+
+
 CHANGED = ": changed since kbtrace wrote it (digest "
 RFIX = "re-run `kbtrace replay` to regenerate the run"
 INTEGRITY_CASES = [
@@ -746,6 +755,13 @@ INTEGRITY_CASES = [
     Case("runjson-files-path", edit_json("run/run.json", _set(["files", "../../x"], "00"),
                                          SQL), 2,
          "run/run.json: corrupt: its file digests are not an object of file name -> digest"),
+    Case("verify-crafted-trace", then(lambda d: edit_ops(d / "tr", first("dot", m=-32)),
+                                      _follow_trace, argv=("verify", "run")), 2,
+         "tr/ops.parquet: op 3 (dot, launch 0, program 0, seq 3): GEMM dimension m = -32 is "
+         "outside [1, 16777216]; re-capture the workload"),
+    Case("verify-crafted-trace-deps", then(lambda d: edit_ops(d / "tr", _dep(lambda r: 10**6)),
+                                           _follow_trace, argv=("verify", "run")), 2,
+         "depends on op 1000000, which is not in the trace"),
     Case("check-nothing-there", lambda d: (d / "empty").mkdir() or ["check", "empty"], 2,
          "empty: holds no kbtrace trace (trace.json), run (run.json), baseline"),
     Case("check-missing", lambda d: ["check", "nope"], 2, "nope: no such file or directory"),
@@ -899,4 +915,4 @@ def test_bad_input(case, base, tmp_path, monkeypatch, capsys):
 
 
 def test_catalogue_size():
-    assert len({c.id for c in CASES}) == len(CASES) == 164      # the README quotes the count
+    assert len({c.id for c in CASES}) == len(CASES) == 166      # the README quotes the count

@@ -278,6 +278,12 @@ def verify(run: Any, progress: Callable[[int, int], Any] | None = None) -> Verif
                             "or fix trace.path in run.json)")
     check_trace_files(trace_dir, ("ops.parquet", "memory.parquet"))
     ops = _read(trace_dir / "ops.parquet", schema.OPS, _TRACE_FIX)
+    from kbtrace.replay.validate import validate_ops
+    try:        # a well-formed trace before numpy executes it (no topology needed)
+        validate_ops(ops, None)
+    except KbtraceError as exc:
+        raise SchemaError(str(exc).replace("ops.parquet: ", f"{trace_dir / 'ops.parquet'}: ",
+                                           1)) from None
     memory = _read(trace_dir / "memory.parquet", schema.MEMORY, _TRACE_FIX)
     timing = _read(run_dir / "op_timing.parquet", schema.OP_TIMING, REPLAY_FIX)
     check_timing(timing, run_dir / "op_timing.parquet")

@@ -99,7 +99,9 @@ def _first(mask: np.ndarray) -> int | None:
 
 def validate_ops(table: pa.Table, topo: Any, meta: dict[str, Any] | None = None) -> None:
     """Raise ``ReplayError`` for the first op of ``table`` (schema.OPS columns) that does not
-    fit ``topo`` or is not a well-formed op (see the module docstring)."""
+    fit ``topo`` or is not a well-formed op (see the module docstring). ``topo=None`` checks
+    only what needs no topology (kinds, numbers, dependencies, operand lists, IPCQ pairs,
+    extra_json): what verify checks before it executes a trace."""
     cx = _Ctx(table, topo, meta or {})
     n = table.num_rows
     if n == 0:
@@ -113,8 +115,9 @@ def validate_ops(table: pa.Table, topo: Any, meta: dict[str, Any] | None = None)
     _check_numbers(table, cx, kinds)
     _check_operand_lists(table, cx)
     _check_deps(table, cx, op_id)
-    _check_placement(table, cx, kinds)
-    _check_addresses(table, cx)
+    if topo is not None:
+        _check_placement(table, cx, kinds)
+        _check_addresses(table, cx)
     _check_ipcq(table, cx, kinds)
     _check_extra(table, cx, kinds)
 
@@ -164,8 +167,8 @@ def _check_numbers(table: pa.Table, cx: _Ctx, kinds: np.ndarray) -> None:
         i = _first(((v < 1) | (v > MAX_DIM)) & ~null)
         if i is not None:
             raise cx.fail(i, f"GEMM dimension {col} = {int(v[i])} is outside [1, {MAX_DIM}]")
-        i = _first(null & (kinds == "dot"))
-        if i is not None:
+        i = _first(null & (kinds == "dot")) if cx.topo is not None else None
+        if i is not None:       # (replay plans a dot from m, n, k; verify reads shapes)
             raise cx.fail(i, f"GEMM dimension {col} is null on a dot")
     cyc = _np(table.column("cycles"))
     i = _first((cyc < 0) | (cyc > MAX_CYCLES))
@@ -409,7 +412,7 @@ def _check_extra(table: pa.Table, cx: _Ctx, kinds: np.ndarray) -> None:
             raise cx.fail(i, "extra_json epilogue is not a list of objects")
         parsed[j] = obj
     comp = np.flatnonzero(kinds == "composite")
-    if not len(comp):
+    if not len(comp) or cx.topo is None:
         return
     tile = cx.topo.params.pe.tile
     mnk = [_np(table.column(c), 1)[comp].astype(np.float64) for c in ("m", "n", "k")]
