@@ -40,9 +40,10 @@ from typing import Any
 import numpy as np
 
 from kbtrace.capture._collective_api import CollectiveMixin
+from kbtrace.capture._host_api import HostMemoryMixin
 from kbtrace.capture._ipcq import check_ipcq
 from kbtrace.capture.dtypes import STORAGE, check_dtype, itemsize, to_compute, to_storage
-from kbtrace.capture.hostcopy import HOST_BASE, HOST_BYTES, CopySpec, FreeSpec, MapSpec
+from kbtrace.capture.hostcopy import HOST_BASE, HOST_BYTES, MapSpec
 from kbtrace.capture.memory import Allocator, FreeList, Region
 from kbtrace.errors import CaptureError
 
@@ -139,7 +140,7 @@ class LaunchSpec:
     ipcq: Mapping[str, Any] | None = None
 
 
-class Workload(CollectiveMixin):
+class Workload(CollectiveMixin, HostMemoryMixin):
     """The host program's view while ``build(w, p)`` runs."""
 
     def __init__(self, topo: Any, name: str, params: SimpleNamespace, tracer: Any) -> None:
@@ -333,71 +334,6 @@ class Workload(CollectiveMixin):
             idx = tuple(slice(o, o + n) for o, n in zip(s.offset, s.shape, strict=True))
             self._tracer.write_initial(s.addr, np.ascontiguousarray(t.stored[idx]))
         return t
-
-    def free(self, tensor: Tensor) -> None:
-        """Release a device tensor's HBM after the launches declared so far: later tensors may
-        reuse it (ADR-0048 first fit + coalescing); a kernel touching it after this point is an
-        unallocated-memory error."""
-        t = self._own(tensor, "free", "hbm")
-        if t.freed:
-            raise CaptureError(f"workload {self.name!r}: tensor {t.name!r} freed twice")
-        if t.role == "output":
-            raise CaptureError(f"workload {self.name!r}: tensor {t.name!r} is an output, which "
-                               f"must stay allocated; copy it to the host first (w.copy_to_host) "
-                               f"and make the host tensor the output")
-        for s in t.shards:
-            self._hbm[(s.sip, s.cube, s.pe)].free(s.addr, math.prod(s.shape) * itemsize(t.dtype))
-        t.freed = True
-        self.actions.append(FreeSpec(t))
-
-    def host_tensor(self, name: str, shape: Sequence[int] | int, dtype: str = "f32",
-                    init: Any = "zeros") -> Tensor:
-        """Declare a tensor in host memory (kernels cannot address it; move it with
-        ``copy_to_device`` / ``copy_to_host``)."""
-        t = self._declare(name, shape, dtype, init, space="host")
-        nbytes = t.nbytes
-        addr = self._host.alloc(max(nbytes, 1), f"host tensor {name!r}")
-        t.shards.append(Shard(0, -1, -1, -1, addr, tuple(0 for _ in t.shape), t.shape))
-        self._tracer.host_regions.add(Region(addr, max(nbytes, 1), f"host tensor {name!r}",
-                                             "host", dtype))
-        self._tracer.write_initial(addr, t.stored)
-        self.tensors[name] = t
-        return t
-
-    def _own(self, t: Any, what: str, space: str) -> Tensor:
-        if not isinstance(t, Tensor) or self.tensors.get(t.name) is not t:
-            raise CaptureError(f"workload {self.name!r}: {what} of "
-                               f"{getattr(t, 'name', type(t).__name__)!r}, which is not a tensor "
-                               f"of this workload; pass a tensor returned by w.tensor / "
-                               f"w.host_tensor")
-        if t.space != space:
-            where = "host memory (w.host_tensor)" if space == "host" else "device HBM (w.tensor)"
-            raise CaptureError(f"workload {self.name!r}: {what}: tensor {t.name!r} lives in "
-                               f"{t.space}, expected one in {where}")
-        return t
-
-    def _copy(self, kind: str, src: Tensor, dst: Tensor) -> None:
-        if (src.shape, src.dtype) != (dst.shape, dst.dtype):
-            raise CaptureError(f"workload {self.name!r}: {kind} {src.name!r} -> {dst.name!r}: "
-                               f"{src.shape} {src.dtype} vs {dst.shape} {dst.dtype}; copies "
-                               f"need equal shapes and dtypes")
-        self.actions.append(CopySpec(kind, src, dst))
-
-    def copy_to_device(self, src: Tensor, dst: Tensor) -> Tensor:
-        """Copy host tensor ``src`` into device tensor ``dst`` (every shard, every replica):
-        ``h2d`` ops, run after the launches declared before and before those declared after."""
-        self._copy("h2d", self._own(src, "copy_to_device", "host"),
-                   self._own(dst, "copy_to_device", "hbm"))
-        return dst
-
-    def copy_to_host(self, src: Tensor, dst: Tensor | None = None) -> Tensor:
-        """Copy device tensor ``src`` (replica 0 of replicated ones) into host tensor ``dst``
-        (default: a new zero host tensor ``<src>_host``): ``d2h`` ops, in program order."""
-        src = self._own(src, "copy_to_host", "hbm")
-        if dst is None:
-            dst = self.host_tensor(f"{src.name}_host", src.shape, src.dtype)
-        self._copy("d2h", src, self._own(dst, "copy_to_host", "host"))
-        return dst
 
     def _targets(self, sips: Any, cubes: Any, pes: Any, on: Any
                  ) -> list[tuple[int, int, int]]:
