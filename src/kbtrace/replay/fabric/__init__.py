@@ -44,6 +44,8 @@ Modules (one-way imports: ``flit`` and ``fast`` import ``base``; ``fast`` import
              ``_Plan``), booking in stretches.
 ``booking``  fast mode's reservation arithmetic on plain lists (node busy intervals,
              link bandwidth shares): pure functions, no SimPy.
+``core``     which ``FastFabric`` runs: the compiled twin of ``fast`` + ``booking``
+             (Cython, built by ``pip install -e .``) or this pure-Python reference.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from typing import Any
 import simpy
 
 from kbtrace.replay.fabric.base import Fabric, Transfer, after
+from kbtrace.replay.fabric.core import fast_fabric
 from kbtrace.replay.fabric.fast import FastFabric
 from kbtrace.replay.fabric.flit import FlitFabric
 from kbtrace.replay.hbm import HbmController
@@ -63,5 +66,8 @@ __all__ = ["Fabric", "FlitFabric", "FastFabric", "Transfer", "after", "make_fabr
 
 def make_fabric(fidelity: str, env: simpy.Environment, topo: Any, rec: Recorder,
                 hbm: dict[int, HbmController]) -> Fabric:
-    cls = {"flit": FlitFabric, "fast": FastFabric}[fidelity]
+    """The fabric of a fidelity mode (fast: compiled when built, ``core.fast_fabric``)."""
+    cls = FlitFabric if fidelity == "flit" else fast_fabric() if fidelity == "fast" else None
+    if cls is None:
+        raise KeyError(fidelity)
     return cls(env, topo, rec, hbm)

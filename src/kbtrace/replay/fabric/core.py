@@ -1,0 +1,71 @@
+"""Which fast-mode core runs: the compiled one (Cython) or the pure-Python reference.
+
+``booking.py`` and ``fast.py`` are the reference: readable, and what runs where nothing
+was compiled. ``pip install -e .`` compiles copies of them (``_booking_c``, ``_fast_c``;
+``setup.py``) where a C compiler exists. Both give byte-identical outputs
+(``tests/test_replay_core.py``). ``fast_fabric()`` returns the compiled ``FastFabric``
+when it is built from the current sources, else the reference one, warning once per
+process why (``PurePythonCore``, a ``RuntimeWarning``): not built, built from older
+sources (rebuild: ``pip install -e .``), or switched off with ``KBTRACE_PURE_PYTHON=1``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import warnings
+from functools import cache
+from pathlib import Path
+
+__all__ = ["fast_fabric", "status", "PurePythonCore", "PURE_ENV", "CORE"]
+
+PURE_ENV = "KBTRACE_PURE_PYTHON"
+_PKG = Path(__file__).resolve().parent
+#: compiled module -> its reference source (setup.py builds the same list)
+CORE = {"kbtrace.replay.fabric._booking_c": _PKG / "booking.py",
+        "kbtrace.replay.fabric._fast_c": _PKG / "fast.py"}
+
+
+class PurePythonCore(RuntimeWarning):
+    """Fast mode runs its pure-Python core (slower; results are identical)."""
+
+
+@cache
+def status() -> tuple[type, str]:
+    """``(FastFabric class, "compiled" or why the pure-Python core runs)``."""
+    from kbtrace.replay.fabric.fast import FastFabric
+
+    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+        return FastFabric, f"switched off ({PURE_ENV}={os.environ[PURE_ENV]})"
+    mods = {}
+    for name, ref in CORE.items():
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:
+            return FastFabric, "not built (pip install -e . compiles it with a C compiler)"
+        if not str(getattr(mod, "__file__", "")).endswith(tuple(_ext_suffixes())):
+            return FastFabric, f"{name} is not an extension module; rebuild with pip install -e ."
+        if getattr(mod, "SOURCE_SHA256", None) != hashlib.sha256(ref.read_bytes()).hexdigest():
+            return FastFabric, (f"built from an older {ref.name}; rebuild with pip install -e .")
+        mods[name] = mod
+    return mods["kbtrace.replay.fabric._fast_c"].FastFabric, "compiled"
+
+
+def _ext_suffixes() -> list[str]:
+    from importlib.machinery import EXTENSION_SUFFIXES
+    return EXTENSION_SUFFIXES
+
+
+_warned = False
+
+
+def fast_fabric() -> type:
+    """The ``FastFabric`` class to use (see the module docstring); warns once if pure."""
+    global _warned
+    cls, why = status()
+    if why != "compiled" and not _warned:
+        _warned = True
+        warnings.warn(f"kbtrace: fast replay runs its pure-Python core ({why}); results are "
+                      "identical, only slower", PurePythonCore, stacklevel=3)
+    return cls

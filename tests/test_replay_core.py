@@ -1,0 +1,102 @@
+"""The compiled fast-mode core (Cython twins of ``fabric/booking.py`` and ``fabric/fast.py``,
+built by ``pip install -e .``) and the pure-Python reference write byte-identical outputs;
+the pure core says so once; a compiled core older than its source is not used. In CI
+(``CI`` set) the compiled core must be built: ``.ci/run`` installs with ``pip install -e``."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import types
+import warnings
+from pathlib import Path
+
+import pytest
+
+from kbtrace.replay.fabric import core
+
+ROOT = Path(__file__).resolve().parents[1]
+_REPLAY = ("import sys\n"
+           "from kbtrace.replay import ReplayOptions, replay\n"
+           "from kbtrace.replay.fabric.core import status\n"
+           "replay(sys.argv[1], sys.argv[2], ReplayOptions(fidelity='fast', out_dir=sys.argv[3]))\n"
+           "print(status()[1])\n")
+
+
+def _replay(trace: Path, topo: Path, out: Path, pure: bool) -> str:
+    env = {k: v for k, v in os.environ.items() if k != core.PURE_ENV}
+    env["PYTHONPATH"] = str(ROOT / "src")
+    if pure:
+        env[core.PURE_ENV] = "1"
+    res = subprocess.run([sys.executable, "-W", "ignore", "-c", _REPLAY, str(trace), str(topo),
+                          str(out)], env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    return res.stdout.strip().splitlines()[-1]
+
+
+def _digest(run: Path) -> dict[str, str]:
+    return {f: hashlib.sha256((run / f).read_bytes()).hexdigest()
+            for f in ("op_timing.parquet", "hops.parquet")}
+
+
+def test_compiled_core_is_built_in_ci():
+    if not os.environ.get("CI"):
+        pytest.skip("outside CI the compiled core is optional")
+    assert core.status()[1] == "compiled"
+
+
+@pytest.mark.parametrize("workload, params", [("gemm", {"M": 512, "N": 512, "K": 256}),
+                                               ("all_gather", {})])
+def test_compiled_and_pure_cores_write_identical_outputs(tmp_path, workload, params):
+    """Byte for byte, on gemm (free paths, plans) and all_gather (every pair of PEs: links
+    shared, gaps, bandwidth shares) over small.yaml."""
+    from kbtrace.capture import capture
+    topo = ROOT / "topologies" / "small.yaml"
+    capture(ROOT / "capture" / f"{workload}.py", topo, params, tmp_path / "tr")
+    pure = _replay(tmp_path / "tr", topo, tmp_path / "pure", pure=True)
+    other = _replay(tmp_path / "tr", topo, tmp_path / "default", pure=False)
+    assert pure.startswith("switched off")
+    if other != "compiled" and not os.environ.get("CI"):
+        pytest.skip(f"compiled core not available here: {other}")
+    assert other == "compiled"
+    assert _digest(tmp_path / "pure") == _digest(tmp_path / "default")
+
+
+def test_pure_core_says_so_once(monkeypatch):
+    from kbtrace.replay.fabric.fast import FastFabric
+    monkeypatch.setattr(core, "status", lambda: (FastFabric, "not built"))
+    monkeypatch.setattr(core, "_warned", False)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert core.fast_fabric() is FastFabric
+        assert core.fast_fabric() is FastFabric
+    assert [str(w.message) for w in seen] == [
+        "kbtrace: fast replay runs its pure-Python core (not built); results are identical, "
+        "only slower"]
+    assert seen[0].category is core.PurePythonCore
+
+
+def test_a_compiled_core_older_than_its_source_is_not_used(monkeypatch):
+    """A twin whose recorded source hash differs from today's source: the reference runs."""
+    from kbtrace.replay.fabric.fast import FastFabric
+    suffix = ".cpython-311-x86_64-linux-gnu.so"
+    monkeypatch.setattr(core, "_ext_suffixes", lambda: [suffix])
+    for name, ref in core.CORE.items():
+        fake = types.ModuleType(name)
+        fake.__file__ = f"/x/{name.rpartition('.')[2]}{suffix}"
+        fake.SOURCE_SHA256 = hashlib.sha256(ref.read_bytes()).hexdigest()
+        fake.FastFabric = type("CompiledFastFabric", (), {})
+        monkeypatch.setitem(sys.modules, name, fake)
+    monkeypatch.delenv(core.PURE_ENV, raising=False)
+    core.status.cache_clear()
+    try:
+        cls, why = core.status()
+        assert (cls.__name__, why) == ("CompiledFastFabric", "compiled")   # current: used
+        monkeypatch.setattr(sys.modules["kbtrace.replay.fabric._booking_c"], "SOURCE_SHA256", "0")
+        core.status.cache_clear()
+        assert core.status() == (FastFabric, "built from an older booking.py; rebuild with "
+                                              "pip install -e .")
+    finally:
+        core.status.cache_clear()
