@@ -1,0 +1,40 @@
+"""An open run bounds DuckDB's memory (issue 22, target 3): a memory limit, a spill
+directory of kbtrace's own that ``close`` removes, and an actionable line for a bad limit."""
+
+from __future__ import annotations
+
+import pytest
+
+from kbtrace.analysis.run import MEMORY_ENV, open_run
+from kbtrace.capture import capture
+from kbtrace.errors import UsageError
+from kbtrace.replay import ReplayOptions, replay
+from test_replay_util import TOPO_DIR
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("mem")
+    capture(TOPO_DIR.parent / "capture" / "softmax.py", TOPO_DIR / "tiny.yaml", {}, d / "tr")
+    return replay(d / "tr", TOPO_DIR / "tiny.yaml", ReplayOptions(out_dir=str(d / "run"))).run_dir
+
+
+def test_open_run_limits_duckdb_memory_and_cleans_its_spill_directory(run_dir, monkeypatch):
+    monkeypatch.delenv(MEMORY_ENV, raising=False)
+    r = open_run(run_dir)
+    (limit, tmp), = r.con.sql("SELECT current_setting('memory_limit'), "
+                              "current_setting('temp_directory')").fetchall()
+    spill = r._spill_dir
+    assert limit == "953.6 MiB" and tmp == str(spill) and spill.is_dir()
+    r.close()
+    assert not spill.exists()
+    monkeypatch.setenv(MEMORY_ENV, "2GB")
+    with open_run(run_dir) as r:
+        assert r.con.sql("SELECT current_setting('memory_limit')").fetchall() == [("1.8 GiB",)]
+
+
+def test_a_bad_memory_limit_is_one_usage_line(run_dir, monkeypatch):
+    monkeypatch.setenv(MEMORY_ENV, "lots")
+    with pytest.raises(UsageError, match=r"^KBTRACE_DUCKDB_MEMORY='lots' is not a memory size; "
+                                         r"use e.g. 1GB or 512MB$"):
+        open_run(run_dir)
