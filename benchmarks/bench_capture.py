@@ -2,10 +2,15 @@
 
 Run:  python benchmarks/bench_capture.py            (prints a JSON line)
       pytest benchmarks/bench_capture.py -m benchmark
-Target (issue 3): capture ops/s >= 0.15 x greenlet switch pairs/s, both measured here.
+Targets, both rates measured here: issue 3, capture kernel ops/s >= 0.15 x greenlet switch
+pairs/s (asserted); issue 22, >= 0.3 x, and the whole capture <= 3x its kernel phase
+(reported: ``meets_issue22``).
 
-Figures (best of ``REPEATS`` captures each; the box is shared, so the best run is the
-one least disturbed by other jobs):
+The switch-pair rate is sampled before every capture and once after the last (issue 22: a
+single sample made the ratio swing 0.09-0.27 on a shared machine), so both sides are
+best-of-N over the same stretch of time; ``switch_samples`` lists them all. Figures (best
+of ``REPEATS`` captures each; the box is shared, so the best run is the one least
+disturbed by other jobs):
 
 * ``kernel_ops_per_s`` -- the kernel phase: greenlets run the kernels, every tl.* call is
   validated (sanitizers, deadlock detection) and recorded; loads return real values.
@@ -36,8 +41,12 @@ TARGET = 0.15
 REPEATS = 7
 
 
-def switch_pairs_per_s(n: int = 200_000) -> float:
-    """Round trips main -> child -> main per second (one 'switch pair')."""
+SWITCH_SAMPLES: list[float] = []   # every switch-pair rate sampled in this process
+
+
+def switch_pairs_per_s(n: int = 200_000, repeats: int = 3) -> float:
+    """Round trips main -> child -> main per second (one 'switch pair'); best of ``repeats``
+    (each best is also kept in ``SWITCH_SAMPLES``)."""
     def child() -> None:
         parent = main_g
         while True:
@@ -46,11 +55,12 @@ def switch_pairs_per_s(n: int = 200_000) -> float:
     g = greenlet.greenlet(child)
     g.switch()
     best = 0.0
-    for _ in range(3):
+    for _ in range(repeats):
         t0 = time.perf_counter()
         for _ in range(n):
             g.switch()
         best = max(best, n / (time.perf_counter() - t0))
+    SWITCH_SAMPLES.append(best)
     return best
 
 
@@ -63,6 +73,7 @@ def capture_ops_per_s(golden: bool, repeats: int = REPEATS) -> dict[str, float]:
     n_ops = 0
     with tempfile.TemporaryDirectory() as d:
         for _ in range(repeats):
+            switch_pairs_per_s(100_000, repeats=1)     # sampled in the same stretch of time
             tr = capture(ROOT / "capture" / "gemm.py", topo, params=PARAMS, out_dir=d, golden=golden)
             n_ops = tr.n_ops
             best["kernel"] = max(best["kernel"], n_ops / tr.stats["run_s"])
@@ -72,10 +83,19 @@ def capture_ops_per_s(golden: bool, repeats: int = REPEATS) -> dict[str, float]:
 
 
 def measure() -> dict[str, object]:
-    sw = switch_pairs_per_s()
+    SWITCH_SAMPLES.clear()
+    switch_pairs_per_s()
     gold = capture_ops_per_s(golden=True)
     fast = capture_ops_per_s(golden=False)
-    return {"greenlet_switch_pairs_per_s": round(sw), "gemm_params": PARAMS, "gemm_ops": gold["ops"],
+    switch_pairs_per_s()
+    sw = max(SWITCH_SAMPLES)
+    ratio_kernel = gold["kernel_ops_per_s"] / sw
+    total_over_kernel = gold["kernel_ops_per_s"] / gold["total_ops_per_s"]
+    return {"greenlet_switch_pairs_per_s": round(sw),
+            "switch_samples": [round(x) for x in SWITCH_SAMPLES],
+            "total_over_kernel": round(total_over_kernel, 2),
+            "meets_issue22": ratio_kernel >= 0.3 and total_over_kernel <= 3.0,
+            "gemm_params": PARAMS, "gemm_ops": gold["ops"],
             "golden": gold, "no_golden": fast,
             "ratio_kernel": round(gold["kernel_ops_per_s"] / sw, 4),
             "ratio_drain": round(gold["drain_ops_per_s"] / sw, 4),

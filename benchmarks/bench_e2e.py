@@ -1,0 +1,209 @@
+"""End-to-end cost of ``kbtrace run`` at model scale (issue 22, targets 2-4); not part of the
+default test run.
+
+Run:  python benchmarks/bench_e2e.py [--ops N ...] [--topology default] [--out DIR]
+      pytest benchmarks/bench_e2e.py -m benchmark        (the 10x memory-growth check)
+
+For each size, a fresh interpreter runs ``kbtrace.analysis.main.run_workload`` (what
+``kbtrace run`` calls: capture, replay, headline, report + Perfetto timeline, verify) on
+gemm over every PE of the topology, with the stage functions wrapped to take, per stage,
+its CPU time (``time.process_time``: every thread of the process, so DuckDB's parallel
+work counts) and its peak RSS (``VmHWM`` of ``/proc/self/status``, reset before the stage
+through ``/proc/self/clear_refs``). The child's whole CPU time (imports and topology
+compilation included) and its peak RSS are the run's figures.
+
+The baseline, measured in this same run: raw SimPy, one process yielding ``env.timeout(1)``
+(timeouts per CPU second), sampled before, between and after the children; the median
+sample is used (the cost figures are single runs, so neither is a best-of). The cost per
+op in raw SimPy timeouts is ``child CPU s * raw rate / ops``.
+
+Sizes: gemm with M = N and BM = BN = 32, BK = 64; ops = MT * NT * (3 * KT + 2) with
+MT = M / 32, NT = N / 32, KT = K / 64. ``--ops`` picks the K (and M = N) giving at least
+that many ops while the matrices stay small (the output and its float64 reference are
+M * N * 12 bytes): M = N = 2048 up to ~10 M ops. The dtype is i32, verified exactly: with
+f32 the verifier's 1e-5 tolerance fails sums over K in the thousands (cancellation), and a
+failing verify is not the cost being measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import simpy
+
+ROOT = Path(__file__).resolve().parents[1]
+STAGES = ("capture", "replay", "headline", "report", "verify")
+TARGET_TIMEOUTS_PER_OP = 150      # issue 22 target 2
+TARGET_STAGE_SHARE = 0.40         # no stage over 40% of the whole
+TARGET_RSS_GIB = 2.0              # target 3
+TARGET_RSS_GROWTH = 1.3           # ... growing <= 1.3x when the trace grows 10x
+
+
+def raw_rate(n: int = 200_000) -> float:
+    """Timeouts per CPU second of one SimPy process yielding ``env.timeout(1)``."""
+    env = simpy.Environment()
+
+    def proc(env):
+        for _ in range(n):
+            yield env.timeout(1)
+
+    env.process(proc(env))
+    t0 = time.process_time()
+    env.run()
+    return n / (time.process_time() - t0)
+
+
+def gemm_params(ops: int) -> dict[str, int]:
+    """gemm parameters giving at least ``ops`` ops (see the module docstring)."""
+    m = 2048 if ops >= 400_000 else 1024 if ops >= 50_000 else 512
+    tiles = (m // 32) ** 2
+    kt = max(1, -(-(ops // tiles - 2) // 3))
+    return {"M": m, "N": m, "K": 64 * kt, "BM": 32, "BN": 32, "BK": 64, "dtype": "i32"}
+
+
+# ----------------------------------------------------------------------------- the child
+
+def _hwm_kib() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
+def _reset_hwm() -> None:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def child(params: dict[str, int], topology: str, out: str) -> dict:
+    """Run ``run_workload`` with per-stage CPU time and peak RSS; the figures as a dict."""
+    t_cpu0 = time.process_time()
+    import kbtrace.analysis.main as main
+    import kbtrace.analysis.perfetto as perfetto
+    import kbtrace.analysis.reporter as reporter
+    import kbtrace.analysis.verifier as verifier
+    import kbtrace.capture as capture_pkg
+    import kbtrace.replay as replay_pkg
+    from kbtrace.analysis.run import Run
+
+    stats: dict[str, dict[str, float]] = {}
+    outside = [0]      # the peak between stages (imports, topology), before each reset
+
+    def timed(stage, fn):
+        def wrapper(*a, **k):
+            outside[0] = max(outside[0], _hwm_kib())
+            _reset_hwm()
+            c0, w0 = time.process_time(), time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                s = stats.setdefault(stage, {"cpu_s": 0.0, "wall_s": 0.0, "peak_rss_mib": 0.0})
+                s["cpu_s"] += time.process_time() - c0
+                s["wall_s"] += time.perf_counter() - w0
+                s["peak_rss_mib"] = max(s["peak_rss_mib"], _hwm_kib() / 1024)
+        return wrapper
+
+    capture_pkg.capture = timed("capture", capture_pkg.capture)
+    replay_pkg.replay = timed("replay", replay_pkg.replay)
+    Run.materialize = timed("headline", Run.materialize)
+    main._headline = timed("headline", main._headline)
+    reporter.report = timed("report", reporter.report)
+    perfetto.export_perfetto = timed("report", perfetto.export_perfetto)
+    verifier.verify = timed("verify", verifier.verify)
+    s = main.run_workload(ROOT / "capture" / "gemm.py", topology=topology,
+                          params={k: v for k, v in params.items()}, out=out)
+    peak = max([outside[0] / 1024, _hwm_kib() / 1024] + [v["peak_rss_mib"] for v in stats.values()])
+    return {"ops": s.n_ops, "hops": s.hops, "events": s.events, "verify_ok": s.ok,
+            "stages": stats, "cpu_s": time.process_time() - t_cpu0, "peak_rss_mib": peak}
+
+
+# ----------------------------------------------------------------------------- the parent
+
+def run_size(ops: int, topology: str, out: Path) -> dict:
+    params = gemm_params(ops)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get(
+        "PYTHONPATH", "")}
+    t0 = time.perf_counter()
+    res = subprocess.run([sys.executable, __file__, "--child", json.dumps(params), "--topology",
+                          topology, "--out", str(out)], env=env, capture_output=True, text=True)
+    if res.returncode:
+        raise RuntimeError(f"child failed:\n{res.stderr[-3000:]}")
+    fig = json.loads(res.stdout.strip().splitlines()[-1])
+    fig["params"] = params
+    fig["wall_s"] = time.perf_counter() - t0
+    return fig
+
+
+def measure(sizes: list[int], topology: str, out_root: Path) -> tuple[list[dict], list[float]]:
+    raws = [raw_rate() for _ in range(3)]
+    figs = []
+    for n in sizes:
+        figs.append(run_size(n, topology, out_root / f"ops{n}"))
+        raws += [raw_rate() for _ in range(3)]
+        print(json.dumps({"figure": figs[-1], "raw_so_far": raws}), file=sys.stderr, flush=True)
+    return figs, raws
+
+
+def table(figs: list[dict], raws: list[float]) -> str:
+    raw = statistics.median(raws)
+    lines = [f"raw SimPy: median {raw / 1e6:.2f} M timeouts per CPU s over {len(raws)} samples "
+             f"({min(raws) / 1e6:.2f}-{max(raws) / 1e6:.2f})", "",
+             "| ops | hops | CPU s | timeouts/op | " + " | ".join(STAGES)
+             + " | peak RSS MiB | per-stage peak RSS MiB |",
+             "|---:|---:|---:|---:|" + "---:|" * len(STAGES) + "---:|---|"]
+    for f in figs:
+        cost = f["cpu_s"] * raw / f["ops"]
+        shares = " | ".join(f"{f['stages'].get(s, {}).get('cpu_s', 0.0):.1f} s "
+                            f"({f['stages'].get(s, {}).get('cpu_s', 0.0) / f['cpu_s']:.0%})"
+                            for s in STAGES)
+        peaks = ", ".join(f"{s} {f['stages'].get(s, {}).get('peak_rss_mib', 0):.0f}"
+                          for s in STAGES)
+        lines.append(f"| {f['ops']:,} | {f['hops']:,} | {f['cpu_s']:.1f} | {cost:.0f} | "
+                     f"{shares} | {f['peak_rss_mib']:.0f} | {peaks} |")
+    if len(figs) > 1:
+        a, b = figs[0], figs[-1]
+        lines += ["", f"ops x{b['ops'] / a['ops']:.1f}: peak RSS x{b['peak_rss_mib'] / a['peak_rss_mib']:.2f}"
+                  f", CPU per op x{(b['cpu_s'] / b['ops']) / (a['cpu_s'] / a['ops']):.2f}"]
+    return "\n".join(lines)
+
+
+@pytest.mark.benchmark
+def test_e2e_memory_growth_and_cost(tmp_path):
+    """Records the figures; asserts only what holds today is kept (see the README)."""
+    figs, raws = measure([10_000, 100_000], "default", tmp_path)
+    print(table(figs, raws))
+    assert all(f["verify_ok"] for f in figs)
+    assert figs[-1]["ops"] >= 100_000
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ops", type=int, nargs="+", default=[100_000, 1_000_000])
+    ap.add_argument("--topology", default="default")
+    ap.add_argument("--out", default=None, help="output root (default: a temporary directory)")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    a = ap.parse_args(argv)
+    if a.child:
+        print(json.dumps(child(json.loads(a.child), a.topology, a.out)))
+        return 0
+    with tempfile.TemporaryDirectory(dir=a.out) as tmp:
+        figs, raws = measure(a.ops, a.topology, Path(tmp))
+    print(table(figs, raws))
+    if a.json:
+        Path(a.json).write_text(json.dumps({"figures": figs, "raw": raws}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
