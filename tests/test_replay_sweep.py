@@ -20,7 +20,7 @@ from kbtrace.analysis.sweepreport import point_frames, tuning_frame, workload_gr
 from kbtrace.capture import capture
 from kbtrace.cli import main
 from kbtrace.errors import OutputError, SweepError
-from kbtrace.replay import ReplayOptions, replay
+from kbtrace.replay import ReplayOptions, _sweepsafe, replay, sweep
 from kbtrace.replay.sweep import run_sweep
 from kbtrace.replay.sweep_config import load_config, parse_grid_items
 from kbtrace.topology import compile_topology
@@ -47,7 +47,8 @@ def files(d):
     return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*.parquet"))}
 
 
-def test_points_equal_direct_replays_and_do_not_depend_on_the_executor(trace, tmp_path):
+def test_points_equal_direct_replays_and_do_not_depend_on_the_executor(trace, tmp_path,
+                                                                      monkeypatch):
     a = run_sweep(cfg(trace, fidelity=["fast", "flit"]), tmp_path / "a")
     assert a.ok and a.reused == 0
     t = a.points
@@ -68,6 +69,7 @@ def test_points_equal_direct_replays_and_do_not_depend_on_the_executor(trace, tm
             assert (tmp_path / "a" / r["run_dir"] / f).read_bytes() == (direct / f).read_bytes()
         pj = json.loads((tmp_path / "a" / r["run_dir"] / "point.json").read_text())
         assert (pj["status"], pj["params"], pj["point"]) == ("ok", {BW: r[BW]}, r["point"])
+    monkeypatch.setattr(_sweepsafe, "MIN_PARALLEL_OPS", 0)    # workers even for tiny points
     b = run_sweep(cfg(trace, fidelity=["fast", "flit"]), tmp_path / "b", jobs=2)
     assert b.ok
     assert files(tmp_path / "a") == files(tmp_path / "b")       # points.parquet included
@@ -336,3 +338,28 @@ def test_shipped_sweep_configs_load():
     assert len(tiles.traces) == 9 and tiles.workload_grid_keys == ("BM", "BN")
     links = load_config(ROOT / "replay" / "all_gather_links.yaml")
     assert len(links.traces) == 2 and links.workload_grid_keys == ("peers",)
+
+
+def test_jobs_start_workers_only_when_the_work_pays_for_them(trace, tmp_path, monkeypatch):
+    """-j 2 on points too small for worker start-up runs them here (no worker started);
+    workloads captured in workers (after a first capture long enough) and points replayed
+    there give the files a serial sweep gives."""
+    submitted = []
+    submit = _sweepsafe.Pool.submit
+    monkeypatch.setattr(_sweepsafe.Pool, "submit",
+                        lambda self, fn, *a: submitted.append(fn.__name__) or submit(self, fn, *a))
+    small = run_sweep(cfg(trace), tmp_path / "small", jobs=2)
+    assert small.ok and submitted == []
+    wl = {"workloads": [{"path": str(ROOT / "capture" / "gemm.py"), "grid": {"BM": [16, 32]},
+                         "params": {"M": 64, "N": 64, "K": 64}}],
+          "topologies": [SMALL], "grid": {BW: [8, 32]}}
+    serial = run_sweep(wl, tmp_path / "serial")
+    monkeypatch.setattr(sweep, "MIN_PARALLEL_CAPTURE_S", 0.0)
+    monkeypatch.setattr(_sweepsafe, "MIN_PARALLEL_OPS", 0)
+    par = run_sweep(wl, tmp_path / "par", jobs=2)
+    assert serial.ok and par.ok
+    assert submitted == ["_capture_one"] + ["run_point"] * 4
+    assert files(tmp_path / "serial") == files(tmp_path / "par")
+    for t in ("gemm-BM16-small", "gemm-BM32-small"):
+        assert (tmp_path / "serial" / "traces" / t / "trace.json").read_bytes() == \
+            (tmp_path / "par" / "traces" / t / "trace.json").read_bytes()

@@ -8,6 +8,11 @@
 * **Point directories** are kbtrace ``run`` outputs: a point that replayed gets its
   ``point.json`` inside its run; a failed point's directory is swapped in whole with only
   its ``point.json`` (so an interrupted re-run leaves each point either as it was or new).
+* **Workers only when they pay.** ``execute`` starts worker processes (``Pool``, lazily,
+  shared with the sweep's captures) only when the pending points' traces hold at least
+  ``MIN_PARALLEL_OPS`` ops (a flit op counts ``FLIT_OP_COST``): below that, two spawned
+  interpreters' start-up costs more than the points (``-j N`` is never slower than
+  ``-j 1``); workers take the largest points first.
 * **Workers die with the sweep.** Worker processes ask the kernel for SIGKILL when their
   parent dies (Linux ``PR_SET_PDEATHSIG``) and also poll their parent, so killing the sweep
   leaves no workers running.
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import signal
 import threading
@@ -29,9 +35,14 @@ from kbtrace._io import atomic_dir, read_json_object, trace_hash, write_json
 from kbtrace._owned import owner
 from kbtrace.errors import SweepError
 
-__all__ = ["pin_traces", "check_pinned", "write_point", "worker_init", "execute"]
+__all__ = ["pin_traces", "check_pinned", "write_point", "worker_init", "execute", "Pool",
+           "MIN_PARALLEL_OPS", "FLIT_OP_COST"]
 
 _PR_SET_PDEATHSIG = 1
+#: below this many ops (all pending points' traces), worker start-up costs more than it
+#: saves: points then run in this process whatever ``jobs`` says
+MIN_PARALLEL_OPS = 20_000
+FLIT_OP_COST = 10               # a flit-mode op costs ~10 fast-mode ops (docs/replay.md)
 
 
 def _trace_digest(trace_dir: str | os.PathLike[str]) -> str:
@@ -90,10 +101,56 @@ def worker_init(ppid: int) -> None:
                      name="kbtrace-parent-watch").start()
 
 
+class Pool:
+    """``n_jobs`` spawned worker processes that die with this one, started on first use (a
+    sweep that never needs them pays nothing); shared by the captures and the points."""
+
+    def __init__(self, n_jobs: int) -> None:
+        self.n_jobs = n_jobs
+        self.worth_it = False        # set when a capture showed the work pays for start-up
+        self._ex: Any = None
+
+    @property
+    def started(self) -> bool:
+        return self._ex is not None
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if self._ex is None:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+            self._ex = ProcessPoolExecutor(max_workers=self.n_jobs,
+                                           mp_context=multiprocessing.get_context("spawn"),
+                                           initializer=worker_init, initargs=(os.getpid(),))
+        return self._ex.submit(fn, *args)
+
+    def close(self) -> None:
+        if self._ex is not None:
+            self._ex.shutdown(cancel_futures=True)
+            self._ex = None
+
+
+_TRACE_OPS: dict[str, int] = {}
+
+
+def work(job: dict[str, Any]) -> int:
+    """A point's expected cost in fast-mode ops: its trace's ``n_ops`` (x ``FLIT_OP_COST``
+    in flit mode); 0 when trace.json cannot tell."""
+    d = str(job.get("trace_dir", ""))
+    n = _TRACE_OPS.get(d)
+    if n is None:
+        try:
+            n = int(json.loads((Path(d) / "trace.json").read_text()).get("n_ops") or 0)
+        except (OSError, ValueError, TypeError, AttributeError):
+            n = 0
+        _TRACE_OPS[d] = n
+    return n * (FLIT_OP_COST if job.get("fidelity") == "flit" else 1)
+
+
 def execute(fn: Callable[[dict[str, Any]], dict[str, Any]], jobs: list[dict[str, Any]],
-            n_jobs: int, executor: str, done: Callable[[int, dict[str, Any]], None]) -> None:
-    """Run ``fn`` on every job: in this process (``n_jobs`` 1), in spawned worker processes
-    that die with this one, or as Ray tasks; ``done(index, result)`` as each finishes."""
+            pool: Pool | None, executor: str, done: Callable[[int, dict[str, Any]], None]) -> None:
+    """Run ``fn`` on every job: as Ray tasks, in ``pool``'s workers (started already, or the
+    jobs' work is at least ``MIN_PARALLEL_OPS``; largest first), or in this process;
+    ``done(index, result)`` as each finishes."""
     if executor == "ray":
         try:
             import ray
@@ -110,15 +167,13 @@ def execute(fn: Callable[[dict[str, Any]], dict[str, Any]], jobs: list[dict[str,
             for r in ready:
                 done(refs[r], ray.get(r))
         return
-    if n_jobs <= 1 or len(jobs) <= 1:
+    cost = [work(j) for j in jobs]
+    if pool is None or len(jobs) <= 1 or (not pool.started and sum(cost) < MIN_PARALLEL_OPS):
         for i, j in enumerate(jobs):
             done(i, fn(j))
         return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    with ProcessPoolExecutor(max_workers=min(n_jobs, len(jobs)),
-                             mp_context=multiprocessing.get_context("spawn"),
-                             initializer=worker_init, initargs=(os.getpid(),)) as pool:
-        futs = {pool.submit(fn, j): i for i, j in enumerate(jobs)}
-        for f in as_completed(futs):
-            done(futs[f], f.result())
+    from concurrent.futures import as_completed
+    order = sorted(range(len(jobs)), key=lambda i: (-cost[i], i))     # largest first
+    futs = {pool.submit(fn, jobs[i]): i for i in order}
+    for f in as_completed(futs):
+        done(futs[f], f.result())

@@ -35,7 +35,10 @@ lists the failures and the CLI exits 1. A bad config is refused before anything 
 Executors: ``local`` runs points in this process (``jobs=1``) or in ``jobs`` worker
 processes (spawned, so no inherited threads); ``ray`` submits one task per point to
 a Ray cluster (``ray.init()`` honours ``RAY_ADDRESS``; OUT must be on a filesystem
-the workers share). Determinism: a point's outputs do not depend on the executor or
+the workers share). With ``jobs > 1`` (local), workers start only when the work pays
+for their start-up (``_sweepsafe.execute``); workloads are captured in them, one per
+workload, when the first capture (run here) took ``MIN_PARALLEL_CAPTURE_S`` or more.
+Determinism: a point's outputs do not depend on the executor or
 on the order points finish in; ``points.parquet`` and ``sweep.json`` carry no wall
 times, so the same config gives byte-identical sweep files (wall times stay in each
 point's ``run.json`` / ``point.json``). ``resume=True`` skips points whose
@@ -48,6 +51,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -60,7 +64,7 @@ from kbtrace import __version__, schema
 from kbtrace._io import claim_dir, read_json_object, stable_hash, write_json, write_table
 from kbtrace._owned import MARKER, owner
 from kbtrace.errors import KbtraceError, SweepError
-from kbtrace.replay._sweepsafe import check_pinned, execute, pin_traces, write_point
+from kbtrace.replay._sweepsafe import Pool, check_pinned, execute, pin_traces, write_point
 from kbtrace.replay.sweep_config import (
     NAME_OK,
     SweepConfig,
@@ -73,6 +77,7 @@ __all__ = ["SweepConfig", "TraceSpec", "Point", "SweepResult", "load_config", "r
            "run_point", "EXECUTORS"]
 
 EXECUTORS = ("local", "ray")
+MIN_PARALLEL_CAPTURE_S = 2.0    # a first capture this long: capture the others in workers
 #: What a point's replay yields (point.json; all but wall_s also go to points.parquet).
 _RESULT = ("status", "error", "run_id", "makespan_ns", "body_ns", "ops", "hops", "events",
            "wall_s")
@@ -136,10 +141,20 @@ def _topologies(cfg: SweepConfig) -> list[Any]:
     return topos
 
 
-def _trace_dirs(cfg: SweepConfig, out: Path, topos: list[Any]) -> dict[tuple[str, str], str]:
-    """Trace directory per (trace, topology path); workloads are captured here (once each)."""
+def _capture_one(workload: str, topology: Any, params: dict[str, Any], out: str) -> str:
+    """Capture one workload (top level: worker processes import it)."""
     from kbtrace.capture import capture
+    capture(workload, topology, params, out)
+    return out
+
+
+def _trace_dirs(cfg: SweepConfig, out: Path, topos: list[Any],
+                pool: Pool | None = None) -> dict[tuple[str, str], str]:
+    """Trace directory per (trace, topology path); workloads are captured here (once each):
+    the first in this process, the others in ``pool``'s workers when that one took at least
+    ``MIN_PARALLEL_CAPTURE_S`` (else here too)."""
     dirs: dict[tuple[str, str], str] = {}
+    todo: list[tuple[Any, str, Any, Path]] = []
     for t in cfg.traces:
         for topo, compiled in zip(cfg.topologies, topos, strict=True):
             if t.path is not None:
@@ -149,12 +164,26 @@ def _trace_dirs(cfg: SweepConfig, out: Path, topos: list[Any]) -> dict[tuple[str
                 dirs[t.name, topo] = t.path
             else:
                 d = out / "traces" / f"{t.name}-{compiled.params.name}"
-                try:
-                    capture(t.workload, compiled, dict(t.params), d)
-                except KbtraceError as e:
-                    raise SweepError(f"{cfg.source}: workloads: {t.workload} on {topo}: {e}") \
-                        from None
+                todo.append((t, topo, compiled, d))
                 dirs[t.name, topo] = str(d)
+    futs = []
+    for k, (t, topo, compiled, d) in enumerate(todo):
+        try:
+            if pool is not None and (futs or (k and pool.worth_it)):
+                futs.append((t, topo, pool.submit(_capture_one, t.workload, topo,
+                                                  dict(t.params), str(d))))
+                continue
+            t0 = time.perf_counter()
+            _capture_one(t.workload, compiled, dict(t.params), str(d))
+            if pool is not None and time.perf_counter() - t0 >= MIN_PARALLEL_CAPTURE_S:
+                pool.worth_it = True
+        except KbtraceError as e:
+            raise SweepError(f"{cfg.source}: workloads: {t.workload} on {topo}: {e}") from None
+    for t, topo, f in futs:              # in config order: the first failure is reported
+        try:
+            f.result()
+        except KbtraceError as e:
+            raise SweepError(f"{cfg.source}: workloads: {t.workload} on {topo}: {e}") from None
     return dirs
 
 
@@ -307,9 +336,21 @@ def run_sweep(config: str | Path | Mapping[str, Any] | SweepConfig, out_dir: str
                              "-o directory or delete this one")
     created = not out.exists()
     claim_dir(out, "sweep", inputs)        # ours, empty or nothing; never an input
+    pool = Pool(jobs) if jobs > 1 and executor == "local" else None
+    try:
+        return _run(cfg, out, meta, created, pool, executor, resume, on_point)
+    finally:
+        if pool is not None:
+            pool.close()
+
+
+def _run(cfg: SweepConfig, out: Path, meta: dict[str, Any], created: bool, pool: Pool | None,
+         executor: str, resume: bool,
+         on_point: Callable[[Point, dict[str, Any]], None] | None) -> SweepResult:
+    """``run_sweep`` once its output directory is claimed."""
     try:
         topos = _topologies(cfg)
-        pts = points(cfg, _trace_dirs(cfg, out, topos), [t.params.name for t in topos])
+        pts = points(cfg, _trace_dirs(cfg, out, topos, pool), [t.params.name for t in topos])
     except KbtraceError:
         # nothing ran: leave no empty directories behind (captures are atomic: a failed one
         # left nothing in traces/)
@@ -347,7 +388,7 @@ def run_sweep(config: str | Path | Mapping[str, Any] | SweepConfig, out_dir: str
         if on_point:
             on_point(pts[i], res)
 
-    execute(run_point, [jobs_l[i] for i in todo], jobs, executor, done)
+    execute(run_point, [jobs_l[i] for i in todo], pool, executor, done)
     res_l = [r for r in results if r is not None]
     table = points_table(cfg, pts, res_l)
     write_table(out / "points.parquet", table)
