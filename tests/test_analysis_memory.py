@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kbtrace.analysis.run import MEMORY_ENV, open_run
+from kbtrace.analysis._memory import MEMORY_ENV
+from kbtrace.analysis.run import open_run
 from kbtrace.capture import capture
 from kbtrace.errors import UsageError
 from kbtrace.replay import ReplayOptions, replay

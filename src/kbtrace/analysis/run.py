@@ -27,6 +27,7 @@ from kbtrace import schema
 from kbtrace._integrity import check_digests, check_trace_files
 from kbtrace._io import json_type, read_json_object, trace_hash
 from kbtrace._paths import resolve
+from kbtrace.analysis._memory import limit_memory
 from kbtrace.analysis.sqllib import load_views
 from kbtrace.errors import AnalysisError, KbtraceError, SchemaError, UsageError
 
@@ -43,12 +44,6 @@ MATERIALIZE = ("_pe_segments", "_busy_islands", "utilisation", "_crit_pred", "cr
 # the same order as single-threaded. Float sums (utilisation, critical_path) stay on one.
 PARALLEL_SAFE = frozenset({"_pe_segments", "_busy_islands", "_crit_pred"})
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-#: DuckDB's memory budget per open run (``KBTRACE_DUCKDB_MEMORY`` overrides, e.g. 4GB):
-#: above it, views being materialised spill to a temporary directory of kbtrace's own instead
-#: of growing the process (issue 22: gemm, 300k ops / 8.8M hops: peak 1.87 -> 1.17 GiB,
-#: the same rows; small runs never reach it)
-DUCKDB_MEMORY = "1GB"
-MEMORY_ENV = "KBTRACE_DUCKDB_MEMORY"
 _RUN_FILES = {"op_timing": schema.OP_TIMING, "hops": schema.HOPS,
               "nodes": schema.NODES, "links": schema.LINKS}
 
@@ -522,7 +517,7 @@ def open_run(path: str | os.PathLike[str], *, n_windows: int = DEFAULT_WINDOWS,
     con = duckdb.connect()
     spill = Path(tempfile.mkdtemp(prefix="kbtrace-duckdb-"))
     try:
-        _limit_memory(con, spill)
+        limit_memory(con, spill)
         run = _open(root, dirs, infos, con, n_windows, trace, _Scans(con, sandbox))
         run._spill_dir = spill
         return run
@@ -578,16 +573,6 @@ def _no_progress_bar(con: duckdb.DuckDBPyConnection) -> None:
         con.execute("SET enable_progress_bar = false")
 
 
-def _limit_memory(con: duckdb.DuckDBPyConnection, spill: Path) -> None:
-    """``DUCKDB_MEMORY`` (or ``$KBTRACE_DUCKDB_MEMORY``) as the connection's memory limit,
-    spilling to ``spill``."""
-    limit = os.environ.get(MEMORY_ENV) or DUCKDB_MEMORY
-    try:
-        con.execute(f"SET memory_limit = {_q(Path(limit))}")
-    except duckdb.Error:
-        raise UsageError(f"{MEMORY_ENV}={limit!r} is not a memory size; use e.g. 1GB or "
-                         "512MB") from None
-    con.execute(f"SET temp_directory = {_q(spill)}")
 
 
 def _open(root: Path, dirs: list[Path], infos: list[dict[str, Any]],

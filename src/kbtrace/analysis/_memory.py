@@ -1,0 +1,39 @@
+"""DuckDB's memory budget for an open run (issue 22: flat memory at model scale).
+
+Above ``DUCKDB_MEMORY`` (``KBTRACE_DUCKDB_MEMORY`` overrides, e.g. 4GB), views being
+materialised spill to a temporary directory of kbtrace's own instead of growing the
+process: on gemm, 300k ops / 8.8M hops, the materialisation peak fell 1.87 -> 1.17 GiB with
+the same rows; small runs never reach it. The spill directory is the caller's (``open_run``
+creates it and ``Run.close`` removes it), so DuckDB never writes its default ``.tmp`` into
+the user's directory.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import duckdb
+
+from kbtrace.errors import UsageError
+
+__all__ = ["DUCKDB_MEMORY", "MEMORY_ENV", "limit_memory"]
+
+DUCKDB_MEMORY = "1GB"
+MEMORY_ENV = "KBTRACE_DUCKDB_MEMORY"
+
+
+def _q(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def limit_memory(con: duckdb.DuckDBPyConnection, spill: Path) -> None:
+    """``DUCKDB_MEMORY`` (or ``$KBTRACE_DUCKDB_MEMORY``) as ``con``'s memory limit, spilling
+    to ``spill``; a bad value is one ``UsageError`` line."""
+    limit = os.environ.get(MEMORY_ENV) or DUCKDB_MEMORY
+    try:
+        con.execute(f"SET memory_limit = {_q(limit)}")
+    except duckdb.Error:
+        raise UsageError(f"{MEMORY_ENV}={limit!r} is not a memory size; use e.g. 1GB or "
+                         "512MB") from None
+    con.execute(f"SET temp_directory = {_q(str(spill))}")
