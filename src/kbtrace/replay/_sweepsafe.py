@@ -147,10 +147,24 @@ def work(job: dict[str, Any]) -> int:
 
 
 def execute(fn: Callable[[dict[str, Any]], dict[str, Any]], jobs: list[dict[str, Any]],
-            pool: Pool | None, executor: str, done: Callable[[int, dict[str, Any]], None]) -> None:
-    """Run ``fn`` on every job: as Ray tasks, in ``pool``'s workers (started already, or the
-    jobs' work is at least ``MIN_PARALLEL_OPS``; largest first), or in this process;
-    ``done(index, result)`` as each finishes."""
+            pool: Pool | int | None, executor: str,
+            done: Callable[[int, dict[str, Any]], None]) -> None:
+    """Run ``fn`` on every job: as Ray tasks, in worker processes, or in this process;
+    ``done(index, result)`` as each finishes. ``pool``: a ``Pool`` (its workers are used when
+    started already or when the jobs' work is at least ``MIN_PARALLEL_OPS``; largest first),
+    or a number of workers to use whatever the work (1: this process)."""
+    owned = isinstance(pool, int)
+    workers: Pool | None = (Pool(pool) if pool > 1 else None) if isinstance(pool, int) else pool
+    try:
+        _run_jobs(fn, jobs, workers, owned, executor, done)
+    finally:
+        if owned and workers is not None:
+            workers.close()
+
+
+def _run_jobs(fn: Callable[[dict[str, Any]], dict[str, Any]], jobs: list[dict[str, Any]],
+              pool: Pool | None, forced: bool, executor: str,
+              done: Callable[[int, dict[str, Any]], None]) -> None:
     if executor == "ray":
         try:
             import ray
@@ -168,7 +182,8 @@ def execute(fn: Callable[[dict[str, Any]], dict[str, Any]], jobs: list[dict[str,
                 done(refs[r], ray.get(r))
         return
     cost = [work(j) for j in jobs]
-    if pool is None or len(jobs) <= 1 or (not pool.started and sum(cost) < MIN_PARALLEL_OPS):
+    if pool is None or len(jobs) <= 1 or (
+            not forced and not pool.started and sum(cost) < MIN_PARALLEL_OPS):
         for i, j in enumerate(jobs):
             done(i, fn(j))
         return
