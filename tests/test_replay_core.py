@@ -68,6 +68,12 @@ def test_pure_core_says_so_once(monkeypatch):
     from kbtrace.replay.fabric.fast import FastFabric
     monkeypatch.setattr(core, "status", lambda: (FastFabric, "not built"))
     monkeypatch.setattr(core, "_warned", False)
+    monkeypatch.setattr(core, "_tty", lambda: False)       # a pipe: nothing said
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert core.fast_fabric() is FastFabric
+    assert seen == []
+    monkeypatch.setattr(core, "_tty", lambda: True)        # a terminal: said once
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         assert core.fast_fabric() is FastFabric

@@ -5,8 +5,10 @@ was compiled. ``pip install -e .`` compiles copies of them (``_booking_c``, ``_f
 ``setup.py``) where a C compiler exists. Both give byte-identical outputs
 (``tests/test_replay_core.py``). ``fast_fabric()`` returns the compiled ``FastFabric``
 when it is built from the current sources, else the reference one, warning once per
-process why (``PurePythonCore``, a ``RuntimeWarning``): not built, built from older
-sources (rebuild: ``pip install -e .``), or switched off with ``KBTRACE_PURE_PYTHON=1``.
+process why (``PurePythonCore``, a ``RuntimeWarning``) when stderr is a terminal (a
+person is watching; pipes, logs and tests get the same outputs and no noise): not built,
+built from older sources (rebuild: ``pip install -e .``), or switched off with
+``KBTRACE_PURE_PYTHON=1``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
+import sys
 import warnings
 from functools import cache
 from pathlib import Path
@@ -60,11 +63,15 @@ def _ext_suffixes() -> list[str]:
 _warned = False
 
 
+def _tty() -> bool:
+    return bool(getattr(sys.stderr, "isatty", lambda: False)())
+
+
 def fast_fabric() -> type:
     """The ``FastFabric`` class to use (see the module docstring); warns once if pure."""
     global _warned
     cls, why = status()
-    if why != "compiled" and not _warned:
+    if why != "compiled" and not _warned and _tty():
         _warned = True
         warnings.warn(f"kbtrace: fast replay runs its pure-Python core ({why}); results are "
                       "identical, only slower", PurePythonCore, stacklevel=3)
