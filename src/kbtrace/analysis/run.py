@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import shutil
 import tempfile
 from pathlib import Path
@@ -28,6 +27,7 @@ from kbtrace._integrity import check_digests, check_trace_files
 from kbtrace._io import json_type, read_json_object, trace_hash
 from kbtrace._paths import resolve
 from kbtrace.analysis._memory import limit_memory
+from kbtrace.analysis._reproduce import recorded_trace_path, reproduce_commands
 from kbtrace.analysis.sqllib import load_views
 from kbtrace.errors import AnalysisError, KbtraceError, SchemaError, UsageError
 
@@ -155,12 +155,6 @@ def _check_run_info(info: dict[str, Any], path: Path) -> None:
         raise SchemaError(f"{path}: corrupt: peaks.{bad[0]} is not a number; {REPLAY_FIX}")
 
 
-def recorded_trace_path(info: dict[str, Any]) -> str | None:
-    """The trace path a run.json records (``trace.path``; ``trace_dir`` in older runs)."""
-    tr = info.get("trace")
-    return info.get("trace_dir") or (tr.get("path") if isinstance(tr, dict) else None)
-
-
 def find_trace_dir(run_dir: Path, info: dict[str, Any]) -> Path | None:
     """The trace a run was replayed from: run.json ``trace.path`` (absolute; or relative to the
     run or the cwd, as older runs recorded it), else ``trace.path_from_run`` (relative to the
@@ -210,60 +204,6 @@ def check_trace_hash(run_dir: Path, info: dict[str, Any], trace_dir: Path) -> No
                           f"run was replayed (hash {got}, run has {want}); to reproduce the run, "
                           f"{again} `{replay_cmd}`; to time the trace as it is now, run only "
                           "the replay")
-
-
-def _sets(overrides: Any) -> list[str]:
-    return [f"--set {shlex.quote(f'{k}={v}')}" for k, v in sorted(overrides.items())] \
-        if isinstance(overrides, dict) else []
-
-
-def _short(path: str | Path) -> str:
-    """``path`` relative to the current directory when it is below it, else as given."""
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return str(path)
-    return rel if not rel.startswith("..") else str(path)
-
-
-def _topology_arg(path: str | None) -> str:
-    """A topology path as ``-t`` takes it: its catalog name when that names the same file."""
-    if not path:
-        return "TOPOLOGY"
-    stem = Path(path).stem
-    try:
-        if resolve(stem, "topology").resolve() == Path(path).resolve():
-            return stem
-    except (KbtraceError, OSError):
-        pass
-    return _short(path)
-
-
-def reproduce_commands(run_dir: Path, info: dict[str, Any],
-                       trace_dir: Path | None = None) -> tuple[str, str | None]:
-    """The ``kbtrace replay`` command that re-makes ``run_dir`` from its trace (same topology,
-    ``--set`` overrides and fidelity), and the ``kbtrace capture`` command that re-makes the
-    trace (its workload parameters, topology and overrides; None when run.json does not
-    record the workload, as in runs older than these fields)."""
-    def obj(v: Any) -> dict[str, Any]:
-        return v if isinstance(v, dict) else {}
-    tr, topo, ov = obj(info.get("trace")), obj(info.get("topology")), obj(info.get("overrides"))
-    trace = _short(trace_dir or Path(recorded_trace_path(info) or "TRACE_DIR"))
-    q = shlex.quote
-    replay = ["kbtrace", "replay", q(trace), "-t", q(_topology_arg(topo.get("path"))),
-              *_sets(ov.get("topology") or topo.get("overrides"))]
-    if info.get("fidelity") == "flit":
-        replay += ["--fidelity", "flit"]
-    replay += ["-o", q(_short(run_dir))]
-    wl = tr.get("workload")
-    if not wl or "overrides" not in info:
-        return " ".join(replay), None
-    params = obj(ov.get("params"))
-    capture = ["kbtrace", "capture", q(str(wl)),
-               *[f"-p {q(f'{k}={v}')}" for k, v in sorted(params.items())],
-               "-t", q(_topology_arg(tr.get("topology_path") or topo.get("path"))),
-               *_sets(ov.get("capture_topology")), "-o", q(trace)]
-    return " ".join(replay), " ".join(capture)
 
 
 def run_trace_dir(run_dir: Path, info: dict[str, Any]) -> Path | None:
