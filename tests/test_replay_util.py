@@ -16,25 +16,13 @@ from kbtrace.topology import address
 TOPO_DIR = Path(__file__).resolve().parents[1] / "topologies"
 
 
-def _default(f: pa.Field) -> Any:
-    if pa.types.is_list(f.type):
-        return []
-    if f.nullable:
-        return None
-    if pa.types.is_boolean(f.type):
-        return False
-    if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type):
-        return ""
-    return 0
-
-
 class SynthTrace:
     """Duck-types ``capture.Trace`` for ``replay``: ``path``, ``meta``, ``ops()``."""
 
     def __init__(self, rows: list[dict[str, Any]], name: str = "synth") -> None:
         full = []
         for i, r in enumerate(rows):
-            row = {f.name: _default(f) for f in schema.OPS}
+            row = {f.name: schema.field_default(f) for f in schema.OPS}
             row.update({"op_id": i, "name": r.get("kind", "")})
             row.update(r)
             full.append(row)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from typing import Any
 
 import pyarrow as pa
 
@@ -28,6 +29,7 @@ from kbtrace.errors import SchemaError
 
 __all__ = [
     "SCHEMA_VERSION",
+    "field_default",
     "NODE_KINDS",
     "LINK_KINDS",
     "OP_KINDS",
@@ -315,6 +317,20 @@ TABLES: dict[str, pa.Schema] = {
 
 
 # --------------------------------------------------------------------------- checks
+
+def field_default(f: pa.Field) -> Any:
+    """The neutral value of a column when building rows by hand (synthetic traces): [] for
+    lists, null where nullable, False, "" for strings and dictionaries, else 0."""
+    if pa.types.is_list(f.type):
+        return []
+    if f.nullable:
+        return None
+    if pa.types.is_boolean(f.type):
+        return False
+    if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type):
+        return ""
+    return 0
+
 
 def check_version(found: str | None, where: str) -> None:
     """Raise SchemaError unless ``found`` has this build's major schema version."""

@@ -46,25 +46,13 @@ SCENARIOS = ("local", "same_half", "cross_half", "cross_cube_best", "cross_cube_
 _HOT = re.compile(r"^hot_([1-9][0-9]*)$")
 
 
-def _default(f: pa.Field) -> Any:
-    if pa.types.is_list(f.type):
-        return []
-    if f.nullable:
-        return None
-    if pa.types.is_boolean(f.type):
-        return False
-    if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type):
-        return ""
-    return 0
-
-
 class _Trace:
     """A synthetic trace for ``replay`` (duck-types ``capture.Trace``)."""
 
     def __init__(self, name: str, rows: list[dict[str, Any]]) -> None:
         full = []
         for i, r in enumerate(rows):
-            row = {f.name: _default(f) for f in schema.OPS}
+            row = {f.name: schema.field_default(f) for f in schema.OPS}
             row.update(op_id=i, name=r["kind"], **r)
             full.append(row)
         self.table = pa.Table.from_pylist(full, schema=schema.OPS)
