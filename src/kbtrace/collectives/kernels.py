@@ -15,6 +15,7 @@ A ring reduces as a line rotated so that its root sits in the middle
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["lrab_kernel", "hier3_kernel", "ring_kernel", "reduce_line", "bcast_line"]
@@ -116,9 +117,11 @@ def _where(tl: Any, addrs: dict[tuple[int, int, int], int], g: Any
     return sip, cube, pe, addrs.get((sip, cube, pe))
 
 
-def lrab_kernel(tl: Any, addrs: dict[tuple[int, int, int], int], n: int, dtype: str,
-                g: Any) -> None:
-    """LRAB hierarchical all-reduce (ADR-0032), per PE lane; see the package docstring."""
+def _pe_ring_around(tl: Any, addrs: dict[tuple[int, int, int], int], n: int, dtype: str,
+                    g: Any, leaders: Callable[[Any, int, int, tuple[int, ...]], Any]) -> None:
+    """The frame both hierarchical kernels share: load, reduce the cube's PEs into PE 0
+    over the intra-cube ring, let ``leaders(acc, sip, cube, shape)`` reduce and broadcast
+    among the PE 0s, broadcast back over the ring, store. A PE with no tensor sits out."""
     sip, cube, pe, addr = _where(tl, addrs, g)
     if addr is None:
         return
@@ -127,6 +130,16 @@ def lrab_kernel(tl: Any, addrs: dict[tuple[int, int, int], int], n: int, dtype: 
     if g.pes > 1:
         acc = reduce_ring(tl, acc, pe, g.pes, "intra_W", "intra_E", shape, dtype)
     if pe == 0:
+        acc = leaders(acc, sip, cube, shape)
+    if g.pes > 1:
+        acc = bcast_ring(tl, acc, pe, g.pes, "intra_W", "intra_E", shape, dtype)
+    tl.store(addr, acc)
+
+
+def lrab_kernel(tl: Any, addrs: dict[tuple[int, int, int], int], n: int, dtype: str,
+                g: Any) -> None:
+    """LRAB hierarchical all-reduce (ADR-0032), per PE lane; see the package docstring."""
+    def leaders(acc: Any, sip: int, cube: int, shape: tuple[int, ...]) -> Any:
         y, x = divmod(cube, g.cube_w)
         rx, ry = g.root
         mesh = not g.single_cube
@@ -140,22 +153,14 @@ def lrab_kernel(tl: Any, addrs: dict[tuple[int, int, int], int], n: int, dtype: 
             if x == rx:
                 acc = bcast_line(tl, acc, y, g.cube_h, ry, "N", "S", shape, dtype)   # phase 4
             acc = bcast_line(tl, acc, x, g.cube_w, rx, "W", "E", shape, dtype)       # phase 5
-    if g.pes > 1:
-        acc = bcast_ring(tl, acc, pe, g.pes, "intra_W", "intra_E", shape, dtype)
-    tl.store(addr, acc)
+        return acc
+    _pe_ring_around(tl, addrs, n, dtype, g, leaders)
 
 
 def hier3_kernel(tl: Any, addrs: dict[tuple[int, int, int], int], n: int, dtype: str,
                  g: Any) -> None:
     """3-level all-reduce (ADR-0029): PEs -> PE 0, cubes -> cube 0, SIPs; then back."""
-    sip, cube, pe, addr = _where(tl, addrs, g)
-    if addr is None:
-        return
-    shape = (n,)
-    acc = tl.load(addr, shape, dtype)
-    if g.pes > 1:
-        acc = reduce_ring(tl, acc, pe, g.pes, "intra_W", "intra_E", shape, dtype)
-    if pe == 0:
+    def leaders(acc: Any, sip: int, cube: int, shape: tuple[int, ...]) -> Any:
         ci, nc = g.cubes.index(cube), len(g.cubes)
         if nc > 1:
             acc = reduce_ring(tl, acc, ci, nc, "N", "S", shape, dtype)
@@ -163,9 +168,8 @@ def hier3_kernel(tl: Any, addrs: dict[tuple[int, int, int], int], n: int, dtype:
             acc = inter_sip(tl, acc, sip, g, shape, dtype)
         if nc > 1:
             acc = bcast_ring(tl, acc, ci, nc, "N", "S", shape, dtype)
-    if g.pes > 1:
-        acc = bcast_ring(tl, acc, pe, g.pes, "intra_W", "intra_E", shape, dtype)
-    tl.store(addr, acc)
+        return acc
+    _pe_ring_around(tl, addrs, n, dtype, g, leaders)
 
 
 def ring_kernel(tl: Any, addrs: dict[tuple[int, int, int], int], n: int, dtype: str,
