@@ -10,6 +10,7 @@ chunks. Every PE ends with the sum over PEs (stored in place). Per PE: P loads,
 import numpy as np
 
 from kbtrace.capture import ring
+from kbtrace.collectives.kernels import ring_chunks
 
 PARAMS = {"N": 1024, "P": 8, "dtype": "f32", "seed": 0}
 
@@ -20,14 +21,7 @@ def allreduce_kernel(tl, x_ptr, N, dtype):
     c = N // p
     esz = tl.sizeof(dtype)
     chunks = [tl.load(x_ptr + i * c * esz, (c,), dtype) for i in range(p)]
-    for s in range(p - 1):                      # reduce-scatter
-        tl.send("intra_E", chunks[(r - s) % p])
-        got = tl.recv("intra_W", (c,), dtype)
-        i = (r - s - 1) % p
-        chunks[i] = chunks[i] + got
-    for s in range(p - 1):                      # all-gather
-        tl.send("intra_E", chunks[(r + 1 - s) % p])
-        chunks[(r - s) % p] = tl.recv("intra_W", (c,), dtype)
+    ring_chunks(tl, chunks, r, "intra_E", "intra_W", dtype)
     for i in range(p):
         tl.store(x_ptr + i * c * esz, chunks[i])
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["lrab_kernel", "hier3_kernel", "ring_kernel", "reduce_line", "bcast_line"]
+__all__ = ["lrab_kernel", "hier3_kernel", "ring_kernel", "ring_chunks", "reduce_line",
+           "bcast_line"]
 
 
 def reduce_line(tl: Any, acc: Any, pos: int, n: int, root: int, dec: str, inc: str,
@@ -172,6 +173,24 @@ def hier3_kernel(tl: Any, addrs: dict[tuple[int, int, int], int], n: int, dtype:
     _pe_ring_around(tl, addrs, n, dtype, g, leaders)
 
 
+def ring_chunks(tl: Any, chunks: list[Any], r: int, out: str, inn: str, dtype: str) -> list[Any]:
+    """The ring all-reduce of member ``r`` of a ring of ``len(chunks)`` members, in place on
+    its equal-sized 1-D ``chunks``: reduce-scatter (p - 1 steps, each sends one chunk on
+    ``out`` and adds the chunk received on ``inn``), then all-gather (p - 1 steps forwarding
+    reduced chunks). Per member 2(p - 1) sends and receives and p - 1 adds; every member
+    ends with every chunk summed over the ring. Returns ``chunks``."""
+    p = len(chunks)
+    shape = tuple(chunks[0].shape) if p else ()
+    for s in range(p - 1):                                  # reduce-scatter
+        tl.send(out, chunks[(r - s) % p])
+        i = (r - s - 1) % p
+        chunks[i] = chunks[i] + tl.recv(inn, shape, dtype)
+    for s in range(p - 1):                                  # all-gather
+        tl.send(out, chunks[(r + 1 - s) % p])
+        chunks[(r - s) % p] = tl.recv(inn, shape, dtype)
+    return chunks
+
+
 def ring_kernel(tl: Any, addrs: dict[tuple[int, int, int], int], n: int, dtype: str,
                 g: Any) -> None:
     """Flat ring all-reduce over every taking-part PE: reduce-scatter, then all-gather."""
@@ -186,12 +205,6 @@ def ring_kernel(tl: Any, addrs: dict[tuple[int, int, int], int], n: int, dtype: 
     c = n // p
     esz = tl.sizeof(dtype)
     chunks = [tl.load(addr + i * c * esz, (c,), dtype) for i in range(p)]
-    for s in range(p - 1):                                  # reduce-scatter
-        tl.send("E", chunks[(r - s) % p])
-        i = (r - s - 1) % p
-        chunks[i] = chunks[i] + tl.recv("W", (c,), dtype)
-    for s in range(p - 1):                                  # all-gather
-        tl.send("E", chunks[(r + 1 - s) % p])
-        chunks[(r - s) % p] = tl.recv("W", (c,), dtype)
+    ring_chunks(tl, chunks, r, "E", "W", dtype)
     for i in range(p):
         tl.store(addr + i * c * esz, chunks[i])

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from kbtrace.capture.workload import PerRank, Tensor, Workload
+from kbtrace.collectives.kernels import ring_chunks
 from kbtrace.errors import CaptureError
 from kbtrace.host.placement import DPPolicy
 
@@ -161,14 +162,7 @@ def ring_allreduce_kernel(tl, src_ptr, dst_ptr, n, p, dtype, out_dtype):
     c = n // p
     esz, osz = tl.sizeof(dtype), tl.sizeof(out_dtype)
     chunks = [tl.load(src_ptr + i * c * esz, (c,), dtype) for i in range(p)]
-    for s in range(p - 1):                      # reduce-scatter
-        tl.send("global_E", chunks[(r - s) % p])
-        got = tl.recv("global_W", (c,), dtype)
-        i = (r - s - 1) % p
-        chunks[i] = chunks[i] + got
-    for s in range(p - 1):                      # all-gather
-        tl.send("global_E", chunks[(r + 1 - s) % p])
-        chunks[(r - s) % p] = tl.recv("global_W", (c,), dtype)
+    ring_chunks(tl, chunks, r, "global_E", "global_W", dtype)
     for i in range(p):
         v = chunks[i] if out_dtype == dtype else chunks[i].to(out_dtype)
         tl.store(dst_ptr + i * c * osz, v)
