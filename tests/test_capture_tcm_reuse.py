@@ -137,11 +137,14 @@ def test_only_live_tiles_count(tmp_path, keep):
         assert capture(wl, compile_topology(SMALL), out_dir=tmp_path / "t").n_ops == 1100
 
 
+@pytest.mark.parametrize("with_callback", [True, False])
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["alloc", "drop", "pin"]), st.integers(1, 6),
-                          st.integers(0, 50)), max_size=60))
-def test_reclaim_is_first_fit_over_live_and_pinned_buffers(steps):
-    """Against a brute-force first fit over every buffer still owned or pinned."""
+@given(st.lists(st.tuples(st.sampled_from(["alloc", "alloc", "drop", "pin"]),
+                          st.integers(1, 6), st.integers(0, 50)), max_size=80))
+def test_reclaim_is_first_fit_over_live_and_pinned_buffers(with_callback, steps):
+    """Against a brute-force first fit over every buffer still owned or pinned, each walk
+    from the bottom (``reclaim`` resumes where its last walk stopped when nothing below
+    changed; owners' references made without ``died`` are re-made with it)."""
     class H:
         def __init__(self, addr, nbytes):
             self.addr, self.nbytes = addr, nbytes
@@ -169,7 +172,7 @@ def test_reclaim_is_first_fit_over_live_and_pinned_buffers(steps):
             if got is not None:
                 h = H(base + got, nb)
                 live.append(h)
-                a.owned.append(weakref.ref(h))
+                a.owned.append(weakref.ref(h, a.died) if with_callback else weakref.ref(h))
                 del h                                # the list holds the only reference
         elif what == "drop" and live:
             live.pop(pick % len(live))

@@ -303,7 +303,7 @@ class Program(IpcqMixin):
         dst = a.base + start
         op_id, line = self._emit("load", reg.space, ptr, dst, nbytes, geo, dtype, deps)
         h = _TH(geo[0], dtype, "tcm", dst, op_id, "load", line, pending)
-        r = _wref(h)
+        r = _wref(h, a.died)
         a.owned.append(r)
         if not pending:
             t = self.tracer
@@ -385,7 +385,7 @@ class Program(IpcqMixin):
         op_id, line = self._emit("fill", name, dst, geo, dtype, scalars)
         h = _TH(shp, dtype, "tcm", dst, op_id, name, line, False)
         h._lazy = (1, name, scalars)
-        a.owned.append(_wref(h))
+        a.owned.append(_wref(h, a.died))
         return h
 
     def math(self, name: str, args: list[Any], *, axis: int | None = None,
@@ -442,7 +442,7 @@ class Program(IpcqMixin):
                              out_shape=list(shape), out_dtype=out_dt, axis=ax, deps=deps,
                              extra_json=extra)
         h = TensorHandle(shape, out_dt, "tcm", dst, op.op_id, name, op.src_line, True)
-        self.scratch.owned.append(_wref(h))
+        self.scratch.owned.append(_wref(h, self.scratch.died))
         return h
 
     def dot(self, a: Any, b: Any, acc: Any, acc_dtype: str | None,
@@ -483,7 +483,7 @@ class Program(IpcqMixin):
         dst = sc.base + start
         op_id, line = self._emit("dot", a, b, acc, dst, nbytes, acc_dt)
         h = _TH((m, n), acc_dt, "tcm", dst, op_id, "dot", line, True)
-        sc.owned.append(_wref(h))
+        sc.owned.append(_wref(h, sc.died))
         return h
 
     def composite(self, op: str, a: Any, b: Any, out_ptr: Any, math_op: str | None,
