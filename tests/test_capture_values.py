@@ -8,6 +8,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kbtrace.capture import capture, ring
 from kbtrace.capture.dtypes import to_compute
@@ -128,3 +130,30 @@ def test_gc_state_restored(tiny, tmp_path, fail):
         tr = _run(tiny, tmp_path, build)
         assert set(tr.stats) == {"run_s", "drain_s", "close_s", "total_s"}
     assert gc.isenabled()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from([np.int32, np.int64]), st.integers(1, 9), st.integers(1, 70),
+       st.integers(1, 9), st.sampled_from([1, 100, 1 << 15, 1 << 20, 1 << 31]),
+       st.integers(0, 2**32 - 1))
+def test_integer_matmul_equals_numpy_including_wraparound(dt, m, k, n, hi, seed):
+    """``executor.matmul`` (float64 BLAS when every sum is exact) == numpy's integer matmul,
+    bit for bit, also where int32 sums wrap or the operands hold the most negative int."""
+    from kbtrace.capture.executor import matmul
+    rng = np.random.default_rng(seed)
+    info = np.iinfo(dt)
+    lo = max(-hi, int(info.min))
+    a = rng.integers(lo, min(hi, int(info.max)), (m, k), dtype=dt, endpoint=True)
+    b = rng.integers(lo, min(hi, int(info.max)), (k, n), dtype=dt, endpoint=True)
+    got, want = matmul(a, b), a @ b
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+def test_integer_matmul_exact_cases():
+    from kbtrace.capture.executor import matmul
+    a = np.array([[2**31 - 1, 1]], dtype=np.int32)
+    b = np.array([[2], [3]], dtype=np.int32)
+    assert matmul(a, b).tolist() == (a @ b).tolist() == [[1]]       # wraps: 2**32 + 1 -> 1
+    big = np.full((1, 1), np.iinfo(np.int32).min, dtype=np.int32)
+    assert matmul(big, big).tolist() == (big @ big).tolist() == [[0]]   # 2**62 mod 2**32
+    assert matmul(np.zeros((2, 0), np.int32), np.zeros((0, 3), np.int32)).tolist() == [[0] * 3] * 2

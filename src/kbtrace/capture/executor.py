@@ -37,7 +37,7 @@ from kbtrace.capture.memory import MemoryImage
 from kbtrace.errors import VerifyError
 
 __all__ = ["Op", "Machine", "ExecResult", "execute", "ops_from_table", "load_memory", "fill_stored",
-           "gather_outputs", "reference_outputs", "EPILOGUE_OPS", "UNARY", "BINARY"]
+           "gather_outputs", "reference_outputs", "matmul", "EPILOGUE_OPS", "UNARY", "BINARY"]
 
 OP_FIELDS: tuple[str, ...] = tuple(schema.OPS.names)
 _LIST_FIELDS = {f.name for f in schema.OPS if pa.types.is_list(f.type)}
@@ -145,6 +145,24 @@ class ExecResult:
     """What ``execute`` produced: declared outputs (compute dtype) and per-op result digests."""
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
     digests: dict[int, int] = field(default_factory=dict)
+
+
+_EXACT_F64 = 1 << 53
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` in ``a``'s dtype. Integer operands go through BLAS in float64 when no sum
+    can leave float64's exact integers (``k * max|a| * max|b| < 2**53``: every partial sum is
+    then exact, in any order) and come back through int64, so an int32 result wraps as
+    numpy's int32 matmul does; numpy's own integer matmul has no BLAS and was most of a
+    gemm capture's golden execution. Otherwise, and for floats, plain ``a @ b``."""
+    if a.dtype.kind in "iu" and a.size and b.size:
+        am = max(-int(a.min()), int(a.max()))     # (np.abs of the most negative int wraps)
+        bm = max(-int(b.min()), int(b.max()))
+        if am * bm * a.shape[-1] < _EXACT_F64:
+            f = np.float64
+            return (a.astype(f) @ b.astype(f)).astype(np.int64).astype(a.dtype)
+    return a @ b
 
 
 class Machine:
@@ -268,7 +286,7 @@ class Machine:
         acc_np = COMPUTE[op.acc_dtype]
         a = self._operand(op, 0).astype(acc_np, copy=False)
         b = self._operand(op, 1).astype(acc_np, copy=False)
-        out = a @ b
+        out = matmul(a, b)
         if len(op.in_addrs) > 2:
             out = out + self._operand(op, 2).astype(acc_np, copy=False)
         return self._write_result(op, out)
@@ -283,7 +301,7 @@ class Machine:
             tk = int(extra["tile_shape"][1])
             acc = np.zeros((op.m, op.n), dtype=acc_np)
             for kt, k0 in enumerate(range(0, max(op.k, 1), tk)):
-                part = a[:, k0:k0 + tk] @ b[k0:k0 + tk, :]
+                part = matmul(a[:, k0:k0 + tk], b[k0:k0 + tk, :])
                 for spec in epi:
                     if spec["scope"] == "k_tile":
                         part = _apply_epilogue(part, spec, operands, kt)
