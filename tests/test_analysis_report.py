@@ -31,8 +31,8 @@ def test_report_writes_tables_pngs_and_self_contained_html(run_dir, tmp_path):
     assert base64.b64decode(first)[:4] == b"\x89PNG"
     totals = pl.read_csv(out / "tables" / "stage_totals.csv")
     assert dict(totals.select("stage", "time_ns").rows()) == {
-        "dma_read": 100.0, "ipcq": 75.0, "gemm": 50.0, "dma_write": 30.0, "math": 25.0,
-        "fetch": 15.0, "idle": 5.0, "other": 0.0, "store": 0.0}
+        "dma_read": 80.0, "ipcq": 75.0, "gemm": 50.0, "dma_write": 25.0, "math": 25.0,
+        "hbm_queue": 25.0, "fetch": 15.0, "idle": 5.0, "other": 0.0, "store": 0.0}
     summary = dict(pl.read_csv(out / "tables" / "summary.csv").rows())
     assert summary["makespan_ns"] == "180.000" and summary["critical_path_ns"] == "180.000"
     assert "| rank |" in (out / "tables" / "hotspots.md").read_text()

@@ -87,11 +87,13 @@ def test_stage_breakdown_pe_adds_up(run):
     assert got == [
         (0, "dma_read", 40.0), (0, "fetch", 10.0), (0, "gemm", 50.0), (0, "idle", 5.0),
         (0, "ipcq", 15.0),
-        (1, "dma_read", 60.0), (1, "dma_write", 30.0), (1, "fetch", 5.0), (1, "ipcq", 60.0),
-        (1, "math", 25.0),
+        # PE 1's load waited 20 ns for the HBM pseudo-channel ([10, 30] of its hbm hop [10, 50]),
+        # its store 5 ns ([160, 165]): hbm_queue, not dma_read / dma_write
+        (1, "dma_read", 40.0), (1, "dma_write", 25.0), (1, "fetch", 5.0), (1, "hbm_queue", 25.0),
+        (1, "ipcq", 60.0), (1, "math", 25.0),
     ]
     assert rows(run, "SELECT pe, sum(time_ns), any_value(span_ns), count(*) FROM stage_breakdown_pe "
-                     "GROUP BY pe ORDER BY pe") == [(0, 120.0, 120.0, 9), (1, 180.0, 180.0, 9)]
+                     "GROUP BY pe ORDER BY pe") == [(0, 120.0, 120.0, 10), (1, 180.0, 180.0, 10)]
 
 
 def test_stage_breakdown_kind(run):
@@ -273,3 +275,20 @@ def test_roofline_without_and_with_peaks(run, tmp_path):
             (0, 0, 0, 120.0, 131072.0, 0, 1024, 128.0, 1092.266667, 8.533333, 2048.0, 256.0,
              2048.0, "compute", 0.533333),
             (0, 0, 1, 180.0, 0.0, 128, 768, 0.0, 0.0, 4.266667, 2048.0, 256.0, 0.0, None, None)]
+
+
+def test_breakdown_stages_of_the_sql_are_the_schemas():
+    """schema.BREAKDOWN_STAGES is the one list: _pe_segments attributes by its priority order,
+    stage_breakdown_pe lists each of them (and idle), diff accepts stage.<each>."""
+    import re
+    from pathlib import Path
+
+    from kbtrace import schema
+    from kbtrace.analysis import differ
+
+    sql = Path(__file__).resolve().parents[1] / "src" / "kbtrace" / "analysis" / "sql"
+    seg = (sql / "_pe_segments.sql").read_text().split("AS stage,")[0].rsplit("SELECT", 1)[1]
+    assert tuple(re.findall(r"THEN '(\w+)'", seg)) == schema.BREAKDOWN_STAGES
+    listed = re.findall(r"\('(\w+)', \d+\)", (sql / "stage_breakdown_pe.sql").read_text())
+    assert sorted(listed) == sorted((*schema.BREAKDOWN_STAGES, "idle"))
+    assert set(differ._STAGES) == {*schema.BREAKDOWN_STAGES, "idle"}

@@ -36,6 +36,7 @@ __all__ = [
     "SPACES",
     "DTYPES",
     "STAGES",
+    "BREAKDOWN_STAGES",
     "DIRECTIONS",
     "NODES",
     "LINKS",
@@ -103,6 +104,18 @@ STAGES = (
     "launch", "pe_cpu", "dma_read", "fetch", "gemm", "math", "store", "dma_write",
     "ipcq", "fabric", "hbm", "sram", "pcie",
     "scheduler",  # replay: PE scheduler command dispatch (added by the replay stage)
+)
+
+#: Exclusive stages of the per-PE stage breakdown (``_pe_segments``, ``stage_breakdown_pe``,
+#: report, diff), derived at analysis time from the hop stages above, in priority order: an
+#: instant where several are active goes to the first (time hidden behind compute is not a
+#: data-movement cost). ``hbm_queue``: a transfer of the PE waiting for an HBM pseudo-channel
+#: (the queue part of its ``hbm`` hop, ``[t_enter_ns, t_enter_ns + queue_ns]``); the rest of a
+#: transfer is ``dma_read`` / ``dma_write`` / ``ipcq``; ``other``: launch, pe_cpu, scheduler,
+#: PCIe and host copies. A PE's time outside all of them is ``idle`` (not listed here).
+#: Derived, not stored: runs recorded before ``hbm_queue`` existed are read as they are.
+BREAKDOWN_STAGES = (
+    "gemm", "math", "fetch", "store", "hbm_queue", "dma_read", "dma_write", "ipcq", "other",
 )
 
 DIRECTIONS = (

@@ -251,6 +251,6 @@ def _op_label(op: dict[str, Any]) -> str:
             f"{op['kind']}/{op['name']}")
 
 
-_STAGES = ("dma_read", "fetch", "gemm", "math", "store", "dma_write", "ipcq", "other", "idle")
+_STAGES = (*schema.BREAKDOWN_STAGES, "idle")
 _UTIL_METRICS = frozenset([f"util.node.{k}" for k in schema.NODE_KINDS]
                           + [f"util.link.{k}" for k in schema.LINK_KINDS])

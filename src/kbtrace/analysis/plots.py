@@ -1,12 +1,23 @@
-"""Matplotlib (Agg) plots of analysis frames. Each function takes frames, writes one PNG."""
+"""Matplotlib (Agg) plots of analysis frames. Each function takes frames, writes one PNG.
+
+Conventions of every plot (the report page shows the PNGs at or near their natural size):
+
+* **Units**: times are in ns, in the plots as in the tables (``*_ns`` columns), with
+  thousands separators on the axis (``_ns_axis``); utilisation is a fraction in [0, 1].
+* **Type**: ``_RC`` (10 pt text, 9 pt ticks and legends at 100 dpi: 12 px and more on the
+  page); nothing smaller.
+* **Layout**: every PNG is cropped to what was drawn (``bbox_inches="tight"``), so no label
+  is cut off, legends outside the axes included.
+"""
 
 from __future__ import annotations
 
+import functools
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import matplotlib
 
@@ -18,17 +29,42 @@ import polars as pl  # noqa: E402
 from matplotlib.collections import LineCollection, PolyCollection  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
+F = TypeVar("F", bound=Callable[..., Path])
+
 __all__ = ["STAGE_COLORS", "plot_mesh_heatmap", "plot_stage_bars", "plot_timeline",
            "timeline_image", "plot_link_util", "plot_roofline", "plot_util_windows",
            "plot_sweep_makespan", "plot_tornado",
            "plot_sweep_stages"]
 
+#: Colour of each exclusive stage (``schema.BREAKDOWN_STAGES`` and idle), in stacking order.
 STAGE_COLORS = {
-    "dma_read": "#1f77b4", "fetch": "#17becf", "gemm": "#d62728", "math": "#ff7f0e",
+    "hbm_queue": "#8c564b", "dma_read": "#1f77b4", "fetch": "#17becf", "gemm": "#d62728", "math": "#ff7f0e",
     "store": "#bcbd22", "dma_write": "#2ca02c", "ipcq": "#9467bd", "other": "#7f7f7f",
     "idle": "#e5e5e5",
 }
 _PNG_META = {"Software": None}
+DPI = 100
+#: Matplotlib settings of every plot (``_styled``); sizes in points (1 pt = DPI / 72 px).
+_RC: dict[str, Any] = {"font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "figure.titlesize": 11,
+       "xtick.labelsize": 9, "ytick.labelsize": 9, "legend.fontsize": 9,
+       "legend.title_fontsize": 9, "figure.dpi": DPI, "savefig.dpi": DPI}
+MIN_FONT_PT = 9.0      # the smallest text of any plot (tests/test_report_plots.py checks it)
+
+
+def _styled(fn: F) -> F:
+    """Run a plot function under ``_RC`` (a context: the caller's matplotlib settings are
+    left as they were)."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Path:
+        with plt.rc_context(_RC):  # type: ignore[arg-type]  # (keys typed as literals)
+            return fn(*args, **kwargs)
+    return cast(F, wrapper)
+
+
+def _ns_axis(axis: Any, what: str) -> None:
+    """Label ``axis`` as ``what (ns)`` with thousands separators on its ticks."""
+    axis.set_label_text(f"{what} (ns)")
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
 
 
 def _f(v: Any) -> float:
@@ -36,37 +72,64 @@ def _f(v: Any) -> float:
     return float(v)
 
 
-def _save(fig: plt.Figure, path: str | os.PathLike[str], tight: bool = False) -> Path:
-    """Write ``fig`` as PNG atomically (``tight``: cropped to the drawn content)."""
+def _save(fig: plt.Figure, path: str | os.PathLike[str], relayout: bool = True) -> Path:
+    """Write ``fig`` as PNG atomically, cropped to the drawn content (no label cut off);
+    ``relayout``: ``tight_layout`` first (panels and labels do not overlap)."""
     from kbtrace._io import atomic_path
 
-    crop: dict[str, Any] = {"bbox_inches": "tight", "pad_inches": 0.15} if tight else {}
+    if relayout:
+        fig.tight_layout()
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=90, metadata=_PNG_META, **crop)
+        fig.savefig(tmp, format="png", dpi=DPI, metadata=_PNG_META, bbox_inches="tight",
+                    pad_inches=0.12)
     plt.close(fig)
     return Path(path)
 
 
-def _cube_offsets(cubes: list[tuple[int, int]], w: float, h: float) -> dict[tuple[int, int], tuple[float, float]]:
-    """Drawing offset of each (sip, cube) tile: a SIP's cubes in a near-square grid (row-major
-    from the top left), SIPs side by side; ``w`` / ``h``: tile pitch."""
+def _cube_grid(cubes: list[tuple[int, int]]) -> tuple[dict[tuple[int, int], tuple[int, int]], int, int]:
+    """Panel (row, column) of each (sip, cube): a SIP's cubes in a near-square grid (row-major
+    from the top left), SIPs side by side; plus the grid's rows and columns."""
     per_sip: dict[int, list[int]] = {}
     for sip, cube in cubes:
         per_sip.setdefault(sip, []).append(cube)
-    out = {}
-    x0 = 0.0
+    out, col0, rows = {}, 0, 1
     for sip in sorted(per_sip):
         cs = per_sip[sip]
         cols = max(1, math.ceil(math.sqrt(len(cs))))
         for i, cube in enumerate(cs):
-            out[(sip, cube)] = (x0 + (i % cols) * w, -(i // cols) * h)
-        x0 += cols * w + 0.35 * w
-    return out
+            out[(sip, cube)] = (i // cols, col0 + i % cols)
+        rows = max(rows, math.ceil(len(cs) / cols))
+        col0 += cols
+    return out, rows, max(1, col0)
 
 
+def link_segments(links: pl.DataFrame, offset: float) -> tuple[np.ndarray, np.ndarray]:
+    """Drawing segments ``(n, 2, 2)`` and utilisations of directed links (columns x0, y0, x1,
+    y1, util): each segment moved ``offset`` (data units) to the right of its direction, so
+    the two directions of a link lie side by side, never on top of each other; sorted by
+    utilisation (stable), so where segments still cross, the hotter one is drawn last (on
+    top)."""
+    order = np.argsort(links["util"].to_numpy(), kind="stable")
+    x0, y0, x1, y1, util = (links[c].to_numpy().astype(float)[order]
+                            for c in ("x0", "y0", "x1", "y1", "util"))
+    dx, dy = x1 - x0, y1 - y0
+    n = np.hypot(dx, dy)
+    n[n == 0] = 1.0
+    ox, oy = dy / n * offset, -dx / n * offset           # right-hand normal
+    segs = np.stack([np.stack([x0 + ox, y0 + oy], axis=1),
+                     np.stack([x1 + ox, y1 + oy], axis=1)], axis=1)
+    return segs, util
+
+
+_LINK_LW = 2.2     # points: link segment width in the heat map (each direction its own line)
+
+
+@_styled
 def plot_mesh_heatmap(nodes: pl.DataFrame, links: pl.DataFrame, path: str | os.PathLike[str]) -> Path:
-    """Utilisation of nodes (dots) and intra-cube links (segments) of every cube, drawn as tiles
-    of one plot (a SIP's cubes in a grid, SIPs side by side; positions in mm within each cube)."""
+    """Utilisation of nodes (dots) and intra-cube links (segments) of every cube, one panel per
+    cube (a SIP's cubes in a grid, SIPs side by side; positions in mm within the cube). Each
+    direction of a link is its own segment, offset to the right of its direction (``link_segments``),
+    hotter segments on top."""
     cubes = [tuple(r) for r in nodes.select("sip", "cube").unique().sort("sip", "cube").rows()]
     cmap = plt.get_cmap("inferno_r")
     norm = plt.Normalize(0, 1)
@@ -77,49 +140,49 @@ def plot_mesh_heatmap(nodes: pl.DataFrame, links: pl.DataFrame, path: str | os.P
         x_lo = y_lo = 0.0
         x_hi = y_hi = 1.0
     span_x, span_y = max(x_hi - x_lo, 1e-9), max(y_hi - y_lo, 1e-9)
-    pitch_x, pitch_y = span_x * 1.15, span_y * 1.3
-    off = _cube_offsets(cubes, pitch_x, pitch_y)
-    tiles_x = (max(o[0] for o in off.values()) / pitch_x + 1) if off else 1
-    tiles_y = (-min(o[1] for o in off.values()) / pitch_y + 1) if off else 1
-    fig_w = min(18.0, max(7.0, (3.0 if tiles_x <= 3 else 1.9) * tiles_x + 1.6))
-    fig, ax = plt.subplots(figsize=(fig_w, max(3.0, 0.75 * fig_w * tiles_y * pitch_y
-                                                   / (tiles_x * pitch_x) + 1.0)))
-
-    def shifted(df: pl.DataFrame, xs: list[str], ys: list[str]) -> list[np.ndarray]:
-        o = [off[(a, b)] for a, b in df.select("sip", "cube").rows()]
-        dx = np.array([v[0] for v in o]) - x_lo
-        dy = np.array([v[1] for v in o]) - y_lo
-        return ([df[c].to_numpy() + dx for c in xs] + [df[c].to_numpy() + dy for c in ys])
-
-    if links.height:
-        x0, x1, y0, y1 = shifted(links, ["x0", "x1"], ["y0", "y1"])
-        segs = np.stack([np.stack([x0, y0], axis=1), np.stack([x1, y1], axis=1)], axis=1)
-        lc = LineCollection(list(segs), cmap=cmap, norm=norm, linewidths=1.6)
-        lc.set_array(links["util"].to_numpy())
-        ax.add_collection(lc)
-    if nodes.height:
-        x, y = shifted(nodes, ["x_mm"], ["y_mm"])
-        ax.scatter(x, y, c=nodes["util"].to_numpy(), cmap=cmap, norm=norm, s=10,
-                   edgecolors="k", linewidths=0.25, zorder=3)
-    frames = []
-    for (sip, cube), (ox, oy) in off.items():
-        bx, by = ox - 0.05 * span_x, oy - 0.05 * span_y
-        bw, bh = span_x * 1.1, span_y * 1.1
-        frames.append([(bx, by), (bx + bw, by), (bx + bw, by + bh), (bx, by + bh), (bx, by)])
-        ax.text(ox + span_x / 2, by + bh, f"sip{sip}.cube{cube}", ha="center", va="bottom",
-                fontsize=7)
-    if frames:
-        ax.add_collection(LineCollection(frames, colors="#bbbbbb", linewidths=0.6, zorder=0))
-    ax.set_aspect("equal", adjustable="datalim")
-    ax.autoscale_view()
-    ax.set_xticks([])
-    ax.set_yticks([])
-    for side in ax.spines.values():
-        side.set_visible(False)
-    fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, shrink=0.7, pad=0.01,
-                 label="utilisation (busy fraction of makespan)")
-    ax.set_title("Utilisation over the cube mesh (nodes and intra-cube links)", fontsize=10)
-    return _save(fig, path, tight=True)
+    pad = 0.06 * max(span_x, span_y)
+    where, rows, cols = _cube_grid(cubes)
+    panel_w = min(4.0, max(2.6, 11.0 / cols))
+    panel_h = panel_w * (span_y + 2 * pad) / (span_x + 2 * pad)
+    fig, axes = plt.subplots(rows, cols, figsize=(panel_w * cols + 1.6, panel_h * rows + 1.2),
+                             squeeze=False, sharex=True, sharey=True, layout="compressed")
+    for ax in axes.flat:
+        ax.set_xlim(x_lo - pad, x_hi + pad)
+        ax.set_ylim(y_hi + pad, y_lo - pad)          # y grows downwards, as on the die drawing
+        ax.set_aspect("equal")
+        ax.set_visible(False)
+    for (sip, cube), (r, c) in where.items():
+        ax = axes[r][c]
+        ax.set_visible(True)
+        ax.set_title(f"sip{sip}.cube{cube}")
+        if r == rows - 1 or (r + 1, c) not in where.values():
+            ax.set_xlabel("x in the cube (mm)")
+        if c == 0:
+            ax.set_ylabel("y in the cube (mm)")
+    fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=axes.ravel().tolist(),
+                 shrink=0.8, label="utilisation (busy fraction of makespan)")
+    fig.suptitle("Utilisation over the cube mesh: nodes (dots) and intra-cube links\n"
+                 "(each direction of a link drawn right of its travel, hotter on top)")
+    fig.canvas.draw()      # the layout is final: 1 pt in data units, for the offset
+    ax0 = axes.flat[0]
+    pt = 72.0 / fig.dpi / max(1e-12, abs(ax0.transData.transform((1.0, 0.0))[0]
+                                          - ax0.transData.transform((0.0, 0.0))[0]))
+    by_cube_links = links.partition_by(["sip", "cube"], as_dict=True) if links.height else {}
+    by_cube_nodes = nodes.partition_by(["sip", "cube"], as_dict=True) if nodes.height else {}
+    for (sip, cube), (r, c) in where.items():
+        ax = axes[r][c]
+        lk = by_cube_links.get((sip, cube))
+        if lk is not None and lk.height:
+            segs, util = link_segments(lk, 0.55 * _LINK_LW * pt)
+            lc = LineCollection(list(segs), cmap=cmap, norm=norm, linewidths=_LINK_LW,
+                                capstyle="butt")
+            lc.set_array(util)
+            ax.add_collection(lc)
+        nd = by_cube_nodes.get((sip, cube))
+        if nd is not None and nd.height:
+            ax.scatter(nd["x_mm"].to_numpy(), nd["y_mm"].to_numpy(), c=nd["util"].to_numpy(),
+                       cmap=cmap, norm=norm, s=14, edgecolors="k", linewidths=0.3, zorder=3)
+    return _save(fig, path, relayout=False)    # the offsets assume the drawn layout
 
 
 def _stacked_bars(ax: plt.Axes, stacks: dict[str, np.ndarray]) -> tuple[list, list[str]]:
@@ -145,22 +208,23 @@ def _stacked_bars(ax: plt.Axes, stacks: dict[str, np.ndarray]) -> tuple[list, li
     return handles, labels
 
 
+@_styled
 def plot_stage_bars(wide: pl.DataFrame, path: str | os.PathLike[str], max_pes: int = 64) -> Path:
     """Stacked exclusive stage time per PE (adds up to each PE's busy span); the first
     ``max_pes`` PEs."""
     df = wide.head(max_pes)
     fig, ax = plt.subplots(figsize=(max(6, 0.22 * df.height + 2), 4))
-    handles, labels = _stacked_bars(ax, {st: df[st].fill_null(0).to_numpy().astype(float) / 1000
+    handles, labels = _stacked_bars(ax, {st: df[st].fill_null(0).to_numpy().astype(float)
                                          for st in STAGE_COLORS if st in df.columns})
-    ax.set_xticks(range(df.height), df["pe_label"].to_list(), rotation=90, fontsize=6)
-    ax.set_ylabel("time (us)")
+    ax.set_xticks(range(df.height), df["pe_label"].to_list(), rotation=90)
+    _ns_axis(ax.yaxis, "time")
     more = f", first {df.height} of {wide.height} PEs" if wide.height > df.height else ""
     ax.set_title(f"Stage breakdown per PE (exclusive time{more})")
-    ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.tight_layout()
+    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return _save(fig, path)
 
 
+@_styled
 def plot_sweep_makespan(points: pl.DataFrame, params: list[str], path: str | os.PathLike[str],
                         groups: tuple[str, ...] = (), max_panels: int = 4,
                         max_lines: int = 10) -> Path:
@@ -173,13 +237,12 @@ def plot_sweep_makespan(points: pl.DataFrame, params: list[str], path: str | os.
     log_y = ok.height > 0 and _f(ms.min()) > 0 and _f(ms.max()) / _f(ms.min()) >= 20
     if not params:
         fig, ax = plt.subplots(figsize=(max(6.0, 0.3 * ok.height + 2), 4))
-        ax.bar(range(ok.height), (ms / 1000).to_list(), color="#1f77b4")
-        ax.set_xticks(range(ok.height), ok["run_dir"].to_list(), rotation=90, fontsize=6)
-        ax.set_ylabel("makespan (us)")
+        ax.bar(range(ok.height), ms.to_list(), color="#1f77b4")
+        ax.set_xticks(range(ok.height), ok["run_dir"].to_list(), rotation=90)
+        _ns_axis(ax.yaxis, "makespan")
         if log_y:
             ax.set_yscale("log")
         ax.set_title("Makespan per run")
-        fig.tight_layout()
         return _save(fig, path)
     panels = params[:max_panels]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels) + 0.8, 3.8), squeeze=False)
@@ -194,7 +257,7 @@ def plot_sweep_makespan(points: pl.DataFrame, params: list[str], path: str | os.
             g = g.sort(dim)
             x = g[dim].to_list() if numeric else [cats.index(str(v)) for v in g[dim].to_list()]
             label = ", ".join(f"{d}={v}" for d, v in zip(others, key, strict=True)) or None
-            ax.plot(x, (g["makespan_ns"] / 1000).to_list(), marker="o", markersize=3,
+            ax.plot(x, g["makespan_ns"].to_list(), marker="o", markersize=3,
                     linewidth=1.2, label=label if n < max_lines else None)
             n += 1
         vals = sorted(set(have[dim].to_list())) if numeric else []
@@ -203,23 +266,23 @@ def plot_sweep_makespan(points: pl.DataFrame, params: list[str], path: str | os.
             ax.set_xticks(vals, [f"{v:g}" for v in vals])
             ax.minorticks_off()
         elif not numeric:
-            ax.set_xticks(range(len(cats)), cats, rotation=30, fontsize=7)
-        ax.set_xlabel(dim, fontsize=8)
-        ax.set_ylabel("makespan (us)")
+            ax.set_xticks(range(len(cats)), cats, rotation=30)
+        ax.set_xlabel(dim)
+        _ns_axis(ax.yaxis, "makespan")
         if log_y:
             ax.set_yscale("log")
         else:
             ax.set_ylim(bottom=0)
         if others and n:
             outside = {"loc": "upper left", "bbox_to_anchor": (1.0, 1.0)} if n > 3 else {}
-            ax.legend(fontsize=6, title=None if n <= max_lines else f"first {max_lines} of {n}",
-                      title_fontsize=6, **outside)
+            ax.legend(title=None if n <= max_lines else f"first {max_lines} of {n}",
+                      **outside)
     more = f" (first {max_panels} of {len(params)} grid parameters)" if len(params) > max_panels else ""
-    fig.suptitle(f"Makespan over the sweep{more}", fontsize=10)
-    fig.tight_layout()
-    return _save(fig, path, tight=True)     # legends may sit right of the panels
+    fig.suptitle(f"Makespan over the sweep{more}")
+    return _save(fig, path)
 
 
+@_styled
 def plot_sweep_stages(stages: pl.DataFrame, path: str | os.PathLike[str]) -> Path:
     """Stacked share of PE busy time per exclusive stage, one bar per point."""
     pts = sorted(set(stages["point"].to_list())) if stages.height else []
@@ -229,13 +292,12 @@ def plot_sweep_stages(stages: pl.DataFrame, path: str | os.PathLike[str]) -> Pat
         stacks.setdefault(stage, np.zeros(len(pts)))[idx[point]] = share or 0.0
     fig, ax = plt.subplots(figsize=(max(6.0, 0.25 * len(pts) + 2.5), 3.8))
     handles, labels = _stacked_bars(ax, stacks) if stacks else ([], [])
-    ax.set_xticks(range(len(pts)), [str(p) for p in pts], fontsize=7)
+    ax.set_xticks(range(len(pts)), [str(p) for p in pts])
     ax.set_xlabel("point")
     ax.set_ylabel("share of PE busy time")
     ax.set_title("Exclusive stage mix per point")
     if handles:
-        ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.tight_layout()
+        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return _save(fig, path)
 
 
@@ -295,6 +357,7 @@ def timeline_image(seg: pl.DataFrame | Iterable[pl.DataFrame], pes: list[tuple[i
     return img
 
 
+@_styled
 def plot_timeline(seg: pl.DataFrame | Iterable[pl.DataFrame], path: str | os.PathLike[str],
                   max_pes: int = 64, n_pes: int | None = None, t_end_ns: float | None = None,
                   pes: list[tuple[int, int, int]] | None = None) -> Path:
@@ -313,34 +376,34 @@ def plot_timeline(seg: pl.DataFrame | Iterable[pl.DataFrame], path: str | os.Pat
     img = timeline_image(seg, pes, t_end_ns)
     fig, ax = plt.subplots(figsize=(10, max(2.5, 0.22 * len(pes) + 1.2)))
     ax.imshow(img, aspect="auto", interpolation="antialiased",
-              extent=(0.0, max(t_end_ns, 1.0) / 1000, max(1, len(pes)) - 0.5, -0.5))
-    ax.set_yticks(range(len(pes)), [f"s{a}.c{b}.pe{c}" for a, b, c in pes], fontsize=6)
-    ax.set_xlabel("time (us)")
+              extent=(0.0, max(t_end_ns, 1.0), max(1, len(pes)) - 0.5, -0.5))
+    ax.set_yticks(range(len(pes)), [f"s{a}.c{b}.pe{c}" for a, b, c in pes])
+    _ns_axis(ax.xaxis, "time")
     shown = len(pes)
     total = n_pes if n_pes is not None else shown
     more = f", first {shown} of {total} PEs" if total > shown else ""
     ax.set_title(f"Per-PE timeline (exclusive stage{more})")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for s, c in STAGE_COLORS.items() if s != "idle"]
-    ax.legend(handles, [s for s in STAGE_COLORS if s != "idle"], fontsize=6, ncol=8,
+    ax.legend(handles, [s for s in STAGE_COLORS if s != "idle"], ncol=8,
               loc="upper center", bbox_to_anchor=(0.5, 0.0), borderaxespad=6.0)
-    fig.tight_layout()
     return _save(fig, path)
 
 
+@_styled
 def plot_link_util(links: pl.DataFrame, path: str | os.PathLike[str]) -> Path:
     """Horizontal bars: the most utilised links."""
     fig, ax = plt.subplots(figsize=(8, max(2.5, 0.25 * links.height + 1)))
     labels = [r.replace("sip", "s").replace(".cube", ".c") for r in links["resource_id"].to_list()]
     ax.barh(range(links.height), links["util"].to_list(), color="#1f77b4")
-    ax.set_yticks(range(links.height), labels, fontsize=6)
+    ax.set_yticks(range(links.height), labels)
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
     ax.set_xlabel("utilisation (busy fraction of makespan)")
     ax.set_title("Most utilised links")
-    fig.tight_layout()
     return _save(fig, path)
 
 
+@_styled
 def plot_tornado(attr: pl.DataFrame, path: str | os.PathLike[str]) -> Path:
     """Tornado chart of ``kbtrace attribute`` (``schema.ATTRIBUTION`` rows, in rank order):
     per resource class, the makespan change in percent with it ``factor`` x faster (left,
@@ -354,15 +417,15 @@ def plot_tornado(attr: pl.DataFrame, path: str | os.PathLike[str]) -> Path:
     if any(v is not None for v in slow):
         ax.barh(y, [v or 0.0 for v in slow], color="#d62728", label=f"{f:g}x slower")
     ax.axvline(0, color="k", linewidth=0.8)
-    ax.set_yticks(y, attr["resource"].to_list(), fontsize=8)
+    ax.set_yticks(y, attr["resource"].to_list())
     ax.invert_yaxis()
     ax.set_xlabel("makespan change (% of the recorded run)")
     ax.set_title("What would help most: each resource class made faster / slower")
-    ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
+    ax.legend(loc="lower right")
     return _save(fig, path)
 
 
+@_styled
 def plot_roofline(roof: pl.DataFrame, path: str | os.PathLike[str]) -> Path:
     """Roofline of one PE (log-log: arithmetic intensity vs GFLOP/s) with every PE that did
     GEMM work and moved HBM bytes as a point (a PE without HBM traffic has no finite
@@ -391,17 +454,17 @@ def plot_roofline(roof: pl.DataFrame, path: str | os.PathLike[str]) -> Path:
             axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
             axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
             axis.set_minor_formatter(NullFormatter())
-        ax.legend(fontsize=7, loc="upper left")
+        ax.legend(loc="upper left")
     else:
         ax.text(0.5, 0.5, "no GEMM work with HBM traffic in this run (or no recorded peaks)",
-                ha="center", va="center", transform=ax.transAxes, fontsize=9)
+                ha="center", va="center", transform=ax.transAxes)
     ax.set_xlabel("arithmetic intensity (FLOP per HBM byte)")
     ax.set_ylabel("GFLOP/s (over the PE's busy span)")
     ax.set_title("Roofline per PE (GEMM work)")
-    fig.tight_layout()
     return _save(fig, path)
 
 
+@_styled
 def plot_util_windows(df: pl.DataFrame, makespan_ns: float, path: str | os.PathLike[str]) -> Path:
     """Heat map: busiest resources (rows) x equal time windows (columns), utilisation colour."""
     names = df["resource_id"].unique(maintain_order=True).to_list()
@@ -412,11 +475,9 @@ def plot_util_windows(df: pl.DataFrame, makespan_ns: float, path: str | os.PathL
         grid[index[rid], win] = util
     fig, ax = plt.subplots(figsize=(9, max(2.5, 0.22 * len(names) + 1.2)))
     im = ax.imshow(grid, aspect="auto", cmap="inferno_r", vmin=0, vmax=1, interpolation="nearest",
-                   extent=(0, makespan_ns / 1000, len(names) - 0.5, -0.5))
-    ax.set_yticks(range(len(names)), [n.replace("sip", "s").replace(".cube", ".c") for n in names],
-                  fontsize=6)
-    ax.set_xlabel("time (us)")
+                   extent=(0, makespan_ns, len(names) - 0.5, -0.5))
+    ax.set_yticks(range(len(names)), [n.replace("sip", "s").replace(".cube", ".c") for n in names])
+    _ns_axis(ax.xaxis, "time")
     ax.set_title("Utilisation over time (busiest resources)")
     fig.colorbar(im, ax=ax, label="utilisation in window")
-    fig.tight_layout()
     return _save(fig, path)

@@ -1,7 +1,7 @@
 -- stage_breakdown_pe: where each PE's busy span went, by exclusive stage.
 --
--- One row per PE and stage (dma_read, fetch, gemm, math, store, dma_write, ipcq, other,
--- idle), zeros included. Per PE, time_ns over all stages adds up to span_ns exactly
+-- One row per PE and stage (hbm_queue, dma_read, fetch, gemm, math, store, dma_write, ipcq,
+-- other, idle: schema.BREAKDOWN_STAGES and idle), zeros included. Per PE, time_ns over all stages adds up to span_ns exactly
 -- (overlapping work is attributed by the priority documented in _pe_segments).
 --
 -- Columns:
@@ -11,8 +11,8 @@
 --   span_ns (ns)       the PE's busy span (first issue to last end)
 --   share (-)          time_ns / span_ns
 CREATE OR REPLACE VIEW stage_breakdown_pe AS
-WITH st(stage, ord) AS (VALUES ('dma_read', 0), ('fetch', 1), ('gemm', 2), ('math', 3),
-  ('store', 4), ('dma_write', 5), ('ipcq', 6), ('other', 7), ('idle', 8)),
+WITH st(stage, ord) AS (VALUES ('hbm_queue', 0), ('dma_read', 1), ('fetch', 2), ('gemm', 3),
+  ('math', 4), ('store', 5), ('dma_write', 6), ('ipcq', 7), ('other', 8), ('idle', 9)),
 agg AS (SELECT sip, cube, pe, stage, sum(dur_ns) AS time_ns FROM _pe_segments GROUP BY ALL)
 SELECT p.sip, p.cube, p.pe, st.stage, coalesce(agg.time_ns, 0.0) AS time_ns, p.span_ns,
        coalesce(agg.time_ns, 0.0) / nullif(p.span_ns, 0) AS share
