@@ -21,7 +21,7 @@ import math
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,9 @@ class Attribution:
     replays: int
     wall_s: float
     estimates: int = 0         # makespans re-timed (method="whatif") instead of replayed
+    #: re-timed classes whose recorded service order could flip (``whatif``'s flag): class ->
+    #: the largest overlap estimate (ns) of its factors; those gains are rougher estimates
+    flagged: dict[str, float] = field(default_factory=dict)
 
     @property
     def top(self) -> dict[str, Any] | None:
@@ -61,8 +64,9 @@ class Attribution:
         rev = any(r["slower_makespan_ns"] is not None for r in rows)
         head = (f"| rank | resource | {f:g}x faster: makespan ns | gain | elasticity |"
                 + (f" {f:g}x slower: makespan ns | loss |" if rev else ""))
-        how = (f" ({self.estimates} re-timed estimates, {self.replays} replays)"
-               if self.estimates else "")
+        how = (f" ({self.estimates} re-timed estimates, {self.replays} replays"
+               + (f"; order could flip for {', '.join(self.flagged)}: replay those with "
+                  "method=replay" if self.flagged else "") + ")" if self.estimates else "")
         lines = [f"base makespan {self.base_makespan_ns:,.1f} ns; each resource class "
                  f"{f:g}x faster" + (" and slower" if rev else "") + how + ":", head,
                  "|" + "---|" * (head.count("|") - 1)]
@@ -122,6 +126,7 @@ def attribute(run: str | os.PathLike[str], *, factor: float = 2.0, reverse: bool
         makespan: dict[tuple[str, int], float] = {}
         retimer = _retimer(base) if method == "whatif" else None
         estimated: list[str] = []
+        flagged: dict[str, float] = {}
         for name in names:
             for i, f in enumerate(factors):
                 ov = _changes(base, name, f)
@@ -131,8 +136,10 @@ def attribute(run: str | os.PathLike[str], *, factor: float = 2.0, reverse: bool
                 params = {**base.overrides, **ov}
                 est = _estimate(retimer, base, params) if retimer is not None else None
                 if est is not None:
-                    makespan[name, i] = est
+                    makespan[name, i] = est.makespan_ns
                     estimated.append(name)
+                    if est.flips or est.new_overlaps:
+                        flagged[name] = max(flagged.get(name, 0.0), est.error_bound_ns)
                     continue
                 jobs_l.append({"point": len(jobs_l), "trace": base.trace_dir.name,
                                "trace_dir": str(base.trace_dir), "topology": base.topology_path,
@@ -163,9 +170,10 @@ def attribute(run: str | os.PathLike[str], *, factor: float = 2.0, reverse: bool
             "overrides": base.overrides, "fidelity": base.fidelity, "factor": factor,
             "reverse": reverse, "resources": {n: list(_BY_NAME[n].keys) for n in names},
             "replays": len(jobs_l), "method": method,
-            "estimated": list(dict.fromkeys(estimated))})
+            "estimated": list(dict.fromkeys(estimated)),
+            "flagged": {k: round(v, 3) for k, v in flagged.items()}})
     return Attribution(out_dir, table, base.makespan_ns, len(jobs_l),
-                       time.perf_counter() - t0, len(estimated))
+                       time.perf_counter() - t0, len(estimated), flagged)
 
 
 def _retimer(base: BaseRun) -> Any:
@@ -175,8 +183,9 @@ def _retimer(base: BaseRun) -> Any:
     return None if rt.composite else rt
 
 
-def _estimate(rt: Any, base: BaseRun, params: dict[str, Any]) -> float | None:
-    """The re-timed makespan with ``params``, or None when the re-timing cannot price them."""
+def _estimate(rt: Any, base: BaseRun, params: dict[str, Any]) -> Any:
+    """The re-timing (``retime.Estimate``) with ``params``, or None when it cannot price
+    them."""
     from kbtrace.insight.whatif import _check_keys
     from kbtrace.topology import compile_topology
     try:
@@ -187,7 +196,7 @@ def _estimate(rt: Any, base: BaseRun, params: dict[str, Any]) -> float | None:
     topo = compile_topology(base.topology_path, overrides=params)
     if len(topo.nodes) != len(base.topology.nodes) or len(topo.links) != len(base.topology.links):
         return None
-    return rt.retime(topo).makespan_ns
+    return rt.retime(topo)
 
 
 def _table(base: BaseRun, names: tuple[str, ...], factor: float, reverse: bool,

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from kbtrace.insight.base import BaseRun
-from kbtrace.insight.resources import get_param
+from kbtrace.insight.pricing import Pricer
 
 __all__ = ["Retimer", "Estimate"]
 
@@ -26,20 +26,15 @@ _EXCLUSIVE_STAGES = ("hbm", "gemm", "math")
 
 class Estimate:
     """What one pass found: the new makespan and the order checks."""
-    __slots__ = ("makespan_ns", "flips", "new_overlaps", "error_bound_ns", "hot", "late")
+    __slots__ = ("makespan_ns", "flips", "new_overlaps", "error_bound_ns", "hot", "late",
+                 "ends", "issues")
 
     def __init__(self, makespan_ns: float) -> None:
         self.makespan_ns = makespan_ns
+        self.ends = self.issues = np.zeros(0)       # per op row: new end and issue
         self.flips = self.new_overlaps = self.late = 0
         self.error_bound_ns = 0.0
         self.hot: list[tuple[str, int]] = []
-
-
-def _ratio(old: np.ndarray | float, new: np.ndarray | float) -> Any:
-    """Service-time factor of a rate going from ``old`` to ``new`` (no rate: 1)."""
-    old, new = np.asarray(old, float), np.asarray(new, float)
-    ok = (old > 0) & (new > 0)
-    return np.where(ok, old / np.where(ok, new, 1.0), 1.0)
 
 
 class Retimer:
@@ -51,10 +46,10 @@ class Retimer:
         ot = pq.read_table(d / "op_timing.parquet", columns=[
             "op_id", "launch", "program", "seq", "t_issue_ns", "t_end_ns"])
         hp = pq.read_table(d / "hops.parquet", columns=[
-            "op_id", "hop", "stage", "node_idx", "link_idx", "t_enter_ns", "t_leave_ns",
-            "busy_ns", "queue_ns", "crit_ns"])
-        ops = pq.read_table(base.trace_dir / "ops.parquet", columns=["op_id", "kind", "deps",
-                                                                      "match_op_id"])
+            "op_id", "hop", "tile", "stage", "node_idx", "link_idx", "t_enter_ns", "t_leave_ns",
+            "busy_ns", "queue_ns", "crit_ns", "nbytes"])
+        ops = pq.read_table(base.trace_dir / "ops.parquet", columns=[
+            "op_id", "kind", "name", "out_shape", "deps", "match_op_id"])
         self.composite = int(np.sum(ops.column("kind").combine_chunks().dictionary_decode()
                                     .to_numpy(zero_copy_only=False) == "composite"))
         ot_c = {c: ot.column(c).to_numpy() for c in ot.column_names}
@@ -79,6 +74,7 @@ class Retimer:
         self.deps = [[int(op_row[d]) for d in (deps_all[by_id[i]] or ()) if 0 <= d < size
                       and op_row[d] >= 0] for i in ot_c["op_id"].tolist()]
         self.match = [match_all[by_id[i]] for i in ot_c["op_id"].tolist()]
+        self._ops_math = (by_id, ops.column("name").to_pylist(), ops.column("out_shape"))
         order = np.lexsort((h["hop"], op_row[h["op_id"]]))
         if not np.array_equal(order, np.arange(len(order))):
             h = {k: v[order] for k, v in h.items()}
@@ -109,7 +105,8 @@ class Retimer:
         self.prev = self._prev_rows(ot_c)
         self.launch_of = ot_c["launch"].tolist()
         self._prepare_launch()
-        self._prepare_prices()
+        self.pricer = Pricer(self.h, self.seg_op, self.cq, self.op_ids, base.topology,
+                             self._ops_math)
         self._prepare_order()
         ev_t = np.concatenate([issue, self.S[events]])
         ev_kind = np.concatenate([np.zeros(n_ops, np.int8), np.ones(len(events), np.int8)])
@@ -250,92 +247,10 @@ class Retimer:
             down[ln] = d
         return down, up
 
-    # -- pricing (per topology)
-    @staticmethod
-    def _node_ovh(topo: Any) -> np.ndarray:
-        return np.fromiter((n.overhead_ns for n in topo.nodes), float, len(topo.nodes))
-
-    @staticmethod
-    def _link_cols(topo: Any) -> tuple[np.ndarray, np.ndarray]:
-        ls = topo.links
-        return (np.fromiter((ln.bw_gbps for ln in ls), float, len(ls)),
-                np.fromiter((ln.latency_ns for ln in ls), float, len(ls)))
-
-    def _prepare_prices(self) -> None:
-        """What pricing needs that does not depend on the new topology."""
-        h, old = self.h, self.base.topology
-        stage = h["stage"]
-        self.is_link = h["link_idx"] >= 0
-        self.li = h["link_idx"][self.is_link]
-        nodal = ~self.is_link
-        self.masks = {st: np.flatnonzero(nodal & (stage == st))
-                      for st in ("hbm", "gemm", "fetch", "store", "ipcq", "math")}
-        self.masks["dispatch"] = np.flatnonzero(nodal & np.isin(stage, ("pe_cpu", "scheduler")))
-        self.serv = h["crit_ns"] - self.cq
-        self.masks["head"] = np.flatnonzero(nodal & (stage == "fabric") & (self.serv > 0))
-        self.ovh_o = self._node_ovh(old)[h["node_idx"]]
-        bw, lat = self._link_cols(old)
-        self.bw_o, self.lat_o = bw[self.li], lat[self.li]
-
-    def _service(self, new: Any) -> tuple[np.ndarray, np.ndarray]:
-        """(new service part, new busy) per hop, from the recorded ones."""
-        h, old = self.h, self.base.topology
-        po, pn = old.params, new.params
-        busy = h["busy_ns"]
-        serv = self.serv
-        ovh_o = self.ovh_o
-        d_ovh = self._node_ovh(new)[h["node_idx"]] - ovh_o
-        serv_n, busy_n = serv.copy(), busy.copy()
-        is_link = self.is_link
-        lat_d = np.zeros(len(serv))
-        if len(self.li):
-            bw_n, lat_n = self._link_cols(new)
-            bw_r = _ratio(self.bw_o, bw_n[self.li])
-            lat_o = self.lat_o
-            lat_d[is_link] = lat_n[self.li] - lat_o
-            s = serv[is_link]
-            extra = np.maximum(s - lat_o - ovh_o[is_link], 0.0)
-            serv_n[is_link] = s + lat_d[is_link] + d_ovh[is_link] + extra * (bw_r - 1.0)
-            busy_n[is_link] = busy[is_link] * bw_r
-            lat_d[is_link] += d_ovh[is_link]
-        kind = po.pe.ipcq.buffer_kind
-        rate = {  # node-only stages whose service scales with one rate
-            "hbm": _ratio(po.cube.hbm.pc_bw_gbps * po.cube.hbm.efficiency,
-                          pn.cube.hbm.pc_bw_gbps * pn.cube.hbm.efficiency),
-            "gemm": _ratio(po.pe.gemm.clock_ghz, pn.pe.gemm.clock_ghz),
-            "fetch": _ratio(po.pe.fetch_store.bw_gbps, pn.pe.fetch_store.bw_gbps),
-            "store": _ratio(po.pe.fetch_store.bw_gbps, pn.pe.fetch_store.bw_gbps),
-            "ipcq": _ratio(get_param(po, f"pe.ipcq.{kind}.bw_gbps"),
-                           get_param(pn, f"pe.ipcq.{kind}.bw_gbps")),
-        }
-        for st, r in rate.items():
-            m = self.masks[st]
-            if len(m) and (r != 1.0 or d_ovh[m].any()):
-                s = serv[m]
-                serv_n[m] = s + d_ovh[m] + np.maximum(s - ovh_o[m], 0.0) * (r - 1.0)
-                busy_n[m] = busy[m] * r
-        m = self.masks["dispatch"]
-        serv_n[m] = serv[m] + d_ovh[m]
-        busy_n[m] = busy[m] + d_ovh[m]
-        m = self.masks["math"]
-        if len(m):      # max(overhead, compute / clock): compute taken as the recorded busy
-            r = _ratio(po.pe.math.clock_ghz, pn.pe.math.clock_ghz)
-            new_b = np.maximum(pn.pe.math.overhead_ns, busy[m] * r)
-            serv_n[m] = serv[m] - busy[m] + new_b
-            busy_n[m] = new_b
-        # the request head of a DMA (a node-only fabric hop): set-up, plus the overheads
-        # and latencies of the op's link hops (the path back is the path there)
-        m = self.masks["head"]
-        if len(m):
-            per_op = np.bincount(self.seg_op, weights=lat_d, minlength=self.n_ops)
-            serv_n[m] = (serv[m] + (pn.pe.dma.overhead_ns - po.pe.dma.overhead_ns)
-                         + per_op[self.seg_op[m]])
-        return serv_n, busy_n
-
     # -- the pass
     def retime(self, new: Any) -> Estimate:
         """Re-time the prepared run on compiled topology ``new``."""
-        serv_n, busy_n = self._service(new)
+        serv_n, busy_n = self.pricer.service(new)
         cumn = np.cumsum(serv_n) - serv_n
         Pn_a = cumn - cumn[self.fs]
         Pn = Pn_a.tolist()
@@ -494,6 +409,7 @@ class Retimer:
         mk = self._makespan(ends, launch_done)
         est = Estimate(mk)
         est.late = late
+        est.ends, est.issues = ends, issue_a
         cqn_a, qn_a = np.array(cqn), np.array(qn)
         d = cqn_a - self.cq
         dc = np.cumsum(d) - d

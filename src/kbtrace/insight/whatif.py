@@ -3,11 +3,14 @@
 Model. Every op's latency is the sum of its hops' ``crit_ns`` (``schema.HOPS``): the hops
 are *segments* of the op's critical path, in hop order, starting at its issue. A segment's
 ``crit_ns`` splits into a wait (``min(queue_ns, crit_ns)``, at its start) and a service part
-(the rest). A parameter change re-prices the service part (``_service``: link bandwidth,
-propagation and node overheads from the compiled topologies' ``links`` / ``nodes`` tables;
-HBM pseudo-channel bandwidth, GEMM and MATH clocks, fetch/store and IPCQ tier bandwidth,
-DMA set-up from the parameters), and every recorded time inside an op maps to the new
-timeline by a piecewise-linear warp over its segments.
+(the rest). A parameter change re-prices the service part (``pricing.Pricer``: link
+bandwidth, propagation and node overheads from the compiled topologies' ``links`` /
+``nodes`` tables; HBM pseudo-channel bandwidth, GEMM and MATH clocks, fetch/store and IPCQ
+tier bandwidth, DMA set-up from the parameters). A transfer that crossed its path unqueued
+is re-priced with fast mode's free-path wormhole closed form (its bottleneck link can
+change); a MATH op is ``max(overhead, compute / clock)`` with its compute from its shape.
+Every recorded time inside an op maps to the new timeline by a piecewise-linear warp over
+its segments.
 
 Waits are re-derived, not kept: a hop that waited in the recording waited for some event
 that happened at its service start (``t_enter_ns + queue_ns``) -- the end of another hop on
