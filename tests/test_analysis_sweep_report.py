@@ -5,9 +5,10 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
+from kbtrace import schema
 from kbtrace.analysis.reporter import report
 from kbtrace.analysis.run import open_run
-from kbtrace.analysis.sweepreport import is_run_set, point_frames
+from kbtrace.analysis.sweepreport import is_run_set, point_frames, stage_shares_frame
 from kbtrace.capture import capture
 from kbtrace.cli import main
 from kbtrace.replay.sweep import run_sweep
@@ -60,6 +61,11 @@ def test_points_table_per_point_with_headline_and_speedup_within_a_workload(swee
     sums = stages.group_by("point").agg(pl.col("share").sum()).sort("point")
     assert sums["point"].to_list() == [1, 2, 3, 5, 6, 7]
     assert sums["share"].to_list() == pytest.approx([1.0] * 6)
+    wide = stage_shares_frame(stages)      # the page's view: a row per point, schema order
+    assert wide.columns == ["point", *schema.BREAKDOWN_STAGES, "idle"]
+    assert wide["point"].to_list() == [1, 2, 3, 5, 6, 7]
+    assert wide.row(0, named=True)["hbm_queue"] == stages.filter(
+        (pl.col("point") == 1) & (pl.col("stage") == "hbm_queue"))["share"][0]
 
 
 def test_report_of_a_sweep_is_self_contained_and_deterministic(sweep, tmp_path, capsys):
@@ -71,7 +77,8 @@ def test_report_of_a_sweep_is_self_contained_and_deterministic(sweep, tmp_path, 
     files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
     assert [f.as_posix() for f in files] == [
         ".kbtrace", "index.html", "summary.md", "sweep_makespan.png", "sweep_stages.png", "tables/points.csv",
-        "tables/points.md", "tables/stages.csv", "tables/stages.md"]
+        "tables/points.md", "tables/stage_shares.csv", "tables/stage_shares.md", "tables/stages.csv",
+        "tables/stages.md"]
     for f in files:
         assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
     html = (tmp_path / "a" / "index.html").read_text()
@@ -102,4 +109,5 @@ def test_report_of_a_sweep_whose_points_all_failed(sweep, tmp_path):
     assert points["status"].to_list() == ["error", "error"]
     assert points["makespan_ns"].is_null().all() and points["speedup"].is_null().all()
     assert (out / "tables" / "stages.csv").read_text().strip() == "point,stage,time_ns,share"
+    assert (out / "tables" / "stage_shares.csv").read_text().strip() == "point"
     assert "2 point(s), 2 failed" in (out / "index.html").read_text()

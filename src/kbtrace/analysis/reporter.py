@@ -2,7 +2,8 @@
 
 Layout of the report directory (default ``RUN/report``)::
 
-    index.html                 everything below, PNGs embedded as base64
+    index.html                 everything below, PNGs embedded as base64 (jinja2 template
+                               templates/page.html.j2, autoescaped)
     tables/<name>.csv|.md      summary, stage_totals, stage_breakdown_pe, hotspots,
                                critical_path, utilisation_by_kind, top_links, overlap, roofline
                                (+ attribution, when `kbtrace attribute RUN` was run on it)
@@ -15,57 +16,87 @@ A sweep or a directory of runs gets the report of ``sweepreport`` instead (same 
 from __future__ import annotations
 
 import base64
-import html
+import functools
 import os
+import re
+import struct
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
+import jinja2
 import polars as pl
+from markupsafe import Markup
 
 from kbtrace._io import atomic_dir, atomic_path
 from kbtrace.analysis import frames, plots
 from kbtrace.analysis.formats import render, write_frame
 
-__all__ = ["report", "write_page", "run_inputs", "TIMELINE_PES"]
+__all__ = ["report", "write_page", "run_inputs", "TIMELINE_PES", "UNITS_NOTE"]
 
 TIMELINE_PES = 64     # PEs drawn in timeline.png (the first ones, by sip, cube, pe)
 
 
-def _html_table(df: pl.DataFrame, max_rows: int = 40) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in df.columns)
-    body = []
-    for r in df.head(max_rows).iter_rows():
-        cells = "".join(f"<td>{html.escape(f'{v:.6g}' if isinstance(v, float) else str(v))}</td>"
-                        for v in r)
-        body.append(f"<tr>{cells}</tr>")
-    more = f"<p class=more>{df.height - max_rows} more rows in the CSV</p>" if df.height > max_rows else ""
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>{more}"
+#: The unit policy, printed on run and sweep report pages (plots.py applies it to the plots).
+UNITS_NOTE = ("Times are in ns in every table and plot (columns named *_ns, axes marked (ns)); "
+              "utilisation and shares are fractions in [0, 1].")
 
 
-_CSS = ("body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;"
-        "font-size:12px;margin-bottom:1em}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}"
-        "th{background:#eee}img{max-width:100%;border:1px solid #ddd}h2{margin-top:1.5em}")
+@functools.cache
+def _page_template() -> jinja2.Template:
+    env = jinja2.Environment(loader=jinja2.PackageLoader("kbtrace.analysis", "templates"),
+                             autoescape=True, undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=True)
+    return env.get_template("page.html.j2")
+
+
+def _cell(v: Any) -> tuple[str, str]:
+    """(CSS class, text) of one table cell: numbers right-aligned, floats to 6 digits."""
+    if isinstance(v, bool) or v is None:
+        return "text", "" if v is None else str(v)
+    if isinstance(v, float):
+        return "num", f"{v:.6g}"
+    return ("num" if isinstance(v, int) else "text"), str(v)
+
+
+def _anchor(heading: str, used: set[str]) -> str:
+    base = re.sub(r"[^a-z0-9]+", "-", heading.lower()).strip("-") or "section"
+    a, i = base, 2
+    while a in used:
+        a, i = f"{base}-{i}", i + 1
+    used.add(a)
+    return a
 
 
 def write_page(out_dir: Path, title: str, sections: list[tuple[str, str | None, str | None]],
-               tables: dict[str, pl.DataFrame], pngs: dict[str, Path], *, note: str | None = None,
-               max_rows: int = 40) -> None:
-    """``index.html`` (PNGs embedded) and ``summary.md`` (every table) in ``out_dir``;
-    ``sections``: (heading, table name or None, png name or None); ``note``: HTML under the title."""
-    parts = [f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title>"
-             f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>"]
-    if note:
-        parts.append(f"<p>{note}</p>")
+               tables: dict[str, pl.DataFrame], pngs: dict[str, Path], *,
+               note: str | Markup | Sequence[str | Markup] | None = None, max_rows: int = 40,
+               units: str | None = None) -> None:
+    """``index.html`` (PNGs embedded; ``templates/page.html.j2``, autoescaped) and
+    ``summary.md`` (every table) in ``out_dir``. ``sections``: (heading, table name or None,
+    png name or None); ``note``: text under the title, one paragraph per item of a sequence
+    (escaped unless ``markupsafe.Markup``); ``units``: the unit policy line (``UNITS_NOTE``);
+    a table shows its first ``max_rows`` rows (the CSV has all)."""
+    used: set[str] = set()
+    secs = []
     for heading, table, png in sections:
-        parts.append(f"<h2>{html.escape(heading)}</h2>")
+        s: dict[str, Any] = {"heading": heading, "anchor": _anchor(heading, used), "png": None,
+                             "table": None}
         if png:
-            b64 = base64.b64encode(pngs[png].read_bytes()).decode()
-            parts.append(f'<img alt="{png}" src="data:image/png;base64,{b64}">')
+            data = pngs[png].read_bytes()
+            w, h = struct.unpack(">II", data[16:24])      # the IHDR chunk of a PNG
+            s["png"] = {"name": png, "b64": base64.b64encode(data).decode(), "width": w,
+                        "height": h}
         if table:
-            parts.append(_html_table(tables[table], max_rows))
-    parts.append("</body></html>\n")
+            df = tables[table]
+            s["table"] = {"name": table, "columns": df.columns,
+                          "rows": [[_cell(v) for v in r] for r in df.head(max_rows).iter_rows()],
+                          "more": max(0, df.height - max_rows)}
+        secs.append(s)
+    lines = [] if note is None else [note] if isinstance(note, str) else list(note)
+    page = _page_template().render(title=title, note_lines=lines, sections=secs, units=units)
     with atomic_path(out_dir / "index.html") as tmp:
-        tmp.write_text("\n".join(parts))
+        tmp.write_text(page)
     with atomic_path(out_dir / "summary.md") as tmp:
         tmp.write_text("\n".join(f"## {n}\n\n{render(df, 'md')}" for n, df in tables.items()))
 
@@ -166,4 +197,5 @@ def _write_run_report(r: Any, tables: dict[str, pl.DataFrame], out_dir: Path) ->
         pngs["tornado"] = plots.plot_tornado(attr, out_dir / "tornado.png")
         sections.insert(1, ("What would help most (kbtrace attribute)", "attribution",
                             "tornado"))
-    write_page(out_dir, f"kbtrace report: {r.path.name}", sections, tables, pngs)
+    write_page(out_dir, f"kbtrace report: {r.path.name}", sections, tables, pngs,
+               units=UNITS_NOTE)

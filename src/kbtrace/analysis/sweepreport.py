@@ -16,12 +16,12 @@ Layout of the report directory (default ``SWEEP/report``)::
                                combination per workload and machine
     tables/points.csv|.md      one row per point
     tables/stages.csv|.md      point x exclusive stage: time_ns, share of PE busy time
+    tables/stage_shares.csv|.md  the same shares, one row per point (the page shows this one)
     sweep_makespan.png  sweep_stages.png
 """
 
 from __future__ import annotations
 
-import html
 import json
 import os
 from pathlib import Path
@@ -29,11 +29,13 @@ from typing import Any
 
 import polars as pl
 import pyarrow.parquet as pq
+from markupsafe import Markup
 
 from kbtrace import schema
 from kbtrace.errors import AnalysisError
 
-__all__ = ["is_run_set", "point_frames", "workload_grid_keys", "tuning_frame", "report_sweep"]
+__all__ = ["is_run_set", "point_frames", "workload_grid_keys", "tuning_frame",
+           "stage_shares_frame", "report_sweep"]
 
 _CATEGORIES = ("trace", "topology", "fidelity")
 _HEADLINE = ("top_stage", "top_stage_share", "crit_kind", "crit_share", "hot_spot",
@@ -157,12 +159,23 @@ def tuning_frame(points: pl.DataFrame, params: list[str], wkeys: list[str]) -> p
             .sort(*machine, "point"))
 
 
+def stage_shares_frame(stages: pl.DataFrame) -> pl.DataFrame:
+    """``stages`` (long: point, stage, time_ns, share) as one row per point and one share
+    column per exclusive stage (``schema.BREAKDOWN_STAGES`` order, then idle): the page's
+    view of it (a few rows where the long table has ten per point)."""
+    order = [*schema.BREAKDOWN_STAGES, "idle"]
+    if not stages.height:
+        return pl.DataFrame({"point": []}, schema={"point": pl.Int64})
+    wide = stages.pivot(on="stage", index="point", values="share").sort("point")
+    return wide.select("point", *[c for c in order if c in wide.columns])
+
+
 def report_sweep(root: str | os.PathLike[str], out: str | os.PathLike[str] | None = None) -> Path:
     """Write the report of a sweep or directory of runs; return the report directory."""
     root = Path(root)
     out_dir = Path(out) if out else root / "report"
     points, stages, params = point_frames(root)
-    tables = {"points": points, "stages": stages}
+    tables = {"points": points, "stages": stages, "stage_shares": stage_shares_frame(stages)}
     tuning = tuning_frame(points, params, workload_grid_keys(root))
     if tuning.height:
         tables = {"tuning": tuning, **tables}
@@ -179,7 +192,7 @@ def _write_sweep_report(root: Path, out_dir: Path, points: pl.DataFrame, stages:
                         params: list[str], tables: dict[str, pl.DataFrame]) -> None:
     from kbtrace.analysis import plots
     from kbtrace.analysis.formats import write_frame
-    from kbtrace.analysis.reporter import write_page
+    from kbtrace.analysis.reporter import UNITS_NOTE, write_page
 
     for name, df in tables.items():
         write_frame(df, "csv", out_dir / "tables" / f"{name}.csv")
@@ -192,14 +205,15 @@ def _write_sweep_report(root: Path, out_dir: Path, points: pl.DataFrame, stages:
             "sweep_stages": plots.plot_sweep_stages(stages, out_dir / "sweep_stages.png")}
     failed = points.filter(pl.col("status") != "ok").height
     source = _sweep_json(root).get("source")
-    note = html.escape(f"{points.height} point(s), {failed} failed"
-                       + (f"; config {Path(source).name}" if source else "")
-                       + ". Each point's own report: ") + "<code>kbtrace report " + html.escape(
-        f"{root.name}/<run_dir>") + "</code>."
+    note = Markup("{} <code>kbtrace report {}</code>.").format(
+        f"{points.height} point(s), {failed} failed"
+        + (f"; config {Path(source).name}" if source else "") + ". Each point's own report:",
+        f"{root.name}/<run_dir>")
     sections = [("Makespan", None, "sweep_makespan"),
                 *([("Fastest workload parameters per machine", "tuning", None)]
                   if "tuning" in tables else []),
                 ("Points", "points", None),
-                ("Where the PE time went, per point", "stages", "sweep_stages")]
+                ("Where the PE time went, per point (share of PE busy time)", "stage_shares",
+                 "sweep_stages")]
     write_page(out_dir, f"kbtrace sweep report: {root.name}", sections, tables, pngs, note=note,
-               max_rows=200)
+               max_rows=200, units=UNITS_NOTE)

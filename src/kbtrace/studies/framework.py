@@ -251,9 +251,9 @@ def run_study(name: str, topology: str | Path, *, quick: bool = False, jobs: int
         if drift is not None:
             sections.append(("Against the committed calibration record", "calibration", None))
         spec = STUDIES[name]
-        note = (f"{spec.description}. Reference: {spec.reference}. Topology "
-                f"{topo.params.name}{', quick mode' if quick else ''}; kbtrace {__version__}."
-                + "".join(f"<br>{n}" for n in f.notes))
+        note = [f"{spec.description}. Reference: {spec.reference}. Topology "
+                f"{topo.params.name}{', quick mode' if quick else ''}; kbtrace {__version__}.",
+                *f.notes]
         write_page(stage, f"kbtrace study {name}", sections, tables, pngs, note=note,
                    max_rows=80)
         write_json(stage / "study.json", {
