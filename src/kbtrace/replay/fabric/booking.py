@@ -217,6 +217,9 @@ def fit_rate(lt: list[float], lr: list[float], now: float, h: float, hd: float, 
                             t_next = clear
                 elif t0 + backlog / c < t_next:
                     t_next = t0 + backlog / c
+                if t_next <= t0:        # what waits is below the clock's resolution at t0:
+                    done = arrived      # served (else the loop makes no progress, forever)
+                    continue
             else:                       # nothing waits: as fast as it arrives, if it can
                 rate = rho if rho < c else c
                 t_next = e_in if e_in < t1 else t1
