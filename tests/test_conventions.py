@@ -53,9 +53,30 @@ def test_every_table_command_has_format():
     fmts = {" ".join(path): next((a.choices for a in p._actions if "--format" in a.option_strings),
                                  None)
             for path, p in _commands(build_parser())}
-    for cmd in ("sql", "verify", "diff", "baseline check", "sweep", "topo route"):
+    for cmd in ("sql", "verify", "diff", "baseline check", "sweep", "topo route", "list",
+                "probe"):
         assert set(TABLE_FORMATS) <= set(fmts[cmd]), cmd
     assert "parquet" in fmts["sql"]
+
+
+def test_list_and_probe_take_format_and_json_is_a_deprecated_alias(capsys):
+    """`kbtrace list` / `probe` had --json where every other table command has --format."""
+    import json
+
+    assert main(["list", "topologies", "--format", "csv"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "topologies (3)" and out[1] == "name,description,size"
+    assert main(["list", "topologies", "-f", "json"]) == 0
+    js = json.loads(capsys.readouterr().out)
+    assert {t["name"] for t in js["topologies"]} == {"default", "small", "tiny"}
+    assert main(["list", "topologies", "--json"]) == 0
+    cap = capsys.readouterr()
+    assert json.loads(cap.out) == js
+    assert cap.err == "kbtrace: note: --json is deprecated and will go; use --format json\n"
+    assert main(["list", "topologies"]) == 0                 # text, as every table command
+    assert capsys.readouterr().out.splitlines()[2].startswith("-------")
+    assert main(["probe", "--case", "h2d-1hop", "-f", "csv"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].startswith("case,src,dst,actual_ns,")
 
 
 def test_markdown_escapes_pipes_and_newlines():

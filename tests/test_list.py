@@ -25,7 +25,7 @@ def test_list_cli_lists_new_traces_and_runs(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["run", "softmax", "-p", "R=16", "--no-report", "--no-verify"]) == 0
     capsys.readouterr()
-    assert main(["list", "traces", "runs", "--json"]) == 0
+    assert main(["list", "traces", "runs", "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     # the current directory's catalogs come first (the repository's data/ may hold more)
     # (names carry the non-default parameters: kbtrace._names)
@@ -33,6 +33,6 @@ def test_list_cli_lists_new_traces_and_runs(tmp_path, monkeypatch, capsys):
     assert trace["path"] == "data/traces/softmax-R_16-small" and trace["ops"] == "6"
     run = next(r for r in out["runs"] if r["name"] == "softmax-R_16-small-fast")
     assert run["kind"] == "run" and "softmax on small (fast)" in run["description"]
-    assert main(["list", "workloads"]) == 0
+    assert main(["list", "workloads", "--format", "md"]) == 0
     assert "| softmax | Row-wise softmax" in capsys.readouterr().out
     assert main(["list", "bogus"]) == 2

@@ -77,6 +77,34 @@ def test_quiet_and_verbose(tmp_path, capsys):
         assert capsys.readouterr().err == ""
     assert main(["run", "gemm", *SMALL, "-o", str(tmp_path / "d"), "--no-report", "-v"]) == 0
     err = capsys.readouterr().err.splitlines()
-    assert [ln.split(" took ")[0] for ln in err] == ["kbtrace: info: capture",
-                                                     "kbtrace: info: replay",
-                                                     "kbtrace: info: verify"]
+    assert [ln.split(" took ")[0] for ln in err if " took " in ln] == [
+        "kbtrace: info: capture", "kbtrace: info: replay", "kbtrace: info: verify",
+        "kbtrace: info: run"]                 # each stage, then the whole command
+    assert err[-1].endswith("s (exit 0)")
+    topo = [ln for ln in err if ln.startswith("kbtrace: info: topology ")]
+    assert topo and all(ln.endswith(".pkl)") or ": compiled" in ln for ln in topo)
+
+
+def test_verbose_says_what_its_help_says(tmp_path, capsys):
+    """-v: the command's wall time and topology cache use; -vv: each analysis view
+    materialised; neither without -v (the help text promised cache use, and -vv, that no
+    code logged)."""
+    from kbtrace.analysis.synthetic import write_synthetic_run
+    from kbtrace.cli import build_parser
+
+    run = write_synthetic_run(tmp_path / "s")
+    assert main(["report", str(run), "-o", str(tmp_path / "r")]) == 0
+    assert capsys.readouterr().err == ""
+    assert main(["-v", "report", str(run), "-o", str(tmp_path / "r")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert [ln.split(" took ")[0] for ln in err] == ["kbtrace: info: report"]
+    assert main(["report", str(run), "-o", str(tmp_path / "r"), "-vv"]) == 0
+    err = capsys.readouterr().err
+    for view in ("_pe_segments", "_busy_islands", "utilisation", "_crit_pred", "critical_path"):
+        assert f"kbtrace: debug: run: view {view} materialised in " in err, view
+    assert main(["-v", "topo", "show", "small"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("kbtrace: info: topology ") and "small.yaml" in err[0]
+    assert err[-1].startswith("kbtrace: info: topo show took ")
+    help_v = next(a.help for a in build_parser()._actions if "-v" in a.option_strings)
+    assert "wall time" in help_v and "cache" in help_v and "-vv" in help_v

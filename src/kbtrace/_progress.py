@@ -3,7 +3,8 @@ on stderr while it works.
 
 * ``setup_logging(verbosity)``: the ``kbtrace`` logger writes ``kbtrace: warning: ...``
   (notes, warnings; errors are the CLI's one line) to stderr; ``-q`` (verbosity -1) keeps
-  errors only, ``-v`` adds info (stage timings, cache hits), ``-vv`` debug. Library code
+  errors only, ``-v`` adds info (the command's and each ``run`` stage's wall time, topology cache
+  hits and misses), ``-vv`` debug (each analysis view materialised, with its time). Library code
   logs through ``logging.getLogger("kbtrace...")`` and never prints to stderr.
 * ``progress(enabled)``: a context manager yielding ``Bars``. On a terminal, rich's
   progress display (bars with counts, elapsed time; removed when done so the summary lines

@@ -20,7 +20,8 @@ from kbtrace.errors import UsageError
 if TYPE_CHECKING:  # pragma: no cover
     import polars as pl
 
-__all__ = ["TABLE_FORMATS", "add_format", "render", "md_cell"]
+__all__ = ["TABLE_FORMATS", "add_format", "add_json_alias", "render", "md_cell",
+           "deprecated_json"]
 
 #: how every command that prints a table can print it (``--format``)
 TABLE_FORMATS = ("text", "csv", "md", "json")
@@ -36,6 +37,31 @@ def add_format(p: argparse.ArgumentParser, formats: tuple[str, ...] = TABLE_FORM
     """The ``--format/-f`` option of every command that prints a table (default text)."""
     p.add_argument("--format", "-f", choices=formats, default="text", type=_format,
                    help=f"how to print {what}: {', '.join(formats)} (default text)")
+
+
+class _JsonAlias(argparse.Action):
+    """``--json``, the spelling ``kbtrace list`` and ``probe`` had before ``--format``: sets
+    ``--format json`` and marks the namespace (``deprecated_json``)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kw: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="deprecated: --format json")
+
+    def __call__(self, parser: argparse.ArgumentParser, ns: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        ns.format = "json"
+        ns.deprecated_json = True
+
+
+def add_json_alias(p: argparse.ArgumentParser) -> None:
+    """``--json`` as a deprecated alias of ``--format json`` (after ``add_format``)."""
+    p.add_argument("--json", action=_JsonAlias, dest="deprecated_json", default=False)
+
+
+def deprecated_json(args: argparse.Namespace) -> None:
+    """The note a command gives when ``--json`` was used (once, through logging)."""
+    if getattr(args, "deprecated_json", False):
+        from kbtrace._progress import NOTE, log
+        log.warning("--json is deprecated and will go; use --format json", extra=NOTE)
 
 
 def _cell(v: object) -> str:

@@ -13,13 +13,14 @@ import argparse
 import importlib
 import os
 import sys
+import time
 import traceback
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
 from kbtrace import __version__
-from kbtrace._progress import setup_logging
+from kbtrace._progress import log, setup_logging
 from kbtrace.errors import KbtraceError, shorten
 
 __all__ = ["main", "build_parser"]
@@ -58,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         mod.register(sub)
     for leaf in _leaves(parser):      # -q / -v before or after the subcommand
         _add_verbosity(leaf, argparse.SUPPRESS)
+        leaf.set_defaults(command_path=leaf.prog.removeprefix(parser.prog).strip())
     return parser
 
 
@@ -72,7 +74,9 @@ def _add_verbosity(p: argparse.ArgumentParser, default: object) -> None:
     p.add_argument("-q", "--quiet", action="count", default=default,
                    help="only errors on stderr: no progress, notes or warnings")
     p.add_argument("-v", "--verbose", action="count", default=default,
-                   help="more on stderr: -v stage timings and cache use, -vv debug")
+                   help="more on stderr: -v the command's wall time, each `run` stage's, "
+                        "topology cache hits and misses; -vv also each analysis view "
+                        "materialised, with its time")
 
 
 def _leaves(p: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
@@ -94,7 +98,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not getattr(args, "func", None):
             parser.print_help()
             return 0 if args.command is None else 2
-        return int(args.func(args) or 0)
+        t0 = time.perf_counter()
+        rc = int(args.func(args) or 0)
+        log.info(f"{getattr(args, 'command_path', args.command)} took "
+                 f"{time.perf_counter() - t0:.2f} s (exit {rc})")
+        return rc
     except KbtraceError as err:
         print(f"kbtrace: error: {shorten(str(err))}", file=sys.stderr)
         if show_tb:

@@ -10,10 +10,12 @@ A directory holding several run directories opens as a run set: ``op_timing``,
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,8 @@ from kbtrace.analysis._memory import limit_memory
 from kbtrace.analysis._reproduce import recorded_trace_path, reproduce_commands
 from kbtrace.analysis.sqllib import load_views
 from kbtrace.errors import AnalysisError, KbtraceError, SchemaError, UsageError
+
+_log = logging.getLogger("kbtrace.analysis")
 
 __all__ = ["Run", "open_run", "find_trace_dir", "recorded_trace_path", "read_run_json",
            "run_trace_dir", "check_trace_hash", "read_parquet_schema",
@@ -316,12 +320,16 @@ class Run:
                 raise AnalysisError(f"{v!r} is not a view name")
             safe = v in PARALLEL_SAFE      # sorted on any machine: same rows, same order
             par = safe and cores > 1 and not self.sandbox     # (a locked config: one thread)
+            t0 = time.perf_counter()
             try:
                 if par:
                     self.con.execute(f"SET threads TO {cores}")
                 self.con.execute(f"CREATE OR REPLACE TEMP TABLE _m_{v} AS SELECT * FROM {v}"
                                  + (" ORDER BY ALL" if safe else ""))
                 self.con.execute(f"CREATE OR REPLACE VIEW {v} AS SELECT * FROM _m_{v}")
+                _log.debug(f"{self.path.name}: view {v} materialised in "
+                           f"{time.perf_counter() - t0:.2f} s"
+                           + (f" on {cores} threads" if par else ""))
             except duckdb.Error as exc:
                 raise self.error(exc, f"materialising view {v!r} failed") from exc
             finally:

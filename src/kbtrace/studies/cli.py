@@ -7,6 +7,7 @@ import json
 import sys
 
 from kbtrace._paths import add_topology
+from kbtrace._tables import add_format, add_json_alias, deprecated_json
 
 __all__ = ["register"]
 
@@ -21,7 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                     "the traces and runs under data/.")
     ls.add_argument("kind", nargs="*", metavar="KIND",
                     help=f"only these kinds ({', '.join(KINDS)}); default all")
-    ls.add_argument("--json", action="store_true", help="one JSON object: kind -> rows")
+    add_format(ls, what="each kind's table (json: one object, kind -> rows)")
+    add_json_alias(ls)
     ls.set_defaults(func=_list)
 
     p = sub.add_parser("probe", help="single transfers replayed alone against their lower "
@@ -43,7 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="replay fidelity (default fast)")
     p.add_argument("--hops", action="store_true",
                    help="print each case's replayed hops (node, stage, enter/leave ns)")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead")
+    add_format(p, what="the result (json: one object with every table)")
+    add_json_alias(p)
     p.set_defaults(func=_probe)
 
     s = sub.add_parser("study", help="an evaluation study: sweep, tables, figures, one HTML "
@@ -86,15 +89,17 @@ def _list(args: argparse.Namespace) -> int:
     for k in kinds:
         if k not in KINDS:
             raise UsageError(f"kbtrace list {k!r}: no such kind; use any of {', '.join(KINDS)}")
+    deprecated_json(args)
     frames = catalog(kinds)
-    if args.json:
-        print(json.dumps({k: df.to_dicts() for k, df in frames.items()}, indent=1))
+    if args.format == "json":
+        print(json.dumps({k: df.to_dicts() for k, df in frames.items()}, indent=1,
+                         default=str))
         return 0
     for kind, df in frames.items():
         print(f"{kind} ({df.height})")
         if df.height:
             print(render(df.drop("path") if "path" in df.columns and kind != "runs" else df,
-                         "md"))
+                         args.format))
         else:
             print(f"  none in {WHERE[kind]}\n")
     return 0
@@ -109,9 +114,11 @@ def _probe(args: argparse.Namespace) -> int:
     from kbtrace.topology.cli import parse_sets
     topo = compile_topology(args.topology, overrides=parse_sets(args.set))
     res = run_probe(topo, args.case, args.nbytes, sweep=args.sweep, fidelity=args.fidelity)
-    if args.json:
+    deprecated_json(args)
+    if args.format == "json":
         print(json.dumps(res.as_json(), indent=1))
         return 0 if res.ok else 1
+    fmt = args.format
     print(f"probe on {res.topology} ({res.fidelity}): {res.nbytes} B per transfer, each case "
           f"replayed alone")
     show = res.cases.select(
@@ -119,7 +126,7 @@ def _probe(args: argparse.Namespace) -> int:
         "lb_ns", "floor_ns", (pl.col("efficiency") * 100).round(1).alias("eff_%"),
         pl.col("eff_bw_gbps").round(1), "bn_bw_gbps", (pl.col("util") * 100).round(1)
         .alias("util_%"), "bottleneck")
-    print(render(show.with_columns(pl.col(pl.Float64).round(2)), "table"))
+    print(render(show.with_columns(pl.col(pl.Float64).round(2)), fmt))
     if res.sweep is not None:
         sw = res.sweep.with_columns((pl.col("util") * 100).round(1).alias("util_%"),
                                     pl.col("actual_ns").round(1))
@@ -128,14 +135,14 @@ def _probe(args: argparse.Namespace) -> int:
             wide = sw.pivot(on="nbytes", index="case", values=col, sort_columns=False)
             wide.columns = ["case", *(_size(int(c)) for c in wide.columns[1:])]
             print(f"size sweep: {title}")
-            print(render(wide, "table"))
+            print(render(wide, fmt))
     if args.hops:
         for case in res.cases["case"]:
             h = res.hops.filter(pl.col("case") == case).select(
                 "hop", "stage", "node", pl.col("t_enter_ns").round(2),
                 pl.col("t_leave_ns").round(2), pl.col("queue_ns").round(2), "nbytes")
             print(f"hops of {case}")
-            print(render(h, "table"))
+            print(render(h, fmt))
     for r in res.invariants.iter_rows(named=True):
         mark = "[v] PASS" if r["ok"] else "[x] FAIL"
         print(f"{mark} {r['invariant']}: {r['detail']}")

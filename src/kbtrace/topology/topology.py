@@ -10,6 +10,7 @@ editing the YAML changes the key, so a stale entry is never used.
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 import pickle
 from dataclasses import asdict, fields
@@ -30,6 +31,8 @@ from kbtrace.topology._route import Router
 from kbtrace.topology._spec import apply_overrides, build_params, describe, load_yaml, sip_grid
 from kbtrace.topology.model import Link, Node, PeCoord, Route
 from kbtrace.topology.params import TopologyParams
+
+_log = logging.getLogger("kbtrace.topology")
 
 __all__ = ["Topology", "compile_topology", "cache_dir", "CACHE_STATS", "COMPILER_VERSION"]
 
@@ -458,6 +461,7 @@ def compile_topology(path: str | os.PathLike[str], overrides: dict[str, Any] | N
                 object.__setattr__(topo, "source", where)
                 object.__setattr__(topo, "from_cache", True)
                 CACHE_STATS["hits"] += 1
+                _log.info(f"topology {where}: from the cache ({cfile})")
                 return topo
         except Exception:  # noqa: BLE001 - a corrupt cache entry is rebuilt, never trusted
             pass
@@ -467,13 +471,16 @@ def compile_topology(path: str | os.PathLike[str], overrides: dict[str, Any] | N
     hop_where = describe(where, {k: v for k, v in ov.items() if k.endswith(("_mm", "_ns"))})
     topo = Topology(params, build_graph(params, hop_where), where, ov)
     CACHE_STATS["misses"] += 1
+    cached = False
     if use_cache:
         try:
             cfile.parent.mkdir(parents=True, exist_ok=True)
             with atomic_path(cfile) as tmp:
                 tmp.write_bytes(pickle.dumps(topo, protocol=pickle.HIGHEST_PROTOCOL))
+            cached = True
         except (OSError, OutputError) as exc:   # a read-only or full cache dir costs speed only
             _warn_cache_once(cfile.parent, exc)
+    _log.info(f"topology {where}: compiled" + (f", cached as {cfile}" if cached else ""))
     return topo
 
 
