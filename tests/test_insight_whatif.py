@@ -159,3 +159,30 @@ def test_math_ops_at_their_floor_are_priced_from_their_shape(tmp_path):
     assert w.order_stable
     assert (w.makespan_ns, x) == (pytest.approx(7018.55, abs=0.01), pytest.approx(6823.95, abs=0.01))
     assert abs(w.makespan_ns - x) / x < 0.03
+
+
+def test_launch_paths_are_summed_along_the_recorded_routes(tmp_path):
+    """tp_mlp's four launches: each start barrier is its launch time plus the fan-out
+    host -> IO_CPU -> M_CPU -> PE_CPU; the re-timing keeps those routes' node and link
+    indices and re-sums them on a new topology, as ``Topology.route`` would."""
+    from kbtrace.topology.model import PeCoord
+
+    run = _run(tmp_path, "tp_mlp", {}, "tp4")
+    rt = Retimer(load_base(run))
+    assert len(rt.rec) == 4 and len(rt.up_o) == 25
+    for ln, (t_launch, t_barrier, _done) in rt.rec.items():
+        assert rt.down_o[ln] == pytest.approx(t_barrier - t_launch, abs=1e-9)
+    assert sorted({round(v, 2) for v in rt.down_o.values()}) == [75.4, 88.3]
+    new = compile_topology(SMALL, overrides={"cube.m_cpu.overhead_ns": 10.0})
+    down, up = rt._launch_paths(new)
+
+    def cmd(a, b):
+        r = new.route(a, b)
+        return r.overhead_ns + r.wire_ns
+    for (ln, s, c, p), v in up.items():
+        io, m = new.io_cpu(s), new.m_cpu(s, c)
+        cpu = new.pe_node(PeCoord(s, c, p), "pe_cpu")
+        assert v == pytest.approx(cmd(cpu, m) + cmd(m, io) + cmd(io, new.host), abs=1e-9)
+        assert down[ln] >= cmd(new.host, io) + cmd(io, m) + cmd(m, cpu) - 1e-9
+    for ln in rt.rec:       # the M_CPU (5 -> 10 ns) is on each path once, not as a source
+        assert down[ln] == pytest.approx(rt.down_o[ln] + 5.0, abs=1e-9)

@@ -31,18 +31,41 @@ def _ratio(old: np.ndarray | float, new: np.ndarray | float) -> Any:
     return np.where(ok, old / np.where(ok, new, 1.0), 1.0)
 
 
+def topo_cols(topo: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(node overhead, link latency, link bandwidth) of a compiled topology as arrays: the
+    per-topology constants ``Topology.route`` sums (kept as lists when it is compiled), or
+    read from its node and link objects. Memoised for the last few topologies."""
+    hit = _COLS.get(id(topo))
+    if hit is not None and hit[0] is topo:
+        return hit[1]
+    c = getattr(topo, "_rt_consts", None)
+    if c is not None:
+        cols = (np.array(c[0], float), np.array(c[1], float), np.array(c[2], float))
+    else:
+        ns, ls = topo.nodes, topo.links
+        cols = (np.fromiter((n.overhead_ns for n in ns), float, len(ns)),
+                np.fromiter((ln.latency_ns for ln in ls), float, len(ls)),
+                np.fromiter((ln.bw_gbps for ln in ls), float, len(ls)))
+    if len(_COLS) >= 8:
+        _COLS.clear()
+    _COLS[id(topo)] = (topo, cols)
+    return cols
+
+
+_COLS: dict[int, tuple[Any, tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+
+
 class Pricer:
     """The hops of a recorded run, prepared for pricing on other topologies."""
 
     @staticmethod
     def _node_ovh(topo: Any) -> np.ndarray:
-        return np.fromiter((n.overhead_ns for n in topo.nodes), float, len(topo.nodes))
+        return topo_cols(topo)[0]
 
     @staticmethod
     def _link_cols(topo: Any) -> tuple[np.ndarray, np.ndarray]:
-        ls = topo.links
-        return (np.fromiter((ln.bw_gbps for ln in ls), float, len(ls)),
-                np.fromiter((ln.latency_ns for ln in ls), float, len(ls)))
+        _ov, lat, bw = topo_cols(topo)
+        return bw, lat
 
     def __init__(self, h: dict[str, np.ndarray], seg_op: np.ndarray, cq: np.ndarray,
                  op_ids: np.ndarray, topo: Any, ops_math: tuple[Any, ...]) -> None:
@@ -60,6 +83,9 @@ class Pricer:
         self.serv = h["crit_ns"] - self.cq
         self.masks["head"] = np.flatnonzero(nodal & (stage == "fabric") & (self.serv > 0))
         self.ovh_o = self._node_ovh(old)[h["node_idx"]]
+        ls = old.links                      # the graph is the same on every new topology
+        self.link_src = np.fromiter((ln.src for ln in ls), np.int64, len(ls))
+        self._fp_static: dict[tuple[int, int], tuple[Any, ...]] = {}
         self.math_cyc = self._math_cycles()
         self._prepare_transfers()
         bw, lat = self._link_cols(old)
@@ -136,18 +162,22 @@ class Pricer:
         C_{i-1})`` with ``C_j`` the sum of last-flit times and propagations up to ``j``.
         Returns ``(C, B, multi-flit)``."""
         rows, start, tid, pos, first = geo
-        h = self.h
-        ls = topo.links
-        li = h["link_idx"][rows]
-        bw = np.fromiter((ln.bw_gbps for ln in ls), float, len(ls))[li]
-        prop = np.fromiter((ln.latency_ns for ln in ls), float, len(ls))[li]
-        src = np.fromiter((ln.src for ln in ls), np.int64, len(ls))[li]
-        ov = np.where(start, 0.0, self._node_ovh(topo)[src])
-        nb = h["nbytes"][rows].astype(np.int64)
         fb = int(topo.params.cube.hbm.burst_bytes)
-        nfl = np.maximum(1, -(-nb // fb))
-        last = np.where(nb > 0, nb - (nfl - 1) * fb, 0)
-        head = np.where(nfl > 1, fb, last)
+        key = (id(rows), fb)
+        st = self._fp_static.get(key)
+        if st is None or st[0] is not rows:        # what does not depend on the rates
+            li = self.h["link_idx"][rows]
+            nb = self.h["nbytes"][rows].astype(np.int64)
+            nfl = np.maximum(1, -(-nb // fb))
+            last = np.where(nb > 0, nb - (nfl - 1) * fb, 0)
+            ats = [np.flatnonzero(pos == k) for k in range(1, int(pos.max()) + 1 if len(pos)
+                                                           else 0)]
+            st = self._fp_static[key] = (rows, li, self.link_src[li], nb, nfl, last,
+                                         np.where(nfl > 1, fb, last), ats)
+        _r, li, src, nb, nfl, last, head, ats = st
+        node_ov, lat, bw_all = topo_cols(topo)
+        bw, prop = bw_all[li], lat[li]
+        ov = np.where(start, 0.0, node_ov[src])
         on = (bw > 0) & (nb > 0)
         bws = np.where(on, bw, 1.0)
         hd = np.where(on, head / bws, 0.0)
@@ -162,8 +192,7 @@ class Pricer:
         c = cl - (cl - lastd - prop)[first][tid]
         x = hs + body - (c - lastd - prop)
         m = x.copy()
-        for k in range(1, int(pos.max()) + 1 if len(pos) else 0):
-            at = np.flatnonzero(pos == k)
+        for at in ats:                  # the running max within each transfer
             m[at] = np.maximum(m[at], m[at - 1])
         return c, c + m, multi
 
@@ -193,18 +222,23 @@ class Pricer:
         return out
 
     def service(self, new: Any) -> tuple[np.ndarray, np.ndarray]:
-        """(new service part, new busy) per hop, from the recorded ones."""
+        """(new service part, new busy) per hop, from the recorded ones. What the change
+        leaves alone (links, node overheads, a stage's rate) is not re-priced."""
         h, old = self.h, self.topo
         po, pn = old.params, new.params
         busy = h["busy_ns"]
         serv = self.serv
         ovh_o = self.ovh_o
-        d_ovh = self._node_ovh(new)[h["node_idx"]] - ovh_o
+        ov_o, lat_o_all, bw_o_all = topo_cols(old)
+        ov_n, lat_n, bw_n = topo_cols(new)
+        nodes_same = np.array_equal(ov_o, ov_n)
+        links_same = np.array_equal(lat_o_all, lat_n) and np.array_equal(bw_o_all, bw_n)
+        d_ovh = np.zeros(len(serv)) if nodes_same else ov_n[h["node_idx"]] - ovh_o
         serv_n, busy_n = serv.copy(), busy.copy()
         is_link = self.is_link
-        lat_d = np.zeros(len(serv))
-        if len(self.li):
-            bw_n, lat_n = self._link_cols(new)
+        lat_d = None
+        if len(self.li) and not (links_same and nodes_same):
+            lat_d = np.zeros(len(serv))
             bw_r = _ratio(self.bw_o, bw_n[self.li])
             lat_o = self.lat_o
             lat_d[is_link] = lat_n[self.li] - lat_o
@@ -225,37 +259,44 @@ class Pricer:
         }
         for st, r in rate.items():
             m = self.masks[st]
-            if len(m) and (r != 1.0 or d_ovh[m].any()):
+            if len(m) and (r != 1.0 or (not nodes_same and d_ovh[m].any())):
                 s = serv[m]
                 serv_n[m] = s + d_ovh[m] + np.maximum(s - ovh_o[m], 0.0) * (r - 1.0)
                 busy_n[m] = busy[m] * r
-        if self.xfer is not None:       # unqueued transfers: fast mode's closed form
-            geo, tau, off, how = self.xfer    # the op's front: max(its old place, new tails)
-            hb = rate["hbm"]        # the read's head start and tail lag scale with the HBM;
-            tau = np.where(how == 1, tau * hb, tau)
-            off = np.where(how == 1, off * hb, np.where(   # a DMA's set-up moves the start
-                how == 2, off + pn.pe.dma.overhead_ns - po.pe.dma.overhead_ns, off))
+        hb = rate["hbm"]
+        d_dma = pn.pe.dma.overhead_ns - po.pe.dma.overhead_ns
+        if self.xfer is not None and (lat_d is not None or hb != 1.0 or d_dma
+                                      or po.cube.hbm.burst_bytes != pn.cube.hbm.burst_bytes):
+            geo, tau, off, how = self.xfer    # unqueued transfers: fast mode's closed form;
+            tau = np.where(how == 1, tau * hb, tau)   # a read's head start and tail lag
+            off = np.where(how == 1, off * hb, np.where(  # scale with the HBM, a DMA's
+                how == 2, off + d_dma, off))              # set-up moves the start
             c_n, b_n, _m = self._free_path(new, geo)
-            rows, start = geo[0], geo[1]
+            rows, start = geo[0], geo[1]   # the op's front: max(its old place, new tails)
             f = np.maximum(0.0, off + np.maximum(tau + c_n, b_n))
             serv_n[rows] = self._advance(f, start)
-        m = self.masks["dispatch"]
-        serv_n[m] = serv[m] + d_ovh[m]
-        busy_n[m] = busy[m] + d_ovh[m]
+        if not nodes_same:
+            m = self.masks["dispatch"]
+            serv_n[m] = serv[m] + d_ovh[m]
+            busy_n[m] = busy[m] + d_ovh[m]
         m = self.masks["math"]
-        if len(m):      # max(overhead, compute / clock): compute from the op's shape, where
-            r = _ratio(po.pe.math.clock_ghz, pn.pe.math.clock_ghz)   # it matches the record,
-            cyc = self.math_cyc                                       # else the recorded busy
-            comp = np.where(np.isnan(cyc), busy[m] * r, cyc / pn.pe.math.clock_ghz)
-            new_b = np.maximum(pn.pe.math.overhead_ns, comp)
+        pm_o, pm_n = po.pe.math, pn.pe.math
+        if len(m) and (pm_o.clock_ghz, pm_o.overhead_ns) != (pm_n.clock_ghz, pm_n.overhead_ns):
+            r = _ratio(pm_o.clock_ghz, pm_n.clock_ghz)   # max(overhead, compute / clock):
+            cyc = self.math_cyc                          # compute from the op's shape where
+            comp = np.where(np.isnan(cyc), busy[m] * r,  # it matches the record, else the
+                            cyc / pm_n.clock_ghz)        # recorded busy
+            new_b = np.maximum(pm_n.overhead_ns, comp)
             serv_n[m] = serv[m] - busy[m] + new_b
             busy_n[m] = new_b
         # the request head of a DMA (a node-only fabric hop): set-up, plus the overheads
         # and latencies of the op's link hops (the path back is the path there)
         m = self.masks["head"]
-        if len(m):
-            per_op = np.bincount(self.seg_op, weights=lat_d, minlength=self.n_ops)
-            d_dma = (pn.pe.dma.overhead_ns - po.pe.dma.overhead_ns) * ~self.setup_priced[
-                self.seg_op[m]]     # (unless a transfer's head start priced the set-up)
-            serv_n[m] = serv[m] + d_dma + per_op[self.seg_op[m]]
+        if len(m) and (lat_d is not None or d_dma):
+            add = (d_dma * ~self.setup_priced[self.seg_op[m]]   # (unless a transfer's head
+                   if d_dma else 0.0)                            # start priced the set-up)
+            if lat_d is not None:
+                add = add + np.bincount(self.seg_op, weights=lat_d,
+                                        minlength=self.n_ops)[self.seg_op[m]]
+            serv_n[m] = serv[m] + add
         return serv_n, busy_n

@@ -118,6 +118,57 @@ class Retimer:
                   ("seg_op", "first", "last", "issue", "end", "A", "cqp", "off", "S", "cq")}
         self.L["crit"], self.L["q"] = crit.tolist(), q.tolist()
         self.L["nohop"] = (~self.has).tolist()
+        self._prepare_events()
+
+    def _prepare_events(self) -> None:
+        """The events as tuples holding everything about them that does not depend on the
+        new topology (the pass unpacks one tuple per event). An op issue: ``(0, op, t,
+        predecessor, how it followed it (0 none, 1 after its end, 2 while it ran), its end,
+        the dependencies that ended before ``t`` with their ends, the launch whose start
+        barrier it waited for (-1), the launch completion it waited for (-1))``. A waiting
+        segment or contended user: ``(1, seg, op, binder kind (0 a service end, 1 a tail
+        leaving, 2 an op end, 3 an unknown cause, 4 none), binder, previous user (-1),
+        recorded wait, critical wait, on the critical path, service start)``."""
+        L = self.L
+        issue, end, q, cq, crit, S = L["issue"], L["end"], L["q"], L["cq"], L["crit"], L["S"]
+        seg_op, prev, deps, rec, launch_of = L["seg_op"], self.prev, self.deps, self.rec, self.launch_of
+        ev: list[tuple[Any, ...]] = []
+        for kind, x in self.events:
+            if kind == 0:
+                t = issue[x]
+                p = prev[x]
+                how = 0 if p < 0 else 1 if t >= end[p] - _EPS else 2
+                dps = tuple((r, end[r]) for r in deps[x] if end[r] <= t + _EPS)
+                ln = launch_of[x]
+                first = ln if p < 0 and ln in rec else -1
+                d = self.done_at.get(round(t, 6)) if ln not in rec else None
+                ev.append((0, x, t, p, how, end[p] if how == 1 else self._warp_spec(p, t)
+                           if how == 2 else 0.0, dps, first, -1 if d is None else d))
+                continue
+            b = self.binder.get(x)
+            bk, j = b if b is not None else ((3, -1) if q[x] > _EPS else (4, -1))
+            by: Any = self._warp_spec(seg_op[j], S[x]) if bk == 1 else j
+            p = self.pred.get(x)
+            ev.append((1, x, seg_op[x], bk, by, -1 if p is None else p, q[x], cq[x],
+                       crit[x] > _EPS, S[x]))
+        self.ev = ev
+
+    def _warp_spec(self, o: int, t: float) -> tuple[Any, ...]:
+        """How recorded time ``t`` of op row ``o`` maps to the new timeline (the pass's
+        ``warp``): ``(0, o, t - end)`` after its end, ``(1, o, t, t - issue)`` before its
+        first segment, else ``(2, k, fraction)``: that far into segment ``k``'s wait and
+        service (piecewise linear over the op's critical segments)."""
+        L = self.L
+        end, issue, first, last, A, crit = (L["end"], L["issue"], L["first"], L["last"],
+                                            L["A"], L["crit"])
+        if t >= end[o] - _EPS:
+            return (0, o, t - end[o])
+        f, la = first[o], last[o]
+        if f == la or t <= issue[o] + _EPS:
+            return (1, o, t, t - issue[o])
+        k = max(f, f + int(np.searchsorted(self.A[f:la], t, side="right")) - 1)
+        c = crit[k]
+        return (2, k, min(t - A[k], c) / c if c > _EPS else 0.0)
 
     # -- preparation (parameter-independent)
     @staticmethod
@@ -216,6 +267,9 @@ class Retimer:
                 last[k] = r
         self.launch_pes = {ln: sorted(v) for ln, v in pes.items()}
         self.last_ops = last
+        self.by_launch: dict[int, list[tuple[tuple[int, ...], int]]] = {}
+        for k, r in last.items():
+            self.by_launch.setdefault(k[0], []).append((k, r))
         self.host_end = host_end
         self.launch_order = sorted(self.launch_pes)
         self.rec = {ln: (float(self.launches[ln].get("t_launch_ns", 0.0)),
@@ -223,28 +277,57 @@ class Retimer:
                          float(self.launches[ln].get("t_done_ns", 0.0)))
                     for ln in self.launch_order}
         self.done_at = {round(v[2], 6): ln for ln, v in self.rec.items()}
+        self._launch_routes(self.base.topology)
         self.down_o, self.up_o = self._launch_paths(self.base.topology)
 
-    def _launch_paths(self, topo: Any) -> tuple[dict[int, float], dict[tuple[int, ...], float]]:
-        """(per launch: fan-out latency host -> IO_CPU -> M_CPU -> PE_CPU, max over its PEs;
-        per (launch, PE): the completion's way back), as replay's ``_launch_ns`` computes
-        them: propagation plus the overheads of every node but the source."""
+    def _launch_routes(self, topo: Any) -> None:
+        """The routes of every launch's fan-out (host -> IO_CPU -> M_CPU -> PE_CPU) and of
+        every PE's completion back, as node and link indices per path (path ``2 i`` down
+        and ``2 i + 1`` up for (launch, PE) ``i``): the graph, and so the routes, are the
+        same on every topology the run is re-timed on."""
         from kbtrace.topology.model import PeCoord
 
-        def cmd(a: Any, b: Any) -> float:
-            r = topo.route(a, b)
-            return r.overhead_ns + r.wire_ns
-        host = topo.host
-        down: dict[int, float] = {}
-        up: dict[tuple[int, ...], float] = {}
-        for ln, pes in self.launch_pes.items():
-            d = 0.0
-            for s, c, p in pes:
+        self.lp_keys = [(ln, *pe) for ln, pes in self.launch_pes.items() for pe in pes]
+        nodes: list[int] = []
+        links: list[int] = []
+        n_path: list[int] = []
+        l_path: list[int] = []
+        try:
+            host = topo.host
+            for i, (_ln, s, c, p) in enumerate(self.lp_keys):
                 io, m = topo.io_cpu(s), topo.m_cpu(s, c)
                 cpu = topo.pe_node(PeCoord(s, c, p), "pe_cpu")
-                d = max(d, cmd(host, io) + cmd(io, m) + cmd(m, cpu))
-                up[(ln, s, c, p)] = cmd(cpu, m) + cmd(m, io) + cmd(io, host)
-            down[ln] = d
+                for k, legs in enumerate((((host, io), (io, m), (m, cpu)),
+                                          ((cpu, m), (m, io), (io, host)))):
+                    for a, b in legs:
+                        r = topo.route(a, b)
+                        nodes += r.nodes[1:]
+                        links += r.links
+                        n_path += [2 * i + k] * (len(r.nodes) - 1)
+                        l_path += [2 * i + k] * len(r.links)
+        except Exception:   # noqa: BLE001 - no launch path: the recorded one is kept
+            self.lp_keys = []
+            nodes, links, n_path, l_path = [], [], [], []
+        self.lp_idx = (np.array(nodes, np.int64), np.array(links, np.int64),
+                       np.array(n_path, np.int64), np.array(l_path, np.int64))
+
+    def _launch_paths(self, topo: Any) -> tuple[dict[int, float], dict[tuple[int, ...], float]]:
+        """(per launch: fan-out latency, max over its PEs; per (launch, PE): the
+        completion's way back) on ``topo``, as replay's ``_launch_ns`` computes them:
+        propagation plus the overheads of every node but the source, along the routes of
+        ``_launch_routes``."""
+        from kbtrace.insight.pricing import topo_cols
+
+        nodes, links, n_path, l_path = self.lp_idx
+        ov, lat, _bw = topo_cols(topo)
+        n = 2 * len(self.lp_keys)
+        tot = (np.bincount(n_path, weights=ov[nodes], minlength=n)
+               + np.bincount(l_path, weights=lat[links], minlength=n)).tolist()
+        down: dict[int, float] = {}
+        up: dict[tuple[int, ...], float] = {}
+        for i, k in enumerate(self.lp_keys):
+            down[k[0]] = max(down.get(k[0], 0.0), tot[2 * i])
+            up[k] = tot[2 * i + 1]
         return down, up
 
     # -- the pass
@@ -258,8 +341,8 @@ class Retimer:
         if self.has.any():
             tot[self.has] = np.add.reduceat(serv_n + self.cq, self.first[self.has])
         L = self.L
-        seg_op, first, last, issue, end = L["seg_op"], L["first"], L["last"], L["issue"], L["end"]
-        A, cqp, off, S, cq, crit, q = L["A"], L["cqp"], L["off"], L["S"], L["cq"], L["crit"], L["q"]
+        seg_op, issue, end = L["seg_op"], L["issue"], L["end"]
+        A, cqp, off, cq, q = L["A"], L["cqp"], L["off"], L["cq"], L["q"]
         nohop = L["nohop"]
         busy_l, serv_l, tot_l = busy_n.tolist(), serv_n.tolist(), tot.tolist()
         n = len(seg_op)
@@ -270,16 +353,10 @@ class Retimer:
         issue_n = [nan] * self.n_ops            # NaN until the op's issue is re-timed
         end_fix: dict[int, float] = {}
         late = 0
-        binder, pred, deps, prev = self.binder, self.pred, self.deps, self.prev
-        A_np = self.A
-        try:
-            down_n, up_n = self._launch_paths(new)
-        except Exception:            # noqa: BLE001 - no launch path: keep the recorded one
-            down_n, up_n = self.down_o, self.up_o
-        launch_of, rec, order = self.launch_of, self.rec, self.launch_order
-        by_launch: dict[int, list[tuple[tuple[int, ...], int]]] = {}
-        for k, r in self.last_ops.items():
-            by_launch.setdefault(k[0], []).append((k, r))
+        deps = self.deps
+        down_n, up_n = self._launch_paths(new)
+        rec, order = self.rec, self.launch_order
+        by_launch = self.by_launch
         done_new: dict[int, float] = {}
         barrier_new: dict[int, float] = {}
 
@@ -326,82 +403,102 @@ class Retimer:
                 return end_fix.get(o, i + end[o] - issue[o])
             return i + tot_l[o] + dq[o]
 
-        def warp(o: int, t: float) -> float:
-            if t >= end[o] - _EPS:
-                return end_new(o) + (t - end[o])
-            i = issue_n[o]
-            f, la = first[o], last[o]
-            if f == la or t <= issue[o] + _EPS:
-                return (t if i != i else i) + (t - issue[o])
-            k = max(f, f + int(np.searchsorted(A_np[f:la], t, side="right")) - 1)
-            c = crit[k]
-            frac = min(t - A[k], c) / c if c > _EPS else 0.0
-            return a_new(k) + frac * (serv_l[k] + cqn[k])
+        def warp(w: tuple[Any, ...]) -> float:
+            """A recorded time inside an op on the new timeline (``_warp_spec``)."""
+            if w[0] == 2:
+                k = w[1]
+                return a_new(k) + w[2] * (serv_l[k] + cqn[k])
+            if w[0] == 0:
+                return end_new(w[1]) + w[2]
+            i = issue_n[w[1]]
+            return (w[2] if i != i else i) + w[3]
 
         def svc_end(j: int) -> float:
             v = send[j]
             return v if v is not None else a_new(j) + off[j] + qn[j] + busy_l[j]
 
-        for kind, x in self.events:
-            if kind == 0:                       # op issue
-                t = issue[x]
-                best = latest = None
-                p = prev[x]
-                if p >= 0:
-                    if t >= end[p] - _EPS:
-                        best, latest = end_new(p), end[p]
-                    else:                       # the predecessor let the program go on
-                        best, latest = warp(p, t), t
-                for r in deps[x]:
-                    if end[r] <= t + _EPS:
-                        e = end_new(r)
-                        if best is None or e > best:
-                            best = e
-                        if latest is None or end[r] > latest:
-                            latest = end[r]
-                ln = launch_of[x]
-                if p < 0 and ln in rec:         # a program's first op: the start barrier
-                    b = launch_barrier(ln) + (t - rec[ln][1])
-                    best = b if best is None else max(best, b)
-                    latest = t if latest is None else max(latest, t)
-                elif ln not in rec:             # the host program waits for launches
-                    d = self.done_at.get(round(t, 6))
-                    if d is not None:
-                        e = launch_done(d)
-                        best = e if best is None else max(best, e)
-                        latest = t if latest is None else max(latest, t)
-                issue_n[x] = t if best is None else best + max(0.0, t - latest)
-                if nohop[x]:                    # fill / wait: an end bound to a dep's end
-                    e = end[x]
-                    fix = issue_n[x] + e - t
-                    if e > t + _EPS:
-                        for r in deps[x]:
-                            if abs(end[r] - e) <= _EPS:
-                                fix = max(issue_n[x], end_new(r))
-                    end_fix[x] = fix
+        for ev in self.ev:
+            if ev[0]:                           # a waiting segment / a contended user
+                _k, s, o, bk, j, p, qs, cqs, on_crit, s_rec = ev
+                i = issue_n[o]
+                if i != i:
+                    late += 1
+                    arr = A[s] + off[s]
+                else:
+                    arr = i + Pn[s] + cqp[s] + dq[o] + off[s]
+                if bk == 0:
+                    t_b = send[j]
+                    if t_b is None:
+                        t_b = svc_end(j)
+                elif bk == 1:
+                    t_b = warp(j)
+                elif bk == 2:
+                    t_b = end_new(j)
+                elif bk == 3:                   # a wait of unknown cause: at least as long
+                    t_b = arr + qs
+                else:
+                    t_b = None
+                if p >= 0:                      # the previous user, in recorded order
+                    e = send[p]
+                    if e is None:
+                        e = svc_end(p)
+                    if t_b is None or e > t_b:
+                        t_b = e
+                w = 0.0 if t_b is None or t_b <= arr else t_b - arr
+                qn[s] = w
+                # a wait adds to the op's latency only on a segment of its critical path
+                if on_crit:
+                    c = cqs + w - qs
+                    if c < 0.0:
+                        c = 0.0
+                else:
+                    c = 0.0
+                dq[o] += c - cqs
+                cqn[s] = c
+                send[s] = arr + w + busy_l[s]
                 continue
-            s = x                               # a waiting segment / a contended user
-            o = seg_op[s]
-            arr = a_new(s) + off[s]
-            t_b = None
-            b = binder.get(s)
-            if b is not None:
-                bk, j = b
-                t_b = (svc_end(j) if bk == 0 else warp(seg_op[j], S[s]) if bk == 1
-                       else end_new(j))
-            elif q[s] > _EPS:                   # a wait of unknown cause: at least as long
-                t_b = arr + q[s]
-            p = pred.get(s)
-            if p is not None:                   # the previous user, in recorded order
-                e = svc_end(p)
-                t_b = e if t_b is None or e > t_b else t_b
-            w = 0.0 if t_b is None else max(0.0, t_b - arr)
-            qn[s] = w
-            # a wait adds to the op's latency only on a segment of its critical path
-            c = max(0.0, cq[s] + w - q[s]) if crit[s] > _EPS else 0.0
-            dq[o] += c - cq[s]
-            cqn[s] = c
-            send[s] = arr + w + busy_l[s]
+            _k, x, t, p, how, end_p, dps, first_ln, done_ln = ev   # an op issue
+            if how == 1:                        # after its predecessor's end
+                ip = issue_n[p]
+                if ip != ip:
+                    late += 1
+                    best = end_p
+                elif nohop[p]:
+                    best = end_fix.get(p, ip + end_p - issue[p])
+                else:
+                    best = ip + tot_l[p] + dq[p]
+                latest = end_p
+            elif how == 2:                      # the predecessor let the program go on
+                best, latest = warp(end_p), t
+            else:
+                best = latest = None
+            for r, end_r in dps:
+                ir = issue_n[r]                 # end_new(r), inline (ops wait on many)
+                e = end_new(r) if ir != ir or nohop[r] else ir + tot_l[r] + dq[r]
+                if best is None or e > best:
+                    best = e
+                if latest is None or end_r > latest:
+                    latest = end_r
+            if first_ln >= 0:                   # a program's first op: the start barrier
+                b = launch_barrier(first_ln) + (t - rec[first_ln][1])
+                best = b if best is None else max(best, b)
+                latest = t if latest is None else max(latest, t)
+            elif done_ln >= 0:                  # the host program waits for launches
+                e = launch_done(done_ln)
+                best = e if best is None else max(best, e)
+                latest = t if latest is None else max(latest, t)
+            if best is None:
+                issue_n[x] = t
+            else:
+                issue_n[x] = best + (t - latest if t > latest else 0.0)
+            if nohop[x]:                        # fill / wait: an end bound to a dep's end
+                e = end[x]
+                fix = issue_n[x] + e - t
+                if e > t + _EPS:
+                    for r in deps[x]:
+                        if abs(end[r] - e) <= _EPS:
+                            fix = max(issue_n[x], end_new(r))
+                end_fix[x] = fix
         issue_a = np.array(issue_n)
         ends = issue_a + np.where(self.has, tot + np.array(dq), self.end - self.issue)
         for o, v in end_fix.items():
