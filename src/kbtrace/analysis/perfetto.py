@@ -102,43 +102,104 @@ def _clamp(t: int, lo: int, hi: int) -> int:
     return max(lo, min(t, hi))
 
 
-def trace_events(run: Any, info: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Trace events for an open Run (deterministic order); ``info`` receives the counts of
-    what was left out (fabric slices, flows) on large runs."""
-    info = {} if info is None else info
-    tracks = _Tracks()
-    ops = run.sql("SELECT t.op_id, t.launch, t.program, t.seq, CAST(t.kind AS VARCHAR) AS kind, "
-                  "CAST(t.name AS VARCHAR) AS name, CAST(t.engine AS VARCHAR) AS engine, "
-                  "t.t_start_ns, t.t_end_ns, t.queue_ns, t.nbytes FROM op_timing t "
-                  "ORDER BY engine, t_start_ns, t_end_ns DESC, op_id").rows()
-    slot: dict[int, tuple[int, int, int, int]] = {}
-    label: dict[int, str] = {}
-    events: list[dict[str, Any]] = []
-    for (op_id, launch, program, seq, kind, name, engine, t0, t1, q, nb) in ops:
+_BATCH = 16_384      # rows fetched from DuckDB at a time, events encoded at a time
+
+
+def _batches(run: Any, query: str):
+    """The rows of ``query`` as tuples, ``_BATCH`` at a time (never the whole result)."""
+    rel = run._relation(query)
+    try:
+        reader = rel.to_arrow_reader(_BATCH)
+        for b in reader:
+            cols = [c.to_pylist() for c in b.columns]
+            yield from zip(*cols, strict=True)
+    except Exception as exc:  # duckdb.Error, raised as the Run names it
+        import duckdb
+        if isinstance(exc, duckdb.Error):
+            raise run.error(exc) from exc
+        raise
+
+
+class _Slots:
+    """Per op: (pid, tid, start, end) of its slice and its label, in arrays indexed by op_id
+    (a dict of tuples costs ~25x more at a million ops). Last placement wins, as a dict's."""
+
+    def __init__(self) -> None:
+        import numpy as np
+        self._np = np
+        self.a = np.zeros((0, 5), dtype=np.int64)     # pid, tid, s, e, label index
+        self.has = np.zeros(0, dtype=bool)
+        self.labels: list[str] = []
+        self._lab: dict[str, int] = {}
+
+    def put(self, op_id: int, pid: int, tid: int, s: int, e: int, label: str) -> None:
+        if op_id >= len(self.has):
+            n = max(op_id + 1, 2 * len(self.has), 1024)
+            a = self._np.zeros((n, 5), dtype=self._np.int64)
+            a[:len(self.a)] = self.a
+            h = self._np.zeros(n, dtype=bool)
+            h[:len(self.has)] = self.has
+            self.a, self.has = a, h
+        li = self._lab.get(label)
+        if li is None:
+            li = self._lab[label] = len(self.labels)
+            self.labels.append(label)
+        self.a[op_id] = (pid, tid, s, e, li)
+        self.has[op_id] = True
+
+    def __contains__(self, op_id: object) -> bool:
+        return isinstance(op_id, int) and 0 <= op_id < len(self.has) and bool(self.has[op_id])
+
+    def get(self, op_id: int) -> tuple[int, int, int, int] | None:
+        if op_id not in self:
+            return None
+        pid, tid, s, e, _ = self.a[op_id].tolist()
+        return pid, tid, s, e
+
+    def __getitem__(self, op_id: int) -> tuple[int, int, int, int]:
+        got = self.get(op_id)
+        if got is None:
+            raise KeyError(op_id)
+        return got
+
+    def label(self, op_id: int) -> str:
+        return self.labels[int(self.a[op_id, 4])] if op_id in self else f"op {op_id}"
+
+
+def _stream(run: Any, info: dict[str, Any], tracks: _Tracks):
+    """The slice and flow events in order (the metadata, known only at the end, is
+    ``tracks.meta()``); memory stays bounded by a batch of rows plus the per-op slots."""
+    slot = _Slots()
+    for (op_id, launch, program, seq, kind, name, engine, t0, t1, q, nb) in _batches(
+            run, "SELECT t.op_id, t.launch, t.program, t.seq, CAST(t.kind AS VARCHAR) AS kind, "
+                 "CAST(t.name AS VARCHAR) AS name, CAST(t.engine AS VARCHAR) AS engine, "
+                 "t.t_start_ns, t.t_end_ns, t.queue_ns, t.nbytes FROM op_timing t "
+                 "ORDER BY engine, t_start_ns, t_end_ns DESC, op_id"):
         s, e = round(t0), round(t1)
         e = max(s, e)
         proc, local = _split(engine)
         pid, tid = tracks.place(proc or "host/io", local, s, e)
-        slot[op_id] = (pid, tid, s, e)
-        label[op_id] = f"{kind}/{name}"
-        events.append({"ph": "X", "pid": pid, "tid": tid, "ts": us(s), "dur": us(e - s),
-                       "name": label[op_id], "cat": kind,
-                       "args": {"op_id": op_id, "launch": launch, "program": program,
-                                "seq": seq, "queue_ns": q, "nbytes": nb}})
+        lab = f"{kind}/{name}"
+        slot.put(op_id, pid, tid, s, e, lab)
+        yield {"ph": "X", "pid": pid, "tid": tid, "ts": us(s), "dur": us(e - s),
+               "name": lab, "cat": kind,
+               "args": {"op_id": op_id, "launch": launch, "program": program,
+                        "seq": seq, "queue_ns": q, "nbytes": nb}}
     # fabric: link hops and HBM accesses, each a slice on its link's / controller's track
     n_fabric = run.sql("SELECT count(*) AS n FROM hops WHERE link_idx >= 0 OR "
                        "CAST(stage AS VARCHAR) = 'hbm'").item()
-    hops = run.sql(
-        "SELECT h.op_id, h.tile, h.hop, h.link_idx, h.t_enter_ns, h.t_leave_ns, h.nbytes, "
-        "h.queue_ns, CASE WHEN h.link_idx >= 0 THEN l.src_id ELSE n.node_id END AS node, "
-        "l.dst_id, l.kind AS link_kind FROM hops h "
-        "LEFT JOIN links l ON l.link_idx = h.link_idx "
-        "LEFT JOIN nodes n ON n.node_idx = h.node_idx "
-        "WHERE h.link_idx >= 0 OR CAST(h.stage AS VARCHAR) = 'hbm' "
-        f"ORDER BY h.t_enter_ns, h.op_id, h.tile, h.hop LIMIT {MAX_FABRIC_SLICES}").rows()
-    info["fabric_slices_left_out"] = int(n_fabric) - len(hops)
     chains: dict[tuple[int, int], list[tuple[int, int, int, int]]] = defaultdict(list)
-    for (op_id, tile, hop, link_idx, t0, t1, nb, q, node, dst, lkind) in hops:
+    n_hops = 0
+    for (op_id, tile, _hop, link_idx, t0, t1, nb, q, node, dst, lkind) in _batches(
+            run,
+            "SELECT h.op_id, h.tile, h.hop, h.link_idx, h.t_enter_ns, h.t_leave_ns, h.nbytes, "
+            "h.queue_ns, CASE WHEN h.link_idx >= 0 THEN l.src_id ELSE n.node_id END AS node, "
+            "l.dst_id, l.kind AS link_kind FROM hops h "
+            "LEFT JOIN links l ON l.link_idx = h.link_idx "
+            "LEFT JOIN nodes n ON n.node_idx = h.node_idx "
+            "WHERE h.link_idx >= 0 OR CAST(h.stage AS VARCHAR) = 'hbm' "
+            f"ORDER BY h.t_enter_ns, h.op_id, h.tile, h.hop LIMIT {MAX_FABRIC_SLICES}"):
+        n_hops += 1
         s, e = round(t0), round(t1)
         e = max(s, e)
         cube, src_local = _split(node)
@@ -149,36 +210,42 @@ def trace_events(run: Any, info: dict[str, Any] | None = None) -> list[dict[str,
         else:
             track = src_local
         pid, tid = tracks.place(proc, track, s, e)
-        events.append({"ph": "X", "pid": pid, "tid": tid, "ts": us(s), "dur": us(e - s),
-                       "name": label.get(op_id, f"op {op_id}"), "cat": "fabric",
-                       "args": {"op_id": op_id, "tile": tile, "nbytes": nb, "queue_ns": q}})
+        yield {"ph": "X", "pid": pid, "tid": tid, "ts": us(s), "dur": us(e - s),
+               "name": slot.label(op_id), "cat": "fabric",
+               "args": {"op_id": op_id, "tile": tile, "nbytes": nb, "queue_ns": q}}
         if link_idx >= 0:
-            chains[(op_id, tile)].append((hop, pid, tid, s))
-    flows = _flows(run, slot, chains, info)
-    return tracks.meta() + events + flows
+            chains[(op_id, tile)].append((_hop, pid, tid, s))
+    info["fabric_slices_left_out"] = int(n_fabric) - n_hops
+    yield from _flows(run, slot, chains, info)
 
 
-def _flows(run: Any, slot: dict[int, tuple[int, int, int, int]],
+def trace_events(run: Any, info: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Trace events for an open Run (deterministic order); ``info`` receives the counts of
+    what was left out (fabric slices, flows) on large runs. (``export_perfetto`` streams the
+    same events to its file instead of holding them.)"""
+    info = {} if info is None else info
+    tracks = _Tracks()
+    events = list(_stream(run, info, tracks))
+    return tracks.meta() + events
+
+
+def _flows(run: Any, slot: _Slots,
            chains: dict[tuple[int, int], list[tuple[int, int, int, int]]],
-           info: dict[str, Any]) -> list[dict[str, Any]]:
+           info: dict[str, Any]):
     """One flow per transfer (op -> each link -> receive or last link), one per
-    cross-engine dependency; every point inside the slice it binds to (integer ns)."""
+    cross-engine dependency; every point inside the slice it binds to (integer ns).
+    At most ``MAX_FLOWS``; the dependency rows past that are counted in SQL, not fetched."""
     recv_of = dict(run.sql("SELECT op_id, match_op_id FROM ops WHERE kind = 'send' "
                            "AND match_op_id IS NOT NULL ORDER BY op_id").rows())
-    deps = run.sql(
-        "SELECT d.dep, d.op_id FROM (SELECT op_id, unnest(deps) AS dep FROM ops) d "
-        "JOIN op_timing a ON a.op_id = d.dep JOIN op_timing b ON b.op_id = d.op_id "
-        "WHERE a.engine <> b.engine ORDER BY 1, 2").rows()
-    out: list[dict[str, Any]] = []
     n = 0
     total = 0
 
-    def point(ph: str, fid: int, pid: int, tid: int, ts: int, cat: str) -> None:
+    def point(ph: str, fid: int, pid: int, tid: int, ts: int, cat: str) -> dict[str, Any]:
         ev = {"ph": ph, "id": fid, "pid": pid, "tid": tid, "ts": us(ts), "name": cat,
               "cat": f"flow.{cat}"}
         if ph == "f":
             ev["bp"] = "e"
-        out.append(ev)
+        return ev
 
     for (op_id, _tile), hops in sorted(chains.items()):
         if op_id not in slot:
@@ -191,28 +258,62 @@ def _flows(run: Any, slot: dict[int, tuple[int, int, int, int]],
         pid, tid, s, e = slot[op_id]
         cat = "ipcq" if op_id in recv_of else "transfer"
         ts = _clamp(hops[0][3], s, e)
-        point("s", n, pid, tid, ts, cat)
+        yield point("s", n, pid, tid, ts, cat)
         dst = slot.get(recv_of[op_id]) if op_id in recv_of else None
         for i, (_h, hp, ht, hs) in enumerate(hops):    # path order: entry times grow
             ts = hs
             last = i == len(hops) - 1 and dst is None
-            point("f" if last else "t", n, hp, ht, hs, cat)
+            yield point("f" if last else "t", n, hp, ht, hs, cat)
         if dst is not None:
             dp, dt, ds, de = dst
-            point("f", n, dp, dt, _clamp(ts, ds, de), cat)
-    for src, dst_op in deps:
+            yield point("f", n, dp, dt, _clamp(ts, ds, de), cat)
+    # every dependency row joins two op_timing rows, so both ops have a slice: the rows
+    # past the MAX_FLOWS already drawn are only counted
+    deps_q = ("SELECT d.dep, d.op_id FROM (SELECT op_id, unnest(deps) AS dep FROM ops) d "
+              "JOIN op_timing a ON a.op_id = d.dep JOIN op_timing b ON b.op_id = d.op_id "
+              "WHERE a.engine <> b.engine")
+    n_deps = int(run.sql(f"SELECT count(*) AS n FROM ({deps_q})").item())
+    for src, dst_op in _batches(run, f"{deps_q} ORDER BY 1, 2 LIMIT {max(0, MAX_FLOWS - n)}"):
         if src not in slot or dst_op not in slot:
-            continue
-        total += 1
-        if n >= MAX_FLOWS:
             continue
         n += 1
         sp, st, s0, s1 = slot[src]
         dp, dt, d0, _ = slot[dst_op]
-        point("s", n, sp, st, max(s0, s1 - 1), "dep")    # inside the producer's slice
-        point("f", n, dp, dt, d0, "dep")
-    info["flows_left_out"] = total - n
-    return out
+        yield point("s", n, sp, st, max(s0, s1 - 1), "dep")    # inside the producer's slice
+        yield point("f", n, dp, dt, d0, "dep")
+    info["flows_left_out"] = total + n_deps - n
+
+
+def _write(path: Path, events: Any, tracks: _Tracks, other: Any) -> int:
+    """Write ``{"traceEvents": meta + events, "displayTimeUnit": "ns", "otherData": other()}``
+    as compact JSON, byte for byte what ``json.dumps(doc, separators=(",", ":"))`` writes,
+    without holding the events: they are encoded ``_BATCH`` at a time into an unnamed
+    temporary file beside ``path``, then copied after the metadata (known only at the end)."""
+    import shutil
+    import tempfile
+
+    enc = json.JSONEncoder(separators=(",", ":")).encode
+    n = 0
+    with tempfile.TemporaryFile(dir=path.parent) as body:
+        buf: list[dict[str, Any]] = []
+        for ev in events:
+            buf.append(ev)
+            if len(buf) >= _BATCH:
+                body.write((b"," if n else b"") + enc(buf)[1:-1].encode())
+                n += len(buf)
+                buf = []
+        if buf:
+            body.write((b"," if n else b"") + enc(buf)[1:-1].encode())
+            n += len(buf)
+        meta = tracks.meta()
+        with open(path, "wb") as f:
+            f.write(b'{"traceEvents":[' + enc(meta)[1:-1].encode())
+            if meta and n:
+                f.write(b",")
+            body.seek(0)
+            shutil.copyfileobj(body, f, 1 << 20)
+            f.write(b'],"displayTimeUnit":"ns","otherData":' + enc(other()).encode() + b"}")
+    return len(meta) + n
 
 
 def export_perfetto(run: Any, out: str | os.PathLike[str]) -> int:
@@ -223,15 +324,14 @@ def export_perfetto(run: Any, out: str | os.PathLike[str]) -> int:
     r = open_run(run) if owned else run
     try:
         left: dict[str, Any] = {}
-        events = trace_events(r, left)
-        doc = {"traceEvents": events, "displayTimeUnit": "ns",
-               "otherData": {"run": str(r.path), "run_id": str(r.info.get("run_id")),
-                             "makespan_ns": r.makespan_ns, "time": "integer ns",
-                             **{k: v for k, v in left.items() if v}}}
+        tracks = _Tracks()
         from kbtrace.analysis.reporter import run_inputs
         with atomic_path(Path(out), run_inputs(r.run_dirs, r.trace_dir)) as tmp:
-            tmp.write_text(json.dumps(doc, separators=(",", ":")))
-        return len(events)
+            n = _write(tmp, _stream(r, left, tracks), tracks, lambda: {
+                "run": str(r.path), "run_id": str(r.info.get("run_id")),
+                "makespan_ns": r.makespan_ns, "time": "integer ns",
+                **{k: v for k, v in left.items() if v}})
+        return n
     finally:
         if owned:
             r.close()
