@@ -36,8 +36,9 @@ from kbtrace.capture.dtypes import COMPUTE, STORAGE, digest, from_bytes, to_comp
 from kbtrace.capture.memory import MemoryImage
 from kbtrace.errors import VerifyError
 
-__all__ = ["Op", "Machine", "ExecResult", "execute", "ops_from_table", "load_memory", "fill_stored",
-           "gather_outputs", "reference_outputs", "matmul", "EPILOGUE_OPS", "UNARY", "BINARY"]
+__all__ = ["Op", "Machine", "ExecResult", "execute", "ops_from_table", "op_columns", "load_memory",
+           "fill_stored", "gather_outputs", "reference_outputs", "matmul", "EPILOGUE_OPS", "UNARY",
+           "BINARY"]
 
 OP_FIELDS: tuple[str, ...] = tuple(schema.OPS.names)
 _LIST_FIELDS = {f.name for f in schema.OPS if pa.types.is_list(f.type)}
@@ -344,22 +345,33 @@ def _none(op: Op) -> None:
     return None
 
 
-def ops_from_table(ops: pa.Table) -> list[Op]:
-    """One ``Op`` per row. Columns that hold only defaults (all null; lists all empty) are
-    left to the class defaults, as when capture records an op: ~20 of the 44 on a GEMM
-    trace, so each op's ``__dict__`` is about half the size (verify holds every op)."""
-    names, cols = [], []
+def op_columns(ops: pa.Table) -> list[str]:
+    """The columns ``ops_from_table`` sets on its ops: those holding some value other than
+    the class default (not all null; for a list column, not all null or empty), decided
+    over the whole table with Arrow compute (no per-row Python)."""
+    import pyarrow.compute as pc
+
+    names = []
     for name in OP_FIELDS:
         if name not in ops.column_names:
             continue
         col = ops.column(name)
         if col.null_count == len(col):
             continue
-        vals = column_pylist(col)
-        if name in _LIST_FIELDS and not any(vals):
+        if name in _LIST_FIELDS and not pc.max(pc.list_value_length(col)).as_py():
             continue
         names.append(name)
-        cols.append(vals)
+    return names
+
+
+def ops_from_table(ops: pa.Table, columns: list[str] | None = None) -> list[Op]:
+    """One ``Op`` per row. Columns that hold only defaults (all null; lists all empty) are
+    left to the class defaults, as when capture records an op: ~20 of the 44 on a GEMM
+    trace, so each op's ``__dict__`` is about half the size. ``columns``: the columns to
+    set (``op_columns`` of the whole table, when ``ops`` is one slice of it: verify builds
+    its ops a batch at a time)."""
+    names = op_columns(ops) if columns is None else columns
+    cols = [column_pylist(ops.column(n)) for n in names]
     new = Op.__new__
     out = []
     for vals in zip(*cols, strict=True):
