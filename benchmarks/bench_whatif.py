@@ -10,8 +10,8 @@ and 0.5x speed (``resources.scaled``), re-timed (``Retimer.retime``) and replaye
 (estimate - replay) / replay makespan; speed-up = replay wall / re-time wall, each the best
 of ``REPEATS`` (the machine is shared); the one-off preparation (reading the run, finding
 every wait's cause) is reported per workload. A case is "stable" when the re-timing found
-no flipped or newly overlapping resource users. Classes the re-timing cannot price (IPCQ
-slot counts change queueing structure) and runs with composite ops show ``--exact``.
+no flipped or newly overlapping resource users. Runs with composite ops, which the
+re-timing refuses, show ``--exact``.
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ Inputs: a run directory written by ``kbtrace replay`` / ``kbtrace run``; resourc
 (``resources``: named groups of topology parameters with the sense that makes them faster).
 Outputs: ``RUN/attribution/attribution.parquet`` (``schema.ATTRIBUTION``) that
 ``kbtrace report`` shows with a tornado chart; ``WhatIf`` estimates (``whatif``: ``retime``
-prepares a run once, ``Retimer.retime`` prices its hops on a new topology (``pricing``) and
-re-times it in one pass over its events); ``calibrate`` fits topology parameters to measured figures
+prepares a run once, ``Retimer.retime`` prices its hops on a new topology (``pricing``),
+re-binds IPCQ credit waits to another slot count (``credits``) and re-times it in one pass
+over its events); ``calibrate`` fits topology parameters to measured figures
 (``scenarios``: single-flow and hot-target PE DMA reads replayed alone) and writes the
 fitted topology YAML.
 Imports are one way: this package uses ``replay`` (sweep machinery), ``topology`` and

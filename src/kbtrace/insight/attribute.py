@@ -100,8 +100,8 @@ def attribute(run: str | os.PathLike[str], *, factor: float = 2.0, reverse: bool
     ``RUN/attribution``). ``topology`` / ``overrides``: the machine the run was replayed on
     when run.json's path no longer gives it (checked against the recorded hash).
     ``method="whatif"``: estimate each class with the what-if re-timing (``Retimer``, the
-    run prepared once) instead of replaying it; classes it cannot price (IPCQ slot counts)
-    and runs with composite ops are still replayed. Cheaper, and an estimate."""
+    run prepared once) instead of replaying it; classes it cannot price and runs with
+    composite ops are still replayed. Cheaper, and an estimate."""
     from kbtrace.analysis.reporter import run_inputs
     from kbtrace.replay.sweep import EXECUTORS, execute, run_point
 

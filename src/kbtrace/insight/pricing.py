@@ -68,8 +68,12 @@ class Pricer:
         return bw, lat
 
     def __init__(self, h: dict[str, np.ndarray], seg_op: np.ndarray, cq: np.ndarray,
-                 op_ids: np.ndarray, topo: Any, ops_math: tuple[Any, ...]) -> None:
+                 op_ids: np.ndarray, topo: Any, ops_math: tuple[Any, ...],
+                 credit_leg: np.ndarray | None = None) -> None:
         self.h, self.seg_op, self.cq, self.op_ids, self.topo = h, seg_op, cq, op_ids, topo
+        #: link rows of a receive's credit return (their size is ``pe.ipcq.credit_bytes``)
+        self.credit_leg = (credit_leg if credit_leg is not None
+                           else np.zeros(len(seg_op), dtype=bool))
         self.n_ops = len(op_ids)
         self._ops_math = ops_math
         h, old = self.h, self.topo
@@ -85,7 +89,7 @@ class Pricer:
         self.ovh_o = self._node_ovh(old)[h["node_idx"]]
         ls = old.links                      # the graph is the same on every new topology
         self.link_src = np.fromiter((ln.src for ln in ls), np.int64, len(ls))
-        self._fp_static: dict[tuple[int, int], tuple[Any, ...]] = {}
+        self._fp_static: dict[tuple[int, int, int], tuple[Any, ...]] = {}
         self.math_cyc = self._math_cycles()
         self._prepare_transfers()
         bw, lat = self._link_cols(old)
@@ -163,11 +167,13 @@ class Pricer:
         Returns ``(C, B, multi-flit)``."""
         rows, start, tid, pos, first = geo
         fb = int(topo.params.cube.hbm.burst_bytes)
-        key = (id(rows), fb)
+        credit = int(topo.params.pe.ipcq.credit_bytes)
+        key = (id(rows), fb, credit)
         st = self._fp_static.get(key)
         if st is None or st[0] is not rows:        # what does not depend on the rates
             li = self.h["link_idx"][rows]
-            nb = self.h["nbytes"][rows].astype(np.int64)
+            nb = np.where(self.credit_leg[rows], credit,
+                          self.h["nbytes"][rows]).astype(np.int64)
             nfl = np.maximum(1, -(-nb // fb))
             last = np.where(nb > 0, nb - (nfl - 1) * fb, 0)
             ats = [np.flatnonzero(pos == k) for k in range(1, int(pos.max()) + 1 if len(pos)
@@ -266,7 +272,8 @@ class Pricer:
         hb = rate["hbm"]
         d_dma = pn.pe.dma.overhead_ns - po.pe.dma.overhead_ns
         if self.xfer is not None and (lat_d is not None or hb != 1.0 or d_dma
-                                      or po.cube.hbm.burst_bytes != pn.cube.hbm.burst_bytes):
+                                      or po.cube.hbm.burst_bytes != pn.cube.hbm.burst_bytes
+                                      or po.pe.ipcq.credit_bytes != pn.pe.ipcq.credit_bytes):
             geo, tau, off, how = self.xfer    # unqueued transfers: fast mode's closed form;
             tau = np.where(how == 1, tau * hb, tau)   # a read's head start and tail lag
             off = np.where(how == 1, off * hb, np.where(  # scale with the HBM, a DMA's

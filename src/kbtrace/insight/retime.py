@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from kbtrace.insight.base import BaseRun
+from kbtrace.insight.credits import Credits
 from kbtrace.insight.pricing import Pricer
 
 __all__ = ["Retimer", "Estimate"]
@@ -49,7 +50,8 @@ class Retimer:
             "op_id", "hop", "tile", "stage", "node_idx", "link_idx", "t_enter_ns", "t_leave_ns",
             "busy_ns", "queue_ns", "crit_ns", "nbytes"])
         ops = pq.read_table(base.trace_dir / "ops.parquet", columns=[
-            "op_id", "kind", "name", "out_shape", "deps", "match_op_id"])
+            "op_id", "kind", "name", "out_shape", "deps", "match_op_id", "launch", "program",
+            "peer_program", "direction", "nbytes", "extra_json"])
         self.composite = int(np.sum(ops.column("kind").combine_chunks().dictionary_decode()
                                     .to_numpy(zero_copy_only=False) == "composite"))
         ot_c = {c: ot.column(c).to_numpy() for c in ot.column_names}
@@ -101,12 +103,22 @@ class Retimer:
         self.binder, hot = self._binders(queued)
         self.unexplained = len(queued) - len(self.binder)
         self.pred, chained = self._chain(hot)
-        events = np.union1d(queued, chained)
+        cols = {c: ops.column(c).to_pylist() for c in ("op_id", "kind", "match_op_id",
+                                                     "launch", "program", "peer_program",
+                                                     "direction", "nbytes", "extra_json")}
+        self.credits = Credits(cols, op_row, seg_op, first, last, h["stage"],
+                               base.topology.params)
+        events = np.union1d(np.union1d(queued, chained), self.credits.rows)
         self.prev = self._prev_rows(ot_c)
         self.launch_of = ot_c["launch"].tolist()
         self._prepare_launch()
+        kind_row = np.full(n_ops, "", dtype=object)      # op kind by op row
+        row_of = op_row[ids]
+        kind_row[row_of[row_of >= 0]] = np.array(cols["kind"], dtype=object)[row_of >= 0]
+        credit_leg = ((kind_row[seg_op] == "recv") & (h["link_idx"] >= 0)
+                      & (h["nbytes"] == int(base.topology.params.pe.ipcq.credit_bytes)))
         self.pricer = Pricer(self.h, self.seg_op, self.cq, self.op_ids, base.topology,
-                             self._ops_math)
+                             self._ops_math, credit_leg)
         self._prepare_order()
         ev_t = np.concatenate([issue, self.S[events]])
         ev_kind = np.concatenate([np.zeros(n_ops, np.int8), np.ones(len(events), np.int8)])
@@ -133,6 +145,7 @@ class Retimer:
         issue, end, q, cq, crit, S = L["issue"], L["end"], L["q"], L["cq"], L["crit"], L["S"]
         seg_op, prev, deps, rec, launch_of = L["seg_op"], self.prev, self.deps, self.rec, self.launch_of
         ev: list[tuple[Any, ...]] = []
+        credit_rows = set(self.credits.rows.tolist())
         for kind, x in self.events:
             if kind == 0:
                 t = issue[x]
@@ -150,8 +163,9 @@ class Retimer:
             by: Any = self._warp_spec(seg_op[j], S[x]) if bk == 1 else j
             p = self.pred.get(x)
             ev.append((1, x, seg_op[x], bk, by, -1 if p is None else p, q[x], cq[x],
-                       crit[x] > _EPS, S[x]))
+                       crit[x] > _EPS or x in credit_rows, S[x]))   # a send waits in line
         self.ev = ev
+        self.ev_at = {e[1]: i for i, e in enumerate(ev) if e[0]}   # segment -> its event
 
     def _warp_spec(self, o: int, t: float) -> tuple[Any, ...]:
         """How recorded time ``t`` of op row ``o`` maps to the new timeline (the pass's
@@ -417,7 +431,8 @@ class Retimer:
             v = send[j]
             return v if v is not None else a_new(j) + off[j] + qn[j] + busy_l[j]
 
-        for ev in self.ev:
+        evs, stale = self._credit_events(new)
+        for ev in evs:
             if ev[0]:                           # a waiting segment / a contended user
                 _k, s, o, bk, j, p, qs, cqs, on_crit, s_rec = ev
                 i = issue_n[o]
@@ -512,7 +527,30 @@ class Retimer:
         dc = np.cumsum(d) - d
         a_all = issue_a[self.seg_op] + Pn_a + self.cqp + dc - dc[self.fs]
         self._order_check(est, a_all, qn_a, busy_n)
+        if stale:       # credit waits bound to receives the pass had not re-timed yet
+            est.flips += len(stale)
+            est.error_bound_ns += float(sum(abs(ends[r] - self.end[r]) + qn[s]
+                                            for s, r in stale))
+            est.hot = [*est.hot, ("IPCQ credits", len(stale))]
         return est
+
+    def _credit_events(self, new: Any) -> tuple[list[tuple[Any, ...]], list[tuple[int, int]]]:
+        """The events, with each send's credit row bound to the receive whose credit it
+        waits for with ``new``'s slot count (``credits``), and those whose receive ended
+        after the row in the recording (the pass reaches them late)."""
+        ov = self.credits.binders(new.params)
+        if not ov:
+            return self.ev, []
+        evs = list(self.ev)
+        stale = []
+        end, S = self.L["end"], self.L["S"]
+        for row, r in ov.items():
+            i = self.ev_at[row]
+            e = evs[i]
+            evs[i] = (1, e[1], e[2], 2 if r >= 0 else 4, r, *e[5:])
+            if r >= 0 and end[r] > S[row] + _EPS:
+                stale.append((row, r))
+        return evs, stale
 
     def _prepare_order(self) -> None:
         """Consecutive users of each exclusive resource in recorded service order."""

@@ -29,8 +29,9 @@ resources, and estimates the makespan error by their summed overlap (``error_bou
 estimate, not a guarantee: errors that travel through IPCQ waits or node overheads are not
 seen there). A flag means "replay this one". Waits whose cause is not found
 (fast mode's shared-rate link waits) keep their recorded length (``unexplained_waits``).
-Parameters that change tile plans, routes or slot counts are refused with a pointer to
-``exact=True``, which replays.
+IPCQ slot counts re-bind each send's credit wait to the receive it now waits for
+(``credits``). Parameters that change tile plans, routes or placement, and runs with
+composite ops, are refused with a pointer to ``exact=True``, which replays.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ RETIMABLE = (
     "pe.gemm.clock_ghz", "pe.math.clock_ghz", "pe.math.overhead_ns", "pe.dma.overhead_ns",
     "pe.scheduler.overhead_ns", "pe.pe_cpu.", "pe.fetch_store.bw_gbps", "pe.tcm.read_bw_gbps",
     "pe.tcm.write_bw_gbps", "pe.ipcq.tcm.", "pe.ipcq.sram.", "pe.ipcq.hbm.",
-    "pe.ipcq.credit_bytes", "pe.link_distance_mm",
+    "pe.ipcq.credit_bytes", "pe.ipcq.n_slots", "pe.ipcq.slot_bytes", "pe.link_distance_mm",
 )
 
 
@@ -115,7 +116,7 @@ def _check_keys(changes: dict[str, Any]) -> None:
     for key in changes:
         if not any(key == r or (r.endswith(".") and key.startswith(r)) for r in RETIMABLE):
             raise UsageError(f"whatif --set {key}: the re-timing cannot price this parameter "
-                             "(it changes tile plans, routes, slots or placement); add --exact "
+                             "(it changes tile plans, routes, buffers or placement); add --exact "
                              "to replay instead")
 
 
