@@ -360,7 +360,8 @@ class Retimer:
         nohop = L["nohop"]
         busy_l, serv_l, tot_l = busy_n.tolist(), serv_n.tolist(), tot.tolist()
         n = len(seg_op)
-        cqn, qn = list(cq), list(q)
+        cqn: dict[int, float] = {}              # new critical wait / wait, by segment,
+        qn: dict[int, float] = {}               # where they were re-derived
         send: list[float | None] = [None] * n
         dq = [0.0] * self.n_ops
         nan = float("nan")
@@ -421,7 +422,7 @@ class Retimer:
             """A recorded time inside an op on the new timeline (``_warp_spec``)."""
             if w[0] == 2:
                 k = w[1]
-                return a_new(k) + w[2] * (serv_l[k] + cqn[k])
+                return a_new(k) + w[2] * (serv_l[k] + cqn.get(k, cq[k]))
             if w[0] == 0:
                 return end_new(w[1]) + w[2]
             i = issue_n[w[1]]
@@ -429,7 +430,7 @@ class Retimer:
 
         def svc_end(j: int) -> float:
             v = send[j]
-            return v if v is not None else a_new(j) + off[j] + qn[j] + busy_l[j]
+            return v if v is not None else a_new(j) + off[j] + qn.get(j, q[j]) + busy_l[j]
 
         evs, stale = self._credit_events(new)
         for ev in evs:
@@ -522,7 +523,11 @@ class Retimer:
         est = Estimate(mk)
         est.late = late
         est.ends, est.issues = ends, issue_a
-        cqn_a, qn_a = np.array(cqn), np.array(qn)
+        cqn_a, qn_a = self.cq.copy(), self.h["queue_ns"].copy()
+        if qn:
+            k_ = np.fromiter(qn.keys(), np.int64, len(qn))
+            qn_a[k_] = np.fromiter(qn.values(), float, len(qn))
+            cqn_a[k_] = np.fromiter(cqn.values(), float, len(cqn))
         d = cqn_a - self.cq
         dc = np.cumsum(d) - d
         a_all = issue_a[self.seg_op] + Pn_a + self.cqp + dc - dc[self.fs]
