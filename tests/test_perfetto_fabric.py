@@ -1,5 +1,6 @@
 """Perfetto export of a real run: fabric tracks (links, HBM controllers), one flow per
-transfer through its links, integer-ns timestamps that Perfetto parses exactly.
+transfer through its links, counters (bytes in flight per link and cube, link utilisation per
+window, HBM accesses waiting / in service), integer-ns timestamps that Perfetto parses exactly.
 
 No trace processor can be installed here (the `perfetto` package downloads its binary at
 run time), so the load is checked structurally, in integer ns as Perfetto's JSON importer
@@ -80,3 +81,107 @@ def test_every_flow_point_lies_inside_its_slice_in_integer_ns(ring):
         spans.sort()
         for (_a0, a1), (b0, b1) in zip(spans, spans[1:], strict=False):
             assert not (b0 < a1 < b1)
+
+
+@pytest.fixture(scope="module")
+def gemm(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pfg")
+    s = run_workload("gemm", params={"M": 64, "N": 64, "K": 64}, out=d / "data",
+                     verify_data=False, make_report=False, attribute=False)
+    out = d / "gemm.json"
+    export_perfetto(s.run_dir, out)
+    return json.loads(out.read_text()), s.run_dir
+
+
+def _series(ev):
+    """(pid, counter track name as Perfetto names it: '<name> <arg>') -> [(ns, value)]."""
+    out = defaultdict(list)
+    for e in ev:
+        if e["ph"] == "C":
+            (key, v), = e["args"].items()
+            out[(e["pid"], f"{e['name']} {key}")].append((_ns(e["ts"]), v))
+    return out
+
+
+def test_counter_tracks_bytes_in_flight_per_link_and_per_cube(ring):
+    ev = ring["traceEvents"]
+    procs = {e["pid"]: e["args"]["name"] for e in ev if e["ph"] == "M"
+             and e["name"] == "process_name"}
+    series = _series(ev)
+    links = {k: v for k, v in series.items() if k[1].startswith("link ")
+             and k[1].endswith(" bytes in flight")}
+    assert links and all(procs[pid].endswith("fabric") for pid, _ in links)
+    for pts in series.values():
+        ts = [t for t, _ in pts]
+        assert ts == sorted(ts) and len(set(ts)) == len(ts)     # one value per instant
+    for (_pid, name), pts in links.items():
+        assert min(v for _, v in pts) >= 0 and pts[-1][1] == 0, name    # drained at the end
+    # each link slice: its bytes are in flight on its link's counter while it lasts
+    threads = {(e["pid"], e["tid"]): e["args"]["name"].split(" [")[0] for e in ev
+               if e["ph"] == "M" and e["name"] == "thread_name"}
+    checked = 0
+    for e in ev:
+        if (e["ph"] == "X" and e["cat"] == "fabric" and _ns(e["dur"]) > 0   # (0 ns: +b -b)
+                and threads[(e["pid"], e["tid"])].startswith("link ")):
+            pts = links[(e["pid"], threads[(e["pid"], e["tid"])] + " bytes in flight")]
+            t = _ns(e["ts"])
+            level = [v for ts, v in pts if ts <= t][-1]
+            assert level >= e["args"]["nbytes"]
+            checked += 1
+    assert checked > 100
+    # per process: the sum over its links, at every instant
+    for pid in {pid for pid, _ in links}:
+        total = dict(series[(pid, "links bytes in flight")])
+        mine = [pts for (p, _), pts in links.items() if p == pid]
+        for t, v in total.items():
+            assert v == sum(next((x for ts, x in reversed(pts) if ts <= t), 0) for pts in mine)
+
+
+def test_counter_tracks_link_util_per_window(ring):
+    series = _series(ring["traceEvents"])
+    util = {k: v for k, v in series.items() if k[1].endswith(" util")}
+    assert util and all(k[1].startswith("link ") for k in util)
+    ends = {ring["otherData"]["makespan_ns"]}
+    for pts in util.values():
+        assert len(pts) == 21 and all(0.0 <= v <= 1.0 for _, v in pts)   # 20 windows + end
+        assert pts[-1] == (round(next(iter(ends))), 0.0)
+    assert max(v for pts in util.values() for _, v in pts) > 0.1
+
+
+def test_counter_tracks_hbm_waiting_and_in_service(gemm):
+    doc, run_dir = gemm
+    series = _series(doc["traceEvents"])
+    waiting = {k: v for k, v in series.items() if k[1].endswith(" waiting")}
+    serving = {k: v for k, v in series.items() if k[1].endswith(" in service")}
+    assert waiting and {k[1].rsplit(" ", 1)[0] for k in waiting} == {
+        k[1].rsplit(" ", 2)[0] for k in serving}
+    assert all(k[1].startswith("hbm_ctrl.pe") for k in waiting)
+    # the time integral of 'waiting' is the HBM queueing of the run, in integer ns
+    from kbtrace.analysis.run import open_run
+    with open_run(run_dir) as r:
+        rows = r.sql("SELECT t_enter_ns, t_leave_ns, queue_ns FROM hops "
+                     "WHERE CAST(stage AS VARCHAR) = 'hbm'").rows()
+    want = sum(min(max(round(a + q), round(a)), max(round(a), round(b))) - round(a)
+               for a, b, q in rows)
+    got = 0
+    for pts in waiting.values():
+        assert pts[-1][1] == 0 and min(v for _, v in pts) >= 0
+        got += sum((b[0] - a[0]) * a[1] for a, b in zip(pts, pts[1:], strict=False))
+    assert want > 0 and got == want
+    assert max(v for pts in serving.values() for _, v in pts) >= 1
+
+
+def test_counter_events_are_capped_at_one_time_for_every_counter(ring, tmp_path, monkeypatch):
+    import kbtrace.analysis.perfetto as pf
+
+    n = sum(1 for e in ring["traceEvents"] if e["ph"] == "C")
+    monkeypatch.setattr(pf, "MAX_COUNTER_EVENTS", n // 3)
+    run_dir = ring["otherData"]["run"]
+    export_perfetto(run_dir, tmp_path / "cut.json")
+    doc = json.loads((tmp_path / "cut.json").read_text())
+    kept = [e for e in doc["traceEvents"] if e["ph"] == "C"]
+    assert 0 < len(kept) <= n // 3
+    assert doc["otherData"]["counter_events_left_out"] == n - len(kept)
+    last = max(_ns(e["ts"]) for e in kept)
+    before = [e for e in ring["traceEvents"] if e["ph"] == "C" and _ns(e["ts"]) < last]
+    assert len(before) < len(kept)     # every counter is whole up to the cut

@@ -15,6 +15,17 @@ Mapping
              nbytes) and per fabric hop (a link hop from its head entering to its tail
              leaving; an HBM access, the ``hbm`` stage at the controller; name ``kind/name``
              of the op it serves; args op_id, tile, nbytes, queue_ns).
+    counter  (``C`` events, process-scoped, named ``<track> <series>``) in each fabric process:
+             ``link A -> B bytes in flight`` per link that carried data (+nbytes when a
+             transfer's head enters, -nbytes when its tail leaves), ``links bytes in flight``
+             summed over the process's links, ``link A -> B util`` (busy fraction of each
+             of the run's equal time windows, the ``utilisation_windows`` view), and per HBM
+             controller ``hbm_ctrl.peP waiting`` / ``in service`` (accesses queued for a
+             pseudo-channel: ``[t_enter, t_enter + queue_ns]``; being served: the busy tail
+             ``[t_leave - busy_ns, t_leave]``). Hops record the controller, not the
+             pseudo-channel a burst went to (a transfer's bursts spread over all of them),
+             so there is no track per pseudo-channel; routers have no hops of their own
+             (only their outgoing links do), so a router is the set of its link tracks.
     flow     one per transfer: from the issuing op through each link it crossed, in path
              order (``s`` on the op, ``t`` on each link slice), ending on the matching
              receive for an IPCQ send, else on the last link (``f``); plus one ``s``/``f``
@@ -25,24 +36,31 @@ Mapping
              truncates (``12.345`` -> 12344 ns), but parses a string exactly; every flow
              point lies inside the slice it binds to, checked in integer ns.
 
-Large runs: at most ``MAX_FABRIC_SLICES`` fabric slices (the earliest by entry time) and
-``MAX_FLOWS`` flows; ``otherData`` says how many were left out.
+Large runs: at most ``MAX_FABRIC_SLICES`` fabric slices (the earliest by entry time),
+``MAX_FLOWS`` flows and ``MAX_COUNTER_EVENTS`` counter events (every counter cut at the same
+time); ``otherData`` says how many were left out.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from array import array
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from kbtrace._io import atomic_path
 
-__all__ = ["export_perfetto", "trace_events", "us", "MAX_FABRIC_SLICES", "MAX_FLOWS"]
+__all__ = ["export_perfetto", "trace_events", "us", "MAX_FABRIC_SLICES", "MAX_FLOWS",
+           "MAX_COUNTER_EVENTS"]
 
 MAX_FLOWS = 50_000
 MAX_FABRIC_SLICES = 200_000
+MAX_COUNTER_EVENTS = 500_000
 
 
 def us(ns: int) -> str:
@@ -82,6 +100,10 @@ class _Tracks:
         if key not in self.threads:
             self.threads[key] = len(self.threads) + 1
         return self.procs[proc], self.threads[key]
+
+    def pid(self, proc: str) -> int:
+        """The pid of process ``proc`` (registered by ``place``)."""
+        return self.procs[proc]
 
     def meta(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -189,11 +211,14 @@ def _stream(run: Any, info: dict[str, Any], tracks: _Tracks):
     n_fabric = run.sql("SELECT count(*) AS n FROM hops WHERE link_idx >= 0 OR "
                        "CAST(stage AS VARCHAR) = 'hbm'").item()
     chains: dict[tuple[int, int], list[tuple[int, int, int, int]]] = defaultdict(list)
+    steps = _Steps()
+    link_track: dict[int, tuple[str, str]] = {}
     n_hops = 0
-    for (op_id, tile, _hop, link_idx, t0, t1, nb, q, node, dst, lkind) in _batches(
+    for (op_id, tile, _hop, link_idx, t0, t1, nb, q, busy, node, dst, lkind) in _batches(
             run,
             "SELECT h.op_id, h.tile, h.hop, h.link_idx, h.t_enter_ns, h.t_leave_ns, h.nbytes, "
-            "h.queue_ns, CASE WHEN h.link_idx >= 0 THEN l.src_id ELSE n.node_id END AS node, "
+            "h.queue_ns, h.busy_ns, "
+            "CASE WHEN h.link_idx >= 0 THEN l.src_id ELSE n.node_id END AS node, "
             "l.dst_id, l.kind AS link_kind FROM hops h "
             "LEFT JOIN links l ON l.link_idx = h.link_idx "
             "LEFT JOIN nodes n ON n.node_idx = h.node_idx "
@@ -215,8 +240,75 @@ def _stream(run: Any, info: dict[str, Any], tracks: _Tracks):
                "args": {"op_id": op_id, "tile": tile, "nbytes": nb, "queue_ns": q}}
         if link_idx >= 0:
             chains[(op_id, tile)].append((_hop, pid, tid, s))
+            link_track[link_idx] = (proc, track)
+            for name in (track, "links"):
+                steps.add((proc, name, "bytes in flight"), s, nb, e, -nb)
+        else:           # an HBM access: queued for a pseudo-channel, then served
+            qe = _clamp(round(t0 + q), s, e)
+            steps.add((proc, track, "waiting"), s, 1, qe, -1)
+            steps.add((proc, track, "in service"), max(qe, round(t1 - busy)), 1, e, -1)
     info["fabric_slices_left_out"] = int(n_fabric) - n_hops
+    yield from _counters(run, tracks, steps, link_track, info)
     yield from _flows(run, slot, chains, info)
+
+
+class _Steps:
+    """Per counter (process, track, series): its +- steps as (time, delta), in two compact
+    integer arrays (8 bytes a value: a counter gets 2 steps per hop)."""
+
+    def __init__(self) -> None:
+        self.t: dict[tuple[str, str, str], array[int]] = {}
+        self.d: dict[tuple[str, str, str], array[int]] = {}
+
+    def add(self, key: tuple[str, str, str], t0: int, d0: int, t1: int, d1: int) -> None:
+        if key not in self.t:
+            self.t[key], self.d[key] = array("q"), array("q")
+        self.t[key].extend((t0, t1))
+        self.d[key].extend((d0, d1))
+
+    def levels(self) -> Iterator[tuple[tuple[str, str, str], np.ndarray, np.ndarray]]:
+        """Per counter, in key order: the distinct step times and the value after each."""
+        for key in sorted(self.t):
+            t = np.frombuffer(self.t[key], dtype=np.int64)
+            d = np.frombuffer(self.d[key], dtype=np.int64)
+            order = np.lexsort((d, t))
+            t, level = t[order], np.cumsum(d[order])
+            last = np.r_[t[1:] != t[:-1], True]          # the value after every step at t
+            yield key, t[last], level[last]
+
+
+def _counters(run: Any, tracks: _Tracks, steps: _Steps, link_track: dict[int, tuple[str, str]],
+              info: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """``C`` events: each counter's step function (one event per distinct time), then each
+    link's utilisation per window of ``utilisation_windows`` (ending at the makespan). At most
+    ``MAX_COUNTER_EVENTS``: past that, every counter stops at the same time."""
+    series = list(steps.levels())
+    util: list[tuple[int, str, int, float]] = []        # (pid, track, ns, util)
+    if link_track:
+        last: dict[int, int] = {}
+        for idx, t0, u in run.sql("SELECT resource_idx, t0_ns, util FROM utilisation_windows "
+                                  "WHERE resource_kind = 'link' ORDER BY resource_idx, "
+                                  "win").rows():
+            if idx in link_track:
+                last[idx] = tracks.pid(link_track[idx][0])
+                util.append((last[idx], link_track[idx][1], round(t0), round(u, 6)))
+        ms = round(run.makespan_ns)
+        util += [(pid, link_track[idx][1], ms, 0.0) for idx, pid in sorted(last.items())]
+    times = np.concatenate([t for _, t, _ in series] + [np.array([u[2] for u in util], np.int64)])
+    cut = None
+    if len(times) > MAX_COUNTER_EVENTS:          # every counter up to one time, not beyond
+        cut = int(np.partition(times, MAX_COUNTER_EVENTS - 1)[MAX_COUNTER_EVENTS - 1])
+        if int((times <= cut).sum()) > MAX_COUNTER_EVENTS:   # ties at the cut: stop before
+            cut -= 1
+        info["counter_events_left_out"] = int((times > cut).sum())
+    for (proc, track, name), t, level in series:
+        pid = tracks.pid(proc)
+        for ts, v in zip(t.tolist(), level.tolist(), strict=True):
+            if cut is None or ts <= cut:
+                yield {"ph": "C", "pid": pid, "name": track, "ts": us(ts), "args": {name: v}}
+    for pid, track, ts, u in util:
+        if cut is None or ts <= cut:
+            yield {"ph": "C", "pid": pid, "name": track, "ts": us(ts), "args": {"util": u}}
 
 
 def trace_events(run: Any, info: dict[str, Any] | None = None) -> list[dict[str, Any]]:
