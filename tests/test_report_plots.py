@@ -147,3 +147,36 @@ def test_plots_leave_the_callers_matplotlib_settings_alone(tmp_path):
                          tmp_path / "l.png")
     assert plt.rcParams["font.size"] == before
 
+
+
+def test_roofline_legend_lies_clear_of_the_roof_and_points(tmp_path):
+    """gemm M=256 on small: the legend sat across the roof line in the upper left."""
+    seen = []
+    real = plots._save
+
+    def spy(fig, path, relayout=True):
+        seen.append(fig)
+        return real(fig, path, relayout)
+
+    roof = pl.DataFrame({"intensity": [7.11] * 4, "gflops": [72.6, 69.9, 67.0, 65.4],
+                         "peak_gflops": [2048.0] * 4, "peak_hbm_gbps": [256.0] * 4})
+    mp = pytest.MonkeyPatch()
+    mp.setattr(plots, "_save", spy)
+    try:
+        plots.plot_roofline(roof, tmp_path / "roof.png")
+    finally:
+        mp.undo()
+    fig = seen[0]
+    r = FigureCanvasAgg(fig).get_renderer()
+    ax = fig.axes[0]
+    legend = ax.get_legend().get_window_extent(r)
+    assert not legend.overlaps(ax.get_window_extent(r))
+    assert [t.get_text() for t in ax.get_legend().get_texts()][1] == "4 PE(s)"
+
+
+def test_empty_roofline_shows_no_meaningless_scale(figures):
+    """The synthetic run has no GEMM work with HBM traffic: a note, not a 0..1 log-less scale."""
+    fig = next(f for n, f, _ in figures if n == "roofline.png")
+    ax = fig.axes[0]
+    assert list(ax.get_xticks()) == [] and list(ax.get_yticks()) == []
+    assert any("no GEMM work" in t.get_text() for t in ax.texts)
