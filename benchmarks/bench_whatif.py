@@ -113,7 +113,7 @@ def table(rows: list[dict], prep: dict[str, float]) -> str:
                f"{max((abs(c['err_pct']) for c in stable), default=0):.1f}%); all cases: "
                f"median |error| {statistics.median(abs(c['err_pct']) for c in cases):.1f}%, "
                f"max {max(abs(c['err_pct']) for c in cases):.1f}%; of the {len(flagged)} "
-               f"flagged, the overlap estimate covers the error in "
+               f"flagged, the error estimate covers the error in "
                f"{sum(c['covered'] for c in flagged)}. Speed-up (re-time vs fast replay, "
                f"its core {status()[1]}; preparation excluded): median "
                f"{statistics.median(c['speedup'] for c in cases):.0f}x, min "

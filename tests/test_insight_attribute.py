@@ -146,7 +146,7 @@ def test_estimated_attribution_agrees_on_the_top_resource(runs, tmp_path):
     """method="whatif" re-times each class instead of replaying it (IPCQ slot counts
     included): same first resource; a gain whose re-timing kept the recorded order is
     within a few points of the replay's, a flagged one (the order could flip) within its
-    stated overlap estimate, and the flag is reported."""
+    stated error estimate, and the flag is reported."""
     flags = {}
     for name, top in (("memgemm", "hbm"), ("allreduce", "mesh")):
         est = attribute(runs[name], reverse=False, method="whatif", out=tmp_path / name)

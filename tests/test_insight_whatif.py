@@ -63,6 +63,15 @@ def test_flipped_order_is_flagged_with_a_bound(runs):
     assert w.hot[0][0] == "sip0.cube0.hbm_ctrl.pe0"
     assert abs(w.makespan_ns - x) <= w.error_bound_ns
     assert "order could flip" in w.text() and "--exact replays" in w.text()
+    # the estimate adds the critical part of the 19 waits kept as recorded (fast mode's
+    # shared-rate link waits: their cause is no other hop's end) to the summed overlap
+    rt = Retimer(load_base(runs["memgemm"]))
+    assert (rt.unexplained, w.unexplained_waits) == (19, 19)
+    assert rt.unexplained_ns == pytest.approx(25.4, abs=0.01)
+    est = rt.retime(compile_topology(SMALL, overrides={"cube.hbm.pc_bw_gbps": 16.0}))
+    assert est.error_bound_ns == pytest.approx(w.error_bound_ns, abs=1e-6)
+    assert w.error_bound_ns == pytest.approx(10409.9 + 25.4, abs=0.1)   # overlaps + kept
+    assert "error estimate +-" in w.text()
 
 
 def test_exact_replays_and_retimer_is_reusable(runs):

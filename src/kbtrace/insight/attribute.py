@@ -49,7 +49,7 @@ class Attribution:
     wall_s: float
     estimates: int = 0         # makespans re-timed (method="whatif") instead of replayed
     #: re-timed classes whose recorded service order could flip (``whatif``'s flag): class ->
-    #: the largest overlap estimate (ns) of its factors; those gains are rougher estimates
+    #: the largest error estimate (ns) of its factors; those gains are rougher estimates
     flagged: dict[str, float] = field(default_factory=dict)
 
     @property

@@ -83,3 +83,23 @@ class Credits:
             return None
         new = self._binders(int(p.n_slots), int(p.slot_bytes))
         return {r: v for r, v in new.items() if v != self._old.get(r)}
+
+    def events(self, ev: list[tuple[Any, ...]], ev_at: dict[int, int], end: list[float],
+               start: list[float], params: Any
+               ) -> tuple[list[tuple[Any, ...]], list[tuple[int, int]]]:
+        """The re-timing's events (``Retimer.ev``) with each send's credit row bound to the
+        receive whose credit it waits for with ``params``' slot count (binder kind 2: an op's
+        end), and the (row, receive) pairs whose receive ended after the row's recorded
+        service ``start`` (the pass in recorded order reaches those late)."""
+        ov = self.binders(params)
+        if not ov:
+            return ev, []
+        evs = list(ev)
+        stale = []
+        for row, r in ov.items():
+            i = ev_at[row]
+            e = evs[i]
+            evs[i] = (1, e[1], e[2], 2 if r >= 0 else 4, r, *e[5:])
+            if r >= 0 and end[r] > start[row] + 1e-6:
+                stale.append((row, r))
+        return evs, stale

@@ -102,6 +102,9 @@ class Retimer:
         queued = np.flatnonzero(q > _EPS)
         self.binder, hot = self._binders(queued)
         self.unexplained = len(queued) - len(self.binder)
+        lone = [k for k in queued.tolist() if k not in self.binder]
+        #: the critical part of the waits kept as recorded (their cause was not found)
+        self.unexplained_ns = float(cq[lone].sum()) if lone else 0.0
         self.pred, chained = self._chain(hot)
         cols = {c: ops.column(c).to_pylist() for c in ("op_id", "kind", "match_op_id",
                                                      "launch", "program", "peer_program",
@@ -432,7 +435,8 @@ class Retimer:
             v = send[j]
             return v if v is not None else a_new(j) + off[j] + qn.get(j, q[j]) + busy_l[j]
 
-        evs, stale = self._credit_events(new)
+        evs, stale = self.credits.events(self.ev, self.ev_at, self.L["end"], self.L["S"],
+                                         new.params)
         for ev in evs:
             if ev[0]:                           # a waiting segment / a contended user
                 _k, s, o, bk, j, p, qs, cqs, on_crit, s_rec = ev
@@ -537,25 +541,9 @@ class Retimer:
             est.error_bound_ns += float(sum(abs(ends[r] - self.end[r]) + qn[s]
                                             for s, r in stale))
             est.hot = [*est.hot, ("IPCQ credits", len(stale))]
+        if est.flips or est.new_overlaps:   # where the order moves, so may the waits kept
+            est.error_bound_ns += self.unexplained_ns       # as recorded: up to their length
         return est
-
-    def _credit_events(self, new: Any) -> tuple[list[tuple[Any, ...]], list[tuple[int, int]]]:
-        """The events, with each send's credit row bound to the receive whose credit it
-        waits for with ``new``'s slot count (``credits``), and those whose receive ended
-        after the row in the recording (the pass reaches them late)."""
-        ov = self.credits.binders(new.params)
-        if not ov:
-            return self.ev, []
-        evs = list(self.ev)
-        stale = []
-        end, S = self.L["end"], self.L["S"]
-        for row, r in ov.items():
-            i = self.ev_at[row]
-            e = evs[i]
-            evs[i] = (1, e[1], e[2], 2 if r >= 0 else 4, r, *e[5:])
-            if r >= 0 and end[r] > S[row] + _EPS:
-                stale.append((row, r))
-        return evs, stale
 
     def _prepare_order(self) -> None:
         """Consecutive users of each exclusive resource in recorded service order."""

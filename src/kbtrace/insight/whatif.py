@@ -25,9 +25,9 @@ What it cannot see: a resource's service order is the recorded one. Where the ne
 would reorder two users of an exclusive resource (HBM controller, link, GEMM, MATH), or
 make a user that did not wait overlap its predecessor, the replay would schedule them
 differently: ``WhatIf`` counts those places (``flips``, ``new_overlaps``), names the
-resources, and estimates the makespan error by their summed overlap (``error_bound_ns``; an
-estimate, not a guarantee: errors that travel through IPCQ waits or node overheads are not
-seen there). A flag means "replay this one". Waits whose cause is not found
+resources, and estimates the makespan error by their summed overlap plus the critical waits
+kept as recorded (``error_bound_ns``; an estimate, not a guarantee: errors that travel
+through IPCQ waits or node overheads are not seen there). A flag means "replay this one". Waits whose cause is not found
 (fast mode's shared-rate link waits) keep their recorded length (``unexplained_waits``).
 IPCQ slot counts re-bind each send's credit wait to the receive it now waits for
 (``credits``). Parameters that change tile plans, routes or placement, and runs with
@@ -75,7 +75,7 @@ class WhatIf:
     exact: bool = False
     flips: int = 0                 # exclusive-resource users whose new order differs
     new_overlaps: int = 0          # users that did not wait and now overlap a predecessor
-    error_bound_ns: float = 0.0    # summed overlap of those: an estimate of the error
+    error_bound_ns: float = 0.0    # their summed overlap + the waits kept: an error estimate
     unexplained_waits: int = 0     # recorded waits kept as recorded (cause not found)
     late_binders: int = 0          # events used before they were re-timed (ties)
     hot: list[tuple[str, int]] = field(default_factory=list)   # resources with flips/overlaps
@@ -103,7 +103,7 @@ class WhatIf:
                 where = ", ".join(f"{r} ({n})" for r, n in self.hot[:3])
                 lines.append(f"  order could flip: {self.flips} reordered and "
                              f"{self.new_overlaps} newly overlapping resource users "
-                             f"(most at {where}); overlap estimate +-{self.error_bound_ns:,.1f} ns "
+                             f"(most at {where}); error estimate +-{self.error_bound_ns:,.1f} ns "
                              f"({100 * self.error_bound_ns / self.base_makespan_ns:.1f}%); "
                              "--exact replays")
             if self.unexplained_waits:
