@@ -7,7 +7,7 @@ kbtrace runs the same code as pure Python where it is not built (saying so once;
 
 The reference sources stay the readable ``.py`` files (``replay/fabric/booking.py``,
 ``fast.py``); Cython compiles copies of them under other module names (``_booking_c``,
-``_fast_c``), generated into ``build/kbtrace-core/`` with the imports between them pointed
+``_fair_c``, ``_fast_c``), generated into ``build/kbtrace-core/`` with the imports between them pointed
 at the compiled twins, the types of ``booking.pxd`` (Cython's pure-Python mode: an
 augmenting ``.pxd`` beside the ``.py``), and the SHA-256 of the reference source appended
 (``SOURCE_SHA256``), so a compiled module older than its source is recognised and not used.
@@ -26,9 +26,11 @@ GEN = Path("build") / "kbtrace-core"              # relative: setuptools wants r
 #: compiled module -> its reference source under src/ (kbtrace.replay.fabric.core.CORE too)
 CORE = {
     "kbtrace.replay.fabric._booking_c": "kbtrace/replay/fabric/booking.py",
+    "kbtrace.replay.fabric._fair_c": "kbtrace/replay/fabric/fair.py",
     "kbtrace.replay.fabric._fast_c": "kbtrace/replay/fabric/fast.py",
 }
-TWINS = {"kbtrace.replay.fabric.booking": "kbtrace.replay.fabric._booking_c"}
+TWINS = {"kbtrace.replay.fabric.booking": "kbtrace.replay.fabric._booking_c",
+         "kbtrace.replay.fabric.fair": "kbtrace.replay.fabric._fair_c"}
 
 
 def _generate() -> list[Extension]:

@@ -156,6 +156,7 @@ def _hop_by_hop():
                 rt = self._routes_nb[key] = _Route(self, src, dst, nbytes)
             now = self.env.now
             h, t = span if span is not None else ((now if at is None else at),) * 2
+            self._f = self.begin(rt, op_id, tile, ack)
             for j in range(len(rt.links)):
                 h, t = self._hop(rt, j, op_id, tile, h, t, now)
             return self._arrive(rt, op_id, tile, addr, h, t, now, ack)
@@ -226,11 +227,12 @@ def test_fast_stretch_booking_equals_hop_by_hop(tmp_path, sends, held_max):
     ref, rec_b = _fabric(_hop_by_hop(), topo, tmp_path / "b")
     planned, rec_c = _fabric(_always_plan(), topo, tmp_path / "c")
     pes = [PeCoord(0, i // 8, i % 8) for i in range(32)]
+    fabs = (fast, ref, planned)
+    ends: list[dict] = [{}, {}, {}]     # completion per op (a flow's moves when others join)
     for op, (p_dma, p_hbm, read, nb, dt, late, spread) in enumerate(sends):
         dma = topo.pe_node(pes[p_dma], "dma").idx
         mem = topo.hbm_ctrl(pes[p_hbm]).idx
-        done = []
-        for fab in (fast, ref, planned):
+        for fab, got in zip(fabs, ends, strict=True):
             fab.env.run(until=fab.env.now + dt) if dt else None
             now = fab.env.now
             if read:   # HBM -> DMA: flits ready from now + late to now + late + spread
@@ -238,7 +240,22 @@ def test_fast_stretch_booking_equals_hop_by_hop(tmp_path, sends, held_max):
             else:      # DMA -> HBM, committed there
                 ev = fab.send(op, -1, dma, mem, nb, addr=p_hbm * 4096 + op * 64,
                               at=now + late if late else None)
-            done.append(ev.value)
+            ev.callbacks.append(lambda e, got=got, op=op: got.__setitem__(op, e.value))
+    # the bookings, from the last send on
+    assert (fast.link_iv, fast.link_rate, fast.node_iv) == \
+        (planned.link_iv, planned.link_rate, planned.node_iv)
+    now = fast.env.now + 1e-6   # (an interval may end at now in one and 1 ulp later in the other)
+    for iv_a, iv_b in zip(fast.node_iv, ref.node_iv, strict=True):
+        _prune(iv_a, now)
+        _prune(iv_b, now)
+        assert np.allclose(iv_a, iv_b, rtol=0, atol=1e-6)
+    for la, ra, lb, rb in zip(fast.link_iv, fast.link_rate, ref.link_iv, ref.link_rate,
+                              strict=True):
+        _same_shares(la, ra, lb, rb, now)
+    for fab in fabs:
+        fab.env.run()
+    for op in range(len(sends)):
+        done = [got[op] for got in ends]
         assert done[0] == pytest.approx(done[1], abs=1e-6), (op, done)
         assert done[0] == done[2], (op, done)       # walking a hop == its plan, exactly
     a, b, c3 = rec_a._pending(), rec_b._pending(), rec_c._pending()
@@ -251,16 +268,6 @@ def test_fast_stretch_booking_equals_hop_by_hop(tmp_path, sends, held_max):
     key_b = np.lexsort((b["enter"].round(6), b["node"], b["link"], b["stage"], b["op"]))
     for c in a:
         assert np.allclose(a[c][key_a], b[c][key_b], rtol=0, atol=1e-6), c
-    assert (fast.link_iv, fast.link_rate, fast.node_iv) == \
-        (planned.link_iv, planned.link_rate, planned.node_iv)
-    now = fast.env.now + 1e-6   # (an interval may end at now in one and 1 ulp later in the other)
-    for iv_a, iv_b in zip(fast.node_iv, ref.node_iv, strict=True):
-        _prune(iv_a, now)
-        _prune(iv_b, now)
-        assert np.allclose(iv_a, iv_b, rtol=0, atol=1e-6)
-    for la, ra, lb, rb in zip(fast.link_iv, fast.link_rate, ref.link_iv, ref.link_rate,
-                              strict=True):
-        _same_shares(la, ra, lb, rb, now)
 
 
 def _same_shares(lt_a, lr_a, lt_b, lr_b, now):

@@ -124,21 +124,22 @@ def test_fast_reads_record_their_bursts_without_changing_them():
     assert fast.pc_iv[2] == [2.0, 26.0]     # the write's burst, then the read's two, touching
 
 
-@pytest.mark.parametrize("readers, worst", [(2, 1e-9), (4, 0.30)])
+@pytest.mark.parametrize("readers, worst", [(2, 1e-9), (4, 0.005)])
 def test_concurrent_reads_across_one_ucie_crossing(tmp_path, readers, worst):
     """PEs 0..n-1 of cube 0 each read 64 KiB from their counterpart's slice in cube 1, all at
     once.
     Fast used to serialise whole transfers on the shared crossing (2 readers: 1,237 ns vs
-    742 in flit mode; 4: 1,767 vs 1,034); it shares the links' bandwidth now. Four readers
-    still come out late, never early: a stream booked first keeps its full rate on a mesh
-    link the others share (flit slows all of them alike)."""
+    742 in flit mode; 4: 1,767 vs 1,034); it shared the links' bandwidth, but a stream booked
+    first kept its full rate on a mesh link three of them share (4 readers: 1,282.5 ns, 24%
+    late). With the fair share (``fabric/fair.py``) the streams that meet there are served
+    together, first come, first served, as their flits interleave: 1,034.2 ns."""
     small = compile_topology(TOPO_DIR / "small.yaml")
     nb = 65536
     tr = SynthTrace([load(hbm(0, 1, p, small, p * nb), nb, pe=p, program=p)
                      for p in range(readers)], f"ucie{readers}")
     ms = {f: replay(tr, small, ReplayOptions(fidelity=f, out_dir=str(tmp_path / f))).makespan_ns
           for f in ("flit", "fast")}
-    assert ms["flit"] * (1 - 1e-9) <= ms["fast"] <= ms["flit"] * (1 + worst), ms
+    assert abs(ms["fast"] - ms["flit"]) <= ms["flit"] * worst, ms
 
 
 @pytest.mark.parametrize("pen", [0.0, 3.3])

@@ -24,7 +24,24 @@ cpdef add_shares(list lt, list lr, double s, double e, shares)
                head=cython.double, start=cython.double, m=cython.double, t1=cython.double,
                got=cython.double, end=cython.double, tail=cython.double)
 cpdef tuple fit_rate(list lt, list lr, double now, double h, double hd, double body,
-                     double tail_at, double last, double busy)
+                     double tail_at, double last, double busy, list out=*)
 
 @cython.locals(k=cython.Py_ssize_t)
 cpdef prune_rate(list lt, list lr, double now)
+
+@cython.locals(i=cython.Py_ssize_t)
+cpdef double _snap(list lt, double x)
+
+@cython.locals(done=cython.double, a=cython.double, b=cython.double, r=cython.double,
+               a2=cython.double, b2=cython.double)
+cpdef double unbook(list lt, list lr, list pieces, double t_from) except? -1.0
+
+@cython.locals(got=cython.double, y=cython.double, a=cython.double, b=cython.double,
+               r=cython.double)
+cpdef double _when(list arr, double w, double x)
+
+@cython.locals(k=cython.Py_ssize_t, n=cython.Py_ssize_t, acc=cython.double, x=cython.double)
+cpdef list _cum_at(list pcs, list taus)
+
+@cython.locals(i=cython.Py_ssize_t)
+cpdef double _s_at(list ts, list ss, double t)

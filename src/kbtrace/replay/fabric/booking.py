@@ -16,7 +16,7 @@ from kbtrace.replay.intervals import TIME_EPS
 from kbtrace.replay.intervals import prune as _prune
 
 __all__ = ["RATE_EPS", "serve", "take", "unreserve", "take_rate", "add_shares", "fit_rate",
-           "prune_rate"]
+           "prune_rate", "unbook", "share_fifo"]
 
 _INF = float("inf")
 
@@ -160,7 +160,8 @@ def add_shares(lt: list[float], lr: list[float], s: float, e: float,
 
 
 def fit_rate(lt: list[float], lr: list[float], now: float, h: float, hd: float, body: float,
-             tail_at: float, last: float, busy: float) -> tuple[float, float, float]:
+             tail_at: float, last: float, busy: float,
+             out: list | None = None) -> tuple[float, float, float]:
     """Book a link for a stream whose head reaches it at ``h`` and whose last flit is ready at
     ``tail_at``: returns when its service starts and when its head and its tail have
     crossed (``(start, head, tail)``).
@@ -174,12 +175,16 @@ def fit_rate(lt: list[float], lr: list[float], now: float, h: float, hd: float, 
     flits do in flit mode). It books what it is served, piece by piece; its head has crossed
     when ``hd * rho`` of work is done, its tail when all of it (``busy``) is and no earlier
     than ``tail_at + last``; it starts at its first moment with bandwidth (its queueing).
+    ``out``: the pieces booked, ``(start, end, share)``, are appended to it (``fair``).
     """
     e = h + body
     if e < tail_at:
         e = tail_at
     e += last
     if take_rate(lt, lr, h, e, busy):
+        if out is not None:
+            r = busy / (e - h)
+            out.append((h, e, r if r < 1.0 else 1.0))
         return h, h + hd, e
     if len(lt) > 1 and lt[1] <= now:
         prune_rate(lt, lr, now)
@@ -250,9 +255,13 @@ def fit_rate(lt: list[float], lr: list[float], now: float, h: float, hd: float, 
             continue
         if b0 > a0 and r0 > 0.0:
             add_shares(lt, lr, a0, b0, (r0,))
+            if out is not None:
+                out.append((a0, b0, r0))
         a0, b0, r0 = a, b, r
     if b0 > a0 and r0 > 0.0:
         add_shares(lt, lr, a0, b0, (r0,))
+        if out is not None:
+            out.append((a0, b0, r0))
     if head < 0.0:
         head = end
     tail = tail_at + last
@@ -266,3 +275,246 @@ def prune_rate(lt: list[float], lr: list[float], now: float) -> None:
         del lt[:k]
         del lr[:k]
 
+
+
+def _snap(lt: list[float], x: float) -> float:
+    """``x``, or the breakpoint within ``TIME_EPS`` of it (as ``take_rate`` snaps)."""
+    i = bisect_left(lt, x - TIME_EPS)
+    if i < len(lt) and lt[i] <= x + TIME_EPS:
+        return lt[i]
+    return x
+
+
+def unbook(lt: list[float], lr: list[float], pieces: list, t_from: float) -> float:
+    """Give back what ``pieces`` (``(start, end, share)``, as booked) hold from ``t_from`` on;
+    returns the work (share x ns) they served before it. Ends are snapped to the breakpoints
+    the booking made, so nothing is left over but rounding."""
+    done = 0.0
+    for a, b, r in pieces:
+        if a < t_from:
+            done += r * ((b if b < t_from else t_from) - a)
+        if b > t_from + TIME_EPS:
+            a2 = _snap(lt, a if a > t_from else t_from)
+            b2 = _snap(lt, b)
+            if b2 > a2:
+                add_shares(lt, lr, a2, b2, (-r,))
+                _tidy(lt, lr, a2, b2)
+    return done
+
+
+def _tidy(lt: list[float], lr: list[float], a: float, b: float) -> None:
+    """After shares were given back over ``[a, b]``: a share within ``RATE_EPS`` of 0 is 0, and
+    a breakpoint within ``TIME_EPS`` of the one before it (a sliver left by rounding) or with
+    the same share as the one before it goes."""
+    i = bisect_left(lt, a - TIME_EPS) - 1
+    if i < 0:
+        i = 0
+    j = bisect_right(lt, b + TIME_EPS) + 1
+    if j > len(lt):
+        j = len(lt)
+    k = i
+    while k < j:
+        if -RATE_EPS < lr[k] < RATE_EPS:
+            lr[k] = 0.0
+        if k > 0 and (lt[k] - lt[k - 1] <= TIME_EPS or lr[k] == lr[k - 1]):
+            if lt[k] - lt[k - 1] <= TIME_EPS:
+                lr[k - 1] = lr[k]        # the sliver before goes; this share holds from there
+            del lt[k]
+            del lr[k]
+            j -= 1
+            continue
+        k += 1
+
+
+def _when(arr: list, w: float, x: float) -> float:
+    """When ``x`` of the work of arrival pieces ``arr`` has arrived."""
+    got = 0.0
+    for a, b, r in arr:
+        y = got + r * (b - a)
+        if y >= x and r > 0.0:
+            return a + (x - got) / r
+        got = y
+    return arr[-1][1] if arr else 0.0
+
+
+def _unserved(arr: list, w: float, d: float) -> list:
+    """The pieces of arrival ``arr`` (``w`` in all) after its first ``d`` of work."""
+    out = []
+    got = 0.0
+    for a, b, r in arr:
+        x = r * (b - a)
+        if got + x <= d:
+            got += x
+            continue
+        if got < d and r > 0.0:
+            a = a + (d - got) / r
+        got += x
+        if got > w:                     # (rounding: never more than w)
+            b = b - (got - w) / r if r > 0.0 else b
+            if b > a:
+                out.append((a, b, r))
+            break
+        if b > a:
+            out.append((a, b, r))
+    return out
+
+
+def _cum_at(pcs: list, taus: list) -> list:
+    """The work of pieces ``pcs`` (in order) arrived by each of the sorted times ``taus``."""
+    out = []
+    k = 0
+    n = len(pcs)
+    acc = 0.0
+    for x in taus:
+        while k < n and pcs[k][1] <= x:
+            acc += pcs[k][2] * (pcs[k][1] - pcs[k][0])
+            k += 1
+        if k < n and pcs[k][0] < x:
+            out.append(acc + pcs[k][2] * (x - pcs[k][0]))
+        else:
+            out.append(acc)
+    return out
+
+
+def share_fifo(lt: list[float], lr: list[float], t0: float, streams: list) -> list:
+    """Serve several streams on one link together from ``t0``, first come, first served, as
+    flit mode's link FIFO serves flits: each stream is ``[arrival, work, done, head_work]``,
+    its work arriving as the pieces ``arrival`` (``(start, end, share)``, in order), ``done``
+    of it served before ``t0``. The link serves what has arrived in arrival order at the
+    bandwidth it has to spare (``1 - booked``): a stream's backlog leaves before what others
+    sent later, and streams arriving together share in proportion to their arrival rates.
+    Books the pieces; returns per stream ``(pieces, end, head)``: its booked ``(start, end,
+    share)`` pieces, when all its work has been served, and when ``head_work`` of it had
+    (-1.0 if ``head_work`` is 0)."""
+    m = len(streams)
+    ups = [_unserved(arr, w, d) for arr, w, d, _hw in streams]
+    pts = {t0}
+    for up in ups:
+        for a, b, _r in up:
+            pts.add(a)
+            pts.add(b)
+    taus = sorted(pts)
+    nt = len(taus)
+    # U(tau): the unserved work of all streams arrived by tau, at the breakpoints
+    us = [0.0] * nt
+    for up in ups:
+        for k, x in enumerate(_cum_at(up, taus)):
+            us[k] += x
+    total = us[-1]
+
+    def big_u(tau: float) -> float:
+        k = bisect_right(taus, tau) - 1
+        if k < 0:
+            return 0.0
+        if k + 1 >= nt:
+            return total
+        return us[k] + (us[k + 1] - us[k]) * (tau - taus[k]) / (taus[k + 1] - taus[k])
+
+    def tau_of(u: float) -> float:              # the earliest tau with U(tau) >= u
+        k = bisect_left(us, u)
+        if k == 0:
+            return taus[0]
+        if k >= nt:
+            return taus[-1]
+        u0, u1 = us[k - 1], us[k]
+        return taus[k - 1] + (taus[k] - taus[k - 1]) * (u - u0) / (u1 - u0)
+
+    tiny = 1e-12 * (total if total > 1.0 else 1.0)
+    # S(t): work served from t0 on, at the spare bandwidth, no faster than it arrives
+    ts = [t0]
+    ss = [0.0]
+    n = len(lt)
+    k = bisect_right(lt, t0) - 1
+    t = t0
+    s = 0.0
+    guard = 0
+    while s < total - tiny:
+        guard += 1
+        if guard > 1000000:
+            raise RuntimeError("share_fifo: no progress")
+        while k + 1 < n and lt[k + 1] <= t:
+            k += 1
+        c = 1.0 - (lr[k] if k >= 0 else 0.0)
+        if c <= RATE_EPS:
+            c = 0.0
+        nxt = lt[k + 1] if k + 1 < n else _INF
+        j = bisect_right(taus, t)
+        if j < nt and taus[j] < nxt:
+            nxt = taus[j]
+        rr = 0.0 if j == 0 or j >= nt else (us[j] - us[j - 1]) / (taus[j] - taus[j - 1])
+        q = big_u(t) - s
+        if c == 0.0:
+            rate = 0.0
+        elif q > tiny:
+            rate = c
+            if rr < c and t + q / (c - rr) < nxt:
+                nxt = t + q / (c - rr)        # the backlog clears
+            if t + (total - s) / c < nxt:
+                nxt = t + (total - s) / c
+        else:
+            rate = rr if rr < c else c
+        if nxt == _INF:
+            raise RuntimeError("share_fifo: a stream can never be served")
+        if nxt <= t:
+            nxt = t + TIME_EPS
+        s += rate * (nxt - t)
+        if s > total:
+            s = total
+        t = nxt
+        ts.append(t)
+        ss.append(s)
+
+    def t_of(u: float) -> float:                # when the work at position u was served
+        i = bisect_left(ss, u - tiny)
+        if i == 0:
+            return ts[0]
+        if i >= len(ss):
+            return ts[-1]
+        s0, s1 = ss[i - 1], ss[i]
+        if s1 <= s0:
+            return ts[i]
+        x = ts[i - 1] + (ts[i] - ts[i - 1]) * (u - s0) / (s1 - s0)
+        return x if x < ts[i] else ts[i]
+
+    # pieces are linear between the moments the served work passes a breakpoint of U
+    grid = sorted(set(ts) | {t_of(x) for x in us if 0.0 < x < total})
+    tau_g = [tau_of(_s_at(ts, ss, x)) for x in grid]
+    order = sorted(range(len(grid)), key=tau_g.__getitem__)
+    out = []
+    for i in range(m):
+        arr, w, d, hw = streams[i]
+        up = ups[i]
+        srt = _cum_at(up, [tau_g[g] for g in order])
+        cum = [0.0] * len(grid)
+        for g, x in zip(order, srt, strict=True):
+            cum[g] = x
+        pcs: list = []
+        for g in range(1, len(grid)):
+            dt = grid[g] - grid[g - 1]
+            dw = cum[g] - cum[g - 1]
+            if dw > tiny and dt > 0.0:
+                r = dw / dt
+                if pcs and pcs[-1][1] == grid[g - 1] and abs(pcs[-1][2] - r) <= 1e-12:
+                    pcs[-1] = (pcs[-1][0], grid[g], pcs[-1][2])
+                else:
+                    pcs.append((grid[g - 1], grid[g], r))
+        if up:
+            end = t_of(big_u(up[-1][1]))
+            head = t_of(big_u(_when(arr, w, d + hw))) if hw > 0.0 else -1.0
+        else:
+            end, head = t0, -1.0
+        out.append((pcs, end, head))
+    for pcs, _e, _h in out:
+        for a, b, r in pcs:
+            if b > a:
+                add_shares(lt, lr, a, b, (r,))
+    return out
+
+
+def _s_at(ts: list[float], ss: list[float], t: float) -> float:
+    i = bisect_right(ts, t) - 1
+    if i < 0:
+        return 0.0
+    if i + 1 >= len(ts):
+        return ss[-1]
+    return ss[i] + (ss[i + 1] - ss[i]) * (t - ts[i]) / (ts[i + 1] - ts[i])

@@ -1,7 +1,7 @@
 """Which fast-mode core runs: the compiled one (Cython) or the pure-Python reference.
 
 ``booking.py`` and ``fast.py`` are the reference: readable, and what runs where nothing
-was compiled. ``pip install -e .`` compiles copies of them (``_booking_c``, ``_fast_c``;
+was compiled (with ``fair.py``). ``pip install -e .`` compiles copies of them (``_booking_c``, ``_fair_c``, ``_fast_c``;
 ``setup.py``) where a C compiler exists. Both give byte-identical outputs
 (``tests/test_replay_core.py``). ``fast_fabric()`` returns the compiled ``FastFabric``
 when it is built from the current sources, else the reference one, warning once per
@@ -27,6 +27,7 @@ PURE_ENV = "KBTRACE_PURE_PYTHON"
 _PKG = Path(__file__).resolve().parent
 #: compiled module -> its reference source (setup.py builds the same list)
 CORE = {"kbtrace.replay.fabric._booking_c": _PKG / "booking.py",
+        "kbtrace.replay.fabric._fair_c": _PKG / "fair.py",
         "kbtrace.replay.fabric._fast_c": _PKG / "fast.py"}
 
 

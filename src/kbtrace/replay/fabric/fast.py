@@ -12,6 +12,7 @@ from simpy.events import NORMAL  # the priority of a Timeout
 
 from kbtrace.replay.fabric.base import Fabric, _Ev, after
 from kbtrace.replay.fabric.booking import fit_rate, prune_rate, serve, take, take_rate, unreserve
+from kbtrace.replay.fabric.fair import Flow, expand, fair_hop
 from kbtrace.replay.hbm import HbmController
 from kbtrace.replay.intervals import TIME_EPS
 from kbtrace.replay.intervals import prune as _prune
@@ -35,7 +36,7 @@ class _Route:
     depends on what the cache holds.
     """
     __slots__ = ("nodes", "links", "hops", "stage", "node", "busy", "dst", "dst_iv", "dst_ov",
-                 "hbm", "term_stage", "term_busy", "nb", "plans", "flit_max")
+                 "hbm", "term_stage", "term_busy", "nb", "plans", "flit_max", "movable")
 
     def __init__(self, fab: FastFabric, src: int, dst: int, nb: int, shape: int = 0) -> None:
         nodes, links = fab.route(src, dst)
@@ -58,6 +59,8 @@ class _Route:
         # a full flit's time on the path's slowest link
         self.flit_max = max((fab.flit_bytes / fab.link_bw[li] for li in links
                              if fab.link_bw[li] > 0), default=0.0)
+        # a stream to a node without an HBM commit: a flow others may slow (``fair``)
+        self.movable = self.hbm is None and any(hp[4] == 2 for hp in self.hops)
 
     def build(self, fab: FastFabric, j0: int) -> _Plan:
         pl = self.plans[j0] = _Plan(self, fab.rec, j0)
@@ -81,7 +84,7 @@ class _Plan:
     plan of the matching hop rows (terminal row last).
     """
     __slots__ = ("route", "j0", "n_hops", "res", "res_hop", "first", "start", "h_in", "h_end",
-                 "t_a", "t_b", "pid", "n_rows")
+                 "t_a", "t_b", "pid", "n_rows", "rows")
 
     def __init__(self, rt: _Route, rec: Recorder, j0: int) -> None:
         self.route, self.j0 = rt, j0
@@ -131,6 +134,7 @@ class _Plan:
         self.res, self.res_hop, self.first, self.start = tuple(res), res_hop, first, start
         self.h_in, self.h_end, self.t_a, self.t_b = h_in, H, A, B
         self.n_rows = len(rows)
+        self.rows = rows
         self.pid = rec.add_plan(rows, rt.nb)
 
 
@@ -190,6 +194,9 @@ class FastFabric(Fabric):
             h.pc_iv = [[] for _ in range(h.n_pcs)]
         self.held = 0
         self.evictions = 0
+        self.link_flows: list[list[tuple[Flow, int]]] = [[] for _ in topo.links]
+        self.live: dict[int, Flow] = {}     # flows not yet complete (fair)
+        self._f: Flow | None = None         # the flow being booked, if it is one
 
     def hop_of(self, li: int, nb: int, first: bool, shape: int = 0) -> tuple[tuple, float]:
         """``(_Route.hops entry, busy ns)`` of ``nb`` bytes over link ``li`` (``first``: the
@@ -227,6 +234,8 @@ class FastFabric(Fabric):
         """Empty the route cache (routes and their plans). The recorder flushes first (every
         compact record is expanded, so no row refers to a plan any more), then forgets the
         plans. The (source, destination) route and command caches bound themselves."""
+        for f in self.live.values():         # their compact rows refer to plans
+            expand(f)
         self.rec.flush(self.env.now)
         self.rec.drop_plans()
         self._routes_nb.clear()
@@ -274,6 +283,7 @@ class FastFabric(Fabric):
         self._sends += 1
         if self._sends % self.PRUNE_EVERY == 0:
             self._prune_all(now)
+        f = self._f = self.begin(rt, op_id, tile, ack)
         j = 0
         while True:
             pl = rt.plans[j]
@@ -309,6 +319,8 @@ class FastFabric(Fabric):
                         lr.append(0.0)
                     elif not take_rate(iv, lr, s, e, bz):  # not enough bandwidth to spare
                         break
+                    if f is not None and lr is not None:
+                        self._booked(f, pl.j0 + pl.res_hop[k], s, e, bz)
                     k += 1
                 else:
                     hh = h + pl.h_end
@@ -320,6 +332,9 @@ class FastFabric(Fabric):
                         rec.transfer(op_id, tile, pl.pid, h, t, 0.0, pl.n_rows - 1)
                         return self._commit_later(rt, op_id, tile, addr, h + pl.h_in, hh, tt,
                                                   0.0, ack)
+                    if f is not None:
+                        f.segs.append(("P", pl, h, t, tt, pl.n_rows))
+                        return self._complete(tt, ack)
                     rec.transfer(op_id, tile, pl.pid, h, t, tt, pl.n_rows)
                     return after(env, tt + ack - now, tt)
                 # resource k is not free: undo its hop's earlier reservations
@@ -327,7 +342,10 @@ class FastFabric(Fabric):
                 for iv, _lr, S, _A, _B, _bz in pl.res[pl.first[jr]:k]:
                     unreserve(iv, h + S)       # a node's (a hop's link is its last resource)
                 if jr:
-                    rec.transfer(op_id, tile, pl.pid, h, t, 0.0, jr)
+                    if f is not None:
+                        f.segs.append(("P", pl, h, t, 0.0, jr))
+                    else:
+                        rec.transfer(op_id, tile, pl.pid, h, t, 0.0, jr)
                 H, A, B = pl.start[jr]
                 tt = t + A
                 x = h + B
@@ -373,6 +391,8 @@ class FastFabric(Fabric):
                     if niv is not None:
                         unreserve(niv, h + H0)
                     break
+                if self._f is not None:
+                    self._booked(self._f, j, h + H, x if x > e else e, rt.busy[j])
                 A, B, H = A + last_d, max(B, H + body) + last_d, H + hd_d
             elif mode == 1:
                 if not take_rate(liv, lr, h + H, h + (H + hd_d), rt.busy[j]):
@@ -406,10 +426,10 @@ class FastFabric(Fabric):
                                                   ack), 0.0
                 rows.append((op_id, tile, rt.term_stage, rt.dst, -1, h + H0, tt, rt.term_busy,
                              0.0, nb))
-                self.rec.rows(rows)
-                return -1, after(self.env, tt + ack - self.env.now, tt), 0.0
+                self._rows(rows)
+                return -1, self._complete(tt, ack), 0.0
         if rows:
-            self.rec.rows(rows)
+            self._rows(rows)
         tt = t + A0
         x = h + B0
         return j, h + H0, (tt if tt > x else x)
@@ -432,7 +452,10 @@ class FastFabric(Fabric):
             if t < h:
                 t = h
         if mode == 2:
-            s, hd, td = fit_rate(liv, lr, now, h, hd_d, body, t, last_d, rt.busy[j])
+            if self.link_flows[rt.links[j]] or self._f is not None:
+                s, hd, td = self._stream(rt, j, h, t, now)
+            else:
+                s, hd, td = fit_rate(liv, lr, now, h, hd_d, body, t, last_d, rt.busy[j])
             q += s - h
         elif mode == 1:
             s, hd, td = fit_rate(liv, lr, now, h, hd_d, hd_d, 0.0, 0.0, rt.busy[j])
@@ -441,8 +464,8 @@ class FastFabric(Fabric):
             hd = h
             td = t if t > h else h
         t = td + p
-        self.rec.rows([(op_id, tile, rt.stage[j], rt.node[j], rt.links[j], enter, t, rt.busy[j], q,
-                        rt.nb)])
+        self._rows([(op_id, tile, rt.stage[j], rt.node[j], rt.links[j], enter, t, rt.busy[j], q,
+                     rt.nb)])
         return hd + p, t
 
     def _arrive(self, rt: _Route, op_id: int, tile: int, addr: int, h: float, t: float,
@@ -461,9 +484,8 @@ class FastFabric(Fabric):
             t = h
         if rt.hbm is not None:
             return self._commit_later(rt, op_id, tile, addr, h_in, h, t, q, ack)
-        self.rec.rows([(op_id, tile, rt.term_stage, rt.dst, -1, h_in, t, rt.term_busy, q,
-                        rt.nb)])
-        return after(self.env, t + ack - now, t)
+        self._rows([(op_id, tile, rt.term_stage, rt.dst, -1, h_in, t, rt.term_busy, q, rt.nb)])
+        return self._complete(t, ack)
 
     def _commit_later(self, rt: _Route, op_id: int, tile: int, addr: int, h_in: float,
                       hh: float, tt: float, q: float, ack: float) -> _Ev:
@@ -489,7 +511,78 @@ class FastFabric(Fabric):
         after(env, hh - env.now).callbacks.append(commit)
         return ev
 
+    # ------------------------------------------------------------------ fair share (``fair``)
+    def begin(self, rt: _Route, op_id: int, tile: int, ack: float) -> Flow | None:
+        """The ``Flow`` of a transfer about to be booked on ``rt``, if it is one."""
+        if not rt.movable:
+            return None
+        f = Flow(self, rt, op_id, tile, ack)
+        self.live[id(f)] = f
+        return f
+
+    def _booked(self, f: Flow, j: int, s: float, e: float, busy: float) -> None:
+        """Flow ``f`` took the share ``busy / (e - s)`` of hop ``j``'s link over ``[s, e]``."""
+        r = busy / (e - s)
+        if r > 1.0:
+            r = 1.0
+        f.links[j] = [s, e, r, [(s, e, r)], e, [(s, s + busy / r, r)]]
+        self.link_flows[f.rt.links[j]].append((f, j))
+
+    def _rows(self, rows: list[tuple]) -> None:
+        f = self._f
+        if f is None:
+            self.rec.rows(rows)
+        else:
+            f.segs.extend([("R", r) for r in rows])
+
+    def _complete(self, tt: float, ack: float) -> _Ev:
+        """The completion event at ``tt`` (+ ``ack``); a flow's can move (``fair``)."""
+        env = self.env
+        ev = after(env, tt + ack - env.now, tt)
+        f = self._f
+        if f is not None:
+            f.ev = ev
+            f.tt = tt
+            ev.callbacks.append(f.done)
+        return ev
+
+    def _stream(self, rt: _Route, j: int, h: float, t: float,
+                now: float) -> tuple[float, float, float]:
+        """Book a stream on hop ``j``'s link (head at ``h``, tail ready at ``t``): as it
+        comes if it fits, else fairly with the flows booked there before it (``fair_hop``),
+        else with what the link spares (``fit_rate``). ``(start, head, tail)``."""
+        _niv, _ov, liv, lr, _mode, hd_d, body, last_d, _p = rt.hops[j]
+        busy = rt.busy[j]
+        f = self._f
+        li = rt.links[j]
+        e = h + body
+        if e < t:
+            e = t
+        e += last_d
+        if take_rate(liv, lr, h, e, busy):
+            if f is not None:
+                self._booked(f, j, h, e, busy)
+            return h, h + hd_d, e
+        # flows still arriving here after h: what arrived before is served first anyway
+        inc = [(g, jg) for g, jg in self.link_flows[li]
+               if not g.fin and g is not f and g.links[jg][5][-1][1] > h + TIME_EPS]
+        if inc:
+            return fair_hop(self, rt, j, h, t, inc, f)
+        if f is None:
+            return fit_rate(liv, lr, now, h, hd_d, body, t, last_d, busy)
+        pcs: list = []
+        s, hd, td = fit_rate(liv, lr, now, h, hd_d, body, t, last_d, busy, pcs)
+        r = busy / (e - h)
+        if r > 1.0:
+            r = 1.0
+        f.links[j] = [h, e, r, pcs, td, [(h, h + busy / r, r)]]
+        self.link_flows[li].append((f, j))
+        return s, hd, td
+
     def _prune_all(self, now: float) -> None:
+        for k, fl in enumerate(self.link_flows):
+            if fl:
+                self.link_flows[k] = [x for x in fl if not x[0].fin and x[0].links[x[1]][4] > now]
         for iv in self.node_iv:
             if len(iv) > 64:
                 _prune(iv, now)

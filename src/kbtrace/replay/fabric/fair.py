@@ -1,0 +1,264 @@
+"""Fast mode's fair share: streams that meet on a link share it, the earlier ones slowed.
+
+Fast mode books a transfer when it starts (``fast.FastFabric``). A multi-flit transfer to
+a node without an HBM commit (a read's data, an IPCQ payload) is also a ``Flow``: what it
+booked on each link is kept (``Flow.links``: per hop ``[start, lone end, share, pieces,
+tail, arrival]``), registered with the link (``FastFabric.link_flows``), and its hop rows
+wait for its completion (``Flow.segs``), which is one event that can move (``Flow.ev``).
+
+When a stream reaches a link that has not the bandwidth it needs (``FastFabric._stream``)
+and flows booked earlier are still arriving there, they are served again together from that
+moment (``fair_hop``): their pieces from then on are given back (``booking.unbook``) and the
+link serves all of them first come, first served with the bandwidth it spares
+(``booking.share_fifo``), as its flit FIFO does in flit mode: what arrived earlier leaves
+first, streams arriving together share in proportion to their arrival rates. An earlier
+flow whose tail now leaves later carries the delay along its path (``_push``, max-plus as
+the closed form), its rows are rewritten and its completion event moved (a SimPy event
+cannot be cancelled: the callbacks move to a new event, the old one fires with none). Its
+bookings further on keep their times (its rows there widen over them, so every link's busy
+time still fits its windows), but they are now described as arriving as the flow leaves the
+link before, and a stream that meets it there later re-serves it from that. Heads, node
+overheads and what was served before a meeting keep their times. A transfer alone on its
+path never meets anyone: it is booked exactly as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kbtrace.replay.fabric.base import after
+from kbtrace.replay.fabric.booking import share_fifo, unbook
+from kbtrace.replay.intervals import TIME_EPS
+
+__all__ = ["Flow", "fair_hop", "expand", "coarse", "ARRIVAL_PIECES"]
+
+#: a flow's arrival at a link is described by at most this many pieces (``coarse``)
+ARRIVAL_PIECES = 16
+
+
+def coarse(pcs: list, k: int) -> list:
+    """``pcs`` (``(start, end, share)`` in order) as at most ``k`` pieces: consecutive pieces
+    merged into one of the same work over their span (first start, last end and total work
+    kept), about equal work each, so the arrival a link serves stays a short list however
+    often the flow was re-served upstream."""
+    if len(pcs) <= k:
+        return pcs
+    total = 0.0
+    for a, b, r in pcs:
+        total += r * (b - a)
+    out = []
+    acc = 0.0
+    start = pcs[0][0]
+    step = total / k
+    goal = step
+    for a, b, r in pcs:
+        acc += r * (b - a)
+        if acc >= goal - 1e-12 * total and len(out) < k - 1:
+            done = sum(r2 * (b2 - a2) for a2, b2, r2 in out) if out else 0.0
+            if b > start:
+                out.append((start, b, (acc - done) / (b - start)))
+            start = b
+            goal += step
+    done = 0.0
+    for a, b, r in out:
+        done += r * (b - a)
+    end = pcs[-1][1]
+    if end > start:
+        out.append((start, end, (total - done) / (end - start)))
+    return out
+
+
+class Flow:
+    """A movable transfer (see the module docstring)."""
+    __slots__ = ("rt", "op_id", "tile", "ack", "ev", "segs", "rows", "links", "fin", "tt",
+                 "fab")
+
+    def __init__(self, fab: Any, rt: Any, op_id: int, tile: int, ack: float) -> None:
+        self.fab, self.rt, self.op_id, self.tile, self.ack = fab, rt, op_id, tile, ack
+        self.ev: Any = None
+        self.segs: list[tuple] = []       # ("P", plan, h, t, done, n) | ("R", row)
+        self.rows: list[tuple] | None = None   # explicit rows, once moved or evicted
+        self.links: dict[int, list] = {}
+        self.fin = False
+        self.tt = 0.0
+
+    def done(self, _ev: Any) -> None:
+        """The completion event fired: record the rows."""
+        self.fin = True
+        fab = self.fab
+        fab.live.pop(id(self), None)
+        rec = fab.rec
+        if self.rows is not None:
+            rec.rows(self.rows)
+            return
+        run: list[tuple] = []
+        for sg in self.segs:
+            if sg[0] == "R":
+                run.append(sg[1])
+                continue
+            if run:
+                rec.rows(run)
+                run = []
+            _k, pl, h, t, dn, n = sg
+            rec.transfer(self.op_id, self.tile, pl.pid, h, t, dn, n)
+        if run:
+            rec.rows(run)
+
+
+def _not_before(arr: list, t: float) -> list:
+    """Arrival pieces ``arr`` with the work that would arrive before ``t`` (the head at the
+    link, after its node's overhead) arriving from ``t`` on instead, at once with the piece
+    then in force (a backlog there), so none of it crosses the link before its head."""
+    if not arr or arr[0][0] >= t:
+        return arr
+    early = 0.0
+    out = []
+    for a, b, r in arr:
+        if b <= t:
+            early += r * (b - a)
+        elif a < t:
+            early += r * (t - a)
+            out.append((t, b, r + early / (b - t)))
+            early = 0.0
+        else:
+            if early > 0.0:         # t falls in a gap: the early work right at t
+                d = a - t
+                if d > early:
+                    d = early
+                if d > 0.0:
+                    out.append((t, t + d, early / d))
+                    early = 0.0
+                else:
+                    b2 = b
+                    out.append((a, b2, r + early / (b2 - a)))
+                    early = 0.0
+                    continue
+            out.append((a, b, r))
+    if early > 0.0:
+        out.append((t, t + early, 1.0))
+    return out
+
+
+def expand(f: Flow) -> list[tuple]:
+    """The flow's rows, explicit (compact records expanded as the recorder expands them)."""
+    if f.rows is not None:
+        return f.rows
+    rows: list[tuple] = []
+    op, tile, nb = f.op_id, f.tile, f.rt.nb
+    for sg in f.segs:
+        if sg[0] == "R":
+            rows.append(sg[1])
+            continue
+        _k, pl, h, t, dn, n = sg
+        for stage, node, link, busy, en, a, b, term in pl.rows[:n]:
+            if term:
+                leave = dn
+            else:
+                x = t + a
+                y = h + b
+                leave = x if x > y else y
+            rows.append((op, tile, stage, node, link, h + en, leave, busy, 0.0, nb))
+    f.rows = rows
+    f.segs = []
+    return rows
+
+
+def fair_hop(fab: Any, rt: Any, j: int, h: float, t: float, inc: list,
+             f: Flow | None) -> tuple[float, float, float]:
+    """Serve the stream of ``rt`` at hop ``j`` (its head at the link at ``h``, its tail
+    ready at ``t``) together with the flows ``inc`` booked there before it; returns its
+    ``(start, head, tail)`` there as ``booking.fit_rate`` does."""
+    _niv, _ov, liv, lr, _mode, hd_d, body, last_d, _p = rt.hops[j]
+    busy = rt.busy[j]
+    e = h + body
+    if e < t:
+        e = t
+    e += last_d
+    rho = busy / (e - h)
+    if rho > 1.0:
+        rho = 1.0
+    streams = []
+    kept = []
+    for g, jg in inc:
+        rec = g.links[jg]
+        gw = g.rt.busy[jg]
+        d = unbook(liv, lr, rec[3], h)
+        kept.append([(a, b if b < h else h, r) for a, b, r in rec[3] if a < h])
+        streams.append([rec[5], gw, d, 0.0])
+    streams.append([[(h, h + busy / rho, rho)], busy, 0.0, hd_d * rho])
+    res = share_fifo(liv, lr, h, streams)
+    for (g, jg), kp, (pcs, end, _hd) in zip(inc, kept, res[:-1], strict=True):
+        rec = g.links[jg]
+        rec[3] = kp + pcs
+        tail = end if end > rec[1] else rec[1]
+        if tail > rec[4] + TIME_EPS:
+            rec[4] = tail
+            _push(fab, g, jg, tail, h)
+    pcs, end, head = res[-1]
+    start = pcs[0][0] if pcs else h
+    if head < 0.0:
+        head = end
+    tl = t + last_d
+    tail = end if end > tl else tl
+    if f is not None:
+        f.links[j] = [h, e, rho, pcs, tail, [(h, h + busy / rho, rho)]]
+        fab.link_flows[rt.links[j]].append((f, j))
+    return start, head, tail
+
+
+def _push(fab: Any, g: Flow, j0: int, tail: float, t_from: float) -> None:
+    """Flow ``g``'s tail leaves hop ``j0``'s link at ``tail`` now, later than booked: carry
+    the delay along its path (each further link: its tail no earlier than its new arrival's
+    plus the last flit), rewrite its rows and move its completion. Its bookings further on
+    keep their times (the rows widen over them), but what it books there is now described
+    as arriving as it leaves the link before (``links[j][5]``), so a stream that meets it
+    there later serves it from that (``fair_hop``). ``t_from``: when the meeting began."""
+    rt = g.rt
+    rows = expand(g)
+    hops = rt.hops
+    r0 = rows[j0]
+    tcur = tail + hops[j0][8]
+    rows[j0] = r0[:6] + (tcur,) + r0[7:]
+    n = len(rt.links)
+    for j in range(j0 + 1, n):
+        _niv, _ov, _liv, _lr, mode, _hd, _body, last_d, p = hops[j]
+        rec = g.links.get(j)
+        rw = rows[j]
+        if rec is None or mode != 2:            # (a link without bandwidth)
+            x = rw[5] if rw[5] > tcur else tcur
+            tcur = x + p if mode == 0 else tcur + p
+            if tcur < rw[6]:
+                tcur = rw[6]
+            rows[j] = rw[:6] + (tcur,) + rw[7:]
+            continue
+        tin = tcur if tcur > rec[0] else rec[0]
+        if tin + last_d <= rec[4] + TIME_EPS:     # its booking there still holds it
+            return
+        prev = g.links.get(j - 1)
+        if prev is not None:            # it arrives as it left the link before
+            p0 = hops[j - 1][8]
+            k = rt.busy[j] / rt.busy[j - 1]
+            src = prev[3] if j - 1 == j0 else prev[5]
+            arr = coarse([(a + p0, b + p0, r * k) for a, b, r in src], ARRIVAL_PIECES)
+            rec[5] = _not_before(arr, rec[0])
+        tl = tin + last_d
+        tj = rec[4] if rec[4] > tl else tl
+        rec[4] = tj
+        tcur = tj + p
+        rows[j] = rw[:6] + (tcur,) + rw[7:]
+    rw = rows[n]
+    x = tcur if tcur > rw[5] else rw[5]
+    if x > g.tt:
+        rows[n] = rw[:6] + (x,) + rw[7:]
+        _move(fab, g, x)
+
+
+def _move(fab: Any, g: Flow, tt: float) -> None:
+    """Move ``g``'s completion to ``tt`` (its event's callbacks go to a new event)."""
+    env = fab.env
+    old = g.ev
+    ev = after(env, tt + g.ack - env.now, tt)
+    ev.callbacks = old.callbacks
+    old.callbacks = []
+    g.ev = ev
+    g.tt = tt

@@ -1,0 +1,89 @@
+"""Fast mode's fair share (``replay/fabric/fair.py``): streams that meet on a link are served
+first come, first served together, the one booked first slowed and its completion moved.
+
+The link arithmetic (``booking.share_fifo``, ``unbook``, ``fair.coarse``) with concrete
+values, then the fabric: a read alone is booked as before; a second read on the same path
+0.5 ns later interleaves with it, so both finish together where the first used to keep its
+full rate (flit mode's interleaving). The scenario set (``test_replay_contention_set``) and
+``test_replay_fast_contention`` compare whole replays with flit mode.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kbtrace.replay.fabric.booking import share_fifo, take_rate, unbook
+from kbtrace.replay.fabric.fair import coarse
+
+
+def test_fifo_shares_in_proportion_to_arrival_after_the_backlog():
+    """A arrived over [0, 10] at the full rate, 5 of it served alone by t = 5; B arrives over
+    [5, 15]. From 5 on twice the link's rate arrives: each gets half, A's last work (arrived
+    at 10) leaves at 15, then B alone at the full rate until 20."""
+    lt, lr = [], []
+    res = share_fifo(lt, lr, 5.0, [[[(0.0, 10.0, 1.0)], 10.0, 5.0, 0.0],
+                                   [[(5.0, 15.0, 1.0)], 10.0, 0.0, 1.0]])
+    assert res == [([(5.0, 15.0, 0.5)], 15.0, -1.0),
+                   ([(5.0, 15.0, 0.5), (15.0, 20.0, 1.0)], 20.0, 7.0)]
+    assert (lt, lr) == ([5.0, 15.0, 20.0], [1.0, 1.0, 0.0])     # booked: the link full
+
+
+def test_a_backlog_is_served_with_what_the_link_spares():
+    lt, lr = [], []      # twice the link's rate for 10 ns: it queues, the link full until 20
+    assert share_fifo(lt, lr, 0.0, [[[(0.0, 10.0, 2.0)], 20.0, 0.0, 0.0]]) == \
+        [([(0.0, 20.0, 1.0)], 20.0, -1.0)]
+    lt, lr = [0.0, 10.0], [0.5, 0.0]     # half of it booked until 10: 5 served by then
+    assert share_fifo(lt, lr, 0.0, [[[(0.0, 10.0, 2.0)], 20.0, 0.0, 0.0]]) == \
+        [([(0.0, 10.0, 0.5), (10.0, 25.0, 1.0)], 25.0, -1.0)]
+    assert (lt, lr) == ([0.0, 10.0, 25.0], [1.0, 1.0, 0.0])
+
+
+def test_unbook_gives_back_the_rest_and_returns_what_was_served():
+    lt, lr = [], []
+    assert take_rate(lt, lr, 0.0, 10.0, 10.0)
+    assert unbook(lt, lr, [(0.0, 10.0, 1.0)], 4.0) == 4.0
+    assert (lt, lr) == ([0.0, 4.0], [1.0, 0.0])
+
+
+def test_coarse_keeps_span_and_work():
+    pcs = [(float(i), i + 1.0, 0.5 + 0.1 * (i % 3)) for i in range(40)]
+    c = coarse(pcs, 4)
+    assert len(c) == 4
+    assert c[0][0] == 0.0 and c[-1][1] == 40.0
+    assert sum(r * (b - a) for a, b, r in c) == pytest.approx(sum(r * (b - a) for a, b, r in pcs))
+    assert all(c[i][1] == c[i + 1][0] for i in range(3))
+    assert coarse(pcs[:3], 4) == pcs[:3]
+
+
+def _read(fab, op, mem, dma, at, got):
+    fab.env.run(until=at)
+    ev = fab.send(op, -1, mem, dma, 65536, span=(at, at))
+    ev.callbacks.append(lambda e: got.__setitem__(op, (fab.env.now, e.value)))
+    return ev
+
+
+def test_a_flow_booked_first_is_slowed_and_its_completion_moved(tmp_path):
+    from kbtrace.replay.fabric.fast import FastFabric
+    from kbtrace.topology.model import PeCoord
+    from test_replay_fast import _fabric, _small
+    topo = _small()
+    dma = topo.pe_node(PeCoord(0, 0, 2), "dma").idx
+    mem = topo.hbm_ctrl(PeCoord(0, 0, 1)).idx
+    fab, rec = _fabric(FastFabric, topo, tmp_path / "alone")
+    got: dict = {}
+    assert _read(fab, 0, mem, dma, 3.0, got).value == 281.0      # booked alone
+    fab.env.run()
+    assert got == {0: (281.0, 281.0)}
+    fab, rec = _fabric(FastFabric, topo, tmp_path / "two")
+    got = {}
+    ev0 = _read(fab, 0, mem, dma, 3.0, got)
+    assert ev0.value == 281.0
+    _read(fab, 1, mem, dma, 3.5, got)         # the same path, 0.5 ns later
+    fab.env.run()
+    # interleaved: both finish after twice the time; the first, booked for 281.0, moved
+    assert got[0][0] == got[0][1] == pytest.approx(537.4074, abs=1e-3)
+    assert got[1][0] == got[1][1] == pytest.approx(538.4205, abs=1e-3)
+    rows = rec._pending()
+    assert len(rows["op"]) == 18                   # 8 links + the terminal row each
+    leave = rows["leave"][rows["op"] == 0]
+    assert leave.max() == pytest.approx(537.4074, abs=1e-3)   # its rows were rewritten
