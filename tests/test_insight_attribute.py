@@ -50,8 +50,9 @@ def _ranking(runs, name):
 def test_memory_bound_gemm_ranks_hbm_first(runs):
     a, rows = _ranking(runs, "memgemm")
     assert rows[0]["resource"] == "hbm"
-    # 37.35 before fast mode let a stream held back on a shared link catch up (issue 25)
-    assert rows[0]["faster_gain_pct"] == pytest.approx(38.32, abs=0.5)
+    # 37.35 before fast mode let a stream held back on a shared link catch up, 38.32 before
+    # streams meeting on a link were served together (issue 25); flit mode gives 37.79
+    assert rows[0]["faster_gain_pct"] == pytest.approx(36.04, abs=0.5)
     assert rows[0]["faster_gain_pct"] > 5 * rows[1]["faster_gain_pct"]
     assert a.replays == 13           # every class has a non-zero parameter on small.yaml
     assert [r["rank"] for r in rows] == list(range(1, 14))

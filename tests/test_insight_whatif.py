@@ -133,7 +133,7 @@ def test_wormhole_transfers_are_repriced_in_closed_form(tmp_path, changes, repla
     free-path closed form, so the estimate is the replay's makespan."""
     run = _run(tmp_path, "allreduce", {}, "hier")
     rt = Retimer(load_base(run))
-    assert (len(rt.pricer.xfer[0][0]), int(rt.pricer.is_link.sum())) == (158, 160)   # 2 rows queued
+    assert (len(rt.pricer.xfer[0][0]), int(rt.pricer.is_link.sum())) == (160, 160)   # none queued
     w = whatif(run, changes, retimer=rt)
     assert w.base_makespan_ns == pytest.approx(1082.17, abs=0.01)
     assert w.order_stable
