@@ -87,3 +87,14 @@ def test_a_flow_booked_first_is_slowed_and_its_completion_moved(tmp_path):
     assert len(rows["op"]) == 18                   # 8 links + the terminal row each
     leave = rows["leave"][rows["op"] == 0]
     assert leave.max() == pytest.approx(537.4074, abs=1e-3)   # its rows were rewritten
+
+
+def test_fifo_ends_when_what_waits_is_below_the_clock_resolution():
+    """At t ~ 1e8 ns one ulp is ~1.5e-8 ns: a backlog of 2.5e-11 ns of work must still be
+    served (in one tick), not loop (as fit_rate once did, issue 22)."""
+    t0 = 1.0e8
+    lt, lr = [t0 - 10.0, t0 + 1e-6], [0.5, 0.0]
+    (pcs, end, _h), = share_fifo(lt, lr, t0, [[[(t0 - 10.0, t0, 1.0)], 10.0, 10.0 - 2.5e-11,
+                                                0.0]])
+    assert t0 <= end <= t0 + 1e-6
+    assert sum(r * (b - a) for a, b, r in pcs) == pytest.approx(2.5e-11, abs=1e-7)

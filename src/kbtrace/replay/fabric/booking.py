@@ -3,13 +3,16 @@
 A node's per-transaction overhead is an exclusive resource: its future busy intervals
 are a flat sorted list ``[s0, e0, s1, e1, ...]`` (``serve``, ``take``, ``unreserve``).
 A link's booked bandwidth is a step function: breakpoints ``lt`` and the share booked
-from each on ``lr`` (``take_rate``, ``fit_rate``, ``add_shares``, ``prune_rate``).
-``FastFabric`` owns the lists; these functions only read and update them.
+from each on ``lr`` (``take_rate``, ``fit_rate``, ``add_shares``, ``prune_rate``); streams
+that meet on a link give back what they booked (``unbook``) and are served together, first
+come, first served (``share_fifo``; ``fair``). ``FastFabric`` owns the lists; these
+functions only read and update them.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from math import nextafter
 from typing import Any
 
 from kbtrace.replay.intervals import TIME_EPS
@@ -455,8 +458,8 @@ def share_fifo(lt: list[float], lr: list[float], t0: float, streams: list) -> li
             rate = rr if rr < c else c
         if nxt == _INF:
             raise RuntimeError("share_fifo: a stream can never be served")
-        if nxt <= t:
-            nxt = t + TIME_EPS
+        if nxt <= t:                # below the clock's resolution at t: the next tick
+            nxt = nextafter(t, _INF)
         s += rate * (nxt - t)
         if s > total:
             s = total
