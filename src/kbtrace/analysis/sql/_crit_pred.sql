@@ -22,9 +22,12 @@ WITH res AS (
          CASE WHEN link_idx >= 0 THEN link_idx ELSE node_idx END AS ri,
          t_enter_ns, t_leave_ns, queue_ns
   FROM hops
-), leave_t AS (    -- per resource and leave time: the op if only one op left then
-  SELECT rk, ri, t_leave_ns, CASE WHEN min(op_id) = max(op_id) THEN min(op_id) END AS sole
-  FROM res GROUP BY rk, ri, t_leave_ns
+), qres AS (       -- the hops on resources some hop queued on: only their leave times are
+  SELECT * FROM res SEMI JOIN (SELECT DISTINCT rk, ri FROM res WHERE queue_ns > 0) USING (rk, ri)
+), leave_t AS (    -- ever looked up (~1/8 of gemm's hops). Per resource and leave time:
+  SELECT rk, ri, t_leave_ns,      -- the op if only one op left then
+         CASE WHEN min(op_id) = max(op_id) THEN min(op_id) END AS sole
+  FROM qres GROUP BY rk, ri, t_leave_ns
 ), leave_prev AS (
   SELECT *, lag(sole) OVER w AS prev_sole, lag(t_leave_ns) OVER w AS prev_t
   FROM leave_t WINDOW w AS (PARTITION BY rk, ri ORDER BY t_leave_ns)
@@ -51,7 +54,7 @@ WITH res AS (
   UNION ALL
   -- every other op leaving the resource at that time (simultaneous releasers all compete)
   SELECT DISTINCT x.op_id, r.op_id, 'resource', 2
-  FROM last_other x JOIN res r
+  FROM last_other x JOIN qres r
     ON r.rk = x.rk AND r.ri = x.ri AND r.t_leave_ns = x.t_last AND r.op_id <> x.op_id
   UNION ALL
   SELECT op_id, lag(op_id) OVER (PARTITION BY launch, program ORDER BY seq), 'program', 3
