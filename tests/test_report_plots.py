@@ -180,3 +180,40 @@ def test_empty_roofline_shows_no_meaningless_scale(figures):
     ax = fig.axes[0]
     assert list(ax.get_xticks()) == [] and list(ax.get_yticks()) == []
     assert any("no GEMM work" in t.get_text() for t in ax.texts)
+
+
+MAX_PX = round((plots.MAX_W_IN + 0.24) * plots.DPI)      # the widest PNG (crop pad included)
+
+
+def test_no_plot_is_wider_than_the_page(figures):
+    for name, _, (w, _h) in figures:
+        assert w <= MAX_PX, (name, w)
+
+
+def test_many_cubes_panels_and_bars_wrap_instead_of_widening(tmp_path):
+    """default.yaml (2 SIPs x 16 cubes) drew a 2,253 px heat map, shown at 55% on the page
+    (its 9 pt type at ~7 px); 4 sweep parameters a 1,840 px row; 64 PEs a 1,600 px bar chart."""
+    from PIL import Image
+
+    nodes = pl.DataFrame([(s, c, f"n{s}.{c}.{i}", "router", float(i % 3), float(i // 3), 0.1)
+                          for s in range(2) for c in range(16) for i in range(9)],
+                         schema=["sip", "cube", "node_id", "kind", "x_mm", "y_mm", "util"],
+                         orient="row")
+    links = _links([(s, c, 0.0, 0.0, 1.0, 0.0, 0.5) for s in range(2) for c in range(16)])
+    where, rows, cols = plots._cube_grid(sorted({(s, c) for s in range(2) for c in range(16)}))
+    assert (rows, cols) == (8, 4) and where[(1, 0)] == (4, 0) and where[(0, 5)] == (1, 1)
+    assert plots._cube_grid([(0, c) for c in range(4)])[1:] == (2, 2)
+    assert plots._cube_grid([(s, c) for s in range(2) for c in range(4)])[1:] == (2, 4)
+    pts = pl.DataFrame({"point": range(16), "status": ["ok"] * 16,
+                        **{k: [i >> b & 1 for i in range(16)] for b, k in enumerate("abcd")},
+                        "makespan_ns": [1000.0 + i for i in range(16)],
+                        "run_dir": [f"p{i}" for i in range(16)]})
+    wide = pl.DataFrame({"pe_label": [f"sip0.cube{i // 8}.pe{i % 8}" for i in range(64)],
+                         "gemm": [100.0] * 64, "dma_read": [50.0] * 64})
+    for png in (plots.plot_mesh_heatmap(nodes, links, tmp_path / "m.png"),
+                plots.plot_sweep_makespan(pts, list("abcd"), tmp_path / "s.png"),
+                plots.plot_stage_bars(wide, tmp_path / "b.png"),
+                plots.plot_sweep_stages(pl.DataFrame({"point": range(300), "stage": ["gemm"] * 300,
+                                                      "share": [1.0] * 300}), tmp_path / "t.png")):
+        with Image.open(png) as im:
+            assert im.size[0] <= MAX_PX, (png.name, im.size)

@@ -7,7 +7,9 @@ Conventions of every plot (the report page shows the PNGs at or near their natur
 * **Type**: ``_RC`` (10 pt text, 9 pt ticks and legends at 100 dpi: 12 px and more on the
   page); nothing smaller.
 * **Layout**: every PNG is cropped to what was drawn (``bbox_inches="tight"``), so no label
-  is cut off, legends outside the axes included.
+  is cut off, legends outside the axes included; none is wider than ``MAX_W_IN`` (the page),
+  so the page never shows it shrunk: many cubes or panels wrap into rows, many bars thin
+  out their labels.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ _RC: dict[str, Any] = {"font.size": 10, "axes.titlesize": 11, "axes.labelsize": 
        "xtick.labelsize": 9, "ytick.labelsize": 9, "legend.fontsize": 9,
        "legend.title_fontsize": 9, "figure.dpi": DPI, "savefig.dpi": DPI}
 MIN_FONT_PT = 9.0      # the smallest text of any plot (tests/test_report_plots.py checks it)
+#: The widest figure, inches: about the report page's content width at a 1280 px window, so
+#: a PNG is never shown shrunk (and its type with it). Wide content wraps into rows instead.
+MAX_W_IN = 12.4
 
 
 def _styled(fn: F) -> F:
@@ -86,21 +91,29 @@ def _save(fig: plt.Figure, path: str | os.PathLike[str], relayout: bool = True) 
     return Path(path)
 
 
-def _cube_grid(cubes: list[tuple[int, int]]) -> tuple[dict[tuple[int, int], tuple[int, int]], int, int]:
-    """Panel (row, column) of each (sip, cube): a SIP's cubes in a near-square grid (row-major
-    from the top left), SIPs side by side; plus the grid's rows and columns."""
+def _cube_grid(cubes: list[tuple[int, int]], max_cols: int = 4
+               ) -> tuple[dict[tuple[int, int], tuple[int, int]], int, int]:
+    """Panel (row, column) of each (sip, cube): a SIP's cubes in a near-square grid of at most
+    ``max_cols`` columns (row-major from the top left); SIPs side by side while they fit in
+    ``max_cols`` columns together, else one below the other; plus the grid's rows and columns."""
     per_sip: dict[int, list[int]] = {}
     for sip, cube in cubes:
         per_sip.setdefault(sip, []).append(cube)
-    out, col0, rows = {}, 0, 1
+    shape = {sip: min(max_cols, max(1, math.ceil(math.sqrt(len(cs)))))
+             for sip, cs in per_sip.items()}
+    side = sum(shape.values()) <= max_cols
+    out, row0, col0, rows, cols = {}, 0, 0, 1, 1
     for sip in sorted(per_sip):
-        cs = per_sip[sip]
-        cols = max(1, math.ceil(math.sqrt(len(cs))))
+        cs, w = per_sip[sip], shape[sip]
         for i, cube in enumerate(cs):
-            out[(sip, cube)] = (i // cols, col0 + i % cols)
-        rows = max(rows, math.ceil(len(cs) / cols))
-        col0 += cols
-    return out, rows, max(1, col0)
+            out[(sip, cube)] = (row0 + i // w, col0 + i % w)
+        h = math.ceil(len(cs) / w)
+        rows, cols = max(rows, row0 + h), max(cols, col0 + w)
+        if side:
+            col0 += w
+        else:
+            row0 += h
+    return out, rows, cols
 
 
 def link_segments(links: pl.DataFrame, offset: float) -> tuple[np.ndarray, np.ndarray]:
@@ -142,7 +155,7 @@ def plot_mesh_heatmap(nodes: pl.DataFrame, links: pl.DataFrame, path: str | os.P
     span_x, span_y = max(x_hi - x_lo, 1e-9), max(y_hi - y_lo, 1e-9)
     pad = 0.06 * max(span_x, span_y)
     where, rows, cols = _cube_grid(cubes)
-    panel_w = min(4.0, max(2.6, 11.0 / cols))
+    panel_w = min(4.0, (MAX_W_IN - 1.6) / cols)
     panel_h = panel_w * (span_y + 2 * pad) / (span_x + 2 * pad)
     fig, axes = plt.subplots(rows, cols, figsize=(panel_w * cols + 1.6, panel_h * rows + 1.2),
                              squeeze=False, sharex=True, sharey=True, layout="compressed")
@@ -185,6 +198,16 @@ def plot_mesh_heatmap(nodes: pl.DataFrame, links: pl.DataFrame, path: str | os.P
     return _save(fig, path, relayout=False)    # the offsets assume the drawn layout
 
 
+def _bar_labels(ax: plt.Axes, labels: list[str], rotation: int = 90) -> None:
+    """One x tick label per bar while each gets the room of its text (14 px turned on its
+    side, 8 px a character level), else every k-th."""
+    ax.figure.canvas.draw()       # (the axes' width once laid out)
+    width_px = ax.get_window_extent().width
+    need = 14 if rotation else 8 * max((len(t) for t in labels), default=1) + 6
+    step = max(1, math.ceil(len(labels) * need / max(width_px, 1.0)))
+    ax.set_xticks(range(0, len(labels), step), labels[::step], rotation=rotation)
+
+
 def _stacked_bars(ax: plt.Axes, stacks: dict[str, np.ndarray]) -> tuple[list, list[str]]:
     """Stacked bars at x = 0..n-1, one ``PolyCollection`` per stage (in ``STAGE_COLORS``
     order; far faster than a patch per bar); returns legend handles and labels."""
@@ -213,10 +236,10 @@ def plot_stage_bars(wide: pl.DataFrame, path: str | os.PathLike[str], max_pes: i
     """Stacked exclusive stage time per PE (adds up to each PE's busy span); the first
     ``max_pes`` PEs."""
     df = wide.head(max_pes)
-    fig, ax = plt.subplots(figsize=(max(6, 0.22 * df.height + 2), 4))
+    fig, ax = plt.subplots(figsize=(min(MAX_W_IN, max(6, 0.22 * df.height + 2)), 4))
     handles, labels = _stacked_bars(ax, {st: df[st].fill_null(0).to_numpy().astype(float)
                                          for st in STAGE_COLORS if st in df.columns})
-    ax.set_xticks(range(df.height), df["pe_label"].to_list(), rotation=90)
+    _bar_labels(ax, df["pe_label"].to_list())
     _ns_axis(ax.yaxis, "time")
     more = f", first {df.height} of {wide.height} PEs" if wide.height > df.height else ""
     ax.set_title(f"Stage breakdown per PE (exclusive time{more})")
@@ -236,17 +259,21 @@ def plot_sweep_makespan(points: pl.DataFrame, params: list[str], path: str | os.
     ms = ok["makespan_ns"]
     log_y = ok.height > 0 and _f(ms.min()) > 0 and _f(ms.max()) / _f(ms.min()) >= 20
     if not params:
-        fig, ax = plt.subplots(figsize=(max(6.0, 0.3 * ok.height + 2), 4))
+        fig, ax = plt.subplots(figsize=(min(MAX_W_IN, max(6.0, 0.3 * ok.height + 2)), 4))
         ax.bar(range(ok.height), ms.to_list(), color="#1f77b4")
-        ax.set_xticks(range(ok.height), ok["run_dir"].to_list(), rotation=90)
+        _bar_labels(ax, ok["run_dir"].to_list())
         _ns_axis(ax.yaxis, "makespan")
         if log_y:
             ax.set_yscale("log")
         ax.set_title("Makespan per run")
         return _save(fig, path)
     panels = params[:max_panels]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels) + 0.8, 3.8), squeeze=False)
-    for ax, dim in zip(axes[0], panels, strict=False):
+    ncol = min(2, len(panels))          # two panels a row: the page's width
+    nrow = math.ceil(len(panels) / ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(5.4 * ncol + 0.8, 4.2 * nrow), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, dim in zip(axes.flat, panels, strict=False):
         others = [d for d in (*groups, *params) if d != dim]
         have = ok.filter(pl.col(dim).is_not_null())   # workload keys: null for other traces
         numeric = have[dim].dtype.is_numeric()
@@ -274,7 +301,8 @@ def plot_sweep_makespan(points: pl.DataFrame, params: list[str], path: str | os.
         else:
             ax.set_ylim(bottom=0)
         if others and n:
-            outside = {"loc": "upper left", "bbox_to_anchor": (1.0, 1.0)} if n > 3 else {}
+            outside = ({"loc": "upper center", "bbox_to_anchor": (0.5, -0.2), "ncol": 2}
+                       if n > 3 else {})      # many lines: below the panel
             ax.legend(title=None if n <= max_lines else f"first {max_lines} of {n}",
                       **outside)
     more = f" (first {max_panels} of {len(params)} grid parameters)" if len(params) > max_panels else ""
@@ -290,9 +318,9 @@ def plot_sweep_stages(stages: pl.DataFrame, path: str | os.PathLike[str]) -> Pat
     stacks: dict[str, np.ndarray] = {}
     for point, stage, share in stages.select("point", "stage", "share").iter_rows():
         stacks.setdefault(stage, np.zeros(len(pts)))[idx[point]] = share or 0.0
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.25 * len(pts) + 2.5), 3.8))
+    fig, ax = plt.subplots(figsize=(min(MAX_W_IN - 1.8, max(6.0, 0.25 * len(pts) + 2.5)), 3.8))
     handles, labels = _stacked_bars(ax, stacks) if stacks else ([], [])
-    ax.set_xticks(range(len(pts)), [str(p) for p in pts])
+    _bar_labels(ax, [str(p) for p in pts], rotation=0)
     ax.set_xlabel("point")
     ax.set_ylabel("share of PE busy time")
     ax.set_title("Exclusive stage mix per point")
