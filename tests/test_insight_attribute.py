@@ -127,6 +127,11 @@ def test_cli_prints_ranking(runs, capsys):
                  "-o", str(runs["compute"].parent / "attr-cli")]) == 0
     out = capsys.readouterr().out
     assert "| 1 | gemm |" in out and "helps most: gemm (pe.gemm.clock_ghz) 2x faster" in out
+    assert main(["attribute", str(runs["compute"]), "--resources", "gemm,hbm", "--no-reverse",
+                 "-o", str(runs["compute"].parent / "attr-csv"), "--format", "csv"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("rank,resource,") and len(lines) == 3    # header + 2 classes
+    assert lines[1].split(",")[:2] == ["1", "gemm"]
 
 
 def test_kbtrace_run_names_what_helps_most(tmp_path):

@@ -113,3 +113,16 @@ def test_probe_cases_are_scenarios():
     assert got == want and got[1] > got[0] > 0
     with pytest.raises(UsageError, match="no probe case 'nope'"):
         calibrate([Target("probe:nope", 4096, 50.0)], topology=SMALL)
+
+
+def test_frame_lists_each_figure_before_and_after():
+    from kbtrace.insight.calibrate import Calibration, Target
+    cal = Calibration(targets=[Target("local", 4096, 100.0), Target("cross_cube", 4096, 200.0)],
+                      fit={"pe.dma.overhead_ns": (10.0, 12.0)}, before_ns=[110.0, 150.0],
+                      after_ns=[101.0, 230.0], tolerance=0.10)
+    df = cal.frame()
+    assert df.columns == ["scenario", "nbytes", "measured_ns", "before_ns", "before_error_pct",
+                          "after_ns", "after_error_pct", "within_tolerance"]
+    assert df["before_error_pct"].round(6).to_list() == [10.0, -25.0]
+    assert df["after_error_pct"].round(6).to_list() == [1.0, 15.0]
+    assert df["within_tolerance"].to_list() == [True, False]

@@ -106,6 +106,22 @@ def test_cli(runs, capsys):
     assert "recorded service order holds" in out
 
 
+def test_cli_format_json_and_csv(runs, capsys):
+    """--format json / csv print the result as one row, nothing else (for scripts)."""
+    import json
+    assert main(["whatif", str(runs["ar"]), "--set", "cube.hbm.pc_bw_gbps=48",
+                 "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 1 and rows[0]["changes"] == "cube.hbm.pc_bw_gbps=48"
+    assert rows[0]["base_makespan_ns"] == pytest.approx(1074.4, abs=0.05)
+    assert rows[0]["makespan_ns"] == pytest.approx(1031.8, abs=0.05)
+    assert rows[0]["order_stable"] is True and rows[0]["flips"] == 0
+    assert main(["whatif", str(runs["ar"]), "--set", "cube.hbm.pc_bw_gbps=48", "-f", "csv"]) == 0
+    head, row = capsys.readouterr().out.splitlines()
+    assert head.startswith("run,changes,base_makespan_ns,makespan_ns,delta_pct,exact,")
+    assert ",-3.97" in row
+
+
 def test_later_launches_follow_the_earlier_ones(tmp_path):
     """A run of several launches (tp_mlp: three launches and host copies): a launch starts
     when the previous one completes on the new timeline, so a faster GEMM moves them all."""

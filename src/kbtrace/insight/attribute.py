@@ -58,6 +58,11 @@ class Attribution:
         rows = self.table.to_pylist()
         return rows[0] if rows and rows[0]["faster_gain_pct"] > 0 else None
 
+    def frame(self) -> Any:
+        """The ranked table as a polars frame (``--format csv|md|json``)."""
+        import polars as pl
+        return pl.from_arrow(self.table)
+
     def text(self) -> str:
         rows = self.table.to_pylist()
         f = rows[0]["factor"] if rows else 2.0

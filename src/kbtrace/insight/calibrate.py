@@ -80,6 +80,21 @@ class Calibration:
         e = self.errors(which)
         return math.sqrt(sum(x * x for x in e) / len(e)) if e else 0.0
 
+    def frame(self) -> Any:
+        """One row per target figure: measured, before and after the fit, their errors in %
+        (``--format csv|md|json``; the fitted parameters are in calibrated.yaml)."""
+        import polars as pl
+        return pl.DataFrame(
+            [{"scenario": t.scenario, "nbytes": t.nbytes, "measured_ns": t.measured_ns,
+              "before_ns": b, "before_error_pct": 100 * eb, "after_ns": a,
+              "after_error_pct": 100 * ea, "within_tolerance": abs(ea) <= self.tolerance}
+             for t, b, a, eb, ea in zip(self.targets, self.before_ns, self.after_ns,
+                                        self.errors("before"), self.errors(), strict=True)],
+            schema={"scenario": pl.String, "nbytes": pl.Int64, "measured_ns": pl.Float64,
+                    "before_ns": pl.Float64, "before_error_pct": pl.Float64,
+                    "after_ns": pl.Float64, "after_error_pct": pl.Float64,
+                    "within_tolerance": pl.Boolean})
+
     def text(self) -> str:
         lines = ["| scenario | nbytes | measured ns | before ns | error | after ns | error |",
                  "|---|---|---|---|---|---|---|"]

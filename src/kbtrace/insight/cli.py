@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from kbtrace._paths import arg
+from kbtrace._tables import add_format, render
 
 __all__ = ["register"]
 
@@ -44,6 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--estimate", action="store_true",
                    help="re-time each class on the recorded graph (kbtrace whatif) instead of "
                         "replaying it: faster, an estimate")
+    add_format(p, what="the ranked table (text: with the summary lines)")
     p.set_defaults(func=_attribute)
 
     w = sub.add_parser(
@@ -61,6 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the topology the run was replayed on (default: run.json's path)")
     w.add_argument("--replayed-with", action="append", default=[], metavar="KEY=VALUE",
                    help="the --set overrides the run was replayed with (repeatable)")
+    add_format(w, what="the result (text: a sentence and its caveats; else one row)")
     w.set_defaults(func=_whatif)
 
     c = sub.add_parser(
@@ -89,6 +92,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("-o", "--out", default="data/calibration", metavar="DIR",
                    help="output directory: calibrated.yaml, calibration.csv, calibration.json "
                         "(default data/calibration)")
+    add_format(c, what="each figure before and after (text: with the fitted parameters)")
     c.set_defaults(func=_calibrate)
 
 
@@ -100,6 +104,9 @@ def _attribute(args: argparse.Namespace) -> int:
                   topology=args.topology, overrides=parse_sets(args.set), jobs=args.jobs,
                   executor=args.executor, out=args.out,
                   method="whatif" if args.estimate else "replay")
+    if args.format != "text":
+        print(render(a.frame(), args.format), end="")
+        return 0
     print(a.text())
     top = a.top
     if top:
@@ -118,6 +125,9 @@ def _whatif(args: argparse.Namespace) -> int:
     from kbtrace.topology.cli import parse_sets
     res = whatif(args.run, parse_sets(args.set), exact=args.exact, topology=args.topology,
                  overrides=parse_sets(args.replayed_with))
+    if args.format != "text":
+        print(render(res.frame(), args.format), end="")
+        return 0
     print(res.text())
     return 0
 
@@ -131,6 +141,9 @@ def _calibrate(args: argparse.Namespace) -> int:
     cal = calibrate(args.target, topology=topo, fit=fit, start=parse_sets(args.set) or None,
                     tolerance=args.tolerance, max_evaluations=args.max_evaluations,
                     out=args.out)
+    if args.format != "text":
+        print(render(cal.frame(), args.format), end="")
+        return 0 if cal.ok else 1
     print(cal.text())
     print(f"fitted topology written to {cal.out_dir}/calibrated.yaml (and calibration.csv, "
           "calibration.json)")

@@ -89,6 +89,19 @@ class WhatIf:
     def order_stable(self) -> bool:
         return self.exact or (self.flips == 0 and self.new_overlaps == 0)
 
+    def frame(self) -> Any:
+        """One row: the change, both makespans and the order-flip diagnostics
+        (``--format csv|md|json``)."""
+        import polars as pl
+        return pl.DataFrame([{
+            "run": str(self.run_dir),
+            "changes": ", ".join(f"{k}={v}" for k, v in self.changes.items()),
+            "base_makespan_ns": self.base_makespan_ns, "makespan_ns": self.makespan_ns,
+            "delta_pct": self.delta_pct, "exact": self.exact,
+            "order_stable": self.order_stable, "flips": self.flips,
+            "new_overlaps": self.new_overlaps, "error_bound_ns": self.error_bound_ns,
+            "unexplained_waits": self.unexplained_waits, "wall_s": self.wall_s}])
+
     def text(self) -> str:
         what = ", ".join(f"{k}={v}" for k, v in self.changes.items())
         how = "replayed (--exact)" if self.exact else "re-timed on the recorded graph"
