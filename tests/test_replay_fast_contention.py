@@ -115,6 +115,18 @@ def test_write_bursts_booked_ahead_leave_their_gaps_to_others():
     assert _commits(scalar, 0, 8 * 256, 10.0, 10.0) == 256.0
 
 
+def test_a_read_takes_the_gaps_between_write_bursts_booked_ahead():
+    """Write A as above; a read of 8 bursts arriving at 10 takes the same gaps as write B
+    did: it ends at 32 where queueing behind A's last bursts ended at 256 (flit mode commits
+    A's later bursts as they arrive, after the read)."""
+    fast = _controller(True)
+    fast.write_stream(0, 16 * 256, 0.0, 240.0, 0.0)
+    assert fast.read_span(0, 8 * 256, 10.0) == (18.0, 32.0)
+    assert fast.pc_iv[0] == [0.0, 8.0, 10.0, 18.0, 128.0, 136.0]
+    assert fast.pc_iv[1] == [16.0, 32.0, 144.0, 152.0]
+    assert fast.read(0, 256, 20.0) == [28.0]       # PC 0 is free from 18 to 128
+
+
 def test_fast_reads_record_their_bursts_without_changing_them():
     slow, fast = _controller(False), _controller(True)
     _commits(slow, 0, 2048, 0.0, 7.0)                     # burst i on channel i: [i, i + 8]

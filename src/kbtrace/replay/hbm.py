@@ -11,7 +11,10 @@ arrives, for the times its bursts will arrive (evenly between head and tail), so
 later bursts would hold a PC against requests that reach it before them; there
 (``write_stream``, with ``pc_iv`` set: every PC's busy intervals, reads' included) each
 write burst takes the earliest gap of its PC at or after its arrival, as flit mode,
-committing each flit as it arrives, serves them in arrival order.
+committing each flit as it arrives, serves them in arrival order; and a read's bursts on a
+PC booked beyond its arrival take the gaps too, one after another, instead of queueing
+behind write bursts that arrive after it (four readers and three writers of one slice:
+fast 2.02% late, per-op p95 170%, before; 1.61% and 65% after).
 """
 
 from __future__ import annotations
@@ -95,6 +98,27 @@ class HbmController:
             pc = (p0 + j) & mask
             cnt = (n - 1 - j) // npcs + 1
             k_tail = cnt - 1 if j + (cnt - 1) * npcs == n - 1 else -1   # PC's (short) tail burst
+            if ivs is not None and ivs[pc] and ivs[pc][-1] > t:
+                # fast: bursts of writes booked ahead hold the PC later on; take the gaps
+                iv = ivs[pc]
+                if len(iv) > 64:
+                    prune(iv, t)
+                f = t + pen if pen and last_dir[pc] == 1 else t
+                f1 = -1.0
+                for k in range(cnt):
+                    f = fit_gap(iv, f, tail if k == k_tail else full)
+                    if out is not None:
+                        out[j + k * npcs] = f
+                    if k == 0:
+                        f1 = f
+                if f1 < first:
+                    first = f1
+                if f > avail[pc]:
+                    avail[pc] = f
+                last_dir[pc] = 0
+                if f > last:
+                    last = f
+                continue
             f = avail[pc]
             if f < t:
                 f = t
