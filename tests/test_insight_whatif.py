@@ -235,3 +235,17 @@ def test_ipcq_slot_counts_rebind_each_send_to_the_credit_it_waits_for(runs):
     assert not one.order_stable and ("IPCQ credits", 47) in one.hot
     assert abs(one.makespan_ns - x) <= one.error_bound_ns
     assert "order could flip" in one.text()
+
+
+def test_a_tail_that_lagged_on_a_shared_first_link_scales_with_it(tmp_path):
+    """The hierarchical all-reduce's last send and store leave PE 0 of cube 3 together: fast
+    mode serves the two streams side by side on the PE's router link, so each tail leaves
+    61 ns after its head instead of 32 (no queue is recorded). With that link at half the
+    rate, the lag doubles with it (the estimate was 5.1% low while it stayed put)."""
+    run = _run(tmp_path, "allreduce", {}, "hier2")
+    changes = {"cube.mesh.link_bw_gbps": 128.0, "cube.pes.bw_gbps": 128.0}
+    w = whatif(run, changes)
+    x = _exact(run, changes)
+    assert w.order_stable
+    assert (w.makespan_ns, x) == (pytest.approx(1263.92, abs=0.01), pytest.approx(1266.92, abs=0.01))
+    assert abs(w.makespan_ns - x) / x < 0.005

@@ -275,7 +275,10 @@ class Pricer:
                                       or po.cube.hbm.burst_bytes != pn.cube.hbm.burst_bytes
                                       or po.pe.ipcq.credit_bytes != pn.pe.ipcq.credit_bytes):
             geo, tau, off, how = self.xfer    # unqueued transfers: fast mode's closed form;
-            tau = np.where(how == 1, tau * hb, tau)   # a read's head start and tail lag
+            li0 = self.h["link_idx"][geo[0][geo[4]]][geo[2]]    # a tail that lagged on the
+            r0 = _ratio(bw_o_all[li0], bw_n[li0])               # first link (shared) scales
+            tau = np.where(how == 1, tau * hb, tau * r0)  # with it; a read's head start and
+            #                                               tail lag
             off = np.where(how == 1, off * hb, np.where(  # scale with the HBM, a DMA's
                 how == 2, off + d_dma, off))              # set-up moves the start
             c_n, b_n, _m = self._free_path(new, geo)

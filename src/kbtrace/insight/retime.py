@@ -540,7 +540,7 @@ class Retimer:
             est.flips += len(stale)
             est.error_bound_ns += float(sum(abs(ends[r] - self.end[r]) + qn[s]
                                             for s, r in stale))
-            est.hot = [*est.hot, ("IPCQ credits", len(stale))]
+            est.hot = [("IPCQ credits", len(stale)), *est.hot]
         if est.flips or est.new_overlaps:   # where the order moves, so may the waits kept
             est.error_bound_ns += self.unexplained_ns       # as recorded: up to their length
         return est
