@@ -207,7 +207,7 @@ def _estimate(rt: Any, base: BaseRun, params: dict[str, Any]) -> Any:
 def _table(base: BaseRun, names: tuple[str, ...], factor: float, reverse: bool,
            makespan: dict[tuple[str, int], float]) -> pa.Table:
     b = base.makespan_ns
-    rows = []
+    rows: list[dict[str, Any]] = []
     for order, name in enumerate(names):
         fast = makespan[name, 0]
         slow = makespan.get((name, 1)) if reverse else None

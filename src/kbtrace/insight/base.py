@@ -43,7 +43,8 @@ def load_base(run: str | os.PathLike[str], topology: str | os.PathLike[str] | No
     if trace_dir is None:
         raise AnalysisError(f"{run_dir}: its trace ({(info.get('trace') or {}).get('path')}) is "
                             "gone; re-capture it, or replay the trace again")
-    rec = info.get("topology") if isinstance(info.get("topology"), dict) else {}
+    rec_any = info.get("topology")
+    rec: dict[str, Any] = rec_any if isinstance(rec_any, dict) else {}
     path = str(topology) if topology is not None else rec.get("path")
     if not path or not Path(path).is_file():
         raise UsageError(f"{where}: {run_dir}: its topology file ({path}) is not there; pass "

@@ -101,6 +101,7 @@ def run(ctx: StudyContext) -> Findings:
         raise KbtraceError(f"study allreduce: buffer-kind point {f['point']} failed: "
                            f"{f['error']}")
     bk = pl.from_arrow(res.points)
+    assert isinstance(bk, pl.DataFrame)
     df = lat.select(pl.col("system.sips.topology").alias("fabric"), "n_elem",
                     (pl.col("n_elem") * 2).alias("bytes_per_pe"), "body_ns", "makespan_ns"
                     ).with_columns(pl.col("n_elem").map_elements(ref_curve_ns, pl.Float64)
@@ -150,9 +151,9 @@ def run(ctx: StudyContext) -> Findings:
                     b64["tcm"] < b64["hbm"] < b64["sram"],
                     ", ".join(f"{k} {b64[k] / 1000:.2f}" for k in ("tcm", "hbm", "sram"))
                     + " us")]
-    for f in FABRICS:
-        v = df.filter(pl.col("fabric") == f)["body_ns"].to_list()
-        checks.append(Check(f"{f}: latency grows with the size", all(
+    for fab in FABRICS:
+        v = df.filter(pl.col("fabric") == fab)["body_ns"].to_list()
+        checks.append(Check(f"{fab}: latency grows with the size", all(
             a <= b for a, b in zip(v, v[1:], strict=False)), f"{v[0]:.0f} ... {v[-1]:.0f} ns"))
     return Findings(tables={"latency": df, "buffer_kind": bkd},
                     figures=["allreduce_latency", "allreduce_buffer_kind", "allreduce_topology"],

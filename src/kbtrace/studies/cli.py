@@ -12,7 +12,7 @@ from kbtrace._tables import add_format, add_json_alias, deprecated_json
 __all__ = ["register"]
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     from kbtrace.studies.registry import LIST_KINDS as KINDS
     from kbtrace.studies.registry import STUDIES
     ls = sub.add_parser("list", help="workloads, topologies, sweep configs, studies, traces "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -21,7 +22,7 @@ from kbtrace.analysis.plots import _save  # noqa: E402  (atomic PNG write, fixed
 
 __all__ = ["stacked_bars", "grouped_bars", "bars_with_lines", "lines"]
 
-REF_STYLE = {"marker": "D", "markerfacecolor": "none", "markeredgecolor": "black",
+REF_STYLE: dict[str, Any] = {"marker": "D", "markerfacecolor": "none", "markeredgecolor": "black",
              "markersize": 9, "markeredgewidth": 1.8, "linestyle": "none"}
 
 
@@ -109,6 +110,7 @@ def lines(path: Path | None, series: dict[str, tuple[Sequence[float], Sequence[f
     own = ax is None
     if own:
         fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    assert ax is not None
     for label, (xs, ys) in series.items():
         style = "--" if label in dashed else "-"
         ax.plot(list(xs), list(ys), linestyle=style, marker="o" if style == "-" else None,

@@ -39,8 +39,14 @@ from kbtrace._io import atomic_dir, write_json
 from kbtrace._paths import REPO_ROOT, project_dir
 from kbtrace.errors import KbtraceError, UsageError
 
-__all__ = ["Ref", "Check", "Findings", "StudyContext", "StudyResult", "run_study",
+__all__ = ["Ref", "Check", "Findings", "StudyContext", "StudyResult", "run_study", "scalar",
            "print_result", "calibration_drift", "record_calibration", "calibration_path"]
+
+
+def scalar(v: Any) -> float:
+    """A polars aggregate (``Series.max()`` and the like, typed as any Python literal) as a
+    float, for comparisons and arithmetic."""
+    return float(v)
 
 GAP_NOTE = 0.10         # a |ratio - 1| above this needs a note (docs explain it)
 
@@ -118,7 +124,9 @@ class StudyContext:
             f = res.failed[0]
             raise KbtraceError(f"study {self.name}: sweep point {f['point']} ({f['run_dir']}) "
                                f"failed: {f['error']}")
-        return pl.from_arrow(res.points), d
+        pts = pl.from_arrow(res.points)
+        assert isinstance(pts, pl.DataFrame)
+        return pts, d
 
 
 @dataclass
@@ -183,7 +191,7 @@ def calibration_drift(name: str, quick: bool, topology: str,
     if rec.get("topology") != topology:
         return None
     recorded = rec.get("figures", {})
-    rows = []
+    rows: list[tuple[str, float | None, float | None, float | None, float, bool, str]] = []
     seen = set()
     for r in refs:
         k = _key(r)

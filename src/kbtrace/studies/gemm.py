@@ -30,7 +30,7 @@ import polars as pl
 
 from kbtrace._paths import REPO_ROOT
 from kbtrace.studies import figures as F
-from kbtrace.studies.framework import Check, Findings, Ref, StudyContext
+from kbtrace.studies.framework import Check, Findings, Ref, StudyContext, scalar
 
 VARIANTS = ("ref_ref", "load_ref", "load_load")
 #: (M, K, N): the reference's 32x3072x32 (long K), two under-tile shapes, square ones
@@ -67,7 +67,7 @@ def _point(run_dir: Path) -> dict[str, float]:
     b = dict(zip(busy["stage"], busy["busy_ns"], strict=True))
     out = {f"{s}_ns": float(b.get(s, 0.0)) for s in STAGES}
     out["window_ns"] = comp["t_end_ns"] - comp["t_start_ns"]
-    out["makespan_ns"] = float(ot["t_end_ns"].max())
+    out["makespan_ns"] = scalar(ot["t_end_ns"].max())
     return out
 
 
@@ -168,9 +168,9 @@ def run(ctx: StudyContext) -> Findings:
     if under.height:
         full = df.filter(~pl.col("under_tile"))
         checks.append(Check("under-tile shapes waste MACs: their useful eff < every full shape's",
-                            under["useful_eff"].max() < full["useful_eff"].min(),
-                            f"under-tile max {under['useful_eff'].max():.3f}, full-tile min "
-                            f"{full['useful_eff'].min():.3f}"))
+                            scalar(under["useful_eff"].max()) < scalar(full["useful_eff"].min()),
+                            f"under-tile max {scalar(under['useful_eff'].max()):.3f}, full-tile "
+                            f"min {scalar(full['useful_eff'].min()):.3f}"))
     return Findings(
         tables={"points": df}, figures=["gemm_stage_breakdown", "gemm_mac_utilization",
                                         "gemm_variants"],

@@ -26,7 +26,7 @@ from typing import Any
 import polars as pl
 
 from kbtrace.studies import figures as F
-from kbtrace.studies.framework import Check, Findings, Ref, StudyContext
+from kbtrace.studies.framework import Check, Findings, Ref, StudyContext, scalar
 from kbtrace.studies.probe import run_transfer
 from kbtrace.topology.model import PeCoord
 
@@ -113,7 +113,7 @@ def _peaks(topo: Any, pairs: list[tuple[PeCoord, PeCoord]]) -> tuple[float, floa
 def _measure(topo: Any, name: str, kind: str, pairs: list[tuple[PeCoord, PeCoord]],
              work: Any) -> dict[str, Any]:
     ot, hops, _ = run_transfer(topo, _rows(topo, pairs), name, "fast", work)
-    t0, t1 = ot["t_start_ns"].min(), ot["t_end_ns"].max()
+    t0, t1 = scalar(ot["t_start_ns"].min()), scalar(ot["t_end_ns"].max())
     lat = t1 - t0
     slowest = ot.sort("t_end_ns", descending=True)["op_id"][0]
     h = hops.filter(pl.col("op_id") == slowest)
@@ -161,20 +161,20 @@ def run(ctx: StudyContext) -> Findings:
     refs = [Ref(x.figure, x.quantity, x.unit, x.reference, x.measured,
                 note=_NOTES.get(x.quantity, "") if x.ratio is not None
                 and abs(x.ratio - 1) > 0.10 else "") for x in refs]
-    single = [r for r in rows if r["kind"] == "single" and r["scenario"] != "remote_sip"]
+    singles = [r for r in rows if r["kind"] == "single" and r["scenario"] != "remote_sip"]
     hot = [by[f"ctrl_hot_{n}"]["latency_ns"] for n in (1, 2, 3)] + \
         [by["all_pe_cube0_to_pe0"]["latency_ns"]]
     checks = [
         Check("uncongested latency grows with distance (same cube, then remote cubes)",
-              all(a["latency_ns"] <= b["latency_ns"] for a, b in zip(single, single[1:],
+              all(a["latency_ns"] <= b["latency_ns"] for a, b in zip(singles, singles[1:],
                                                                     strict=False)),
-              ", ".join(f"{r['scenario']} {r['latency_ns']:.1f}" for r in single) + " ns"),
+              ", ".join(f"{r['scenario']} {r['latency_ns']:.1f}" for r in singles) + " ns"),
         Check("hot-slice latency grows with the issuer count (1, 2, 3, 8)",
               all(a < b for a, b in zip(hot, hot[1:], strict=False)),
               ", ".join(f"{v:.1f}" for v in hot) + " ns"),
         Check("util_aggregate <= 100 % everywhere", bool((df["util_aggregate"] <= 1.0 + 1e-9)
                                                           .all()),
-              f"max {df['util_aggregate'].max():.3f}"),
+              f"max {scalar(df['util_aggregate'].max()):.3f}"),
         Check("single issuers: util_single == util_aggregate",
               all(abs(r["util_single"] - r["util_aggregate"]) < 1e-9 for r in rows
                   if r["issuers"] == 1), "one path: both peaks are its bottleneck"),

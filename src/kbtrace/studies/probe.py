@@ -225,6 +225,7 @@ def run_transfer(topo: Any, rows: list[dict[str, Any]], name: str, fidelity: str
     ids = pl.DataFrame({"node_idx": [n.idx for n in topo.nodes],
                         "node": [n.id for n in topo.nodes]},
                        schema={"node_idx": pl.Int32, "node": pl.Utf8})
+    assert isinstance(ot, pl.DataFrame) and isinstance(hops, pl.DataFrame)
     hops = hops.join(ids, on="node_idx", how="left").sort(["op_id", "hop"])
     return ot, hops, meta
 
@@ -291,8 +292,8 @@ def _invariants(cases: list[ProbeCase], actual: dict[str, float]) -> list[dict[s
             lat = [actual[n] for n in names]
             add(f"{cat.upper()} increases with cube hops",
                 all(a < b for a, b in zip(lat, lat[1:], strict=False)), fmt(names) + " ns")
-    h2d = {c.hops: c.name for c in cases if c.category == "h2d"}
-    d2h = {c.hops: c.name for c in cases if c.category == "d2h"}
+    h2d = {c.hops: c.name for c in cases if c.category == "h2d" and c.hops is not None}
+    d2h = {c.hops: c.name for c in cases if c.category == "d2h" and c.hops is not None}
     both = sorted(set(h2d) & set(d2h))
     if both:
         add("D2H >= H2D at every hop count", all(actual[d2h[h]] >= actual[h2d[h]] for h in both),
