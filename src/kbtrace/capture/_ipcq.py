@@ -25,7 +25,7 @@ import json
 import math
 from collections import deque
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,6 +33,10 @@ from kbtrace.capture import _semantics as sem
 from kbtrace.capture.dtypes import check_dtype, itemsize
 from kbtrace.capture.handles import RecvFuture, TensorHandle, caller_line
 from kbtrace.errors import CaptureError, SanitizerError
+
+if TYPE_CHECKING:
+    from kbtrace.capture.executor import Op
+    from kbtrace.capture.memory import Allocator, Region
 
 __all__ = ["IpcqMixin", "check_ipcq", "ipcq_json"]
 
@@ -49,6 +53,19 @@ class IpcqMixin:
     tcm: Any
     scratch: Any
     index: int
+    blocked_send: tuple[tuple[int, int, str], int, int] | None
+
+    if TYPE_CHECKING:       # Program's, which mixes this in
+        def describe(self) -> str: ...
+        def fail(self, cls: type[CaptureError], msg: str) -> CaptureError: ...
+        def _record(self, kind: str, name: str, *, seq: int | None = None,
+                    where: tuple[str | None, int | None] | None = None, **fields: Any) -> Op: ...
+        def _region(self, ptr: Any, span: int, what: str, dtype: str) -> Region: ...
+        def _tensor(self, h: Any, what: str, *, tcm: bool = True) -> TensorHandle: ...
+        def _place(self, a: Allocator, nbytes: int) -> int | None: ...
+        def _pin(self, h: TensorHandle) -> None: ...
+        def block(self, call: str, direction: str, file: str | None,
+                  line: int | None) -> None: ...
 
     # ------------------------------------------------------------------ send
     def send(self, direction: str, src: Any = None, src_addr: Any = None, nbytes: Any = None,

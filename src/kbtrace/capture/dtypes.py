@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -82,7 +83,7 @@ def itemsize(dtype: str) -> int:
 def check_dtype(dtype: object, where: str) -> str:
     if dtype not in STORAGE:
         raise CaptureError(f"{where}: unknown dtype {dtype!r}; use one of {', '.join(STORAGE)}")
-    return dtype  # type: ignore[return-value]
+    return dtype
 
 
 def _f32_to_bf16(x: np.ndarray) -> np.ndarray:
@@ -124,7 +125,8 @@ def digest(data: bytes | np.ndarray) -> int:
         data = np.ascontiguousarray(data)
         if data.ndim == 0:
             data = data.reshape(1)
-    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+    buf: Any = data       # (numpy's stubs do not declare the buffer protocol)
+    return int.from_bytes(hashlib.blake2b(buf, digest_size=8).digest(), "little")
 
 
 COMPARE_CHUNK = 1 << 20   # elements compared at a time (float64 temporaries stay ~10 MB)

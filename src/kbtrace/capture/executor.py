@@ -59,6 +59,7 @@ class Op:
 
     if TYPE_CHECKING:       # for the type checker: one attribute per schema column
         def __getattr__(self, name: str) -> Any: ...
+        def __setattr__(self, name: str, value: Any) -> None: ...
 
 
 for _name in OP_FIELDS:
@@ -84,7 +85,7 @@ BINARY: dict[str, Callable[[Any, Any], np.ndarray]] = {
     "maximum": np.maximum, "minimum": np.minimum,
     "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
 }
-_REDUCE = {"sum": np.sum, "max": np.max, "min": np.min}
+_REDUCE: dict[str, Callable[..., Any]] = {"sum": np.sum, "max": np.max, "min": np.min}
 
 #: epilogue op -> required fields (tensor-valued fields are operand indices after capture)
 EPILOGUE_OPS: dict[str, tuple[str, ...]] = {
@@ -332,6 +333,7 @@ class Machine:
 
 def fill_stored(name: str, shape: Sequence[int], dtype: str, scalars: Sequence[float]) -> np.ndarray:
     """Storage bytes of a fill op (``zeros`` / ``full`` / ``arange``); capture's real values too."""
+    vals: np.ndarray
     if name == "arange":
         vals = np.arange(int(scalars[0]), int(scalars[1]))
     elif name == "zeros":

@@ -30,6 +30,8 @@ import numpy as np
 from kbtrace.errors import CaptureError
 
 if TYPE_CHECKING:
+    from types import FrameType
+
     from kbtrace.capture.program import Program
 
 __all__ = ["TensorHandle", "CompletionHandle", "RecvFuture", "ACTIVE", "active", "caller_line"]
@@ -50,7 +52,7 @@ def active() -> Program:
 
 def caller_line() -> tuple[str | None, int | None]:
     """(basename, line) of the innermost frame outside kbtrace.capture: the kernel's call site."""
-    f = sys._getframe(1)
+    f: FrameType | None = sys._getframe(1)
     while f is not None and f.f_code.co_filename.startswith(_PKG_DIR):
         f = f.f_back
     if f is None:
@@ -113,7 +115,8 @@ class TensorHandle:
         return d
 
     def _require(self, use: str) -> np.ndarray:
-        if self.pending or self._value() is None:
+        v = None if self.pending else self._value()
+        if v is None:
             prog = ACTIVE.get()
             f = sys._getframe(2)
             where = f"{f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno}"
@@ -124,7 +127,7 @@ class TensorHandle:
                 f"{who}, line {where}: {use} needs the value of {what} of op "
                 f"{self.op_name!r} (op {self.op_id}, line {self.op_line}); compute results are "
                 f"only known after capture, so branch on tl.load()ed data instead")
-        return self._data
+        return v
 
     @property
     def data(self) -> np.ndarray:

@@ -66,9 +66,9 @@ class MemoryImage:
     def __init__(self) -> None:
         self._pages: dict[int, np.ndarray] = {}
         #: (addr, shape, dtype, strides) -> [stored (read-only), digest | None, compute | None]
-        self._cache: dict[tuple[object, ...], list[object]] = {}
+        self._cache: dict[tuple[Any, ...], list[Any]] = {}
         #: chunk number -> keys of cached entries whose span touches it
-        self._idx: dict[int, set[tuple[object, ...]]] = {}
+        self._idx: dict[int, set[tuple[Any, ...]]] = {}
 
     def _invalidate(self, addr: int, nbytes: int) -> None:
         idx, cache = self._idx, self._cache
@@ -78,7 +78,7 @@ class MemoryImage:
                 for k in keys:
                     cache.pop(k, None)
 
-    def _keep(self, key: tuple[object, ...], nbytes: int, entry: list[object]) -> None:
+    def _keep(self, key: tuple[Any, ...], nbytes: int, entry: list[Any]) -> None:
         cache = self._cache
         if len(cache) >= _CACHE_CAP:
             cache.clear()
@@ -94,7 +94,7 @@ class MemoryImage:
                 keys.add(key)
 
     def cached_read(self, addr: int, shape: Sequence[int], dtype: str,
-                    strides: Sequence[int] | None = None) -> list[object]:
+                    strides: Sequence[int] | None = None) -> list[Any]:
         """``[stored, digest, compute]`` of ``read(addr, shape, dtype, strides)``; ``stored`` is
         read-only and shared with later identical reads (fill the digest/compute slots in place)."""
         shape = tuple(shape)
@@ -108,7 +108,7 @@ class MemoryImage:
             self._keep(key, span_elems(shape, st) * stored.itemsize, entry)
         return entry
 
-    def remember(self, addr: int, dtype: str, entry: list[object]) -> None:
+    def remember(self, addr: int, dtype: str, entry: list[Any]) -> None:
         """Record that ``entry[0]`` (storage array of ``dtype``) was just written contiguously at
         ``addr``: a later contiguous read of the same shape and dtype returns ``entry``."""
         stored = entry[0]

@@ -40,6 +40,8 @@ from kbtrace.capture.memory import Allocator, Region, span_elems
 from kbtrace.errors import CaptureError, SanitizerError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from kbtrace.capture.scheduler import LaunchRun
 
 __all__ = ["Program", "caller_line"]
@@ -161,11 +163,11 @@ class Program(IpcqMixin):
         seq = self.seq
         self.seq = seq + 1
         f = _getframe(3)
-        file = f.f_code.co_filename
-        if file not in _KERNEL_FILES and not _is_kernel_file(file):
+        code_file = f.f_code.co_filename
+        if code_file not in _KERNEL_FILES and not _is_kernel_file(code_file):
             file, line = caller_line()
         else:
-            line = f.f_lineno
+            file, line = code_file, f.f_lineno
         log = self._log
         log.append((op_id, kind, self, seq, file, line, *rest))
         if len(log) >= t.sink.batch:
@@ -269,6 +271,7 @@ class Program(IpcqMixin):
     def _target(self, ptr: Any, span: int, dtype: str, what: str) -> tuple[Region, int]:
         """The region ``[ptr, ptr + span)`` lies in (the last two are checked first) and
         ``ptr`` as an int; validated by ``_region`` when it is new or has another dtype."""
+        reg: Region | None
         if ptr.__class__ is int:
             reg = self._rc0
             if not (reg.start <= ptr and ptr + (span or 1) <= reg.end):
@@ -289,6 +292,7 @@ class Program(IpcqMixin):
             geo = _geometry(_LOAD_GEO, shape, dtype, strides, "tl.load")
         span = geo[2]
         reg, ptr = self._target(ptr, span, dtype, "tl.load")
+        deps: Sequence[int]
         if reg.writers:
             deps, pending = reg.readers_view(ptr, ptr + span)
         else:
@@ -536,9 +540,9 @@ class Program(IpcqMixin):
                               deps=sorted({d for h in ins for d in h.deps}), handle_id=hid,
                               extra_json=json.dumps(extra, sort_keys=True))
         reg.note_write(int(out_ptr), int(out_ptr) + nbytes, rec.op_id, True)
-        h = CompletionHandle(rec.op_id, hid)
-        self.outstanding.append(h)
-        return h
+        done = CompletionHandle(rec.op_id, hid)
+        self.outstanding.append(done)
+        return done
 
     def _epilogue(self, epilogue: Any, ins: list[TensorHandle], shape: tuple[int, ...],
                   what: str) -> list[dict[str, Any]]:

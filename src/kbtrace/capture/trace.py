@@ -402,9 +402,9 @@ def check_meta(meta: dict[str, Any], where: Path) -> None:
         raise SchemaError(f"{where}: corrupt: n_ops = {meta['n_ops']} is negative; {fix}")
     for i, ln in enumerate(meta["launches"]):
         for key, want in _LAUNCH_KEYS.items():
-            v = ln.get(key) if isinstance(ln, dict) else None
-            if not _typed(v, want) or (key == "grid" and (
-                    len(v) != 2 or not all(_typed(x, _INT) for x in v))):
+            lv: Any = ln.get(key) if isinstance(ln, dict) else None
+            if not _typed(lv, want) or (key == "grid" and (
+                    len(lv) != 2 or not all(_typed(x, _INT) for x in lv))):
                 raise SchemaError(f"{where}: corrupt: launches[{i}].{key} is missing or not "
                                   f"{_NAMES[want]}; {fix}")
     for k, v in meta["op_counts"].items():
