@@ -24,12 +24,31 @@ from collections import deque
 
 from kbtrace.errors import RoutingError
 from kbtrace.topology._build import OPPOSITE, STEP, Graph
+from kbtrace.topology.model import Node
 from kbtrace.topology.params import TopologyParams
 
 __all__ = ["Router"]
 
 _IO_KINDS = ("pcie_ep", "io_cpu", "io_noc", "io_ucie", "io_conn")
 _PE_KINDS = ("pe_cpu", "scheduler", "dma", "fetch_store", "gemm", "math", "tcm", "ipcq")
+
+
+def _sip_of(nd: Node) -> int:
+    """The SIP of a node that sits on one (every node but the host and the tray switch)."""
+    assert nd.sip is not None, nd.id
+    return nd.sip
+
+
+def _cube_of(nd: Node) -> tuple[int, int]:
+    """(sip, cube) of a node inside a cube."""
+    assert nd.sip is not None and nd.cube is not None, nd.id
+    return nd.sip, nd.cube
+
+
+def _pe_of(nd: Node) -> tuple[int, int, int]:
+    """(sip, cube, pe) of a PE component node."""
+    assert nd.sip is not None and nd.cube is not None and nd.pe is not None, nd.id
+    return nd.sip, nd.cube, nd.pe
 
 
 class Router:
@@ -73,7 +92,7 @@ class Router:
         if nd.kind == "host":
             out.append(d)
         elif nd.kind != "switch":
-            out.append(g.pcie_ep[(nd.sip, self._nearest_io(d))])
+            out.append(g.pcie_ep[(_sip_of(nd), self._nearest_io(d))])
             if d != out[-1]:
                 self._within_sip(out, d, key)
         return out     # every hop has a link: Topology.route looks each one up
@@ -136,13 +155,11 @@ class Router:
         if kind == "router":
             return
         if kind in _PE_KINDS and kind not in ("dma", "pe_cpu"):
-            nd = g.nodes[n]
-            dma = g.pe_comp[(nd.sip, nd.cube, nd.pe, "dma")]
+            dma = g.pe_comp[(*_pe_of(g.nodes[n]), "dma")]
             out.extend(self._local_bfs(n, dma, _PE_KINDS)[1:])
         elif kind == "ucie":
-            nd = g.nodes[n]
             side = g.nodes[n].id.rsplit("_", 1)[1].upper()
-            out.append(g.ucie_conn[(nd.sip, nd.cube, side)][0])
+            out.append(g.ucie_conn[(*_cube_of(g.nodes[n]), side)][0])
         out.append(g.attach[out[-1]])
 
     def _down(self, out: list[int], n: int) -> None:
@@ -151,12 +168,12 @@ class Router:
         if nd.kind == "router":
             return
         if nd.kind in _PE_KINDS and nd.kind not in ("dma", "pe_cpu"):
-            dma = g.pe_comp[(nd.sip, nd.cube, nd.pe, "dma")]
+            dma = g.pe_comp[(*_pe_of(nd), "dma")]
             out.append(dma)
             out.extend(self._local_bfs(dma, n, _PE_KINDS)[1:])
         elif nd.kind == "ucie":
             side = nd.id.rsplit("_", 1)[1].upper()
-            out.append(g.ucie_conn[(nd.sip, nd.cube, side)][0])
+            out.append(g.ucie_conn[(*_cube_of(nd), side)][0])
             out.append(n)
         else:
             out.append(n)
@@ -186,14 +203,14 @@ class Router:
             out += [g.ucie_ep[(sip, cube, side)], conn, g.attach[conn]]
         else:
             self._up(out, s)
-            cube = ns.cube
+            cube = _cube_of(ns)[1]
         # walk the cube grid to the destination cube (or the IO chiplet's shoreline cube)
         if nd.kind in _IO_KINDS:
             i = g.io_of[d][1]
             j = min(range(len(g.io_shore[i])), key=lambda j: (self._cdist(cube, g.io_shore[i][j]), j))
             dst_cube = g.io_shore[i][j]
         else:
-            dst_cube = nd.cube
+            dst_cube = _cube_of(nd)[1]
         self._cube_walk(out, sip, cube, dst_cube, key)
         if nd.kind in _IO_KINDS:
             side = g.io_side[i]

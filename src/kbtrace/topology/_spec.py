@@ -208,7 +208,7 @@ def _build(cls: Any, raw: Any, path: str, src: _Src, default: Any = None) -> Any
                 raise TopologyError(f"{src.at(p)}: {p} = {val!r}: must be a list of [row, col] pairs")
             kwargs[name] = tuple(_coord(v, f"{p}[{i}]", src) for i, v in enumerate(val))
         else:
-            kwargs[name] = _scalar(val, fld.type, p, src)
+            kwargs[name] = _scalar(val, str(fld.type), p, src)   # (a string: postponed annotations)
     return replace(default, **kwargs)
 
 

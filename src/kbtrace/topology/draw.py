@@ -56,6 +56,7 @@ def draw_sip(topo: Topology, out_dir: str | os.PathLike[str], sip: int = 0) -> P
             ax.plot([xs[0] + dx, xs[1] - dx], [ys[0] + dy, ys[1] - dy], color="#c0392b", lw=4)
         elif ln.kind == "io_to_cube":
             io, cube = (a, b) if a.kind == "io_ucie" else (b, a)
+            assert cube.cube is not None
             cx, cy = (cube.cube % w) * pitch, (cube.cube // w) * pitch
             ex, ey = cube.x_mm - (p.cube.mesh.cols - 1) * p.cube.mesh.pitch_mm / 2, \
                 cube.y_mm - (p.cube.mesh.rows - 1) * p.cube.mesh.pitch_mm / 2

@@ -11,7 +11,9 @@ the default is ours and its ``doc`` says so ("kbtrace default").
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field, fields, is_dataclass
+from functools import partial
 from typing import Any
 
 __all__ = [
@@ -29,7 +31,7 @@ __all__ = [
 def P(default: Any, unit: str, doc: str) -> Any:  # noqa: N802 - reads like a declaration
     """Declare a parameter field with its unit and documentation."""
     if isinstance(default, (list, dict)):
-        return field(default_factory=lambda d=default: type(d)(d), metadata={"unit": unit, "doc": doc})
+        return field(default_factory=partial(copy.copy, default), metadata={"unit": unit, "doc": doc})
     return field(default=default, metadata={"unit": unit, "doc": doc})
 
 
