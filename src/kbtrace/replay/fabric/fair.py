@@ -30,7 +30,7 @@ from kbtrace.replay.fabric.base import after
 from kbtrace.replay.fabric.booking import share_fifo, unbook
 from kbtrace.replay.intervals import TIME_EPS
 
-__all__ = ["Flow", "fair_hop", "expand", "coarse", "ARRIVAL_PIECES"]
+__all__ = ["Flow", "fair_hop", "incumbents", "expand", "coarse", "ARRIVAL_PIECES"]
 
 #: a flow's arrival at a link is described by at most this many pieces (``coarse``)
 ARRIVAL_PIECES = 16
@@ -161,6 +161,26 @@ def expand(f: Flow) -> list[tuple]:
     f.rows = rows
     f.segs = []
     return rows
+
+
+def incumbents(link_flows: list, li: int, f: Flow | None, h: float, now: float) -> list:
+    """The flows booked on link ``li`` that are still arriving there after ``h`` (what
+    arrived before is served first anyway), ``f`` excepted; the link's list drops those all
+    arrived by ``now`` (they can meet no one there any more)."""
+    inc = []
+    keep = []
+    for x in link_flows[li]:
+        g, jg = x
+        if g.fin:
+            continue
+        a_end = g.links[jg][5][-1][1]
+        if a_end <= now:
+            continue
+        keep.append(x)
+        if a_end > h + TIME_EPS and g is not f:
+            inc.append(x)
+    link_flows[li] = keep
+    return inc
 
 
 def fair_hop(fab: Any, rt: Any, j: int, h: float, t: float, inc: list,

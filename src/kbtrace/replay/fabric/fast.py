@@ -12,7 +12,7 @@ from simpy.events import NORMAL  # the priority of a Timeout
 
 from kbtrace.replay.fabric.base import Fabric, _Ev, after
 from kbtrace.replay.fabric.booking import fit_rate, prune_rate, serve, take, take_rate, unreserve
-from kbtrace.replay.fabric.fair import Flow, expand, fair_hop
+from kbtrace.replay.fabric.fair import Flow, expand, fair_hop, incumbents
 from kbtrace.replay.hbm import HbmController
 from kbtrace.replay.intervals import TIME_EPS
 from kbtrace.replay.intervals import prune as _prune
@@ -563,9 +563,7 @@ class FastFabric(Fabric):
             if f is not None:
                 self._booked(f, j, h, e, busy)
             return h, h + hd_d, e
-        # flows still arriving here after h: what arrived before is served first anyway
-        inc = [(g, jg) for g, jg in self.link_flows[li]
-               if not g.fin and g is not f and g.links[jg][5][-1][1] > h + TIME_EPS]
+        inc = incumbents(self.link_flows, li, f, h, now)
         if inc:
             return fair_hop(self, rt, j, h, t, inc, f)
         if f is None:
@@ -582,7 +580,8 @@ class FastFabric(Fabric):
     def _prune_all(self, now: float) -> None:
         for k, fl in enumerate(self.link_flows):
             if fl:
-                self.link_flows[k] = [x for x in fl if not x[0].fin and x[0].links[x[1]][4] > now]
+                self.link_flows[k] = [x for x in fl
+                                      if not x[0].fin and x[0].links[x[1]][5][-1][1] > now]
         for iv in self.node_iv:
             if len(iv) > 64:
                 _prune(iv, now)
