@@ -1,7 +1,7 @@
 """Fast replay against raw SimPy, pure-Python core vs compiled core (issue 22, target 1); not
 part of the default test run.
 
-Run:  python benchmarks/bench_core.py [--ops 100000] [--repeats 3]
+Run:  python benchmarks/bench_core.py [--ops 100000] [--repeats 3] [--fidelity fast|fast-fcfs]
       pytest benchmarks/bench_core.py -m benchmark
 
 gemm over every PE of ``default.yaml`` (M = N = 1024, BM = BN = 32, BK = 64, K for the
@@ -46,7 +46,7 @@ def raw_rate(n: int = 200_000) -> float:
     return n / (time.process_time() - t0)
 
 
-def child(trace: str, out: str) -> dict:
+def child(trace: str, out: str, fidelity: str = "fast") -> dict:
     from kbtrace.replay import ReplayOptions, replay
     from kbtrace.replay.fabric.core import status
     from kbtrace.topology import compile_topology
@@ -54,25 +54,25 @@ def child(trace: str, out: str) -> dict:
     topo = compile_topology(ROOT / "topologies" / "default.yaml")
     raws = [raw_rate() for _ in range(2)]
     c0 = time.process_time()
-    r = replay(trace, topo, ReplayOptions(fidelity="fast", out_dir=out))
+    r = replay(trace, topo, ReplayOptions(fidelity=fidelity, out_dir=out))
     cpu = time.process_time() - c0
     raws += [raw_rate() for _ in range(2)]
     return {"core": status()[1], "ops": r.ops, "hops": r.hops, "cpu_s": cpu, "raw": raws}
 
 
-def run_child(trace: Path, out: Path, pure: bool) -> dict:
+def run_child(trace: Path, out: Path, pure: bool, fidelity: str = "fast") -> dict:
     env = {k: v for k, v in os.environ.items() if k != "KBTRACE_PURE_PYTHON"}
     env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
     if pure:
         env["KBTRACE_PURE_PYTHON"] = "1"
     res = subprocess.run([sys.executable, "-W", "ignore", __file__, "--child", str(trace),
-                          str(out)], env=env, capture_output=True, text=True)
+                          str(out), fidelity], env=env, capture_output=True, text=True)
     if res.returncode:
         raise RuntimeError(res.stderr[-3000:])
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def measure(ops: int, repeats: int, tmp: Path) -> dict[str, dict]:
+def measure(ops: int, repeats: int, tmp: Path, fidelity: str = "fast") -> dict[str, dict]:
     from kbtrace.capture import capture
 
     k = 64 * max(1, -(-(ops // 1024 - 2) // 3))
@@ -81,7 +81,7 @@ def measure(ops: int, repeats: int, tmp: Path) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for i in range(repeats):
         for pure in (True, False):
-            f = run_child(tmp / "trace", tmp / f"run{i}{pure}", pure)
+            f = run_child(tmp / "trace", tmp / f"run{i}{pure}", pure, fidelity)
             key = "pure" if pure else f["core"]
             best = out.get(key)
             raws = (best["raw"] if best else []) + f["raw"]
@@ -118,13 +118,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ops", type=int, default=100_000)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--child", nargs=2, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--fidelity", default="fast", choices=("fast", "fast-fcfs"),
+                    help="fast (streams that meet on a link served together) or fast-fcfs")
+    ap.add_argument("--child", nargs=3, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
         print(json.dumps(child(*a.child)))
         return 0
     with tempfile.TemporaryDirectory() as tmp:
-        print(table(measure(a.ops, a.repeats, Path(tmp))))
+        print(f"fidelity {a.fidelity}")
+        print(table(measure(a.ops, a.repeats, Path(tmp), a.fidelity)))
     return 0
 
 

@@ -214,3 +214,26 @@ def test_a_stream_held_back_catches_up_when_the_link_frees():
     # 0.8 of the rate arriving, 0.5 served: 3 ns wait at 10, then served at the full rate
     assert fit_rate(lt, lr, 0.0, 0.0, 1.0, 9.0, 0.0, 1.0, 8.0) == (0.0, 1.6, 13.0)
     assert (lt, lr) == ([0.0, 10.0, 13.0], [1.0, 1.0, 0.0])
+
+
+def test_fast_fcfs_keeps_bookings_where_they_were_made(tmp_path):
+    """``fast-fcfs`` is fast mode without the fair share: the four UCIe readers above come
+    out as before it (a stream booked first keeps its full rate on the mesh link three of
+    them share: 1,282.5 ns against flit's 1,034.2), ``fast`` as flit; a transfer alone on
+    its path is the same in all three; the run records its fidelity."""
+    import json
+    small = compile_topology(TOPO_DIR / "small.yaml")
+    nb = 65536
+    tr = SynthTrace([load(hbm(0, 1, p, small, p * nb), nb, pe=p, program=p)
+                     for p in range(4)], "ucie4")
+    runs = {f: replay(tr, small, ReplayOptions(fidelity=f, out_dir=str(tmp_path / f)))
+            for f in ("flit", "fast", "fast-fcfs")}
+    ms = {f: r.makespan_ns for f, r in runs.items()}
+    assert ms["fast-fcfs"] == pytest.approx(1282.5, abs=0.1)
+    assert ms["fast"] == pytest.approx(ms["flit"], rel=0.005)
+    assert json.loads((runs["fast-fcfs"].run_dir / "run.json").read_text())["fidelity"] \
+        == "fast-fcfs"
+    lone = SynthTrace([load(hbm(0, 1, 0, small, 0), nb, pe=0, program=0)], "lone")
+    one = {f: replay(lone, small, ReplayOptions(fidelity=f, out_dir=str(tmp_path / f"1{f}")))
+           .makespan_ns for f in ("flit", "fast", "fast-fcfs")}
+    assert one["fast"] == one["fast-fcfs"] == pytest.approx(one["flit"], abs=1e-6)

@@ -62,8 +62,8 @@ def reproduce_commands(run_dir: Path, info: dict[str, Any],
     q = shlex.quote
     replay = ["kbtrace", "replay", q(trace), "-t", q(_topology_arg(topo.get("path"))),
               *_sets(ov.get("topology") or topo.get("overrides"))]
-    if info.get("fidelity") == "flit":
-        replay += ["--fidelity", "flit"]
+    if info.get("fidelity") in ("flit", "fast-fcfs"):
+        replay += ["--fidelity", str(info["fidelity"])]
     replay += ["-o", q(_short(run_dir))]
     wl = tr.get("workload")
     if not wl or "overrides" not in info:

@@ -9,6 +9,7 @@ from typing import Any
 
 from kbtrace._paths import add_topology, arg
 from kbtrace._progress import NOTE, log, progress, replay_task
+from kbtrace.replay.options import FIDELITIES
 
 __all__ = ["register"]
 
@@ -171,7 +172,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_topology(p, overrides=True)
     p.add_argument("-p", "--param", action="append", metavar="KEY=VALUE",
                    help="workload parameter override, repeatable (-p M=512)")
-    p.add_argument("--fidelity", choices=("fast", "flit"), default="fast", help="replay fidelity")
+    p.add_argument("--fidelity", choices=FIDELITIES, default="fast",
+                   help="replay fidelity: fast (default), flit (the reference) or fast-fcfs "
+                        "(faster where many streams meet, late under contention)")
     p.add_argument("-o", "--out", default="data", metavar="DIR", help="output root: OUT/traces/<workload>-<topology>, "
                    "OUT/runs/<workload>-<topology>-<fidelity> (report in RUN/report) (default: data/)")
     p.add_argument("--no-verify", action="store_true", help="skip phase-2 verification")

@@ -28,8 +28,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="trace directory written by kbtrace capture, or its name in data/traces/")
     add_topology(p, required=True, overrides=True)
     p.add_argument("--fidelity", choices=FIDELITIES, default="fast",
-                   help="flit: per-flit events (reference); fast: closed-form per transfer "
-                        "(default)")
+                   help="flit: per-flit events (reference); fast: closed-form per transfer, "
+                        "streams that meet on a link served together (default); fast-fcfs: "
+                        "fast without moving a booking once made (faster where many streams "
+                        "meet, late under contention)")
     p.add_argument("-o", "--out", default=None, metavar="DIR",
                    help="run directory (default data/runs/<workload>[-<params>]-<topology>"
                         "[-<overrides>]-<fidelity>: non-default values are in the name)")

@@ -109,7 +109,7 @@ class Sim:
         if opts.check_invariants:
             self.rec.busy = invariants.BusyCheck(self)
         self.fabric = make_fabric(opts.fidelity, self.env, topo, self.rec, self.hbm)
-        self.fast = opts.fidelity == "fast"
+        self.fast = opts.fidelity != "flit"
         self._done = bytearray(len(ops))
         self._on_done: dict[int, list[Callable[[], Any]]] = {}
         self._waiters: dict[int, simpy.Event] = {}

@@ -67,7 +67,8 @@ __all__ = ["Fabric", "FlitFabric", "FastFabric", "Transfer", "after", "make_fabr
 def make_fabric(fidelity: str, env: simpy.Environment, topo: Any, rec: Recorder,
                 hbm: dict[int, HbmController]) -> Fabric:
     """The fabric of a fidelity mode (fast: compiled when built, ``core.fast_fabric``)."""
-    cls = FlitFabric if fidelity == "flit" else fast_fabric() if fidelity == "fast" else None
-    if cls is None:
-        raise KeyError(fidelity)
-    return cls(env, topo, rec, hbm)
+    if fidelity == "flit":
+        return FlitFabric(env, topo, rec, hbm)
+    if fidelity in ("fast", "fast-fcfs"):
+        return fast_fabric()(env, topo, rec, hbm, fair=fidelity == "fast")
+    raise KeyError(fidelity)

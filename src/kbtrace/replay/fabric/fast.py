@@ -180,8 +180,12 @@ class FastFabric(Fabric):
     HELD_MAX = 1 << 17    # ~35 MiB of routes and plans (~280 B per counted item on default.yaml)
 
     def __init__(self, env: simpy.Environment, topo: Any, rec: Recorder,
-                 hbm: dict[int, HbmController]) -> None:
+                 hbm: dict[int, HbmController], fair: bool = True) -> None:
         super().__init__(env, topo, rec, hbm)
+        #: serve streams that meet on a link together (``fair``); False: ``fast-fcfs``, a
+        #: booking never moves once made
+        self.fair = fair
+        self.fidelity = "fast" if fair else "fast-fcfs"
         self.link_iv: list[list[float]] = [[] for _ in topo.links]      # rate breakpoints
         self.link_rate: list[list[float]] = [[] for _ in topo.links]    # rate from each one on
         self.node_iv: list[list[float]] = [[] for _ in topo.nodes]      # [s0, e0, s1, ...]
@@ -514,7 +518,7 @@ class FastFabric(Fabric):
     # ------------------------------------------------------------------ fair share (``fair``)
     def begin(self, rt: _Route, op_id: int, tile: int, ack: float) -> Flow | None:
         """The ``Flow`` of a transfer about to be booked on ``rt``, if it is one."""
-        if not rt.movable:
+        if not rt.movable or not self.fair:
             return None
         f = Flow(self, rt, op_id, tile, ack)
         self.live[id(f)] = f
