@@ -69,30 +69,41 @@ _LISTS = _SHARED | {"in_addrs", "deps"}
 COLUMNS = _FIELDS   # the ops.parquet columns replay reads
 
 
-def _tuples(values: list[Any], shared: bool, nested: bool) -> list[Any]:
+def _tuples(values: list[Any], memo: dict[tuple[Any, ...], tuple[Any, ...]] | None,
+            nested: bool) -> list[Any]:
     """List values as tuples (``nested``: lists of lists, inner ones too; empty or null ->
-    ``()``), equal ones one shared tuple if ``shared``. A replay holds every op for the whole
-    run: on gemm this takes the op records from ~1.0 to ~0.5 KiB each."""
+    ``()``), equal ones one shared tuple if given a ``memo`` (kept across batches). A replay
+    holds every op for the whole run: on gemm this takes the op records from ~1.0 to ~0.5 KiB
+    each."""
     if nested:
         out = [tuple([tuple(x) if type(x) is list else x for x in v]) if v else ()
                for v in values]
     else:
         out = [tuple(v) if v else () for v in values]
-    if shared:
-        memo: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    if memo is not None:
         out = [memo.setdefault(t, t) for t in out]
     return out
 
 
+#: rows converted to ``Op`` records at a time: the per-column Python lists of one batch are
+#: the only transient objects (converting whole columns of a million-op trace at once made
+#: ~35 M short-lived values, and the memory they fragmented stayed with the process)
+LOAD_BATCH = 1 << 16
+
+
 def load_ops(table: pa.Table) -> list[Op]:
     """One ``Op`` per row, indexed by ``op_id`` (which the trace keeps dense from 0).
-    List fields are tuples (see ``_tuples``)."""
-    cols = []
-    for f in _FIELDS:
-        vals = column_pylist(table.column(f))
-        cols.append(_tuples(vals, f in _SHARED, f == "in_shapes") if f in _LISTS else vals)
-    ops = [Op(v) for v in zip(*cols, strict=True)]
-    del cols
+    List fields are tuples (see ``_tuples``); rows are converted ``LOAD_BATCH`` at a time."""
+    memos: dict[str, dict[tuple[Any, ...], tuple[Any, ...]]] = {f: {} for f in _SHARED}
+    ops: list[Op] = []
+    for at in range(0, table.num_rows, LOAD_BATCH):
+        part = table.slice(at, LOAD_BATCH)
+        cols = []
+        for f in _FIELDS:
+            vals = column_pylist(part.column(f))
+            cols.append(_tuples(vals, memos.get(f), f == "in_shapes") if f in _LISTS else vals)
+        ops.extend([Op(v) for v in zip(*cols, strict=True)])
+        del cols
     ops.sort(key=lambda o: o.op_id)
     return ops
 
