@@ -163,6 +163,7 @@ class HbmController:
         ending before it are pruned); needs ``pc_iv``."""
         burst, shift, mask, bw, pen = self.burst, self.shift, self.mask, self.bw, self.penalty
         avail, last_dir, ivs = self.pc_avail, self.last_dir, self.pc_iv
+        assert ivs is not None, "write_stream needs pc_iv (fast mode)"
         n = max(1, -(-nbytes // burst))
         step = (tail - head) / (n - 1) if n > 1 else 0.0
         last = head

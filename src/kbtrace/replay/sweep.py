@@ -166,7 +166,7 @@ def _trace_dirs(cfg: SweepConfig, out: Path, topos: list[Any],
                 d = out / "traces" / f"{t.name}-{compiled.params.name}"
                 todo.append((t, topo, compiled, d))
                 dirs[t.name, topo] = str(d)
-    futs = []
+    futs: list[Any] = []
     for k, (t, topo, compiled, d) in enumerate(todo):
         try:
             if pool is not None and (futs or (k and pool.worth_it)):
@@ -299,11 +299,11 @@ def points_table(cfg: SweepConfig, pts: Sequence[Point],
                                metadata={"unit": "-", "doc": f"grid value of {key}"}))
         arrays.append(pa.array([dict(p.params)[key] for p in pts], typ))
     for key in cfg.workload_grid_keys:     # null for traces not gridded over the key
-        vals = [dict(p.workload_params).get(key) for p in pts]
-        typ = _grid_type([v for v in vals if v is not None])
+        wvals = [dict(p.workload_params).get(key) for p in pts]
+        typ = _grid_type([v for v in wvals if v is not None])
         fields.append(pa.field(key, typ, nullable=True,
                                metadata={"unit": "-", "doc": f"workload grid value of {key}"}))
-        arrays.append(pa.array(vals, typ))
+        arrays.append(pa.array(wvals, typ))
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields,
                                                           metadata=schema.SWEEP_POINTS.metadata))
 

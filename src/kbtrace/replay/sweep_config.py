@@ -205,10 +205,10 @@ def load_config(src: str | Path | Mapping[str, Any],
     if not isinstance(axes, dict):
         raise SweepError(f"{where}: grid: expected a mapping KEY: [values], e.g. "
                          "cube.hbm.pc_bw_gbps: [8, 16, 32]")
-    g = _axes({**axes, **(grid or {})}, f"{where}: grid", "cube.hbm.pc_bw_gbps: [8, 16, 32]")
-    _check_size(len(traces) * len(topos) * len(set(fids)) * math.prod(len(v) for _, v in g),
+    axes_g = _axes({**axes, **(grid or {})}, f"{where}: grid", "cube.hbm.pc_bw_gbps: [8, 16, 32]")
+    _check_size(len(traces) * len(topos) * len(set(fids)) * math.prod(len(v) for _, v in axes_g),
                 f"{where}: traces x topologies x fidelities x grid")
-    for key, vals in g:
+    for key, vals in axes_g:
         try:   # the key must name a topology parameter (values are judged per point)
             apply_overrides({}, {key: vals[0]}, f"{where}: grid")
         except TopologyError as e:
@@ -221,7 +221,7 @@ def load_config(src: str | Path | Mapping[str, Any],
               else replace(t, workload=_find(t.workload or "", "workload", where, "workloads"))
               for t in traces]
     topos = [_find(t, "topology", where, "topologies") for t in topos]
-    return SweepConfig(tuple(traces), tuple(topos), tuple(dict.fromkeys(fids)), tuple(g), check,
+    return SweepConfig(tuple(traces), tuple(topos), tuple(dict.fromkeys(fids)), tuple(axes_g), check,
                        where)
 
 

@@ -147,10 +147,10 @@ def _check_enums(table: pa.Table, cx: _Ctx) -> np.ndarray:
         flat = pc.list_flatten(lst)
         if len(flat):
             ok = pc.is_in(flat, value_set=pa.array(allowed)).to_numpy(zero_copy_only=False)
-            j = _first(~ok)
-            if j is not None:
-                row = int(pc.list_parent_indices(lst).to_numpy()[j])
-                raise cx.fail(row, f"{col} value {flat[j].as_py()!r} is not one of "
+            bad = _first(~ok)
+            if bad is not None:
+                row = int(pc.list_parent_indices(lst).to_numpy()[bad])
+                raise cx.fail(row, f"{col} value {flat[bad].as_py()!r} is not one of "
                               f"{', '.join(allowed)}")
     return np.array(values, dtype=object)[codes]
 
@@ -385,7 +385,8 @@ def _check_ipcq(table: pa.Table, cx: _Ctx, kinds: np.ndarray) -> None:
     n_send, n_recv = int(send.sum()), int(recv.sum())
     if n_send != n_recv and has[send | recv].all():
         i = _first(send | recv)
-        raise cx.fail(int(i), f"{n_send} IPCQ sends but {n_recv} receives")
+        assert i is not None          # (the counts differ: there is a send or a receive)
+        raise cx.fail(i, f"{n_send} IPCQ sends but {n_recv} receives")
 
 
 def _check_extra(table: pa.Table, cx: _Ctx, kinds: np.ndarray) -> None:
@@ -420,7 +421,7 @@ def _check_extra(table: pa.Table, cx: _Ctx, kinds: np.ndarray) -> None:
                    for c in codes[comp]], dtype=np.float64).reshape(-1, 3)
     tiles = (np.ceil(mnk[0] / ts[:, 0]) * np.ceil(mnk[1] / ts[:, 2])
              * np.ceil(mnk[2] / ts[:, 1]))
-    j = _first(tiles > MAX_TILES)
-    if j is not None:
-        raise cx.fail(int(comp[j]), f"composite of {tiles[j]:.3g} tiles, more than {MAX_TILES} "
+    big = _first(tiles > MAX_TILES)
+    if big is not None:
+        raise cx.fail(int(comp[big]), f"composite of {tiles[big]:.3g} tiles, more than {MAX_TILES} "
                       "(m, n, k against the tile shape)")
