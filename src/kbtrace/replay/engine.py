@@ -135,6 +135,7 @@ class Sim:
         reads (shape, tiling, dtypes, epilogue, and the addresses of operands outside TCM); at
         most ``PLAN_CACHE`` entries."""
         kind = op.kind
+        key: tuple[Any, ...]
         if kind == "load":
             key = (op.src_addr, op.nbytes, 0)
         elif kind == "store":
@@ -384,7 +385,10 @@ class Sim:
                 ops = programs[prog]
                 ev = env.event()
                 c = PeCoord(ops[0].sip, ops[0].cube, ops[0].pe)
-                ev.callbacks.append(lambda _e, u=up[c], back=t_back.append: back(env.now + u))
+                def arrived(_e: Any, u: float = up[c],
+                            back: Callable[[float], None] = t_back.append) -> None:
+                    back(env.now + u)
+                ev.callbacks.append(arrived)
                 dones.append(ev)
                 self.pes[c].run_program(Program(ops, ev))
             yield env.all_of(dones)

@@ -161,7 +161,7 @@ class BusyCheck:
         shut = w[2] + tol(w[2]) < self._w
         self._check(*(x[shut] for x in w))
         keep = ~shut
-        self._open = tuple(x[keep] for x in w)   # type: ignore[assignment]
+        self._open = tuple(x[keep] for x in w)
         self.max_open = max(self.max_open, self.n_open)
 
     def close(self) -> float:

@@ -67,6 +67,7 @@ class BusySink(Protocol):
 
     def add(self, res: np.ndarray, s: np.ndarray, e: np.ndarray, b: np.ndarray,
             watermark: float) -> None: ...
+    def close(self) -> float: ...
 
 
 _COMPUTE = ("gemm", "math")
@@ -124,7 +125,7 @@ class Recorder:
         self._p_new: list[tuple[int, int, list[tuple]]] = []
         self._p_n = self._p_rows_n = 0                  # plans / rows registered
         self._p_built = self._p_rows_built = 0          # ... of which in the arrays
-        self._p_plan = (np.empty(0, dtype=np.int64),) * 2
+        self._p_plan: tuple[np.ndarray, ...] = (np.empty(0, dtype=np.int64),) * 2
         self._p_row: tuple[np.ndarray, ...] = tuple(np.empty(0, dtype=t) for t in _PLAN_ROW_DT)
         # invariant 1, fed per batch; (t_issue, op) of issued ops, in issue (= time) order
         self.busy: BusySink | None = None
@@ -270,7 +271,8 @@ class Recorder:
             return new
         return {c: np.concatenate((carry[c], new[c])) for c in _COLS}
 
-    def _intervals_of(self, r: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
+    def _intervals_of(self, r: dict[str, np.ndarray]
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         busy = r["busy"]
         sel = np.flatnonzero(busy > 0)
         link = r["link"][sel].astype(np.int64)

@@ -109,8 +109,10 @@ class Fabric:
         return self.env.timeout(lat)
 
     def send(self, op_id: int, tile: int, src: int, dst: int, nbytes: int, addr: int = 0,
-             ready: list[float] | None = None) -> simpy.Event:
-        """Move ``nbytes`` from node ``src`` to node ``dst``; flits ready now or at ``ready``."""
+             ready: list[float] | None = None, **fast: Any) -> simpy.Event:
+        """Move ``nbytes`` from node ``src`` to node ``dst``; flits ready now or at ``ready``.
+        ``fast``: what only fast mode's send takes (``span``, ``shape``, ``group``, ``at``,
+        ``ack``); the engine passes them to the fast fabric only."""
         nodes, links = self.route(src, dst)
         x = Transfer(self, op_id, tile, nodes, links, nbytes, addr, self.hbm.get(dst))
         if not links:
