@@ -3,7 +3,8 @@
 Pure functions: they normalise arguments and raise ``CaptureError`` /
 ``SanitizerError`` with what is wrong and how to fix it; the recorder backend
 (``program.Program``) adds the kernel/program/line prefix. Mixed dtypes promote
-implicitly (``result_dtype``; the lattice is in ``dtypes``).
+implicitly (``result_dtype``; the lattice is in ``dtypes``). ``geometry``: the validated
+layout of a tl.load / store / fill (memoised per call kind, as kernels repeat their tiles).
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from kbtrace.capture.dtypes import STORAGE, promote, promote_scalar
+from kbtrace.capture.dtypes import STORAGE, check_dtype, itemsize, promote, promote_scalar
+from kbtrace.capture.memory import span_elems
 from kbtrace.errors import CaptureError, SanitizerError
 
-__all__ = ["norm_shape", "norm_strides", "broadcast", "norm_axis", "result_dtype", "ACC_DEFAULT"]
+__all__ = ["norm_shape", "norm_strides", "broadcast", "norm_axis", "result_dtype", "ACC_DEFAULT",
+           "geometry", "LOAD_GEO", "STORE_GEO", "FILL_GEO"]
 
 #: default accumulation dtype of dot / composite gemm per input dtype
 ACC_DEFAULT = {"f32": "f32", "f16": "f32", "bf16": "f32", "i32": "i32", "i8": "i32"}
@@ -84,3 +87,35 @@ def result_dtype(name: str, dtypes: Sequence[str], what: str, scalars: Sequence[
         if not (s.__class__ is bool and dt == "bool"):
             dt = promote_scalar(dt, isinstance(s, (float, np.floating)))
     return dt
+
+
+#: (shape, dtype, strides) -> geometry tuple, per call kind (see ``geometry``)
+LOAD_GEO: dict[Any, tuple[Any, ...]] = {}
+STORE_GEO: dict[Any, tuple[Any, ...]] = {}
+FILL_GEO: dict[Any, tuple[Any, ...]] = {}
+_GEO_CAP = 4096
+
+
+def geometry(cache: dict[Any, tuple[Any, ...]], shape: Any, dtype: Any, strides: Any,
+              what: str) -> tuple[Any, ...]:
+    """(shape, itemsize, span bytes, nbytes, shape list, strides list, strides|None) of a
+    tl.load / store / fill, validated; memoised in ``cache`` (one per call kind)."""
+    key = (shape, dtype, strides)
+    try:
+        return cache[key]
+    except (KeyError, TypeError):
+        pass
+    shp = norm_shape(shape, what)
+    if what != "tl.store":
+        check_dtype(dtype, what)
+    st = norm_strides(strides, shp, what)
+    isz = itemsize(dtype)
+    geo = (shp, isz, span_elems(shp, st) * isz, math.prod(shp) * isz, list(shp), list(st or ()),
+           st)
+    try:
+        if len(cache) >= _GEO_CAP:
+            cache.clear()
+        cache[key] = geo
+    except TypeError:  # unhashable (a list shape): not cached
+        pass
+    return geo

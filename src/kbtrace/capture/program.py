@@ -27,6 +27,10 @@ import numpy as np
 
 from kbtrace.capture import _semantics as sem
 from kbtrace.capture._ipcq import IpcqMixin
+from kbtrace.capture._semantics import FILL_GEO as _FILL_GEO
+from kbtrace.capture._semantics import LOAD_GEO as _LOAD_GEO
+from kbtrace.capture._semantics import STORE_GEO as _STORE_GEO
+from kbtrace.capture._semantics import geometry as _geometry
 from kbtrace.capture.dtypes import check_dtype, itemsize, promote
 from kbtrace.capture.executor import EPILOGUE_OPS, UNARY, Op
 from kbtrace.capture.handles import (
@@ -36,7 +40,7 @@ from kbtrace.capture.handles import (
     TensorHandle,
     caller_line,
 )
-from kbtrace.capture.memory import Allocator, Region, span_elems
+from kbtrace.capture.memory import Allocator, Region
 from kbtrace.errors import CaptureError, SanitizerError
 
 if TYPE_CHECKING:
@@ -50,11 +54,6 @@ _getframe = sys._getframe
 _wref = weakref.ref
 _TH = TensorHandle
 
-#: (shape, dtype, strides) -> geometry tuple, per call kind (see ``_geometry``)
-_LOAD_GEO: dict[Any, tuple[Any, ...]] = {}
-_STORE_GEO: dict[Any, tuple[Any, ...]] = {}
-_FILL_GEO: dict[Any, tuple[Any, ...]] = {}
-_GEO_CAP = 4096
 _NO_DEPS: tuple[int, ...] = ()
 _NO_REGION = Region(0, 0, "none", "none", None)
 
@@ -71,30 +70,6 @@ def _is_kernel_file(path: str) -> bool:
         _KERNEL_FILES.clear()
     _KERNEL_FILES.add(path)
     return True
-
-
-def _geometry(cache: dict[Any, tuple[Any, ...]], shape: Any, dtype: Any, strides: Any,
-              what: str) -> tuple[Any, ...]:
-    """(shape, itemsize, span bytes, nbytes, shape list, strides list, strides|None), validated."""
-    key = (shape, dtype, strides)
-    try:
-        return cache[key]
-    except (KeyError, TypeError):
-        pass
-    shp = sem.norm_shape(shape, what)
-    if what != "tl.store":
-        check_dtype(dtype, what)
-    st = sem.norm_strides(strides, shp, what)
-    isz = itemsize(dtype)
-    geo = (shp, isz, span_elems(shp, st) * isz, math.prod(shp) * isz, list(shp), list(st or ()),
-           st)
-    try:
-        if len(cache) >= _GEO_CAP:
-            cache.clear()
-        cache[key] = geo
-    except TypeError:  # unhashable (a list shape): not cached
-        pass
-    return geo
 
 
 class Program(IpcqMixin):
