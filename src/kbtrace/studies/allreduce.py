@@ -82,7 +82,6 @@ def _six_sip_topologies(ctx: StudyContext) -> dict[str, str]:
 
 
 def run(ctx: StudyContext) -> Findings:
-    from kbtrace.replay.sweep import run_sweep
     sizes = QUICK_SIZES if ctx.quick else SIZES
     topos = _six_sip_topologies(ctx)
     cfg = {"workloads": [_workload(sizes)], "topologies": [topos[f] for f in FABRICS],
@@ -94,14 +93,7 @@ def run(ctx: StudyContext) -> Findings:
     bk_cfg = {"workloads": [{**_workload(bk_sizes, buffer_kind=k), "name": f"allreduce_{k}"}
                             for k in KINDS],
               "topologies": [topos["torus_2d"]], "fidelity": ["fast"]}
-    res = run_sweep(bk_cfg, ctx.out / "sweep_buffer_kind", jobs=ctx.jobs)
-    if res.failed:
-        from kbtrace.errors import KbtraceError
-        f = res.failed[0]
-        raise KbtraceError(f"study allreduce: buffer-kind point {f['point']} failed: "
-                           f"{f['error']}")
-    bk = pl.from_arrow(res.points)
-    assert isinstance(bk, pl.DataFrame)
+    bk, _ = ctx.sweep(bk_cfg, "sweep_buffer_kind")
     df = lat.select(pl.col("system.sips.topology").alias("fabric"), "n_elem",
                     (pl.col("n_elem") * 2).alias("bytes_per_pe"), "body_ns", "makespan_ns"
                     ).with_columns(pl.col("n_elem").map_elements(ref_curve_ns, pl.Float64)

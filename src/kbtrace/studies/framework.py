@@ -114,11 +114,11 @@ class StudyContext:
     def figure(self, name: str) -> Path:
         return self.out / f"{name}.png"
 
-    def sweep(self, config: dict[str, Any]) -> tuple[pl.DataFrame, Path]:
-        """Run a ``replay.sweep`` config into ``OUT/sweep``; (points frame, sweep dir).
+    def sweep(self, config: dict[str, Any], name: str = "sweep") -> tuple[pl.DataFrame, Path]:
+        """Run a ``replay.sweep`` config into ``OUT/<name>``; (points frame, sweep dir).
         A failed point fails the study (its error names the point)."""
         from kbtrace.replay.sweep import run_sweep
-        d = self.out / "sweep"
+        d = self.out / name
         res = run_sweep(config, d, jobs=self.jobs)
         if res.failed:
             f = res.failed[0]
