@@ -27,23 +27,10 @@ import time
 from pathlib import Path
 
 import pytest
-import simpy
+from _simpy_rate import raw_rate
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = 0.5
-
-
-def raw_rate(n: int = 200_000) -> float:
-    env = simpy.Environment()
-
-    def proc(env):
-        for _ in range(n):
-            yield env.timeout(1)
-
-    env.process(proc(env))
-    t0 = time.process_time()
-    env.run()
-    return n / (time.process_time() - t0)
 
 
 def child(trace: str, out: str, fidelity: str = "fast") -> dict:

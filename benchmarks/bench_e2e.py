@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 import pytest
-import simpy
+from _simpy_rate import raw_rate
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = ("capture", "replay", "headline", "report", "verify")
@@ -46,20 +46,6 @@ TARGET_TIMEOUTS_PER_OP = 150      # issue 22 target 2
 TARGET_STAGE_SHARE = 0.40         # no stage over 40% of the whole
 TARGET_RSS_GIB = 2.0              # target 3
 TARGET_RSS_GROWTH = 1.3           # ... growing <= 1.3x when the trace grows 10x
-
-
-def raw_rate(n: int = 200_000) -> float:
-    """Timeouts per CPU second of one SimPy process yielding ``env.timeout(1)``."""
-    env = simpy.Environment()
-
-    def proc(env):
-        for _ in range(n):
-            yield env.timeout(1)
-
-    env.process(proc(env))
-    t0 = time.process_time()
-    env.run()
-    return n / (time.process_time() - t0)
 
 
 def gemm_params(ops: int) -> dict[str, int]:
