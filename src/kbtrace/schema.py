@@ -44,6 +44,7 @@ __all__ = [
     "MEMORY",
     "OP_TIMING",
     "HOPS",
+    "HBM_PCS",
     "SWEEP_POINTS",
     "ATTRIBUTION",
     "TABLES",
@@ -273,6 +274,19 @@ HOPS = _schema("hops", "One row per op per hop (fabric link or engine stage).", 
     _f("nbytes", pa.int64(), "bytes", "bytes through the hop"),
 ])
 
+HBM_PCS = _schema(
+    "hbm_pcs", "Optional (replay with hbm_pcs / --hbm-pcs): one row per op per HBM "
+    "pseudo-channel per run of back-to-back services, sorted by (node_idx, pc, t_start_ns).", [
+        _f("node_idx", pa.int32(), "-", "the HBM controller's node (nodes.node_idx)"),
+        _f("op_id", pa.int64(), "-", "ops.op_id of the read or write served"),
+        _f("pc", pa.int32(), "-", "pseudo-channel, 0 .. cube.hbm.pcs_per_pe - 1"),
+        _f("write", pa.bool_(), "-", "a write (true) or a read (false)"),
+        _f("t_start_ns", pa.float64(), "ns", "the first burst's service began (after any "
+           "read/write turnaround penalty)"),
+        _f("t_end_ns", pa.float64(), "ns", "the last burst's service ended"),
+        _f("nbytes", pa.int64(), "bytes", "bytes of the bursts served"),
+    ])
+
 # --------------------------------------------------------------------------- sweep
 
 SWEEP_POINTS = _schema(
@@ -324,7 +338,7 @@ ATTRIBUTION = _schema(
 
 TABLES: dict[str, pa.Schema] = {
     "nodes": NODES, "links": LINKS, "ops": OPS, "memory": MEMORY,
-    "op_timing": OP_TIMING, "hops": HOPS, "sweep_points": SWEEP_POINTS,
+    "op_timing": OP_TIMING, "hops": HOPS, "hbm_pcs": HBM_PCS, "sweep_points": SWEEP_POINTS,
     "attribution": ATTRIBUTION,
 }
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from kbtrace._paths import add_topology, arg
 from kbtrace._progress import NOTE, log, progress, replay_task
-from kbtrace.replay.options import FIDELITIES
+from kbtrace.replay.options import FIDELITIES, add_hbm_pcs
 
 __all__ = ["register"]
 
@@ -143,6 +143,7 @@ def _run(args: argparse.Namespace) -> int:
                                sets=args.set, fidelity=args.fidelity, out=args.out,
                                verify_data=not args.no_verify, make_report=not args.no_report,
                                attribute="auto" if args.attribute is None else bool(args.attribute),
+                               hbm_pcs=args.hbm_pcs,
                                progress=replay_task(bars) if bars.mode != "off" else None,
                                on_stage=stage, on_lines=lines)
         while current:
@@ -183,6 +184,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="name the resource that would help most (each resource class made 2x "
                         "faster, re-timed on the recorded run: `kbtrace attribute --estimate`); "
                         "default: when that is estimated under 3 s")
+    add_hbm_pcs(p)
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="replay status line on stderr (ops done, simulated time, events, wall "
                         "time); default: when stderr is a terminal")

@@ -169,6 +169,7 @@ def run_workload(workload: str | os.PathLike[str] | None = None, *,
                  sets: list[str] | None = None, fidelity: str = "fast",
                  out: str | os.PathLike[str] = "data", verify_data: bool = True,
                  make_report: bool = True, attribute: bool | str = "auto",
+                 hbm_pcs: bool = False,
                  progress: Callable[[Any], Any] | None = None,
                  on_stage: Callable[[str], Any] | None = None,
                  on_lines: Callable[[list[str]], Any] | None = None) -> RunSummary:
@@ -185,7 +186,9 @@ def run_workload(workload: str | os.PathLike[str] | None = None, *,
     header first, then each stage's as it ends: ``RunSummary.lines``).
 
     ``sets``: topology overrides (``["cube.hbm.pc_bw_gbps=16"]``) for both capture and
-    replay; the run directory name carries them."""
+    replay; the run directory name carries them. ``hbm_pcs``: record what each HBM
+    pseudo-channel served (``ReplayOptions.hbm_pcs``; the timeline then has a track per
+    pseudo-channel)."""
     from kbtrace.analysis.perfetto import export_perfetto
     from kbtrace.analysis.reporter import report
     from kbtrace.analysis.run import open_run
@@ -234,8 +237,8 @@ def run_workload(workload: str | os.PathLike[str] | None = None, *,
     release_memory()        # each stage starts from what is live, not from the last one's peak
     stage("replay")
     t = time.perf_counter()
-    rr = replay(trace_dir, topo, ReplayOptions(fidelity=fidelity, out_dir=str(run_dir)),
-                progress=progress)
+    rr = replay(trace_dir, topo, ReplayOptions(fidelity=fidelity, out_dir=str(run_dir),
+                                               hbm_pcs=hbm_pcs), progress=progress)
     summary.makespan_ns, summary.hops, summary.events = rr.makespan_ns, rr.hops, rr.events
     summary.seconds["replay"] = time.perf_counter() - t
     if attribute:      # before the report, which then shows the attribution too

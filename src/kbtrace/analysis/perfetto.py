@@ -22,10 +22,13 @@ Mapping
              of the run's equal time windows, the ``utilisation_windows`` view), and per HBM
              controller ``hbm_ctrl.peP waiting`` / ``in service`` (accesses queued for a
              pseudo-channel: ``[t_enter, t_enter + queue_ns]``; being served: the busy tail
-             ``[t_leave - busy_ns, t_leave]``). Hops record the controller, not the
-             pseudo-channel a burst went to (a transfer's bursts spread over all of them),
-             so there is no track per pseudo-channel; routers have no hops of their own
-             (only their outgoing links do), so a router is the set of its link tracks.
+             ``[t_leave - busy_ns, t_leave]``). Routers have no hops of their own (only
+             their outgoing links do), so a router is the set of its link tracks.
+    pseudo-channels  a run replayed with ``--hbm-pcs`` (``hbm_pcs.parquet``) adds one track
+             per HBM pseudo-channel that served something (``hbm_ctrl.pe3 pc05``), one slice
+             (cat ``hbm_pc``, name ``kind/name``; args op_id, nbytes, write) per op's
+             back-to-back bursts there; without it, a controller's accesses are one track
+             (a transfer's bursts spread over all of its pseudo-channels).
     flow     one per transfer: from the issuing op through each link it crossed, in path
              order (``s`` on the op, ``t`` on each link slice), ending on the matching
              receive for an IPCQ send, else on the last link (``f``); plus one ``s``/``f``
@@ -36,7 +39,8 @@ Mapping
              truncates (``12.345`` -> 12344 ns), but parses a string exactly; every flow
              point lies inside the slice it binds to, checked in integer ns.
 
-Large runs: at most ``MAX_FABRIC_SLICES`` fabric slices (the earliest by entry time),
+Large runs: at most ``MAX_FABRIC_SLICES`` fabric slices (the earliest by entry time) and as
+many pseudo-channel slices,
 ``MAX_FLOWS`` flows and ``MAX_COUNTER_EVENTS`` counter events (every counter cut at the same
 time); ``otherData`` says how many were left out.
 """
@@ -248,8 +252,40 @@ def _stream(run: Any, info: dict[str, Any], tracks: _Tracks):
             steps.add((proc, track, "waiting"), s, 1, qe, -1)
             steps.add((proc, track, "in service"), max(qe, round(t1 - busy)), 1, e, -1)
     info["fabric_slices_left_out"] = int(n_fabric) - n_hops
+    yield from _pc_slices(run, slot, tracks, info)
     yield from _counters(run, tracks, steps, link_track, info)
     yield from _flows(run, slot, chains, info)
+
+
+def _pc_slices(run: Any, slot: _Slots, tracks: _Tracks,
+               info: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """One track per HBM pseudo-channel that served something (``hbm_ctrl.peP pcK``, in its
+    cube's fabric process), one slice per op's back-to-back services there, when the run
+    recorded them (``hbm_pcs.parquet``: ``kbtrace replay/run --hbm-pcs``; a single run)."""
+    path = run.run_dirs[0] / "hbm_pcs.parquet" if len(run.run_dirs) == 1 else None
+    if path is None or not path.is_file():
+        return
+    import pyarrow.parquet as pq
+
+    names = dict(run.sql("SELECT node_idx, node_id FROM nodes").rows())
+    n = 0
+    f = pq.ParquetFile(path)
+    for b in f.iter_batches(_BATCH):
+        cols = [b.column(c).to_pylist() for c in
+                ("node_idx", "op_id", "pc", "write", "t_start_ns", "t_end_ns", "nbytes")]
+        for node, op_id, pc, write, t0, t1, nb in zip(*cols, strict=True):
+            if n >= MAX_FABRIC_SLICES:
+                break
+            n += 1
+            s, e = round(t0), round(t1)
+            e = max(s, e)
+            cube, local = _split(names[node])
+            pid, tid = tracks.place(f"{cube} fabric" if cube else "fabric",
+                                    f"{local} pc{pc:02d}", s, e)
+            yield {"ph": "X", "pid": pid, "tid": tid, "ts": us(s), "dur": us(e - s),
+                   "name": slot.label(op_id), "cat": "hbm_pc",
+                   "args": {"op_id": op_id, "nbytes": nb, "write": write}}
+    info["pc_slices_left_out"] = f.metadata.num_rows - n
 
 
 class _Steps:

@@ -12,7 +12,7 @@ from kbtrace._paths import add_topology, arg
 from kbtrace._progress import progress, replay_task
 from kbtrace._tables import add_format
 from kbtrace.replay.engine import replay
-from kbtrace.replay.options import FIDELITIES, ReplayOptions
+from kbtrace.replay.options import FIDELITIES, ReplayOptions, add_hbm_pcs
 from kbtrace.replay.sweep import EXECUTORS
 
 __all__ = ["register"]
@@ -35,6 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--out", default=None, metavar="DIR",
                    help="run directory (default data/runs/<workload>[-<params>]-<topology>"
                         "[-<overrides>]-<fidelity>: non-default values are in the name)")
+    add_hbm_pcs(p)
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="status line on stderr while the simulation runs (ops done, simulated "
                         "time, events, wall time); default: when stderr is a terminal")
@@ -68,7 +69,8 @@ def _replay(args: argparse.Namespace) -> int:
     topo = compile_topology(args.topology, overrides=parse_sets(args.set))
     out = args.out       # default: data/runs/<workload>[-<params>]-<topology>[-<sets>]-<fidelity>
     with progress(args.progress) as bars:
-        run = replay(args.trace, topo, ReplayOptions(fidelity=args.fidelity, out_dir=out),
+        run = replay(args.trace, topo, ReplayOptions(fidelity=args.fidelity, out_dir=out,
+                                                     hbm_pcs=args.hbm_pcs),
                      progress=replay_task(bars) if bars.mode != "off" else None)
     print(f"replayed {args.trace} on {topo.params.name} ({run.fidelity}): "
           f"makespan {run.makespan_ns:.1f} ns, {run.ops} ops, {run.hops} hops, "

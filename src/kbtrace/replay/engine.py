@@ -51,7 +51,7 @@ from kbtrace._names import tag, variant
 from kbtrace.errors import KbtraceError, ReplayError
 from kbtrace.replay import invariants, ipcq
 from kbtrace.replay.fabric import make_fabric
-from kbtrace.replay.hbm import HbmController
+from kbtrace.replay.hbm import HbmController, pc_table
 from kbtrace.replay.ops import COLUMNS, HOST_KINDS, Op, load_ops, plan_for
 from kbtrace.replay.options import Progress, ReplayOptions, Run
 from kbtrace.replay.pe import Pe, Program
@@ -98,6 +98,8 @@ class Sim:
         self.env = simpy.Environment()
         self.hbm = {nd.idx: HbmController(nd.idx, self.params.cube.hbm)
                     for nd in topo.nodes if nd.kind == "hbm_ctrl"}
+        for h in self.hbm.values() if opts.hbm_pcs else ():
+            h.log = []
         used = ({(o.sip, o.cube, o.pe) for o in ops if o.kind not in HOST_KINDS}
                 | {(o.peer_sip, o.peer_cube, o.peer_pe) for o in ops
                    if o.kind in ("send", "recv") and o.peer_sip is not None})
@@ -221,17 +223,17 @@ class Sim:
         if self.fast and nbytes % h.burst and nbytes > h.burst:
             # a short last burst: the closed form needs to know where it falls in ready order
             # (flits leave in that order; ties keep burst order): head, middle or tail
-            bursts = h.read(addr, nbytes, t)
+            bursts = h.read(addr, nbytes, t, op_id)
             first, last = min(bursts), max(bursts)
             short, full = bursts[-1], bursts[:-1]
             shape = 1 if short < min(full) else 0 if short >= max(full) else 2
             group = bursts.count(last)      # ready together at the end: they queue
             ready = None
         elif self.fast:   # the closed form needs only the first and last burst
-            first, last = h.read_span(addr, nbytes, t)
+            first, last = h.read_span(addr, nbytes, t, op_id)
             ready = None
         else:
-            ready = h.read(addr, nbytes, t)
+            ready = h.read(addr, nbytes, t, op_id)
             first, last = min(ready), max(ready)
         self.rec.hop(op_id, tile, "hbm", src, -1, t, last, nbytes / (h.bw * h.n_pcs),
                      max(0.0, first - t - min(nbytes, h.burst) / h.bw), nbytes)
@@ -553,9 +555,11 @@ def replay(trace: Any, topology: Any, options: ReplayOptions | None = None,
             write_table(stage / "op_timing.parquet", ot)
             write_table(stage / "nodes.parquet", topology.nodes_table())
             write_table(stage / "links.parquet", topology.links_table())
+            if opts.hbm_pcs:     # the pseudo-channel log, asked for
+                write_table(stage / "hbm_pcs.parquet", pc_table(sim.hbm.values()))
             run_id = stable_hash(t_hash, topology.content_hash, opts.key(), __version__)
             write_json(stage / "run.json", {
-                "files": digests(stage, RUN_FILES),    # checked by every reader
+                "files": digests(stage, RUN_FILES + ("hbm_pcs.parquet",) * opts.hbm_pcs),
                 "run_id": run_id, "kbtrace_version": __version__,
                 "schema_version": schema.SCHEMA_VERSION, "fidelity": opts.fidelity,
                 "options": opts.key(), "makespan_ns": makespan, "events": events,

@@ -15,19 +15,32 @@ committing each flit as it arrives, serves them in arrival order; and a read's b
 PC booked beyond its arrival take the gaps too, one after another, instead of queueing
 behind write bursts that arrive after it (four readers and three writers of one slice:
 fast 2.02% late, per-op p95 170%, before; 1.61% and 65% after).
+
+Pseudo-channel log (``ReplayOptions.hbm_pcs``, off by default): with ``log`` set to a list,
+every service the controller grants is appended as ``(op_id, pc, write, start, finish,
+nbytes)`` -- one entry per burst, or per run of back-to-back bursts of one read on one PC --
+and ``pc_table`` merges each op's back-to-back services on a PC into one row of
+``schema.HBM_PCS`` (``hbm_pcs.parquet``: the Perfetto export's per-pseudo-channel tracks).
+The callers name the op they serve in ``op_id``; without a log nothing is kept.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+import numpy as np
+import pyarrow as pa
+
+from kbtrace import schema
 from kbtrace.replay.intervals import book_after, fit_gap, prune
 from kbtrace.topology.params import HbmParams
 
-__all__ = ["HbmController"]
+__all__ = ["HbmController", "pc_table"]
 
 
 class HbmController:
     __slots__ = ("node_idx", "pc_avail", "last_dir", "shift", "mask", "bw", "burst",
-                 "penalty", "n_pcs", "pc_iv")
+                 "penalty", "n_pcs", "pc_iv", "log")
 
     def __init__(self, node_idx: int, p: HbmParams) -> None:
         self.node_idx = node_idx
@@ -40,8 +53,9 @@ class HbmController:
         self.burst = p.burst_bytes
         self.penalty = p.switch_penalty_ns
         self.pc_iv: list[list[float]] | None = None    # fast mode: each PC's busy intervals
+        self.log: list[tuple[int, int, int, float, float, int]] | None = None   # hbm_pcs
 
-    def commit(self, addr: int, nbytes: int, t: float, write: int) -> float:
+    def commit(self, addr: int, nbytes: int, t: float, write: int, op_id: int = -1) -> float:
         """Commit one burst arriving at ``t``; return its finish time."""
         pc = (addr >> self.shift) & self.mask
         start = self.pc_avail[pc]
@@ -53,24 +67,27 @@ class HbmController:
         finish = start + dur
         self.pc_avail[pc] = finish
         self.last_dir[pc] = write
+        if self.log is not None:
+            self.log.append((op_id, pc, write, start, finish, nbytes))
         return finish
 
-    def read(self, addr: int, nbytes: int, t: float) -> list[float]:
+    def read(self, addr: int, nbytes: int, t: float, op_id: int = -1) -> list[float]:
         """Schedule every burst of a read that arrived at ``t``; finish time per burst."""
         if nbytes <= 0:
             return []
         out = [0.0] * -(-nbytes // self.burst)
-        self._read(addr, nbytes, t, out)
+        self._read(addr, nbytes, t, out, op_id)
         return out
 
-    def read_span(self, addr: int, nbytes: int, t: float) -> tuple[float, float]:
+    def read_span(self, addr: int, nbytes: int, t: float,
+                  op_id: int = -1) -> tuple[float, float]:
         """``read`` reduced to its (first, last) burst finish times: same PC state, same bits."""
         if nbytes <= 0:
             return t, t
-        return self._read(addr, nbytes, t, None)
+        return self._read(addr, nbytes, t, None, op_id)
 
     def _read(self, addr: int, nbytes: int, t: float,
-              out: list[float] | None) -> tuple[float, float]:
+              out: list[float] | None, op_id: int = -1) -> tuple[float, float]:
         """Schedule a read's bursts; return (first, last) finish, filling ``out`` if given.
 
         Same arithmetic as ``commit`` per burst. Consecutive bursts go round-robin over
@@ -81,13 +98,13 @@ class HbmController:
         """
         burst, shift, mask, bw = self.burst, self.shift, self.mask, self.bw
         if burst != 1 << shift or self.n_pcs & mask:    # pragma: no cover - params forbid
-            fs = [self.commit(addr + off, min(burst, nbytes - off), t, 0)
+            fs = [self.commit(addr + off, min(burst, nbytes - off), t, 0, op_id)
                   for off in range(0, nbytes, burst)]
             if out is not None:
                 out[:] = fs
             return min(fs), max(fs)
         avail, last_dir, pen, npcs = self.pc_avail, self.last_dir, self.penalty, self.n_pcs
-        ivs = self.pc_iv
+        ivs, log = self.pc_iv, self.log
         n = -(-nbytes // burst)
         full = burst / bw
         tail_b = nbytes - (n - 1) * burst
@@ -106,11 +123,15 @@ class HbmController:
                 f = t + pen if pen and last_dir[pc] == 1 else t
                 f1 = -1.0
                 for k in range(cnt):
-                    f = fit_gap(iv, f, tail if k == k_tail else full)
+                    dur = tail if k == k_tail else full
+                    f = fit_gap(iv, f, dur)
                     if out is not None:
                         out[j + k * npcs] = f
                     if k == 0:
                         f1 = f
+                    if log is not None:
+                        log.append((op_id, pc, 0, f - dur, f,
+                                    tail_b if k == k_tail else burst))
                 if f1 < first:
                     first = f1
                 if f > avail[pc]:
@@ -149,12 +170,15 @@ class HbmController:
                 book_after(iv, f0, f)
             avail[pc] = f
             last_dir[pc] = 0
+            if log is not None:     # the PC's bursts of this read, back to back
+                log.append((op_id, pc, 0, f0, f,
+                            cnt * burst - (burst - tail_b if k_tail >= 0 else 0)))
             if f > last:
                 last = f
         return first, last
 
     def write_stream(self, addr: int, nbytes: int, head: float, tail: float,
-                     now: float) -> float:
+                     now: float, op_id: int = -1) -> float:
         """fast mode: commit a write whose flits arrive evenly between ``head`` and ``tail``;
         its last finish. Each burst takes the earliest gap of its PC at or after its arrival
         (the write is committed when its head arrives, so its later bursts must not hold a
@@ -162,7 +186,7 @@ class HbmController:
         its arrival, the arithmetic of ``commit``. ``now``: the simulated time (intervals
         ending before it are pruned); needs ``pc_iv``."""
         burst, shift, mask, bw, pen = self.burst, self.shift, self.mask, self.bw, self.penalty
-        avail, last_dir, ivs = self.pc_avail, self.last_dir, self.pc_iv
+        avail, last_dir, ivs, log = self.pc_avail, self.last_dir, self.pc_iv, self.log
         assert ivs is not None, "write_stream needs pc_iv (fast mode)"
         n = max(1, -(-nbytes // burst))
         step = (tail - head) / (n - 1) if n > 1 else 0.0
@@ -191,7 +215,43 @@ class HbmController:
                 f = fit_gap(iv, t, dur)
                 if f > avail[pc]:
                     avail[pc] = f
+            if log is not None:
+                log.append((op_id, pc, 1, f - dur, f, sz))
             if f > last:
                 last = f
             off += sz
         return last
+
+
+def pc_table(ctrls: Iterable[HbmController]) -> pa.Table:
+    """The controllers' pseudo-channel logs as ``schema.HBM_PCS`` rows: per controller and PC
+    in time order, an op's services that follow each other without a gap merged into one row
+    (one row per op per PC for an uncontended read); sorted by (node_idx, pc, t_start_ns)."""
+    node, op, pc, wr, t0, t1, nb = [], [], [], [], [], [], []
+    for h in ctrls:
+        if not h.log:
+            continue
+        a = np.array([e[:5] for e in h.log], dtype=np.float64)
+        b = np.array([e[5] for e in h.log], dtype=np.int64)
+        order = np.lexsort((a[:, 0], a[:, 3], a[:, 1]))   # by pc, start, op
+        a, b = a[order], b[order]
+        # a new row where the PC, op or direction changes or the service does not start
+        # where the previous one ended (to 1e-6 ns: a gap-fitted burst's start is its
+        # finish minus its duration)
+        new = np.ones(len(a), dtype=bool)
+        new[1:] = ((a[1:, 1] != a[:-1, 1]) | (a[1:, 0] != a[:-1, 0])
+                   | (a[1:, 2] != a[:-1, 2]) | (np.abs(a[1:, 3] - a[:-1, 4]) > 1e-6))
+        first = np.flatnonzero(new)
+        last = np.r_[first[1:] - 1, len(a) - 1]
+        node.append(np.full(len(first), h.node_idx, dtype=np.int32))
+        op.append(a[first, 0].astype(np.int64))
+        pc.append(a[first, 1].astype(np.int32))
+        wr.append(a[first, 2] != 0)
+        t0.append(a[first, 3])
+        t1.append(a[last, 4])
+        nb.append(np.add.reduceat(b, first))
+    cols = [node, op, pc, wr, t0, t1, nb]
+    f = schema.HBM_PCS
+    arrays = [pa.array(np.concatenate(c), f.field(i).type) if c else
+              pa.array([], f.field(i).type) for i, c in enumerate(cols)]
+    return pa.Table.from_arrays(arrays, schema=f)

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 
 from kbtrace.errors import ReplayError
 
-__all__ = ["ReplayOptions", "Run", "Progress", "FIDELITIES"]
+__all__ = ["ReplayOptions", "Run", "Progress", "FIDELITIES", "add_hbm_pcs"]
 
 #: ``flit``: per-flit events (the reference); ``fast``: closed-form per-transfer timing with
 #: streams that meet on a link served together (``fabric/fair.py``); ``fast-fcfs``: the same
@@ -29,13 +29,16 @@ class ReplayOptions:
     per-transfer wormhole timing). ``out_dir``: run directory (default
     ``data/runs/<trace>-<topology>-<fidelity>``). ``batch_rows``: hop rows per
     Parquet batch (bounds memory). ``check_invariants``: run the physical checks.
-    Only ``fidelity`` and ``check_invariants`` enter the run id; output location and
-    batching do not change results.
+    ``hbm_pcs``: also write ``hbm_pcs.parquet`` (``schema.HBM_PCS``: what each HBM
+    pseudo-channel served when; the Perfetto export draws a track per pseudo-channel from
+    it). Only ``fidelity`` and ``check_invariants`` enter the run id; output location,
+    batching and the pseudo-channel log do not change results.
     """
     fidelity: str = "fast"
     out_dir: str | None = None
     batch_rows: int = 65_536
     check_invariants: bool = True
+    hbm_pcs: bool = False
 
     def __post_init__(self) -> None:
         if self.fidelity not in FIDELITIES:
@@ -46,8 +49,8 @@ class ReplayOptions:
 
     def key(self) -> dict[str, Any]:
         d = asdict(self)
-        d.pop("out_dir")
-        d.pop("batch_rows")
+        for k in ("out_dir", "batch_rows", "hbm_pcs"):
+            d.pop(k)
         return d
 
 
@@ -83,3 +86,10 @@ class Run:
 
     def hops_table(self) -> pa.Table:
         return pq.read_table(self.run_dir / "hops.parquet")
+
+
+def add_hbm_pcs(p: Any) -> None:
+    """The ``--hbm-pcs`` flag of ``kbtrace replay`` and ``kbtrace run`` (``hbm_pcs``)."""
+    p.add_argument("--hbm-pcs", action="store_true",
+                   help="also write hbm_pcs.parquet: what each HBM pseudo-channel served when "
+                        "(the Perfetto timeline then has a track per pseudo-channel)")

@@ -506,7 +506,7 @@ class FastFabric(Fabric):
         ev._value = None
 
         def commit(_e: Any) -> None:
-            done = rt.hbm.write_stream(addr, rt.nb, hh, tt, env.now)
+            done = rt.hbm.write_stream(addr, rt.nb, hh, tt, env.now, op_id)
             self.rec.rows([(op_id, tile, rt.term_stage, rt.dst, -1, h_in, done, rt.term_busy,
                             q, rt.nb)])
             ev._value = done

@@ -178,7 +178,7 @@ class FlitFabric(Fabric):
         now = self.env.now
         x.got += f.nbytes
         if x.hbm is not None:
-            t = x.hbm.commit(f.addr, f.nbytes, now, 1)
+            t = x.hbm.commit(f.addr, f.nbytes, now, 1, x.op_id)
             if t > x.last:
                 x.last = t
         elif now > x.last:
