@@ -428,13 +428,14 @@ def test_lone_partial_burst_load_fast_equals_flit(tmp_path, nb, owner):
     assert lat["fast"] == pytest.approx(lat["flit"], abs=1e-6), lat
 
 
-@pytest.mark.xfail(strict=True, reason="known: under the fair share, two identical reads "
-                   "meeting on a link reserve the second one's router overhead 0.9 ns later "
-                   "with stretch booking than hop by hop (issue 25 note); remove this mark "
-                   "when fixed")
 def test_fast_stretch_equals_hop_by_hop_two_identical_reads_meeting(tmp_path):
     """The example hypothesis found (2026-11-25): PE 8 (cube 1) reads 4 KiB twice from PE 0's
-    slice (cube 0) at once, flits ready 300-364 ns later. Stretch booking puts the second
-    read's overhead at sip0.cube1.r0c0 at 353.12 ns, hop by hop at 352.22 ns."""
+    slice (cube 0) at once, flits ready 300-364 ns later. Stretch booking put the second
+    read's overhead at sip0.cube1.r0c0 at 353.12 ns, hop by hop at 352.22 ns: the two
+    shared a link from 320.8 ns (stretch booking) or 320.7999999999999 ns (hop by hop), and
+    the fair share split the first read's piece there at 372.79999999999995 / 372.8 in one
+    and not in the other; the next link spreads the work that reached it before its head
+    over the first piece, so the split moved 1.2 units of work and 0.9 ns downstream. Pieces
+    either side of such a sliver are one piece now (``booking.share_fifo``)."""
     test_fast_stretch_booking_equals_hop_by_hop.hypothesis.inner_test(
         tmp_path, [(8, 0, True, 4096, 0.0, 300.0, 64.0)] * 2, None)

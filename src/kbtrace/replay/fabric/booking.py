@@ -497,7 +497,10 @@ def share_fifo(lt: list[float], lr: list[float], t0: float, streams: list) -> li
             dw = cum[g] - cum[g - 1]
             if dw > tiny and dt > 0.0:
                 r = dw / dt
-                if pcs and pcs[-1][1] == grid[g - 1] and abs(pcs[-1][2] - r) <= 1e-12:
+                # one piece on either side of a sliver of grid (two breakpoints an ulp or so
+                # apart): whether a piece is split there must not depend on rounding, as
+                # ``fair._not_before`` spreads work over a flow's first arrival piece
+                if pcs and grid[g - 1] - pcs[-1][1] <= TIME_EPS and abs(pcs[-1][2] - r) <= 1e-12:
                     pcs[-1] = (pcs[-1][0], grid[g], pcs[-1][2])
                 else:
                     pcs.append((grid[g - 1], grid[g], r))
