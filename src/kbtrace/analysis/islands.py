@@ -1,0 +1,137 @@
+"""Interval islands in numpy: the materialised twins of the ``_busy_islands`` and
+``_pe_segments`` views.
+
+The SQL files (``analysis/sql/_busy_islands.sql``, ``_pe_segments.sql``) stay the definition:
+what a query over an unmaterialised run or a run set evaluates. ``Run.materialize`` computes
+these two views with the functions here instead (single runs): the same rows -- islands are
+minima and maxima, stage masks integer sums, segment bounds the same ``greatest`` / ``least``
+/ difference of the same doubles -- which ``tests/test_islands.py`` checks row for row on
+real runs. Why: DuckDB evaluates an island view as two window passes (the running maximum of
+the earlier ends, then a running count of island starts), each over its own sort of every
+hop: ~1-2 us a hop, the largest part of ``kbtrace run``'s headline at a million ops. Here it
+is one ``lexsort`` and a running maximum per resource (``np.maximum.accumulate``), and for the
+stage segments one more sort of the island bounds: a cumulative sum over all PEs at once is
+each PE's active-category mask, since every PE's bits add back to 0 at its last bound. Both
+return their rows in ``ORDER BY ALL`` order (what materialising sorts the SQL's rows into).
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+__all__ = ["busy_islands", "pe_segments", "islands", "TWINS"]
+
+#: stages by priority, the bit of each in the PE's active mask (``_pe_segments.sql``)
+_STAGE_BITS = (("gemm", 1), ("math", 2), ("fetch", 4), ("store", 8), ("hbm_queue", 16),
+               ("dma_read", 32), ("dma_write", 64), ("ipcq", 128), ("other", 256))
+_BIT_SQL = ("CASE category " + " ".join(f"WHEN '{c}' THEN {b}" for c, b in _STAGE_BITS[:-1])
+            + " ELSE 256 END")
+
+
+def islands(key: np.ndarray, s: np.ndarray, e: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Union of the intervals ``[s, e]`` of each ``key``: (key, start, end) per island, by key
+    then start. An interval starting after every earlier one (by start, then end) of its key
+    ended opens an island; touching intervals join one (as ``s > prev_end`` in the SQL)."""
+    if len(key) == 0:
+        return key, s, e
+    o = np.lexsort((e, s, key))
+    key, s, e = key[o], s[o], e[o]
+    first = np.empty(len(key), dtype=bool)
+    first[0] = True
+    np.not_equal(key[1:], key[:-1], out=first[1:])
+    bounds = np.flatnonzero(first).tolist() + [len(key)]
+    run_end = np.empty_like(e)          # the latest end so far within the key
+    for a, b in pairwise(bounds):
+        np.maximum.accumulate(e[a:b], out=run_end[a:b])
+    new = first
+    new[1:] |= s[1:] > run_end[:-1]
+    start = np.flatnonzero(new)
+    last = np.r_[start[1:] - 1, len(key) - 1]
+    return key[start], s[start], run_end[last]
+
+
+def _strings(idx: np.ndarray, names: tuple[str, ...]) -> pa.Array:
+    """``names[idx]`` as an Arrow string column (built in Arrow, not as Python strings)."""
+    return pa.DictionaryArray.from_arrays(pa.array(idx.astype(np.int32)),
+                                          pa.array(names)).cast(pa.string())
+
+
+def _arrays(con: Any, sql: str) -> dict[str, np.ndarray]:
+    t = con.sql(sql).to_arrow_table()
+    return {n: t.column(n).to_numpy() for n in t.column_names}
+
+
+def busy_islands(con: Any) -> pa.Table:
+    """The rows of ``_busy_islands`` (resource_kind, resource_idx, t0_ns, t1_ns)."""
+    c = _arrays(con, "SELECT CAST(link_idx < 0 AS INTEGER) AS k, "
+                     "CASE WHEN link_idx >= 0 THEN link_idx ELSE node_idx END AS r, "
+                     "t_busy_start_ns AS t0, t_leave_ns AS t1 FROM _hop_ctx WHERE busy_ns > 0")
+    key = (c["k"].astype(np.int64) << 32) | c["r"].astype(np.int64)   # link (0) < node (1)
+    k, t0, t1 = islands(key, c["t0"], c["t1"])
+    return pa.table({"resource_kind": _strings(k >> 32, ("link", "node")),
+                     "resource_idx": pa.array((k & 0xFFFFFFFF).astype(np.int32)),
+                     "t0_ns": t0, "t1_ns": t1})
+
+
+def _pe_key(c: dict[str, np.ndarray]) -> np.ndarray:
+    return ((c["sip"].astype(np.int64) << 32) | (c["cube"].astype(np.int64) << 16)
+            | c["pe"].astype(np.int64))
+
+
+def pe_segments(con: Any) -> pa.Table:
+    """The rows of ``_pe_segments`` (sip, cube, pe, t0_ns, t1_ns, dur_ns, stage, has_compute,
+    has_comm): each PE's span cut where a category's island starts or ends."""
+    pe_cols = "sip, cube, pe"
+    not_null = "sip IS NOT NULL AND cube IS NOT NULL AND pe IS NOT NULL"
+    c = _arrays(con, f"SELECT {pe_cols}, {_BIT_SQL} AS bit, t_enter_ns AS s, t_leave_ns AS e "
+                     f"FROM _hop_ctx WHERE {not_null} UNION ALL "
+                     f"SELECT {pe_cols}, 16, t_enter_ns, t_enter_ns + queue_ns FROM _hop_ctx "
+                     f"WHERE {not_null} AND stage = 'hbm' AND queue_ns > 0 "
+                     "AND category <> 'other'")
+    sp = _arrays(con, f"SELECT {pe_cols}, t0_ns, t1_ns FROM _pe_span WHERE {not_null} "
+                      f"ORDER BY {pe_cols}")
+    bit = c["bit"].astype(np.int64)
+    k, s, e = islands((_pe_key(c) << 9) | bit, c["s"], c["e"])
+    pk, b = k >> 9, k & 511
+    span_k = _pe_key(sp)
+    # the island bounds and the spans' ends, as changes of each PE's active-category mask
+    ev_k = np.concatenate([pk, pk, span_k, span_k])
+    ev_t = np.concatenate([s, e, sp["t0_ns"], sp["t1_ns"]])
+    ev_d = np.concatenate([b, -b, np.zeros(2 * len(span_k), np.int64)])
+    o = np.lexsort((ev_t, ev_k))
+    ev_k, ev_t, ev_d = ev_k[o], ev_t[o], ev_d[o]
+    if len(ev_k):
+        first = np.r_[True, (ev_k[1:] != ev_k[:-1]) | (ev_t[1:] != ev_t[:-1])]
+        at = np.flatnonzero(first)
+        pt_k, pt_t, pt_d = ev_k[at], ev_t[at], np.add.reduceat(ev_d, at)
+    else:
+        pt_k, pt_t, pt_d = ev_k, ev_t, ev_d
+    mask = np.cumsum(pt_d)          # each PE's bits add back to 0 at its last bound
+    nxt = np.r_[pt_k[1:] == pt_k[:-1], False]       # lead(t) within the PE exists
+    t1 = np.r_[pt_t[1:], 0.0]
+    # clipped to the PE's span (the SQL's join: a PE without a span has no segments)
+    i = np.minimum(np.searchsorted(span_k, pt_k), len(span_k) - 1)
+    has_span = span_k[i] == pt_k if len(span_k) else np.zeros(len(pt_k), dtype=bool)
+    a = np.maximum(pt_t, sp["t0_ns"][i]) if len(span_k) else pt_t
+    bb = np.minimum(t1, sp["t1_ns"][i]) if len(span_k) else t1
+    keep = nxt & has_span & (bb > a)
+    pt_k, a, bb, mask = pt_k[keep], a[keep], bb[keep], mask[keep]
+    stage = np.full(len(mask), len(_STAGE_BITS), dtype=np.int32)      # idle
+    for j in range(len(_STAGE_BITS) - 1, -1, -1):   # the highest priority written last
+        stage[(mask & _STAGE_BITS[j][1]) != 0] = j
+    return pa.table({
+        "sip": pa.array((pt_k >> 32).astype(np.int16)),
+        "cube": pa.array(((pt_k >> 16) & 0xFFFF).astype(np.int16)),
+        "pe": pa.array((pt_k & 0xFFFF).astype(np.int16)),
+        "t0_ns": a, "t1_ns": bb, "dur_ns": bb - a,
+        "stage": _strings(stage, tuple(n for n, _ in _STAGE_BITS) + ("idle",)),
+        "has_compute": (mask & 15) != 0, "has_comm": (mask & 240) != 0})
+
+
+#: view -> the function computing its rows (``Run.materialize``, single runs)
+TWINS = {"_busy_islands": busy_islands, "_pe_segments": pe_segments}

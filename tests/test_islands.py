@@ -1,0 +1,75 @@
+"""The numpy twins of ``_busy_islands`` and ``_pe_segments`` (``analysis/islands.py``): the
+same rows in the same order as the SQL views, on real runs of several shapes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kbtrace.analysis import islands
+from kbtrace.analysis.main import run_workload
+from kbtrace.analysis import run as run_mod
+from kbtrace.analysis.run import open_run
+
+
+def test_islands_join_overlapping_and_touching_intervals_per_key():
+    key = np.array([1, 1, 1, 2, 1, 1])
+    s = np.array([0.0, 1.0, 5.0, 0.0, 2.0, 3.0])
+    e = np.array([1.0, 3.0, 6.0, 1.0, 2.5, 4.0])
+    k, a, b = islands.islands(key, s, e)
+    # key 1: [0,1] touches [1,3], which holds [2,2.5] and touches [3,4]; [5,6] apart
+    assert k.tolist() == [1, 1, 2]
+    assert a.tolist() == [0.0, 5.0, 0.0] and b.tolist() == [4.0, 6.0, 1.0]
+    # an interval inside an earlier long one does not end the island early
+    k, a, b = islands.islands(np.zeros(3, np.int64), np.array([0.0, 1.0, 9.0]),
+                              np.array([10.0, 2.0, 12.0]))
+    assert (a.tolist(), b.tolist()) == ([0.0], [12.0])
+    empty = np.array([], np.int64)
+    assert [len(x) for x in islands.islands(empty, empty * 1.0, empty * 1.0)] == [0, 0, 0]
+
+
+@pytest.fixture(scope="module", params=[("gemm", "small", "fast"), ("gemm", "small", "flit"),
+                                        ("ring_allreduce", "small", "fast"),
+                                        ("attention", "small", "fast")])
+def run_dir(request, tmp_path_factory):
+    wl, topo, fid = request.param
+    d = tmp_path_factory.mktemp(wl)
+    s = run_workload(wl, topology=topo, fidelity=fid, out=d / "data", verify_data=False,
+                     make_report=False, attribute=False)
+    return s.run_dir
+
+
+@pytest.mark.parametrize("view", sorted(islands.TWINS))
+def test_twin_rows_equal_the_sql_view_in_order(run_dir, view):
+    with open_run(run_dir) as r:
+        ref = r.con.sql(f"SELECT * FROM {view} ORDER BY ALL").to_arrow_table()
+        got = islands.TWINS[view](r.con)
+    assert ref.num_rows > 0
+    assert got.schema == ref.schema
+    assert got.equals(ref)
+
+
+def test_materialize_uses_the_twins_and_changes_no_query(run_dir, monkeypatch):
+    queries = ("SELECT stage, sum(dur_ns) FROM _pe_segments GROUP BY ALL ORDER BY ALL",
+               "SELECT resource_kind, resource_idx, util FROM utilisation ORDER BY ALL",
+               "SELECT * FROM stage_breakdown_pe ORDER BY ALL",
+               "SELECT * FROM utilisation_windows ORDER BY ALL")
+    called: list[str] = []
+
+    def counted(view):
+        def fn(con):
+            called.append(view)
+            return islands.TWINS[view](con)
+        return fn
+
+    def materialized() -> list:
+        with open_run(run_dir) as r:
+            r.materialize()
+            return [r.con.sql(q).fetchall() for q in queries]
+
+    monkeypatch.setattr(run_mod, "TWINS", {v: counted(v) for v in islands.TWINS})
+    twins = materialized()
+    assert sorted(called) == ["_busy_islands", "_pe_segments"]
+    monkeypatch.setattr(run_mod, "TWINS", {})       # the SQL views, as before the twins
+    sql = materialized()
+    assert twins == sql and all(sql)
