@@ -29,7 +29,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 from matplotlib.collections import LineCollection, PolyCollection  # noqa: E402
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
+from matplotlib.ticker import (  # noqa: E402
+    FuncFormatter,
+    LogLocator,
+    MaxNLocator,
+    NullFormatter,
+)
 
 F = TypeVar("F", bound=Callable[..., Path])
 
@@ -155,13 +160,29 @@ def plot_mesh_heatmap(nodes: pl.DataFrame, links: pl.DataFrame, path: str | os.P
     span_x, span_y = max(x_hi - x_lo, 1e-9), max(y_hi - y_lo, 1e-9)
     pad = 0.06 * max(span_x, span_y)
     where, rows, cols = _cube_grid(cubes)
-    panel_w = min(4.0, (MAX_W_IN - 1.6) / cols)
+    # a fixed layout, inches (a layout engine took half of the plot's time at 32 panels):
+    # margins for the axis labels, the two-line title and the colour bar, gaps for the
+    # panel titles; the panels have the data's aspect, so they fill their slots
+    left, right, top, bottom, gap_w, gap_h = 0.75, 1.15, 0.8, 0.55, 0.2, 0.42
+    panel_w = min(4.0, (MAX_W_IN - left - right - gap_w * (cols - 1)) / cols)
     panel_h = panel_w * (span_y + 2 * pad) / (span_x + 2 * pad)
-    fig, axes = plt.subplots(rows, cols, figsize=(panel_w * cols + 1.6, panel_h * rows + 1.2),
-                             squeeze=False, sharex=True, sharey=True, layout="compressed")
+    fig_w = left + panel_w * cols + gap_w * (cols - 1) + right
+    fig_h = top + panel_h * rows + gap_h * (rows - 1) + bottom
+    # no shared axes (each draw then walks every sibling: seconds at 32 panels); the same
+    # limits and ticks set on each, the inner panels' tick labels off
+    fig, axes = plt.subplots(rows, cols, figsize=(fig_w, fig_h), squeeze=False, gridspec_kw={
+                                 "left": left / fig_w, "right": 1 - right / fig_w,
+                                 "bottom": bottom / fig_h, "top": 1 - top / fig_h,
+                                 "wspace": gap_w / panel_w, "hspace": gap_h / panel_h})
+    x_ticks = MaxNLocator(nbins=6).tick_values(x_lo - pad, x_hi + pad)
+    y_ticks = MaxNLocator(nbins=6).tick_values(y_lo - pad, y_hi + pad)
+    x_ticks = x_ticks[(x_ticks >= x_lo - pad) & (x_ticks <= x_hi + pad)]
+    y_ticks = y_ticks[(y_ticks >= y_lo - pad) & (y_ticks <= y_hi + pad)]
     for ax in axes.flat:
         ax.set_xlim(x_lo - pad, x_hi + pad)
         ax.set_ylim(y_hi + pad, y_lo - pad)          # y grows downwards, as on the die drawing
+        ax.set_xticks(x_ticks)
+        ax.set_yticks(y_ticks)
         ax.set_aspect("equal")
         ax.set_visible(False)
     for (sip, cube), (r, c) in where.items():
@@ -170,14 +191,22 @@ def plot_mesh_heatmap(nodes: pl.DataFrame, links: pl.DataFrame, path: str | os.P
         ax.set_title(f"sip{sip}.cube{cube}")
         if r == rows - 1 or (r + 1, c) not in where.values():
             ax.set_xlabel("x in the cube (mm)")
+        else:
+            ax.tick_params(labelbottom=False)
         if c == 0:
             ax.set_ylabel("y in the cube (mm)")
-    fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=axes.ravel().tolist(),
-                 shrink=0.8, label="utilisation (busy fraction of makespan)")
+        else:
+            ax.tick_params(labelleft=False)
+    body_h = fig_h - top - bottom
+    cax = fig.add_axes(((fig_w - right + 0.25) / fig_w, (bottom + 0.1 * body_h) / fig_h,
+                        0.18 / fig_w, 0.8 * body_h / fig_h))
+    fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), cax=cax,
+                 label="utilisation (busy fraction of makespan)")
     fig.suptitle("Utilisation over the cube mesh: nodes (dots) and intra-cube links\n"
-                 "(each direction of a link drawn right of its travel, hotter on top)")
-    fig.canvas.draw()      # the layout is final: 1 pt in data units, for the offset
+                 "(each direction of a link drawn right of its travel, hotter on top)",
+                 y=1 - 0.08 / fig_h, va="top")
     ax0 = axes.flat[0]
+    ax0.apply_aspect()      # the layout is final: 1 pt in data units, for the offset
     pt = 72.0 / fig.dpi / max(1e-12, abs(ax0.transData.transform((1.0, 0.0))[0]
                                           - ax0.transData.transform((0.0, 0.0))[0]))
     by_cube_links = links.partition_by(["sip", "cube"], as_dict=True) if links.height else {}
