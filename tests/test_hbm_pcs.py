@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import polars as pl
@@ -116,4 +117,4 @@ def test_perfetto_draws_a_track_per_pseudo_channel(gemm, tmp_path):
         assert e["name"] == label[e["args"]["op_id"]]        # the op it served
     for spans in by_track.values():     # one lane per PC: its slices never overlap
         spans.sort()
-        assert all(b[0] >= a[1] - 1e-9 for a, b in zip(spans, spans[1:]))
+        assert all(b[0] >= a[1] - 1e-9 for a, b in itertools.pairwise(spans))

@@ -174,8 +174,8 @@ def plot_mesh_heatmap(nodes: pl.DataFrame, links: pl.DataFrame, path: str | os.P
                                  "left": left / fig_w, "right": 1 - right / fig_w,
                                  "bottom": bottom / fig_h, "top": 1 - top / fig_h,
                                  "wspace": gap_w / panel_w, "hspace": gap_h / panel_h})
-    x_ticks = MaxNLocator(nbins=6).tick_values(x_lo - pad, x_hi + pad)
-    y_ticks = MaxNLocator(nbins=6).tick_values(y_lo - pad, y_hi + pad)
+    x_ticks = np.asarray(MaxNLocator(nbins=6).tick_values(x_lo - pad, x_hi + pad))
+    y_ticks = np.asarray(MaxNLocator(nbins=6).tick_values(y_lo - pad, y_hi + pad))
     x_ticks = x_ticks[(x_ticks >= x_lo - pad) & (x_ticks <= x_hi + pad)]
     y_ticks = y_ticks[(y_ticks >= y_lo - pad) & (y_ticks <= y_hi + pad)]
     for ax in axes.flat:

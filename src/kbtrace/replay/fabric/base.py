@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import simpy
 from simpy.events import NORMAL  # the priority of a Timeout
@@ -128,10 +128,19 @@ class Fabric:
 
 
 
-class _Ev:
+if TYPE_CHECKING:       # to the type checker a bare event is the SimPy event it stands for
+    _EventLike = simpy.Event
+else:
+    _EventLike = object
+
+
+class _Ev(_EventLike):
     """A bare SimPy event: what ``Environment.step`` and ``Process._resume`` touch (plus
     ``value``, as on a ``Timeout``)."""
     __slots__ = ("callbacks", "_ok", "_value")
+
+    if TYPE_CHECKING:   # made bare (no environment) and filled in by hand
+        def __init__(self) -> None: ...
 
     @property
     def value(self) -> Any:

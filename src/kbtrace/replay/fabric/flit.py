@@ -106,12 +106,17 @@ class FlitFabric(Fabric):
                 groups.append((t, [f]))
         x.enter[0] = x.hput = groups[0][0]
         now = env.now
+
+        def put_all(e: simpy.Event) -> None:       # a group's flits, when they are ready
+            for f in e.value or ():
+                put(f)
+
         for t, fs in groups:
             if t <= now:
                 for f in fs:
                     put(f)
             else:
-                env.timeout(t - now, fs).callbacks.append(lambda e, put=put: [put(f) for f in e.value])
+                env.timeout(t - now, fs).callbacks.append(put_all)
 
     def _after(self, delay: float, value: Any = None) -> _Ev:
         return after(self.env, delay, value)
