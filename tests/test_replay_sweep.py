@@ -342,8 +342,8 @@ def test_shipped_sweep_configs_load():
 
 def test_jobs_start_workers_only_when_the_work_pays_for_them(trace, tmp_path, monkeypatch):
     """-j 2 on points too small for worker start-up runs them here (no worker started);
-    workloads captured in workers (after a first capture long enough) and points replayed
-    there give the files a serial sweep gives."""
+    workloads captured in workers and points replayed there give the files a serial sweep
+    gives (``Pool.LOCAL = False``: every job goes to a worker, none to this process)."""
     submitted = []
     submit = _sweepsafe.Pool.submit
     monkeypatch.setattr(_sweepsafe.Pool, "submit",
@@ -354,12 +354,41 @@ def test_jobs_start_workers_only_when_the_work_pays_for_them(trace, tmp_path, mo
                          "params": {"M": 64, "N": 64, "K": 64}}],
           "topologies": [SMALL], "grid": {BW: [8, 32]}}
     serial = run_sweep(wl, tmp_path / "serial")
-    monkeypatch.setattr(sweep, "MIN_PARALLEL_CAPTURE_S", 0.0)
     monkeypatch.setattr(_sweepsafe, "MIN_PARALLEL_OPS", 0)
+    monkeypatch.setattr(_sweepsafe.Pool, "LOCAL", False)
     par = run_sweep(wl, tmp_path / "par", jobs=2)
     assert serial.ok and par.ok
-    assert submitted == ["_capture_one"] + ["run_point"] * 4
+    # two workers (-j 2 with this process idle), each announced by _ready, then 2 captures
+    # and 4 points, all in workers
+    assert submitted[:2] == ["_ready", "_ready"]
+    assert sorted(submitted[2:]) == ["_capture_args"] * 2 + ["run_point"] * 4
     assert files(tmp_path / "serial") == files(tmp_path / "par")
     for t in ("gemm-BM16-small", "gemm-BM32-small"):
         assert (tmp_path / "serial" / "traces" / t / "trace.json").read_bytes() == \
             (tmp_path / "par" / "traces" / t / "trace.json").read_bytes()
+
+
+def test_pool_shares_jobs_between_this_process_and_workers(tmp_path):
+    """Pool.run: every job done once, results to done() in this thread, this process
+    working while the worker starts; an exception reaches done() as (False, exception)."""
+    import os
+    import threading
+    pool = _sweepsafe.Pool(2)
+    got: dict[int, tuple[bool, object]] = {}
+    main = threading.get_ident()
+
+    def done(i, ok, res):
+        assert threading.get_ident() == main
+        assert i not in got
+        got[i] = (ok, res)
+    try:
+        pool.run(_sweepsafe.work, [{"trace_dir": str(tmp_path / f"none{i}")} for i in range(6)],
+                 done)
+        assert got == {i: (True, 0) for i in range(6)}
+        got.clear()
+        pool.run(os.stat, [str(tmp_path), str(tmp_path / "missing")], done)
+        assert got[0][0] is True and got[1][0] is False
+        assert isinstance(got[1][1], FileNotFoundError)
+    finally:
+        pool.close()
+    assert not pool.started

@@ -10,9 +10,11 @@
   its ``point.json`` (so an interrupted re-run leaves each point either as it was or new).
 * **Workers only when they pay.** ``execute`` starts worker processes (``Pool``, lazily,
   shared with the sweep's captures) only when the pending points' traces hold at least
-  ``MIN_PARALLEL_OPS`` ops (a flit op counts ``FLIT_OP_COST``): below that, two spawned
-  interpreters' start-up costs more than the points (``-j N`` is never slower than
-  ``-j 1``); workers take the largest points first.
+  ``MIN_PARALLEL_OPS`` ops (a flit op counts ``FLIT_OP_COST``): below that, spawned
+  interpreters' start-up costs more than the points. ``-j N`` is this process and N - 1
+  workers: this process never waits for a worker to start (a worker gets a job only once
+  it is up) and works through the jobs itself meanwhile, largest first, so ``-j N`` is
+  never slower than ``-j 1`` by more than the start-up's CPU on a busy machine.
 * **Workers die with the sweep.** Worker processes ask the kernel for SIGKILL when their
   parent dies (Linux ``PR_SET_PDEATHSIG``) and also poll their parent, so killing the sweep
   leaves no workers running.
@@ -24,10 +26,13 @@ import contextlib
 import ctypes
 import json
 import os
+import queue
 import signal
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
+from concurrent.futures import BrokenExecutor
 from pathlib import Path
 from typing import Any
 
@@ -101,31 +106,129 @@ def worker_init(ppid: int) -> None:
                      name="kbtrace-parent-watch").start()
 
 
+def _ready() -> int:
+    """A worker's first call: import what points and captures need; its return says the
+    worker is up (only then does it get real work)."""
+    import kbtrace.capture
+    import kbtrace.replay.engine  # noqa: F401
+    return os.getpid()
+
+
 class Pool:
-    """``n_jobs`` spawned worker processes that die with this one, started on first use (a
-    sweep that never needs them pays nothing); shared by the captures and the points."""
+    """This process plus ``n_jobs - 1`` spawned worker processes that die with it, started on
+    first use and shared by the captures and the points (``run``).
+
+    This process works too: it takes the next job whenever it is free, so ``-j 2`` starts one
+    worker, not two, and never waits for one to start: a worker gets a job only once it has
+    started and imported kbtrace (``_ready``), then one job at a time, the next as it returns
+    (largest first, as this process). When this process finds no job left, it waits only
+    for the jobs workers are running. ``LOCAL = False`` (tests) leaves every job to workers."""
+
+    LOCAL = True
 
     def __init__(self, n_jobs: int) -> None:
         self.n_jobs = n_jobs
-        self.worth_it = False        # set when a capture showed the work pays for start-up
         self._ex: Any = None
+        self._ready: list[Any] = []
+        self._lock = threading.Lock()
 
     @property
     def started(self) -> bool:
         return self._ex is not None
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
+    def start(self) -> None:
+        """Start the workers (idempotent); they announce themselves through ``_ready``."""
         if self._ex is None:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
-            self._ex = ProcessPoolExecutor(max_workers=self.n_jobs,
+            n = self.n_jobs - 1 if self.LOCAL else self.n_jobs
+            self._ex = ProcessPoolExecutor(max_workers=max(1, n),
                                            mp_context=multiprocessing.get_context("spawn"),
                                            initializer=worker_init, initargs=(os.getpid(),))
+            self._ready = [self.submit(_ready) for _ in range(max(1, n))]
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
+        self.start()
         return self._ex.submit(fn, *args)
 
+    def run(self, fn: Callable[..., Any], args: list[Any],
+            done: Callable[[int, bool, Any], None]) -> None:
+        """``fn(a)`` for every ``a`` in ``args`` (in that order of preference), here and in the
+        workers; ``done(i, ok, result or exception)`` is called in this thread as each ends
+        (an exception ``fn`` raises here is passed on as a worker's is)."""
+        self.start()
+        todo = deque(range(len(args)))
+        results: queue.SimpleQueue[tuple[int, bool, Any]] = queue.SimpleQueue()
+        busy = [0]
+        lock = self._lock
+
+        def finished(f: Any, i: int) -> None:
+            if f.cancelled():
+                results.put((i, False, SweepError("a sweep job was cancelled")))
+                return
+            exc = f.exception()
+            results.put((i, exc is None, f.result() if exc is None else exc))
+            feed(f)
+
+        def feed(f: Any) -> None:
+            """A worker slot is free (its probe or its job returned): give it the next job."""
+            if f.cancelled() or isinstance(f.exception(), BrokenExecutor):
+                results.put((-1, False, None))        # wakes the wait below: no worker here
+                return
+            with lock:
+                if not todo:
+                    return
+                i = todo.popleft()
+                busy[0] += 1
+            try:
+                self.submit(fn, args[i]).add_done_callback(lambda g: finished(g, i))
+            except Exception as e:  # (shut down or broken meanwhile)
+                results.put((i, False, e))
+
+        for r in self._ready:
+            r.add_done_callback(feed)
+        while True:
+            with lock:
+                i = todo.popleft() if todo and self.LOCAL else -1
+                if i < 0 and busy[0] == 0 and (not todo or self._down()):
+                    break
+            if i < 0:                       # nothing left to do here: wait for a worker
+                item = results.get()
+            else:
+                try:
+                    item = (i, True, fn(args[i]))
+                except Exception as e:  # reported to the caller, as a worker's exception is
+                    item = (i, False, e)
+                with lock:
+                    busy[0] += 1            # (settled below with the others)
+            while True:
+                if item[0] >= 0:
+                    with lock:
+                        busy[0] -= 1
+                    done(*item)
+                if results.empty():
+                    break
+                item = results.get()
+        for i in todo:                      # no worker could take these
+            try:
+                done(i, True, fn(args[i]))
+            except Exception as e:
+                done(i, False, e)
+
+    def _down(self) -> bool:
+        """Whether no worker can take a job (every probe failed)."""
+        return all(r.done() and (r.cancelled() or r.exception() is not None)
+                   for r in self._ready)
+
     def close(self) -> None:
+        """Stop the workers without waiting for one still starting (it had no job)."""
         if self._ex is not None:
-            self._ex.shutdown(cancel_futures=True)
+            procs = list((getattr(self._ex, "_processes", None) or {}).values())
+            self._ex.shutdown(wait=False, cancel_futures=True)
+            for p in procs:
+                with contextlib.suppress(Exception):
+                    p.terminate()
+                    p.join(5)
             self._ex = None
 
 
@@ -187,8 +290,11 @@ def _run_jobs(fn: Callable[[dict[str, Any]], dict[str, Any]], jobs: list[dict[st
         for i, j in enumerate(jobs):
             done(i, fn(j))
         return
-    from concurrent.futures import as_completed
     order = sorted(range(len(jobs)), key=lambda i: (-cost[i], i))     # largest first
-    futs = {pool.submit(fn, jobs[i]): i for i in order}
-    for f in as_completed(futs):
-        done(futs[f], f.result())
+
+    def settle(k: int, ok: bool, res: Any) -> None:
+        if not ok:
+            raise res
+        done(order[k], res)
+
+    pool.run(fn, [jobs[i] for i in order], settle)

@@ -35,9 +35,9 @@ lists the failures and the CLI exits 1. A bad config is refused before anything 
 Executors: ``local`` runs points in this process (``jobs=1``) or in ``jobs`` worker
 processes (spawned, so no inherited threads); ``ray`` submits one task per point to
 a Ray cluster (``ray.init()`` honours ``RAY_ADDRESS``; OUT must be on a filesystem
-the workers share). With ``jobs > 1`` (local), workers start only when the work pays
-for their start-up (``_sweepsafe.execute``); workloads are captured in them, one per
-workload, when the first capture (run here) took ``MIN_PARALLEL_CAPTURE_S`` or more.
+the workers share). With ``jobs > 1`` (local), this process and ``jobs - 1`` workers share
+the work; workers start only when it pays for their start-up (``_sweepsafe``) and get jobs
+only once they are up. Two or more workloads are captured here and in the workers at once.
 Determinism: a point's outputs do not depend on the executor or
 on the order points finish in; ``points.parquet`` and ``sweep.json`` carry no wall
 times, so the same config gives byte-identical sweep files (wall times stay in each
@@ -51,7 +51,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -77,7 +76,6 @@ __all__ = ["SweepConfig", "TraceSpec", "Point", "SweepResult", "load_config", "r
            "run_point", "EXECUTORS"]
 
 EXECUTORS = ("local", "ray")
-MIN_PARALLEL_CAPTURE_S = 2.0    # a first capture this long: capture the others in workers
 #: What a point's replay yields (point.json; all but wall_s also go to points.parquet).
 _RESULT = ("status", "error", "run_id", "makespan_ns", "body_ns", "ops", "hops", "events",
            "wall_s")
@@ -148,11 +146,14 @@ def _capture_one(workload: str, topology: Any, params: dict[str, Any], out: str)
     return out
 
 
+def _capture_args(a: tuple[str, Any, dict[str, Any], str]) -> str:
+    return _capture_one(*a)
+
+
 def _trace_dirs(cfg: SweepConfig, out: Path, topos: list[Any],
                 pool: Pool | None = None) -> dict[tuple[str, str], str]:
-    """Trace directory per (trace, topology path); workloads are captured here (once each):
-    the first in this process, the others in ``pool``'s workers when that one took at least
-    ``MIN_PARALLEL_CAPTURE_S`` (else here too)."""
+    """Trace directory per (trace, topology path); workloads are captured once each, in this
+    process and, when there are several, in ``pool``'s workers at the same time."""
     dirs: dict[tuple[str, str], str] = {}
     todo: list[tuple[Any, str, Any, Path]] = []
     for t in cfg.traces:
@@ -166,24 +167,27 @@ def _trace_dirs(cfg: SweepConfig, out: Path, topos: list[Any],
                 d = out / "traces" / f"{t.name}-{compiled.params.name}"
                 todo.append((t, topo, compiled, d))
                 dirs[t.name, topo] = str(d)
-    futs: list[Any] = []
-    for k, (t, topo, compiled, d) in enumerate(todo):
-        try:
-            if pool is not None and (futs or (k and pool.worth_it)):
-                futs.append((t, topo, pool.submit(_capture_one, t.workload, topo,
-                                                  dict(t.params), str(d))))
-                continue
-            t0 = time.perf_counter()
-            _capture_one(t.workload, compiled, dict(t.params), str(d))
-            if pool is not None and time.perf_counter() - t0 >= MIN_PARALLEL_CAPTURE_S:
-                pool.worth_it = True
-        except KbtraceError as e:
-            raise SweepError(f"{cfg.source}: workloads: {t.workload} on {topo}: {e}") from None
-    for t, topo, f in futs:              # in config order: the first failure is reported
-        try:
-            f.result()
-        except KbtraceError as e:
-            raise SweepError(f"{cfg.source}: workloads: {t.workload} on {topo}: {e}") from None
+    args = [(t.workload, topo, dict(t.params), str(d)) for t, topo, _compiled, d in todo]
+    errors: dict[int, KbtraceError] = {}
+
+    def done(k: int, ok: bool, res: Any) -> None:
+        if not ok:
+            if not isinstance(res, KbtraceError):
+                raise res
+            errors[k] = res
+
+    if pool is not None and len(todo) > 1:
+        pool.run(_capture_args, args, done)    # here and in the workers at once
+    else:
+        for k, a in enumerate(args):
+            try:
+                done(k, True, _capture_args(a))
+            except KbtraceError as e:
+                done(k, False, e)
+    if errors:                           # in config order: the first failure is reported
+        k = min(errors)
+        raise SweepError(f"{cfg.source}: workloads: {todo[k][0].workload} on {todo[k][1]}: "
+                         f"{errors[k]}") from None
     return dirs
 
 
