@@ -20,7 +20,7 @@ from kbtrace.analysis.sweepreport import point_frames, tuning_frame, workload_gr
 from kbtrace.capture import capture
 from kbtrace.cli import main
 from kbtrace.errors import OutputError, SweepError
-from kbtrace.replay import ReplayOptions, _sweepsafe, replay, sweep
+from kbtrace.replay import ReplayOptions, _sweepsafe, replay
 from kbtrace.replay.sweep import run_sweep
 from kbtrace.replay.sweep_config import load_config, parse_grid_items
 from kbtrace.topology import compile_topology

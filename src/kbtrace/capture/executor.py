@@ -254,15 +254,20 @@ class Machine:
         return e
 
     def _fill(self, op: Op) -> list[Any]:
-        key = (op.name, tuple(op.out_shape), op.out_dtype, tuple(op.scalars))
+        e = self.fill_entry(op.name, op.out_shape, op.out_dtype, op.scalars)
+        self.mem.write(op.dst_addr, e[0])
+        self.mem.remember(op.dst_addr, op.out_dtype, e)
+        return e
+
+    def fill_entry(self, name: str, shape: Sequence[int], dtype: str,
+                   scalars: Sequence[float]) -> list[Any]:
+        """The ``[stored, digest, compute]`` entry of a fill op (shared by identical fills)."""
+        key = (name, tuple(shape), dtype, tuple(scalars))
         e = self._fills.get(key)
         if e is None:
             if len(self._fills) >= 1024:
                 self._fills.clear()
-            e = self._fills[key] = [fill_stored(op.name, op.out_shape, op.out_dtype, op.scalars),
-                                    None, None]
-        self.mem.write(op.dst_addr, e[0])
-        self.mem.remember(op.dst_addr, op.out_dtype, e)
+            e = self._fills[key] = [fill_stored(name, shape, dtype, scalars), None, None]
         return e
 
     def _args(self, op: Op) -> list[Any]:

@@ -32,6 +32,7 @@ from typing import Any
 
 from kbtrace import schema
 from kbtrace._io import BatchWriter
+from kbtrace.capture._drain import Drainer
 from kbtrace.capture.executor import OP_FIELDS, Machine, Op
 from kbtrace.capture.memory import MemoryImage, RegionMap
 
@@ -121,6 +122,7 @@ class OpSink:
         self.kept: list[Op] | None = None if path else []
         self.machine: Machine | None = None
         self.golden = True
+        self._drainer: Drainer | None = None
         #: set by capture while automatic GC is paused: each drain collects the young generation
         self.collect_gc = False
         #: the tracer's registry of lazily read handles (weak references), pruned at each drain
@@ -145,22 +147,33 @@ class OpSink:
             return
         recs = buf[:cut]
         del buf[:cut]
-        rows = [expand(r) for r in recs]
         machine, golden = self.machine, self.golden
-        if machine is not None:
-            for op, dig in zip(rows, machine.run(rows, frozenset() if golden else _COMPUTE),
-                               strict=True):
-                op.out_digest = dig
-        self.counts.update(op.kind for op in rows)
-        self.rows += len(rows)
-        if self._bw is None:
-            assert self.kept is not None
-            self.kept.extend(rows)
-        else:
+        if self._bw is not None and machine is not None:   # row tuples, dots batched
+            if self._drainer is None or self._drainer.m is not machine:
+                self._drainer = Drainer(machine, golden, expand, _ROW)
+            tuples = self._drainer.run(recs)
+            self.counts.update(r[1] if r.__class__ is tuple else r.kind for r in recs)
+            self.rows += len(tuples)
             cols = self._bw.columns
-            for col, vals in zip(cols, zip(*map(_ROW, rows), strict=True), strict=True):
+            for col, vals in zip(cols, zip(*tuples, strict=True), strict=True):
                 col.extend(vals)
-            self._bw.commit(len(rows))
+            self._bw.commit(len(tuples))
+        else:
+            rows = [expand(r) for r in recs]
+            if machine is not None:
+                for op, dig in zip(rows, machine.run(rows, frozenset() if golden else _COMPUTE),
+                                   strict=True):
+                    op.out_digest = dig
+            self.counts.update(op.kind for op in rows)
+            self.rows += len(rows)
+            if self._bw is None:
+                assert self.kept is not None
+                self.kept.extend(rows)
+            else:
+                cols = self._bw.columns
+                for col, vals in zip(cols, zip(*map(_ROW, rows), strict=True), strict=True):
+                    col.extend(vals)
+                self._bw.commit(len(rows))
         if self.lazy:  # forget handles that died
             self.lazy[:] = [r for r in self.lazy if (h := r()) is not None and h._lazy is not None]
         if self.collect_gc:

@@ -1,0 +1,259 @@
+"""Draining the op log: schema-order row tuples and golden execution, dots in batches.
+
+``Drainer.run(records)`` turns one drain's records (``tracer``: a tuple for the hot kinds
+load / store / fill / dot, an ``Op`` for the rest) into one row tuple each, in
+``executor.OP_FIELDS`` order, with ``out_digest`` filled by the golden execution in
+capture order. It is what ``tracer.expand`` + ``Machine.run`` + one attribute getter per
+row computed, without an ``Op`` object per hot op, and with integer ``tl.dot`` products
+run through BLAS a batch at a time:
+
+* a hot record executes as ``Machine``'s handler for its kind does (same memory image
+  calls, same cache entries), its row built directly from the record;
+* an integer dot (``acc_dtype`` i32) is *deferred*: its operands are read when it is met
+  (the memory image then holds what sequential execution would show it), and its product
+  is computed later with the other deferred ones in one stacked matmul, in float32 or
+  float64 when every partial sum is an exact integer there (``k * max|a| * max|b|`` below
+  2**24 / 2**53, the bound ``executor.matmul`` checks per dot), else dot by dot through
+  ``executor.matmul``. Sums, writes and digests then follow in capture order, so every
+  result, memory write and digest is the one sequential execution gives;
+* a pending dot's result is not in the memory image until the batch is flushed: an op
+  whose read or write touches the span the pending results cover is preceded by a flush,
+  except a dot whose accumulator is exactly a pending result (an accumulator chain): it
+  takes that value directly; pending results never overlap one another (a dot
+  whose result would overlap them flushes first). Every other op flushes first.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from kbtrace.capture.dtypes import COMPUTE, digest, to_compute
+from kbtrace.capture.executor import OP_FIELDS, Machine, matmul
+
+__all__ = ["Drainer"]
+
+_N8 = (None,) * 8
+_N12 = (None,) * 12
+_EMPTY5 = ((), (), (), (), ())
+_INT_ACC = frozenset(("i32",))
+_INT_IN = frozenset(("i32", "i8"))
+_EXACT_F32 = 1 << 24
+_EXACT_F64 = 1 << 53
+_BASENAMES: dict[str | None, str | None] = {}
+
+
+def _basename(path: str | None) -> str | None:
+    b = _BASENAMES.get(path)
+    if b is None and path is not None:
+        if len(_BASENAMES) > 4096:
+            _BASENAMES.clear()
+        b = _BASENAMES[path] = os.path.basename(path)
+    return b
+
+
+def _head(p: Any) -> tuple[Any, ...]:
+    """(launch, program, pid0, pid1, sip, cube, pe) of a program (kept on it)."""
+    h = p.__dict__.get("_row_head")
+    if h is None:
+        h = p._row_head = (p.launch, p.index, p.pid0, p.pid1, p.sip, p.cube, p.pe)
+    return h
+
+
+class Drainer:
+    """Row tuples and golden execution of one capture's drains (see module docstring)."""
+
+    def __init__(self, machine: Machine, golden: bool, expand: Any, row: Any) -> None:
+        self.m, self.mem, self.golden = machine, machine.mem, golden
+        self._expand, self._row = expand, row
+        #: deferred dots: (row index, row head, row tail, a, b, acc value | pending index
+        #: | None, dst, out dtype); their results cover [_lo, _hi)
+        self._pend: list[tuple[Any, ...]] = []
+        self._by_dst: dict[int, tuple[int, tuple[int, ...]]] = {}
+        self._lo, self._hi = 0, 0
+        self._rows: list[Any] = []
+        assert len(OP_FIELDS) == 44
+
+    def run(self, recs: list[Any]) -> list[tuple[Any, ...]]:
+        rows: list[Any] = [None] * len(recs)
+        self._rows = rows
+        load, store, fill, dot = self._load, self._store, self._fill, self._dot
+        with np.errstate(all="ignore"):
+            for i, r in enumerate(recs):
+                if r.__class__ is tuple:
+                    kind = r[1]
+                    if kind == "load":
+                        rows[i] = load(r)
+                    elif kind == "dot":
+                        dot(r, i)
+                    elif kind == "store":
+                        rows[i] = store(r)
+                    else:
+                        rows[i] = fill(r)
+                else:
+                    if self._pend:
+                        self.flush()
+                    rows[i] = self._other(r)
+            if self._pend:
+                self.flush()
+        self._rows = []
+        return rows
+
+    # ------------------------------------------------------------------ hazards
+    def _touches(self, addr: int, nbytes: int) -> bool:
+        return addr < self._hi and addr + nbytes > self._lo
+
+    def _other(self, op: Any) -> tuple[Any, ...]:
+        kind = op.kind
+        if kind in ("dot", "math", "composite") and not self.golden:
+            op.out_digest = None
+        else:
+            op.out_digest = self.m.step(op)[1]
+        return self._row(op)
+
+    # ------------------------------------------------------------------ hot kinds
+    def _load(self, r: tuple[Any, ...]) -> tuple[Any, ...]:
+        op_id, _, p, seq, file, line, space, src, dst, nbytes, geo, dtype, deps = r
+        if self._pend and (self._touches(src, geo[2]) or self._touches(dst, nbytes)):
+            self.flush()
+        mem = self.mem
+        e = mem.cached_read(src, geo[0], dtype, geo[6])
+        mem.write(dst, e[0])
+        mem.remember(dst, dtype, e)
+        dig = e[1]
+        if dig is None:
+            dig = e[1] = digest(e[0])
+        return ((op_id,) + _head(p) + (seq, "load", "load", False, space, src, "tcm", dst,
+                                       nbytes) + _EMPTY5 + (geo[4], dtype) + _N12
+                + (deps, None, None, _basename(file), line, None, dig, geo[5]))
+
+    def _store(self, r: tuple[Any, ...]) -> tuple[Any, ...]:
+        op_id, _, p, seq, file, line, h, space, dst, geo = r
+        hdt = h.dtype
+        if self._pend and (self._touches(h.addr, geo[3]) or self._touches(dst, geo[2])):
+            self.flush()
+        mem = self.mem
+        e = mem.cached_read(h.addr, geo[0], hdt)
+        mem.write(dst, e[0], geo[6])
+        if geo[6] is None:
+            mem.remember(dst, hdt, e)
+        dig = e[1]
+        if dig is None:
+            dig = e[1] = digest(e[0])
+        return ((op_id,) + _head(p) + (seq, "store", "store", False, h.space, h.addr, space,
+                                       dst, geo[3]) + _EMPTY5 + (geo[4], hdt) + _N12
+                + (list(h.deps), None, None, _basename(file), line, None, dig, geo[5]))
+
+    def _fill(self, r: tuple[Any, ...]) -> tuple[Any, ...]:
+        op_id, _, p, seq, file, line, name, dst, geo, dtype, scalars = r
+        if self._pend and self._touches(dst, geo[3]):
+            self.flush()
+        e = self.m.fill_entry(name, geo[4], dtype, scalars)
+        mem = self.mem
+        mem.write(dst, e[0])
+        mem.remember(dst, dtype, e)
+        dig = e[1]
+        if dig is None:
+            dig = e[1] = digest(e[0])
+        return ((op_id,) + _head(p) + (seq, "fill", name, False, None, None, "tcm", dst,
+                                       geo[3], (), (), (), (), scalars, geo[4], dtype) + _N12
+                + ((), None, None, _basename(file), line, None, dig, ()))
+
+    def _dot(self, r: tuple[Any, ...], i: int) -> None:
+        op_id, _, p, seq, file, line, a, b, acc, dst, nbytes, acc_dt = r
+        ins = (a, b) if acc is None else (a, b, acc)
+        m, k, n = a.shape[0], a.shape[1], b.shape[1]
+        head = ((op_id,) + _head(p) + (seq, "dot", "dot", False, None, None, "tcm", dst, nbytes,
+                                       [h.addr for h in ins], [h.space for h in ins],
+                                       [list(h.shape) for h in ins], [h.dtype for h in ins], (),
+                                       [m, n], acc_dt, acc_dt, m, n, k) + _N8
+                + (sorted({d for h in ins for d in h.deps}), None, None, _basename(file), line,
+                   None))
+        rows = self._rows
+        if not self.golden:
+            rows[i] = head + (None, ())
+            return
+        if (acc_dt not in _INT_ACC or a.dtype not in _INT_IN or b.dtype not in _INT_IN
+                or not (m and k and n)):
+            if self._pend:
+                self.flush()
+            op = self._expand(r)
+            rows[i] = head + (self.m.step(op)[1], ())
+            return
+        if self._pend and (self._touches(dst, nbytes) or self._touches(a.addr, a.nbytes)
+                           or self._touches(b.addr, b.nbytes) or (
+                               acc is not None and self._touches(acc.addr, nbytes)
+                               and self._chained(acc) is None)):
+            self.flush()            # (only the accumulator may be a pending result)
+        acc_np = COMPUTE[acc_dt]
+        av = self._operand(a, acc_np)
+        bv = self._operand(b, acc_np)
+        cv = None if acc is None else self._operand(acc, acc_np)
+        pend = self._pend
+        if not pend:
+            self._lo, self._hi = dst, dst + nbytes
+        else:
+            self._lo, self._hi = min(self._lo, dst), max(self._hi, dst + nbytes)
+        self._by_dst[dst] = (len(pend), (m, n))
+        pend.append((i, head, av, bv, cv, dst, acc_dt))
+
+    def _chained(self, h: Any) -> int | None:
+        """Index of the pending dot whose result ``h`` is exactly (same span, shape, dtype)."""
+        hit = self._by_dst.get(h.addr)
+        if hit is not None and hit[1] == h.shape and self._pend[hit[0]][6] == h.dtype:
+            return hit[0]
+        return None
+
+    def _operand(self, h: Any, acc_np: Any) -> Any:
+        """The operand's compute value (as ``Machine._operand`` then ``astype(acc)``), or the
+        index of the pending dot whose result it is exactly (hazards are checked before)."""
+        if self._pend:
+            j = self._chained(h)
+            if j is not None:
+                return j
+        e = self.mem.cached_read(h.addr, h.shape, h.dtype)
+        c = e[2]
+        if c is None:
+            c = e[2] = to_compute(e[0], h.dtype)
+            c.flags.writeable = False
+        return c.astype(acc_np, copy=False)
+
+    def flush(self) -> None:
+        """Compute the pending dots' products (stacked), then sums, writes and digests in
+        capture order."""
+        pend = self._pend
+        self._pend = []
+        self._by_dst = {}
+        self._lo = self._hi = 0
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        for j, q in enumerate(pend):
+            groups.setdefault((q[2].shape, q[3].shape, q[2].dtype), []).append(j)
+        prods: list[Any] = [None] * len(pend)
+        for idx in groups.values():
+            a_s = np.stack([pend[j][2] for j in idx])
+            b_s = np.stack([pend[j][3] for j in idx])
+            am = max(-int(a_s.min()), int(a_s.max()))
+            bm = max(-int(b_s.min()), int(b_s.max()))
+            bound = am * bm * a_s.shape[-1]
+            if bound < _EXACT_F64:
+                f = np.float32 if bound < _EXACT_F32 else np.float64
+                out = (a_s.astype(f) @ b_s.astype(f)).astype(np.int64).astype(a_s.dtype)
+                for t, j in enumerate(idx):
+                    prods[j] = out[t]
+            else:
+                for j in idx:
+                    prods[j] = matmul(pend[j][2], pend[j][3])
+        mem, rows = self.mem, self._rows
+        results: list[Any] = [None] * len(pend)
+        for j, (i, head, _a, _b, cv, dst, acc_dt) in enumerate(pend):
+            out = prods[j]
+            if cv is not None:
+                out = out + (results[cv] if cv.__class__ is int else cv)
+            results[j] = out
+            mem.write(dst, out)
+            e = [out, None, None]
+            mem.remember(dst, acc_dt, e)
+            dig = e[1] = digest(out)
+            rows[i] = head + (dig, ())
