@@ -2,6 +2,7 @@
 default test run.
 
 Run:  python benchmarks/bench_e2e.py [--ops N ...] [--topology default] [--out DIR]
+                                    [--fidelity fast|fast-fcfs|flit]
       pytest benchmarks/bench_e2e.py -m benchmark        (the 10x memory-growth check)
 
 For each size, a fresh interpreter runs ``kbtrace.analysis.main.run_workload`` (what
@@ -71,7 +72,7 @@ def _reset_hwm() -> None:
         f.write("5")
 
 
-def child(params: dict[str, int], topology: str, out: str) -> dict:
+def child(params: dict[str, int], topology: str, out: str, fidelity: str = "fast") -> dict:
     """Run ``run_workload`` with per-stage CPU time and peak RSS; the figures as a dict."""
     t_cpu0 = time.process_time()
     import kbtrace.analysis.main as main
@@ -107,7 +108,8 @@ def child(params: dict[str, int], topology: str, out: str) -> dict:
     perfetto.export_perfetto = timed("report", perfetto.export_perfetto)
     verifier.verify = timed("verify", verifier.verify)
     s = main.run_workload(ROOT / "capture" / "gemm.py", topology=topology,
-                          params={k: v for k, v in params.items()}, out=out)
+                          params={k: v for k, v in params.items()}, out=out,
+                          fidelity=fidelity)
     peak = max([outside[0] / 1024, _hwm_kib() / 1024] + [v["peak_rss_mib"] for v in stats.values()])
     return {"ops": s.n_ops, "hops": s.hops, "events": s.events, "verify_ok": s.ok,
             "stages": stats, "cpu_s": time.process_time() - t_cpu0, "peak_rss_mib": peak}
@@ -115,13 +117,13 @@ def child(params: dict[str, int], topology: str, out: str) -> dict:
 
 # ----------------------------------------------------------------------------- the parent
 
-def run_size(ops: int, topology: str, out: Path) -> dict:
+def run_size(ops: int, topology: str, out: Path, fidelity: str = "fast") -> dict:
     params = gemm_params(ops)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get(
         "PYTHONPATH", "")}
     t0 = time.perf_counter()
     res = subprocess.run([sys.executable, __file__, "--child", json.dumps(params), "--topology",
-                          topology, "--out", str(out)], env=env, capture_output=True, text=True)
+                          topology, "--out", str(out), "--fidelity", fidelity], env=env, capture_output=True, text=True)
     if res.returncode:
         raise RuntimeError(f"child failed:\n{res.stderr[-3000:]}")
     fig = json.loads(res.stdout.strip().splitlines()[-1])
@@ -130,11 +132,12 @@ def run_size(ops: int, topology: str, out: Path) -> dict:
     return fig
 
 
-def measure(sizes: list[int], topology: str, out_root: Path) -> tuple[list[dict], list[float]]:
+def measure(sizes: list[int], topology: str, out_root: Path,
+            fidelity: str = "fast") -> tuple[list[dict], list[float]]:
     raws = [raw_rate() for _ in range(3)]
     figs = []
     for n in sizes:
-        figs.append(run_size(n, topology, out_root / f"ops{n}"))
+        figs.append(run_size(n, topology, out_root / f"ops{n}", fidelity))
         raws += [raw_rate() for _ in range(3)]
         print(json.dumps({"figure": figs[-1], "raw_so_far": raws}), file=sys.stderr, flush=True)
     return figs, raws
@@ -177,14 +180,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ops", type=int, nargs="+", default=[100_000, 1_000_000])
     ap.add_argument("--topology", default="default")
     ap.add_argument("--out", default=None, help="output root (default: a temporary directory)")
+    ap.add_argument("--fidelity", default="fast", help="replay fidelity (default fast)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
     a = ap.parse_args(argv)
     if a.child:
-        print(json.dumps(child(json.loads(a.child), a.topology, a.out)))
+        print(json.dumps(child(json.loads(a.child), a.topology, a.out, a.fidelity)))
         return 0
     with tempfile.TemporaryDirectory(dir=a.out) as tmp:
-        figs, raws = measure(a.ops, a.topology, Path(tmp))
+        figs, raws = measure(a.ops, a.topology, Path(tmp), a.fidelity)
     print(table(figs, raws))
     if a.json:
         Path(a.json).write_text(json.dumps({"figures": figs, "raw": raws}, indent=1))

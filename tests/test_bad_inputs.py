@@ -830,9 +830,10 @@ def test_invariants_refuse_negative_durations():
     from kbtrace.replay import invariants
     rec = SimpleNamespace(busy=None, t_issue=np.array([0.0, 1.0]), t_start=np.array([0.0, 5.0]),
                           t_end=np.array([2.0, 3.0]))
+    kinds = ["math", "dot"]
+    source = SimpleNamespace(send_rows=[], kind=kinds.__getitem__)
     sim = SimpleNamespace(rec=rec, _ready={}, _match={}, topo=None, fabric=None,
-                          ops=[SimpleNamespace(kind="math", op_id=0),
-                               SimpleNamespace(kind="dot", op_id=1)], launches=[])
+                          source=source, launches=[])
     with pytest.raises(InvariantError, match=r"op 1 \(dot\) has a negative or undefined "
                                              r"duration: issue 1.000, start 5.000, end 3.000 ns"):
         invariants.check(sim, 3.0)

@@ -21,7 +21,7 @@ from kbtrace.errors import InvariantError
 from kbtrace.replay import ReplayOptions, invariants, replay
 from kbtrace.replay.engine import Sim
 from kbtrace.replay.invariants import EPS_NS, BusyCheck
-from kbtrace.replay.ops import load_ops
+from kbtrace.replay.source import OpSource
 from kbtrace.topology import compile_topology
 from test_replay_util import TOPO_DIR, SynthTrace, hbm, load
 
@@ -35,10 +35,11 @@ def tiny():
 
 @pytest.fixture
 def sim(tiny, tmp_path):
-    ops = load_ops(SynthTrace([load(hbm(0, 0, 0, tiny), 4096)]).ops())
-    s = Sim(tiny, ops, ReplayOptions(), tmp_path)
+    src = OpSource(SynthTrace([load(hbm(0, 0, 0, tiny), 4096)]).ops())
+    s = Sim(tiny, src, ReplayOptions(), tmp_path)
     yield s
     s.rec.hops.abort()
+    src.close()
 
 
 def feed(chk: BusyCheck, ivs: list[tuple[int, float, float, float]], watermark: float) -> None:

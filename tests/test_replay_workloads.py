@@ -168,8 +168,10 @@ def test_memoised_plans_equal_fresh_ones(small, traces, tmp_path):
     from kbtrace.replay.ops import load_ops, plan_for
 
     for w, tr in traces.items():
+        from kbtrace.replay.source import OpSource
         ops = load_ops(tr.ops())
-        sim = Sim(small, ops, ReplayOptions(out_dir=str(tmp_path / w)), tmp_path / w)
+        sim = Sim(small, OpSource(tr.ops()), ReplayOptions(out_dir=str(tmp_path / w)),
+                  tmp_path / w)
         planned = [o for o in ops if o.kind not in ("wait", "cycles", "send", "recv", "h2d", "d2h")]
         for o in planned:
             assert sim.plan(o) == plan_for(o, small.params), (w, o.op_id)

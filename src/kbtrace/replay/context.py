@@ -27,7 +27,9 @@ class SimContext(Protocol):
 
     topo: Any                               # the compiled Topology
     params: TopologyParams
-    ops: list[Op]
+    source: Any                             # the trace's ops (``source.OpSource``)
+    n_ops: int
+    sends: dict[int, Op]                    # IPCQ sends issued, not yet received
     env: simpy.Environment
     hbm: dict[int, HbmController]           # node index -> its controller
     rec: Recorder
@@ -41,7 +43,6 @@ class SimContext(Protocol):
     _match: dict[int, int]                  # recv id -> send id
     ipcq_waiting: dict[int, int]            # IPCQ send id -> slots it waits for
     ipcq_held: dict[tuple[int, int, int, str], list[int]]   # rx buffer -> sends holding slots
-    src_lines: Any                          # (src_file, src_line) columns, or None
 
     def plan(self, op: Op) -> Any: ...
     def on_done(self, op_id: int, fn: Callable[[], Any]) -> None: ...

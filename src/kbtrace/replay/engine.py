@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
+import numpy as np
 import pyarrow.parquet as pq
 import simpy
 
@@ -41,7 +41,6 @@ from kbtrace import __version__, schema
 from kbtrace._integrity import digests
 from kbtrace._io import (
     atomic_dir,
-    read_parquet_lean,
     stable_hash,
     trace_hash,
     write_json,
@@ -52,11 +51,11 @@ from kbtrace.errors import KbtraceError, ReplayError
 from kbtrace.replay import invariants, ipcq
 from kbtrace.replay.fabric import make_fabric
 from kbtrace.replay.hbm import HbmController, pc_table
-from kbtrace.replay.ops import COLUMNS, HOST_KINDS, Op, load_ops, plan_for
+from kbtrace.replay.ops import Op, plan_for
 from kbtrace.replay.options import Progress, ReplayOptions, Run
 from kbtrace.replay.pe import Pe, Program
 from kbtrace.replay.recorder import Recorder
-from kbtrace.replay.validate import validate_ops
+from kbtrace.replay.source import OpSource
 from kbtrace.topology.model import PeCoord
 
 __all__ = ["replay", "Sim"]
@@ -70,49 +69,55 @@ RESOLVE_CACHE = 1 << 16           # memoised address -> node lookups (cleared wh
 
 
 _OT_COLUMNS = ("op_id", "launch", "program", "sip", "cube", "pe", "seq", "kind", "name", "nbytes")
+_EXTRA = ("src_file", "src_line")      # read for error messages only
 
 
-def _open(trace: Any) -> tuple[Path | None, dict[str, Any], pa.Table]:
-    """(trace dir, trace.json, the ops columns replay uses); the schema checked first."""
+def _open(trace: Any, topo: Any) -> tuple[Path | None, dict[str, Any], OpSource]:
+    """(trace dir, trace.json, its ops read once in batches and validated against ``topo``);
+    the schema checked first."""
     if hasattr(trace, "ops") and hasattr(trace, "meta") and not hasattr(trace, "ops_path"):
         table = trace.ops()                 # a duck-typed trace (tests): its table as given
         schema.check_schema(table.schema, schema.OPS, "ops.parquet")
-        return getattr(trace, "path", None), dict(trace.meta), table
+        meta = dict(trace.meta)
+        return getattr(trace, "path", None), meta, OpSource(
+            table, columns=[c for c in _EXTRA if c in table.column_names], topo=topo, meta=meta,
+            check=True)
     if hasattr(trace, "ops_path"):           # a Trace object (open_trace checks its own)
         schema.check_schema(pq.read_schema(trace.ops_path), schema.OPS, "ops.parquet")
     else:
         from kbtrace.capture import open_trace
         trace = open_trace(trace, hashed=("ops.parquet",))
-    table = read_parquet_lean(trace.ops_path, list(dict.fromkeys((*COLUMNS, *_OT_COLUMNS,
-                                                                 "src_file", "src_line"))))
-    return trace.path, dict(trace.meta), table
+    meta = dict(trace.meta)
+    return trace.path, meta, OpSource(path=trace.ops_path, columns=list(_EXTRA), topo=topo,
+                                      meta=meta, check=True)
 
 
 class Sim:
     """The shared simulation context the components talk through."""
 
-    def __init__(self, topo: Any, ops: list[Op], opts: ReplayOptions, out_dir: Path) -> None:
+    def __init__(self, topo: Any, source: OpSource, opts: ReplayOptions, out_dir: Path) -> None:
         self.topo = topo
         self.params = topo.params
-        self.ops = ops
+        self.source = source
+        self.n_ops = source.n
         self.env = simpy.Environment()
         self.hbm = {nd.idx: HbmController(nd.idx, self.params.cube.hbm)
                     for nd in topo.nodes if nd.kind == "hbm_ctrl"}
         for h in self.hbm.values() if opts.hbm_pcs else ():
             h.log = []
-        used = ({(o.sip, o.cube, o.pe) for o in ops if o.kind not in HOST_KINDS}
-                | {(o.peer_sip, o.peer_cube, o.peer_pe) for o in ops
-                   if o.kind in ("send", "recv") and o.peer_sip is not None})
-        pes = [PeCoord(*c) for c in sorted(used)]      # plain tuples hash faster
+        pes = [PeCoord(*c) for c in sorted(source.used)]      # plain tuples hash faster
         alias = {}
         for c in pes:
             alias[topo.pe_node(c, "math").idx] = topo.pe_node(c, "gemm").idx
-        self.rec = Recorder(out_dir, len(ops), len(topo.links), opts.batch_rows, alias)
+        self.rec = Recorder(out_dir, source.n, len(topo.links), opts.batch_rows, alias)
         if opts.check_invariants:
             self.rec.busy = invariants.BusyCheck(self)
         self.fabric = make_fabric(opts.fidelity, self.env, topo, self.rec, self.hbm)
         self.fast = opts.fidelity != "flit"
-        self._done = bytearray(len(ops))
+        self._done = bytearray(source.n)
+        #: IPCQ sends issued and not yet received (op_id -> record): a recv reads its send's
+        #: buffer settings from it
+        self.sends: dict[int, Op] = {}
         self._on_done: dict[int, list[Callable[[], Any]]] = {}
         self._waiters: dict[int, simpy.Event] = {}
         self._ready: dict[int, simpy.Event] = {}
@@ -122,7 +127,6 @@ class Sim:
         #: sends holding each buffer's slots (channel key -> op_ids), see ``ipcq.diagnose``
         self.ipcq_waiting: dict[int, int] = {}
         self.ipcq_held: dict[tuple[int, int, int, str], list[int]] = {}
-        self.src_lines: Any = None
         self._match: dict[int, int] = {}
         self._resolved: dict[int, int] = {}
         self._plans: dict[tuple[Any, ...], Any] = {}
@@ -196,7 +200,7 @@ class Sim:
                 fn()
 
     def progress(self, events: int, t_wall: float) -> Progress:
-        return Progress(self.rec.n_done, len(self.ops), events, float(self.env.now),
+        return Progress(self.rec.n_done, self.n_ops, events, float(self.env.now),
                         time.perf_counter() - t_wall)
 
     def resolve(self, addr: int) -> int:
@@ -377,16 +381,16 @@ class Sim:
                 continue
             launch, programs = item
             t0 = env.now
-            coords = sorted({PeCoord(o[0].sip, o[0].cube, o[0].pe) for o in programs.values()})
+            coords = sorted({PeCoord(*self.source.progs[(launch, p)].coord) for p in programs})
             down, up = self._launch_ns(coords)
             yield env.timeout(down)
             t_barrier = env.now
             dones = []
             t_back = [t_barrier]  # each PE's completion reaches the host as its program ends
             for prog in sorted(programs):
-                ops = programs[prog]
+                ops = self.source.feed(launch, prog)
                 ev = env.event()
-                c = PeCoord(ops[0].sip, ops[0].cube, ops[0].pe)
+                c = PeCoord(*ops.coord)
                 def arrived(_e: Any, u: float = up[c],
                             back: Callable[[float], None] = t_back.append) -> None:
                     back(env.now + u)
@@ -401,51 +405,23 @@ class Sim:
 
 
 def _elaborate(sim: Sim) -> list[tuple[str, Any]]:
-    ops = sim.ops
-    launches: dict[int, dict[int, list[Op]]] = defaultdict(lambda: defaultdict(list))
-    first: dict[int, int] = {}
-    items: list[tuple[int, str, Any]] = []
-    by_key: dict[tuple[int, int, int, int], int] = {}
-    for o in ops:
-        if o.kind in HOST_KINDS:
-            items.append((o.op_id, "copy", o))
-            continue
-        launches[o.launch][o.program].append(o)
-        first.setdefault(o.launch, o.op_id)
-        if o.kind == "send":
-            by_key[(o.launch, o.program, o.peer_program, o.ipcq_seq)] = o.op_id
-    for lid, progs in launches.items():
-        for prog in progs.values():
-            prog.sort(key=lambda o: o.seq)
-        items.append((first[lid], "launch", (lid, progs)))
+    """Host copies and launches in ``op_id`` order (a launch at its first op; its programs
+    are fed from the source as they run), and each recv's matching send."""
+    src = sim.source
+    launches: dict[int, list[int]] = defaultdict(list)
+    for lid, prog in src.progs:
+        launches[lid].append(prog)
+    items: list[tuple[int, str, Any]] = [(o.op_id, "copy", o) for o in src.host]
+    items += [(src.first[lid], "launch", (lid, progs)) for lid, progs in launches.items()]
     items.sort(key=lambda t: t[0])
-    for o in ops:
-        if o.kind == "recv":
-            sid = o.match_op_id
-            if sid is None:
-                sid = by_key.get((o.launch, o.peer_program, o.program, o.ipcq_seq))
-            if sid is None or not 0 <= sid < len(ops) or ops[sid].kind != "send":
-                raise ReplayError(f"op {o.op_id} (recv, program {o.program}, seq {o.seq}) has no "
-                                  f"matching send in the trace; re-capture the workload")
-            sim._match[o.op_id] = sid
+    for oid, lid, prog, peer, iseq, sid, seq in src.recvs:
+        if sid is None:
+            sid = src.sends.get((lid, peer, prog, iseq))
+        if sid is None or not 0 <= sid < src.n or src.kind(sid) != "send":
+            raise ReplayError(f"op {oid} (recv, program {prog}, seq {seq}) has no "
+                              f"matching send in the trace; re-capture the workload")
+        sim._match[oid] = sid
     return [(what, it) for _, what, it in items]
-
-
-def _check_fit(topo: Any, ops: list[Op], meta: dict[str, Any]) -> None:
-    n_sips, n_cubes, n_pes = topo.n_sips, topo.cubes_per_sip, topo.pes_per_cube
-    for o in ops:
-        if o.kind in HOST_KINDS:
-            continue
-        for s, c, p in ((o.sip, o.cube, o.pe), (o.peer_sip, o.peer_cube, o.peer_pe)):
-            if s is None:
-                continue
-            if not (0 <= s < n_sips and 0 <= c < n_cubes and 0 <= p < n_pes):
-                captured = meta.get("topology", {}).get("name", "?")
-                raise ReplayError(
-                    f"op {o.op_id} runs on sip{s}.cube{c}.pe{p}, which topology "
-                    f"{topo.params.name!r} ({topo.n_sips} SIP(s) x {topo.cubes_per_sip} cubes x "
-                    f"{topo.pes_per_cube} PEs) does not have; the trace was captured for "
-                    f"{captured!r}: replay it on that topology or re-capture")
 
 
 def _default_dir(trace_path: Path | None, meta: dict[str, Any], topo: Any, fid: str) -> Path:
@@ -497,20 +473,14 @@ def replay(trace: Any, topology: Any, options: ReplayOptions | None = None,
     # 87k hops, peaks at the same RSS with 50k or 1M), restore after. 1M vs 50k: -9% wall.
     gc.set_threshold(max(gc_threshold[0], GC_GEN0_THRESHOLD), *gc_threshold[1:])
     sim: Sim | None = None
+    source: OpSource | None = None
     ok = False
     try:
         if isinstance(topology, (str, Path)):
             from kbtrace.topology import compile_topology
             topology = compile_topology(topology)
-        trace_path, meta, table = _open(trace)
-        validate_ops(table, topology, meta)       # the trace fits this topology, or one line
-        ops = load_ops(table)
-        src_lines = (table.column("src_file"), table.column("src_line")) \
-            if "src_line" in table.column_names else None
-        table = table.select(list(_OT_COLUMNS))    # what op_timing copies; the rest is in ops
-        if any(o.op_id != i for i, o in enumerate(ops)):
-            raise ReplayError("ops.parquet: op_id is not dense from 0; re-capture the workload")
-        _check_fit(topology, ops, meta)
+        # read once in batches, validated (the trace fits this topology, or one line)
+        trace_path, meta, source = _open(trace, topology)
         out = Path(opts.out_dir) if opts.out_dir else _default_dir(trace_path, meta, topology,
                                                                      opts.fidelity)
         t_hash = trace_hash(meta, trace_path)
@@ -518,8 +488,7 @@ def replay(trace: Any, topology: Any, options: ReplayOptions | None = None,
         # report written into it) is replaced at once, never mixed with this one
         with atomic_dir(out, "run", inputs=(trace_path, getattr(topology, "source", None))
                         ) as stage:
-            sim = Sim(topology, ops, opts, stage)
-            sim.src_lines = src_lines
+            sim = Sim(topology, source, opts, stage)
             phase = "elaborate"
             items = _elaborate(sim)
             sim.env.process(sim.host_program(items))
@@ -527,12 +496,12 @@ def replay(trace: Any, topology: Any, options: ReplayOptions | None = None,
             env = sim.env
             events = _step_all(env, progress, sim, t_wall)
             phase = "finalize"
-            unfinished = [o for o in ops if not sim._done[o.op_id]]
-            if unfinished:
+            unfinished = np.flatnonzero(np.frombuffer(sim._done, dtype=np.uint8) == 0)
+            if len(unfinished):
                 msg = ipcq.diagnose(sim, unfinished)
                 if msg:
                     raise ReplayError(msg)
-                o = unfinished[0]
+                o = source.fetch([int(unfinished[0])])[int(unfinished[0])]
                 raise ReplayError(f"{len(unfinished)} op(s) never completed (deadlock); first: "
                                   f"op {o.op_id} ({o.kind}, launch {o.launch}, program "
                                   f"{o.program}, seq {o.seq}); check its deps / IPCQ peer")
@@ -543,16 +512,7 @@ def replay(trace: Any, topology: Any, options: ReplayOptions | None = None,
                 invariants.check(sim, makespan)
             rec.close()
             wall = time.perf_counter() - t_wall
-            ot = pa.table({
-                **{c: table.column(c) for c in _OT_COLUMNS if c != "nbytes"},
-                "engine": pa.array(rec.engine, pa.string()).dictionary_encode(),
-                "t_issue_ns": rec.t_issue, "t_start_ns": rec.t_start, "t_end_ns": rec.t_end,
-                "queue_ns": rec.queue, "nbytes": table.column("nbytes"),
-            }).sort_by("op_id")
-            ot = pa.Table.from_arrays(
-                [ot.column(f.name).cast(f.type) for f in schema.OP_TIMING],
-                schema=schema.OP_TIMING)
-            write_table(stage / "op_timing.parquet", ot)
+            rec.write_op_timing(stage / "op_timing.parquet", source.scan(list(_OT_COLUMNS)))
             write_table(stage / "nodes.parquet", topology.nodes_table())
             write_table(stage / "links.parquet", topology.links_table())
             if opts.hbm_pcs:     # the pseudo-channel log, asked for
@@ -563,7 +523,7 @@ def replay(trace: Any, topology: Any, options: ReplayOptions | None = None,
                 "run_id": run_id, "kbtrace_version": __version__,
                 "schema_version": schema.SCHEMA_VERSION, "fidelity": opts.fidelity,
                 "options": opts.key(), "makespan_ns": makespan, "events": events,
-                "ops": len(ops), "hops": rec.n_hops, "wall_s": round(wall, 3),
+                "ops": source.n, "hops": rec.n_hops, "wall_s": round(wall, 3),
                 "trace": {"path": str(Path(trace_path).resolve()) if trace_path else None,
                           "path_from_run": (os.path.relpath(Path(trace_path).resolve(),
                                                             out.resolve())
@@ -586,7 +546,7 @@ def replay(trace: Any, topology: Any, options: ReplayOptions | None = None,
                 "peaks": topology.peaks(),
             })
         ok = True
-        return Run(out, run_id, opts.fidelity, makespan, len(ops), rec.n_hops, events, wall)
+        return Run(out, run_id, opts.fidelity, makespan, source.n, rec.n_hops, events, wall)
     except KbtraceError as e:
         if str(e).startswith("replay "):
             raise
@@ -598,3 +558,5 @@ def replay(trace: Any, topology: Any, options: ReplayOptions | None = None,
         gc.set_threshold(*gc_threshold)
         if sim is not None and not ok:
             sim.rec.hops.abort()
+        if source is not None:
+            source.close()

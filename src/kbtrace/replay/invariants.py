@@ -26,10 +26,13 @@ by ``check`` at the end of the run.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
+import pyarrow as pa
 
+from kbtrace._io import column_pylist
 from kbtrace.errors import InvariantError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -199,28 +202,26 @@ def check(sim: SimContext, makespan: float) -> None:
     """Invariants 4 and 5 (and the rest of 1) once the run is over and every hop is finalised."""
     if sim.rec.busy is not None:
         sim.rec.busy.close()
-    for sid, ev in sorted(sim._ready.items()):
-        if not ev.processed and sim.ops[sid].kind == "send":
+    for sid, ev in sorted(sim._ready.items()):      # (keyed by send ids only)
+        if not ev.processed:
             raise InvariantError(f"IPCQ send op {sid} was never delivered")
     consumed = set(sim._match.values())
-    for o in sim.ops:
-        if o.kind == "send" and o.op_id not in consumed:
-            raise InvariantError(f"IPCQ send op {o.op_id} (program {o.program}, seq {o.seq}) has "
+    for oid, prog, seq in sim.source.send_rows:
+        if oid not in consumed:
+            raise InvariantError(f"IPCQ send op {oid} (program {prog}, seq {seq}) has "
                                  f"no matching recv (unmatched send)")
     rec, topo, fab = sim.rec, sim.topo, sim.fabric
     ti, ts, te = rec.t_issue, rec.t_start, rec.t_end
     back = np.flatnonzero((ts < ti - tol(ts)) | (te < ts - tol(te)) | ~np.isfinite(te))
     if back.size:
         i = int(back[0])
-        raise InvariantError(f"op {i} ({sim.ops[i].kind}) has a negative or undefined duration: "
-                             f"issue {ti[i]:.3f}, start {ts[i]:.3f}, end {te[i]:.3f} ns")
+        raise InvariantError(f"op {i} ({sim.source.kind(i)}) has a negative or undefined "
+                             f"duration: issue {ti[i]:.3f}, start {ts[i]:.3f}, end {te[i]:.3f} ns")
     lb_end = max((ln["t_barrier_ns"] for ln in sim.launches), default=0.0)
     bounds: dict[tuple, float] = {}
     dmas: dict[tuple[int, int, int], int] = {}
-    for o in sim.ops:
+    for o in _memory_ops(sim):
         kind = o.kind
-        if kind not in ("load", "store", "h2d", "d2h"):
-            continue
         nb = int(o.nbytes)
         if kind == "load" or kind == "store":
             dma = dmas.get((o.sip, o.cube, o.pe))
@@ -253,6 +254,37 @@ def _lower_bound(topo, kind: str, a: int, mem: int, nb: int) -> float:
     if kind == "h2d":
         return route(a, mem).floor_ns(nb)
     return route(mem, a).floor_ns(nb)
+
+
+class _MemOp(NamedTuple):
+    """The fields of a memory op the lower bound reads."""
+    op_id: int
+    kind: str
+    sip: int
+    cube: int
+    pe: int
+    src_addr: Any            # (validated: set where the op reads or writes memory)
+    dst_addr: Any
+    nbytes: int
+
+
+_MEM_COLS = _MemOp._fields
+
+
+def _memory_ops(sim: SimContext) -> Iterator[_MemOp]:
+    """The trace's loads, stores and host copies, read from it in batches: one light record
+    (the fields the lower bound uses) per op."""
+    mem = [i for i, k in enumerate(sim.source.kind_values) if k in ("load", "store", "h2d",
+                                                                    "d2h")]
+    at = 0
+    for batch in sim.source.scan(list(_MEM_COLS)):
+        n = batch.num_rows
+        rows = np.flatnonzero(np.isin(sim.source.kinds[at:at + n], mem))
+        at += n
+        if len(rows):
+            part = batch.take(pa.array(rows))
+            cols = [column_pylist(pa.chunked_array([part.column(c)])) for c in _MEM_COLS]
+            yield from map(_MemOp._make, zip(*cols, strict=True))
 
 
 def _coord(o):

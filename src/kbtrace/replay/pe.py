@@ -240,6 +240,7 @@ class _Cpu:
             return True
         if kind == "send":     # block until the receiver has free slots, then hand off
             self.t0 = now
+            sim.sends[op.op_id] = op      # its recv reads the buffer settings from it
             ch, k = sim.ipcq_channel(op)
             sim.ipcq_waiting[op.op_id] = k
             ch.get(k).callbacks.append(self._credit_cb)
@@ -370,7 +371,7 @@ class Pe:
         t0 = env.now
         sim.rec.hop(op.op_id, -1, "ipcq", self.n_ipcq, -1, t_in, t0, 0.0, t0 - t_in, 0)
         nb = int(op.nbytes)
-        send = sim.ops[send_id]
+        send = sim.sends[send_id]
         if op.name != "recv_no_consume":
             yield from sim.slot_access(op.op_id, self, nb, False, sim.ipcq_params(send)[2])
         if op.dst_space in ("hbm", "sram") and nb > 0:
@@ -383,4 +384,5 @@ class Pe:
         if held and send_id in held:
             held.remove(send_id)
         yield ch.put(k)
+        del sim.sends[send_id]
         sim.complete(op, t_issue, t0, self.names["ipcq"])

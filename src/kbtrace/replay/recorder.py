@@ -46,6 +46,7 @@ windows that may still grow, so no per-hop state outlives its batch.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable, Iterator
 from itertools import chain
 from pathlib import Path
 from typing import Protocol
@@ -54,7 +55,7 @@ import numpy as np
 import pyarrow as pa
 
 from kbtrace import schema
-from kbtrace._io import BatchWriter
+from kbtrace._io import ROW_GROUP_SIZE, BatchWriter
 from kbtrace.errors import InvariantError
 
 __all__ = ["Recorder", "STAGE_CODE"]
@@ -104,7 +105,10 @@ class Recorder:
         self.t_start = np.full(n_ops, np.nan)
         self.t_end = np.full(n_ops, np.nan)
         self.queue = np.zeros(n_ops)
-        self.engine: list[str | None] = [None] * n_ops
+        #: per op the code of its engine's node id in ``engine_names`` (-1: not completed)
+        self.engine = np.full(n_ops, -1, dtype=np.int32)
+        self.engine_names: list[str] = []
+        self._engine_code: dict[str, int] = {}
         self.n_links = n_links
         self.res_alias = res_alias or {}
         self._res: dict[tuple[int, str], int] = {}
@@ -189,7 +193,11 @@ class Recorder:
         self._issued.append((t_issue, op))
 
     def op_done(self, op: int, t_issue: float, t_start: float, t_end: float, engine: str) -> None:
-        self.engine[op] = engine
+        code = self._engine_code.get(engine)
+        if code is None:
+            code = self._engine_code[engine] = len(self.engine_names)
+            self.engine_names.append(engine)
+        self.engine[op] = code
         self._done.append((op, t_issue, t_start, t_end))
         if len(self._x) + self._c_rows >= self.batch_rows:
             self.flush(t_end)
@@ -378,3 +386,57 @@ class Recorder:
             o = int(self._carry["op"][0])
             raise InvariantError(f"op {o} has hop rows but never completed")
         self.hops.close()
+
+    def write_op_timing(self, path: Path, batches: Iterable[pa.RecordBatch]) -> None:
+        """Write ``op_timing.parquet``: the trace's identifying columns (``batches``, in
+        ``op_id`` order) beside this run's per-op timing, ``ROW_GROUP_SIZE`` rows at a time
+        (the same row groups and bytes as one table written whole, without that table)."""
+        # the engine column's dictionary: node ids in order of first appearance by op_id
+        # (what dictionary-encoding the whole column gives; Parquet writes it as it is)
+        codes, first = np.unique(self.engine, return_index=True)
+        first, codes = first[codes >= 0], codes[codes >= 0]
+        order = codes[np.argsort(first, kind="stable")]
+        remap = np.full(len(self.engine_names) + 1, -1, dtype=np.int32)
+        remap[order] = np.arange(len(order), dtype=np.int32)
+        names = pa.array([self.engine_names[c] for c in order.tolist()], pa.string())
+        w = BatchWriter(path, schema.OP_TIMING)
+        try:
+            at = 0
+            for part in _rechunk(batches, ROW_GROUP_SIZE):
+                n = part.num_rows
+                sl = slice(at, at + n)
+                idx = remap[self.engine[sl]]          # -1 (none) -> the last entry, -1
+                engine = pa.DictionaryArray.from_arrays(
+                    pa.array(idx, pa.int32(), mask=idx < 0), names)
+                timing = {"engine": engine,
+                          "t_issue_ns": self.t_issue[sl], "t_start_ns": self.t_start[sl],
+                          "t_end_ns": self.t_end[sl], "queue_ns": self.queue[sl]}
+                arrays = []
+                for f in schema.OP_TIMING:
+                    v = timing.get(f.name)
+                    if v is None:
+                        v = part.column(f.name).combine_chunks()
+                    arrays.append(pa.array(v, f.type) if isinstance(v, np.ndarray)
+                                  else v.cast(f.type))
+                w.write_arrays(arrays, n)
+                at += n
+            w.close()
+        except BaseException:
+            w.abort()
+            raise
+
+
+def _rechunk(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
+    """``batches`` as tables of exactly ``rows`` rows (the last one shorter)."""
+    held: list[pa.RecordBatch] = []
+    n = 0
+    for b in batches:
+        held.append(b)
+        n += b.num_rows
+        while n >= rows:
+            t = pa.Table.from_batches(held).combine_chunks()
+            yield t.slice(0, rows)
+            rest = t.slice(rows)
+            held, n = rest.to_batches(), rest.num_rows
+    if n:
+        yield pa.Table.from_batches(held).combine_chunks()

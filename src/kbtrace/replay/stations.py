@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 from math import ceil
-from typing import Any
+from typing import Any, Protocol
 
 import simpy
 from simpy.events import NORMAL  # the priority of a Timeout
@@ -48,10 +48,18 @@ class Token:
         self.t_in = t_in
 
 
+class OpFeed(Protocol):
+    """A program's ops in issue order, read by index 0, 1, 2, ... (``source.ProgramFeed``,
+    or a list)."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, i: int, /) -> Op: ...
+
+
 class Program:
     __slots__ = ("ops", "done")
 
-    def __init__(self, ops: list[Op], done: simpy.Event) -> None:
+    def __init__(self, ops: OpFeed, done: simpy.Event) -> None:
         self.ops = ops
         self.done = done
 

@@ -38,7 +38,7 @@ from kbtrace import schema
 from kbtrace.errors import AddressError, ReplayError
 from kbtrace.topology import address
 
-__all__ = ["validate_ops", "MAX_NBYTES", "MAX_DIM", "MAX_TILES"]
+__all__ = ["validate_ops", "IpcqPairs", "MAX_NBYTES", "MAX_DIM", "MAX_TILES"]
 
 #: largest byte count of one op (1 TiB: more than any topology's memory)
 MAX_NBYTES = 1 << 40
@@ -97,28 +97,38 @@ def _first(mask: np.ndarray) -> int | None:
     return int(idx[0]) if len(idx) else None
 
 
-def validate_ops(table: pa.Table, topo: Any, meta: dict[str, Any] | None = None) -> None:
+def validate_ops(table: pa.Table, topo: Any, meta: dict[str, Any] | None = None, *,
+                 first_row: int = 0, n_total: int | None = None,
+                 pairs: IpcqPairs | None = None) -> None:
     """Raise ``ReplayError`` for the first op of ``table`` (schema.OPS columns) that does not
     fit ``topo`` or is not a well-formed op (see the module docstring). ``topo=None`` checks
     only what needs no topology (kinds, numbers, dependencies, operand lists, IPCQ pairs,
-    extra_json): what verify checks before it executes a trace."""
+    extra_json): what verify checks before it executes a trace.
+
+    A trace read in batches: ``table`` holds rows ``first_row`` on of a trace of ``n_total``
+    rows, and the IPCQ pairing (which spans batches) goes to ``pairs``, checked once every
+    batch was seen (``IpcqPairs.check``)."""
     cx = _Ctx(table, topo, meta or {})
     n = table.num_rows
     if n == 0:
         return
     op_id = _np(table.column("op_id"))
-    bad = _first(op_id != np.arange(n, dtype=op_id.dtype))
+    bad = _first(op_id != np.arange(first_row, first_row + n, dtype=op_id.dtype))
     if bad is not None:
-        raise ReplayError(f"ops.parquet: row {bad} has op_id {int(op_id[bad])}, expected {bad} "
+        row = first_row + bad
+        raise ReplayError(f"ops.parquet: row {row} has op_id {int(op_id[bad])}, expected {row} "
                           f"(op_id must be dense from 0 in row order); {_FIX}")
     kinds = _check_enums(table, cx)
     _check_numbers(table, cx, kinds)
     _check_operand_lists(table, cx)
-    _check_deps(table, cx, op_id)
+    _check_deps(table, cx, op_id, n if n_total is None else n_total)
     if topo is not None:
         _check_placement(table, cx, kinds)
         _check_addresses(table, cx)
-    _check_ipcq(table, cx, kinds)
+    if pairs is None:
+        _check_ipcq(table, cx, kinds)
+    else:
+        pairs.add(table, kinds, first_row)
     _check_extra(table, cx, kinds)
 
 
@@ -209,16 +219,16 @@ def _list_prod(lst: pa.Array, flat: np.ndarray) -> np.ndarray:
     return out
 
 
-def _check_deps(table: pa.Table, cx: _Ctx, op_id: np.ndarray) -> None:
+def _check_deps(table: pa.Table, cx: _Ctx, op_id: np.ndarray, n_total: int) -> None:
     deps = table.column("deps").combine_chunks()
     vals = _np(pc.list_flatten(deps), -1)
     if not len(vals):
         return
     parent = pc.list_parent_indices(deps).to_numpy()
-    j = _first((vals < 0) | (vals >= len(op_id)))
+    j = _first((vals < 0) | (vals >= n_total))
     if j is not None:
         raise cx.fail(int(parent[j]), f"depends on op {int(vals[j])}, which is not in the trace "
-                      f"({len(op_id)} ops)")
+                      f"({n_total} ops)")
     j = _first(vals >= op_id[parent])
     if j is not None:
         raise cx.fail(int(parent[j]), f"depends on op {int(vals[j])}, which is not an earlier "
@@ -425,3 +435,58 @@ def _check_extra(table: pa.Table, cx: _Ctx, kinds: np.ndarray) -> None:
     if big is not None:
         raise cx.fail(int(comp[big]), f"composite of {tiles[big]:.3g} tiles, more than {MAX_TILES} "
                       "(m, n, k against the tile shape)")
+
+
+class IpcqPairs:
+    """The IPCQ pairing of a trace validated in batches: each batch's sends and receives
+    (row, match) are kept, and ``check(source)`` runs ``_check_ipcq``'s tests over them once
+    (``source``: an ``OpSource``, for each row's kind and to name a failing op)."""
+
+    def __init__(self) -> None:
+        self.rows: list[np.ndarray] = []
+        self.send: list[np.ndarray] = []
+        self.match: list[np.ndarray] = []
+        self.has: list[np.ndarray] = []
+
+    def add(self, table: pa.Table, kinds: np.ndarray, first_row: int) -> None:
+        send, recv = kinds == "send", kinds == "recv"
+        sel = np.flatnonzero(send | recv)
+        if not len(sel):
+            return
+        col = table.column("match_op_id").combine_chunks()
+        self.rows.append(sel + first_row)
+        self.send.append(send[sel])
+        self.match.append(_np(col, -1).astype(np.int64)[sel])
+        self.has.append(~col.is_null().to_numpy(zero_copy_only=False)[sel])
+
+    def check(self, source: Any) -> None:
+        if not self.rows:
+            return
+        rows_all, send = np.concatenate(self.rows), np.concatenate(self.send)
+        m_all, has = np.concatenate(self.match), np.concatenate(self.has)
+
+        def fail(row: int, what: str) -> ReplayError:
+            o = source.fetch([row])[row]
+            return ReplayError(f"ops.parquet: op {o.op_id} ({o.kind}, launch {o.launch}, "
+                               f"program {o.program}, seq {o.seq}): {what}; {_FIX}")
+
+        rows, mm = rows_all[has], m_all[has]
+        j = _first((mm < 0) | (mm >= source.n))
+        if j is not None:
+            raise fail(int(rows[j]), f"its IPCQ match is op {int(mm[j])}, which is not in the "
+                       "trace")
+        kind_of = np.array(source.kind_values, dtype=object)[source.kinds[mm]]
+        other = np.where(send[has], "recv", "send")
+        j = _first(kind_of != other)
+        if j is not None:
+            raise fail(int(rows[j]), f"its IPCQ match op {int(mm[j])} is a {kind_of[j]}, not "
+                       f"a {other[j]} (sends and receives must be paired)")
+        back = m_all[np.searchsorted(rows_all, mm)]
+        j = _first(back != rows)
+        if j is not None:
+            raise fail(int(rows[j]), f"its IPCQ match op {int(mm[j])} is matched with op "
+                       f"{int(back[j])} (sends and receives must be paired one to one)")
+        n_send = int(send.sum())
+        n_recv = len(send) - n_send
+        if n_send != n_recv and has.all():
+            raise fail(int(rows_all[0]), f"{n_send} IPCQ sends but {n_recv} receives")

@@ -1,0 +1,131 @@
+"""Replay reads its trace once in batches and feeds each program's ops as it runs (issue 22):
+the records alive at a time are bounded by the feed chunk, not by the trace, and nothing in
+the outputs depends on how the trace was chunked."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from kbtrace import schema
+from kbtrace._io import ROW_GROUP_SIZE, write_table
+from kbtrace.replay import ReplayOptions, replay, source
+from kbtrace.replay.ops import Op
+from kbtrace.replay.recorder import Recorder
+from kbtrace.replay.source import OpSource
+from kbtrace.topology import compile_topology
+from test_replay_util import TOPO_DIR, SynthTrace, hbm, load
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return compile_topology(TOPO_DIR / "tiny.yaml")
+
+
+def _two_programs(tiny, n: int) -> SynthTrace:
+    """``n`` loads on each of two PEs, interleaved in op_id order as capture may write them."""
+    rows = []
+    for i in range(n):
+        for pe in (0, 1):
+            rows.append(load(hbm(0, 0, pe, tiny, (i % 8) * 4096), 4096,
+                             pe=pe, program=pe, seq=i))
+    return SynthTrace(rows, name=f"two{n}")
+
+
+def test_feed_gives_a_programs_ops_in_seq_order_a_chunk_at_a_time(tiny, monkeypatch):
+    monkeypatch.setattr(source, "FEED_ROWS", 16)
+    src = OpSource(_two_programs(tiny, 100).ops())
+    try:
+        assert src.n == 200 and sorted(src.progs) == [(0, 0), (0, 1)]
+        assert src.used == {(0, 0, 0), (0, 0, 1)} and src.first == {0: 0}
+        feed = src.feed(0, 1)
+        assert len(feed) == 100 and feed.coord == (0, 0, 1)
+        seen = []
+        for i in range(len(feed)):
+            seen.append(feed[i].op_id)
+            assert len(feed._ops) <= 16          # one chunk of records at a time
+        assert seen == list(range(1, 200, 2))
+        with pytest.raises(IndexError):
+            feed[0]                              # consumed: records are not kept
+    finally:
+        src.close()
+    assert not src._spill.exists()
+
+
+def test_program_out_of_seq_order_is_sorted_whole(tiny):
+    rows = [load(hbm(0, 0, 0, tiny, i * 4096), 4096, seq=s) for i, s in
+            enumerate((2, 0, 1, 1))]
+    src = OpSource(SynthTrace(rows).ops())
+    try:
+        feed = src.feed(0, 0)
+        assert [feed[i].op_id for i in range(4)] == [1, 2, 3, 0]   # stable by seq
+    finally:
+        src.close()
+
+
+def test_records_alive_are_bounded_by_the_feed_not_the_trace(tiny, tmp_path, monkeypatch):
+    """Mid-run, far fewer ``Op`` records exist than the trace has ops."""
+    monkeypatch.setattr(source, "FEED_ROWS", 8)
+    tr = _two_programs(tiny, 400)
+    alive = []
+
+    def probe(p):
+        alive.append(sum(type(o) is Op for o in gc.get_objects()))
+
+    import kbtrace.replay.engine as engine
+    monkeypatch.setattr(engine, "PROGRESS_EVERY", 256)
+    replay(tr, tiny, ReplayOptions(out_dir=str(tmp_path / "run")), progress=probe)
+    assert len(alive) > 3 and max(alive) < 100, alive      # 800 ops in the trace
+
+
+def test_outputs_do_not_depend_on_the_chunking(tiny, tmp_path, monkeypatch):
+    tr = _two_programs(tiny, 60)
+    runs = []
+    for rows in (4, 1 << 8):
+        monkeypatch.setattr(source, "FEED_ROWS", rows)
+        monkeypatch.setattr(source, "READ_ROWS", rows * 3)
+        runs.append(replay(tr, tiny, ReplayOptions(out_dir=str(tmp_path / f"r{rows}"))).run_dir)
+    for f in ("op_timing.parquet", "hops.parquet"):
+        assert (runs[0] / f).read_bytes() == (runs[1] / f).read_bytes(), f
+
+
+def test_op_timing_streamed_is_the_table_written_whole(tmp_path):
+    """More than one row group, engines first used out of op_id order: the streamed file is
+    byte for byte what writing one whole, sorted table gave."""
+    n = ROW_GROUP_SIZE + 4_500
+    rng = np.random.default_rng(7)
+    names = [f"sip0.cube0.pe{i}.dma" for i in range(5)]
+    rec = Recorder(tmp_path, n, 1, 1024)
+    done = rng.permutation(n)                            # completion order
+    eng = rng.integers(0, 5, n)
+    for i in done.tolist():
+        rec.op_done(i, 1.0, 2.0, 3.0, names[eng[i]])
+    rec.t_issue[:] = rng.random(n)
+    rec.t_start[:] = rng.random(n)
+    rec.t_end[:] = rng.random(n)
+    rec.queue[:] = rng.random(n)
+    ids = pa.table({
+        "op_id": pa.array(np.arange(n), pa.int64()), "launch": pa.array(np.zeros(n, np.int32)),
+        "program": pa.array(np.arange(n, dtype=np.int32) % 3), "sip": pa.array(np.zeros(n, np.int16)),
+        "cube": pa.array(np.zeros(n, np.int16)), "pe": pa.array(np.zeros(n, np.int16)),
+        "seq": pa.array(np.arange(n, dtype=np.int32)),
+        "kind": pa.array(np.where(np.arange(n) % 2, "load", "dot")).dictionary_encode(),
+        "name": pa.array(np.where(np.arange(n) % 3, "load", "dot")).dictionary_encode(),
+        "nbytes": pa.array(np.arange(n) * 4, pa.int64())})
+    rec.write_op_timing(tmp_path / "streamed.parquet", ids.to_batches(10_000))
+    engine = [names[e] for e in eng.tolist()]
+    whole = pa.table({**{c: ids.column(c) for c in ids.column_names if c != "nbytes"},
+                      "engine": pa.array(engine, pa.string()).dictionary_encode(),
+                      "t_issue_ns": rec.t_issue, "t_start_ns": rec.t_start,
+                      "t_end_ns": rec.t_end, "queue_ns": rec.queue,
+                      "nbytes": ids.column("nbytes")}).sort_by("op_id")
+    whole = pa.Table.from_arrays([whole.column(f.name).cast(f.type) for f in schema.OP_TIMING],
+                                 schema=schema.OP_TIMING)
+    write_table(tmp_path / "whole.parquet", whole)
+    assert pq.ParquetFile(tmp_path / "streamed.parquet").metadata.num_row_groups == 2
+    assert (tmp_path / "streamed.parquet").read_bytes() == (tmp_path / "whole.parquet").read_bytes()
+    rec.hops.abort()
