@@ -8,8 +8,8 @@ kbtrace runs the same code as pure Python where it is not built (saying so once;
 The reference sources stay the readable ``.py`` files (``replay/fabric/booking.py``,
 ``fast.py``); Cython compiles copies of them under other module names (``_booking_c``,
 ``_fair_c``, ``_fast_c``), generated into ``build/kbtrace-core/`` with the imports between them pointed
-at the compiled twins, the types of ``booking.pxd`` (Cython's pure-Python mode: an
-augmenting ``.pxd`` beside the ``.py``), and the SHA-256 of the reference source appended
+at the compiled twins, the types of ``booking.pxd`` and ``fair.pxd`` (Cython's pure-Python
+mode: an augmenting ``.pxd`` beside the ``.py``), and the SHA-256 of the reference source appended
 (``SOURCE_SHA256``), so a compiled module older than its source is recognised and not used.
 """
 

@@ -369,13 +369,18 @@ def _cum_at(pcs: list, taus: list) -> list:
     n = len(pcs)
     acc = 0.0
     for x in taus:
-        while k < n and pcs[k][1] <= x:
-            acc += pcs[k][2] * (pcs[k][1] - pcs[k][0])
+        while k < n:
+            a, b, r = pcs[k]
+            if b > x:
+                break
+            acc += r * (b - a)
             k += 1
-        if k < n and pcs[k][0] < x:
-            out.append(acc + pcs[k][2] * (x - pcs[k][0]))
-        else:
-            out.append(acc)
+        if k < n:
+            a, b, r = pcs[k]
+            if a < x:
+                out.append(acc + r * (x - a))
+                continue
+        out.append(acc)
     return out
 
 
@@ -390,7 +395,9 @@ def share_fifo(lt: list[float], lr: list[float], t0: float, streams: list) -> li
     share)`` pieces, when all its work has been served, and when ``head_work`` of it had
     (-1.0 if ``head_work`` is 0)."""
     m = len(streams)
-    ups = [_unserved(arr, w, d) for arr, w, d, _hw in streams]
+    ups = []
+    for st in streams:
+        ups.append(_unserved(st[0], st[1], st[2]))
     pts = {t0}
     for up in ups:
         for a, b, _r in up:
@@ -401,27 +408,10 @@ def share_fifo(lt: list[float], lr: list[float], t0: float, streams: list) -> li
     # U(tau): the unserved work of all streams arrived by tau, at the breakpoints
     us = [0.0] * nt
     for up in ups:
-        for k, x in enumerate(_cum_at(up, taus)):
-            us[k] += x
+        cum = _cum_at(up, taus)
+        for k in range(nt):
+            us[k] += cum[k]
     total = us[-1]
-
-    def big_u(tau: float) -> float:
-        k = bisect_right(taus, tau) - 1
-        if k < 0:
-            return 0.0
-        if k + 1 >= nt:
-            return total
-        return us[k] + (us[k + 1] - us[k]) * (tau - taus[k]) / (taus[k + 1] - taus[k])
-
-    def tau_of(u: float) -> float:              # the earliest tau with U(tau) >= u
-        k = bisect_left(us, u)
-        if k == 0:
-            return taus[0]
-        if k >= nt:
-            return taus[-1]
-        u0, u1 = us[k - 1], us[k]
-        return taus[k - 1] + (taus[k] - taus[k - 1]) * (u - u0) / (u1 - u0)
-
     tiny = 1e-12 * (total if total > 1.0 else 1.0)
     # S(t): work served from t0 on, at the spare bandwidth, no faster than it arrives
     ts = [t0]
@@ -445,7 +435,7 @@ def share_fifo(lt: list[float], lr: list[float], t0: float, streams: list) -> li
         if j < nt and taus[j] < nxt:
             nxt = taus[j]
         rr = 0.0 if j == 0 or j >= nt else (us[j] - us[j - 1]) / (taus[j] - taus[j - 1])
-        q = big_u(t) - s
+        q = _big_u(taus, us, total, t) - s
         if c == 0.0:
             rate = 0.0
         elif q > tiny:
@@ -466,33 +456,30 @@ def share_fifo(lt: list[float], lr: list[float], t0: float, streams: list) -> li
         t = nxt
         ts.append(t)
         ss.append(s)
-
-    def t_of(u: float) -> float:                # when the work at position u was served
-        i = bisect_left(ss, u - tiny)
-        if i == 0:
-            return ts[0]
-        if i >= len(ss):
-            return ts[-1]
-        s0, s1 = ss[i - 1], ss[i]
-        if s1 <= s0:
-            return ts[i]
-        x = ts[i - 1] + (ts[i] - ts[i - 1]) * (u - s0) / (s1 - s0)
-        return x if x < ts[i] else ts[i]
-
     # pieces are linear between the moments the served work passes a breakpoint of U
-    grid = sorted(set(ts) | {t_of(x) for x in us if 0.0 < x < total})
-    tau_g = [tau_of(_s_at(ts, ss, x)) for x in grid]
-    order = sorted(range(len(grid)), key=tau_g.__getitem__)
+    gs = set(ts)
+    for x in us:
+        if 0.0 < x < total:
+            gs.add(_t_of(ts, ss, tiny, x))
+    grid = sorted(gs)
+    ng = len(grid)
+    tau_g = []
+    for x in grid:
+        tau_g.append(_tau_of(taus, us, _s_at(ts, ss, x)))
+    order = sorted(range(ng), key=tau_g.__getitem__)
+    tau_o = []
+    for g in order:
+        tau_o.append(tau_g[g])
     out = []
     for i in range(m):
         arr, w, d, hw = streams[i]
         up = ups[i]
-        srt = _cum_at(up, [tau_g[g] for g in order])
-        cum = [0.0] * len(grid)
-        for g, x in zip(order, srt, strict=True):
-            cum[g] = x
+        srt = _cum_at(up, tau_o)
+        cum = [0.0] * ng
+        for g in range(ng):
+            cum[order[g]] = srt[g]
         pcs: list = []
-        for g in range(1, len(grid)):
+        for g in range(1, ng):
             dt = grid[g] - grid[g - 1]
             dw = cum[g] - cum[g - 1]
             if dw > tiny and dt > 0.0:
@@ -505,8 +492,9 @@ def share_fifo(lt: list[float], lr: list[float], t0: float, streams: list) -> li
                 else:
                     pcs.append((grid[g - 1], grid[g], r))
         if up:
-            end = t_of(big_u(up[-1][1]))
-            head = t_of(big_u(_when(arr, w, d + hw))) if hw > 0.0 else -1.0
+            end = _t_of(ts, ss, tiny, _big_u(taus, us, total, up[-1][1]))
+            head = (_t_of(ts, ss, tiny, _big_u(taus, us, total, _when(arr, w, d + hw)))
+                    if hw > 0.0 else -1.0)
         else:
             end, head = t0, -1.0
         out.append((pcs, end, head))
@@ -515,6 +503,44 @@ def share_fifo(lt: list[float], lr: list[float], t0: float, streams: list) -> li
             if b > a:
                 add_shares(lt, lr, a, b, (r,))
     return out
+
+
+def _big_u(taus: list[float], us: list[float], total: float, tau: float) -> float:
+    """``share_fifo``'s U(tau): the unserved work arrived by ``tau`` (``us`` at ``taus``)."""
+    k = bisect_right(taus, tau) - 1
+    if k < 0:
+        return 0.0
+    if k + 1 >= len(taus):
+        return total
+    return us[k] + (us[k + 1] - us[k]) * (tau - taus[k]) / (taus[k + 1] - taus[k])
+
+
+def _tau_of(taus: list[float], us: list[float], u: float) -> float:
+    """The earliest tau with U(tau) >= ``u``."""
+    nt = len(taus)
+    k = bisect_left(us, u)
+    if k == 0:
+        return taus[0]
+    if k >= nt:
+        return taus[-1]
+    u0 = us[k - 1]
+    u1 = us[k]
+    return taus[k - 1] + (taus[k] - taus[k - 1]) * (u - u0) / (u1 - u0)
+
+
+def _t_of(ts: list[float], ss: list[float], tiny: float, u: float) -> float:
+    """When the work at position ``u`` was served (S(t) as ``ts`` / ``ss``)."""
+    i = bisect_left(ss, u - tiny)
+    if i == 0:
+        return ts[0]
+    if i >= len(ss):
+        return ts[-1]
+    s0 = ss[i - 1]
+    s1 = ss[i]
+    if s1 <= s0:
+        return ts[i]
+    x = ts[i - 1] + (ts[i] - ts[i - 1]) * (u - s0) / (s1 - s0)
+    return x if x < ts[i] else ts[i]
 
 
 def _s_at(ts: list[float], ss: list[float], t: float) -> float:

@@ -2,8 +2,8 @@
 
 Fast mode books a transfer when it starts (``fast.FastFabric``). A multi-flit transfer to
 a node without an HBM commit (a read's data, an IPCQ payload) is also a ``Flow``: what it
-booked on each link is kept (``Flow.links``: per hop ``[start, lone end, share, pieces,
-tail, arrival]``), registered with the link (``FastFabric.link_flows``), and its hop rows
+booked on each link is kept (``Flow.links``: per hop a ``Booked`` record: start, lone
+end, share, pieces, tail, arrival), registered with the link (``FastFabric.link_flows``), and its hop rows
 wait for its completion (``Flow.segs``), which is one event that can move (``Flow.ev``).
 
 When a stream reaches a link that has not the bandwidth it needs (``FastFabric._stream``)
@@ -30,7 +30,8 @@ from kbtrace.replay.fabric.base import after
 from kbtrace.replay.fabric.booking import share_fifo, unbook
 from kbtrace.replay.intervals import TIME_EPS
 
-__all__ = ["Flow", "fair_hop", "incumbents", "expand", "coarse", "ARRIVAL_PIECES"]
+__all__ = ["Flow", "Booked", "book", "fair_hop", "incumbents", "prune_flows", "expand", "coarse",
+           "ARRIVAL_PIECES"]
 
 #: a flow's arrival at a link is described by at most this many pieces (``coarse``)
 ARRIVAL_PIECES = 16
@@ -54,7 +55,9 @@ def coarse(pcs: list, k: int) -> list:
     for a, b, r in pcs:
         acc += r * (b - a)
         if acc >= goal - 1e-12 * total and len(out) < k - 1:
-            done = sum(r2 * (b2 - a2) for a2, b2, r2 in out) if out else 0.0
+            done = 0.0
+            for a2, b2, r2 in out:
+                done += r2 * (b2 - a2)
             if b > start:
                 out.append((start, b, (acc - done) / (b - start)))
             start = b
@@ -78,13 +81,14 @@ class Flow:
         self.ev: Any = None
         self.segs: list[tuple] = []       # ("P", plan, h, t, done, n) | ("R", row)
         self.rows: list[tuple] | None = None   # explicit rows, once moved or evicted
-        self.links: dict[int, list] = {}
+        self.links: list[Booked | None] = [None] * len(rt.links)   # per hop, where booked
         self.fin = False
         self.tt = 0.0
 
     def done(self, _ev: Any) -> None:
         """The completion event fired: record the rows."""
         self.fin = True
+        self.links = []     # (its bookings refer to it: no cycle left for the GC to find)
         fab = self.fab
         fab.live.pop(id(self), None)
         rec = fab.rec
@@ -103,6 +107,54 @@ class Flow:
             rec.transfer(self.op_id, self.tile, pl.pid, h, t, dn, n)
         if run:
             rec.rows(run)
+
+
+class Booked:
+    """What flow ``f`` booked on the link of its hop ``j``: from ``s``, alone until ``e`` at the
+    share ``r`` of ``busy`` ns of work; the ``pieces`` it is served as (``(start, end,
+    share)``, as booked), when its ``tail`` leaves, and its ``arrival`` there (pieces too;
+    ``a_end``: when all of it has arrived). A flow books one per link of its path, so the
+    two piece lists are made only when asked for (``pieces()``, ``arrival()``): until a
+    stream meets the flow they are ``[(s, e, r)]`` and ``[(s, s + busy / r, r)]``."""
+    __slots__ = ("f", "j", "s", "e", "r", "busy", "tail", "a_end", "pcs", "arr")
+
+    def pieces(self) -> list:
+        if self.pcs is None:
+            self.pcs = [(self.s, self.e, self.r)]
+        return self.pcs
+
+    def arrival(self) -> list:
+        if self.arr is None:
+            self.arr = [(self.s, self.s + self.busy / self.r, self.r)]
+        return self.arr
+
+    def arrive(self, arr: list) -> None:
+        """It now arrives as ``arr``."""
+        self.arr = arr
+        self.a_end = arr[-1][1]
+
+
+def book(link_flows: list, f: Flow, j: int, s: float, e: float, busy: float,
+         pcs: list | None, tail: float) -> None:
+    """Flow ``f`` took the share ``busy / (e - s)`` of hop ``j``'s link from ``s`` (alone
+    until ``e``), served as ``pcs`` (None: ``[(s, e, share)]``), its tail leaving at
+    ``tail``: note it with the flow and the link."""
+    r = busy / (e - s)
+    if r > 1.0:
+        r = 1.0
+    b = Booked.__new__(Booked)
+    b.f = f
+    b.j = j
+    b.s = s
+    b.e = e
+    b.r = r
+    b.busy = busy
+    b.pcs = pcs
+    b.tail = tail
+    b.arr = None
+    b.a_end = s + busy / r
+    f.links[j] = b
+    link_flows[f.rt.links[j]].append(b)
 
 
 def _not_before(arr: list, t: float) -> list:
@@ -164,23 +216,36 @@ def expand(f: Flow) -> list[tuple]:
 
 
 def incumbents(link_flows: list, li: int, f: Flow | None, h: float, now: float) -> list:
-    """The flows booked on link ``li`` that are still arriving there after ``h`` (what
-    arrived before is served first anyway), ``f`` excepted; the link's list drops those all
-    arrived by ``now`` (they can meet no one there any more)."""
+    """The bookings (``Booked``) on link ``li`` of flows still arriving there after ``h``
+    (what arrived before is served first anyway), ``f``'s excepted, in the order they were
+    booked; the link's list drops those of flows complete or all arrived by ``now`` (they
+    can meet no one there any more)."""
     inc = []
-    keep = []
-    for x in link_flows[li]:
-        g, jg = x
-        if g.fin:
+    lst = link_flows[li]
+    w = 0
+    hi = h + TIME_EPS
+    for b in lst:
+        if b.f.fin or b.a_end <= now:
             continue
-        a_end = g.links[jg][5][-1][1]
-        if a_end <= now:
-            continue
-        keep.append(x)
-        if a_end > h + TIME_EPS and g is not f:
-            inc.append(x)
-    link_flows[li] = keep
+        lst[w] = b
+        w += 1
+        if b.a_end > hi and b.f is not f:
+            inc.append(b)
+    del lst[w:]
     return inc
+
+
+def prune_flows(link_flows: list, now: float) -> None:
+    """Every link's list drops the bookings of flows complete or all arrived by ``now``."""
+    for lst in link_flows:
+        if lst:
+            w = 0
+            for b in lst:
+                if b.f.fin or b.a_end <= now:
+                    continue
+                lst[w] = b
+                w += 1
+            del lst[w:]
 
 
 def fair_hop(fab: Any, rt: Any, j: int, h: float, t: float, inc: list,
@@ -199,21 +264,19 @@ def fair_hop(fab: Any, rt: Any, j: int, h: float, t: float, inc: list,
         rho = 1.0
     streams = []
     kept = []
-    for g, jg in inc:
-        rec = g.links[jg]
-        gw = g.rt.busy[jg]
-        d = unbook(liv, lr, rec[3], h)
-        kept.append([(a, b if b < h else h, r) for a, b, r in rec[3] if a < h])
-        streams.append([rec[5], gw, d, 0.0])
+    for b in inc:
+        pcs = b.pieces()
+        d = unbook(liv, lr, pcs, h)
+        kept.append([(a, z if z < h else h, r) for a, z, r in pcs if a < h])
+        streams.append([b.arrival(), b.busy, d, 0.0])
     streams.append([[(h, h + busy / rho, rho)], busy, 0.0, hd_d * rho])
     res = share_fifo(liv, lr, h, streams)
-    for (g, jg), kp, (pcs, end, _hd) in zip(inc, kept, res[:-1], strict=True):
-        rec = g.links[jg]
-        rec[3] = kp + pcs
-        tail = end if end > rec[1] else rec[1]
-        if tail > rec[4] + TIME_EPS:
-            rec[4] = tail
-            _push(fab, g, jg, tail, h)
+    for b, kp, (pcs, end, _hd) in zip(inc, kept, res[:-1], strict=True):
+        b.pcs = kp + pcs
+        tail = end if end > b.e else b.e
+        if tail > b.tail + TIME_EPS:
+            b.tail = tail
+            _push(fab, b.f, b.j, tail, h)
     pcs, end, head = res[-1]
     start = pcs[0][0] if pcs else h
     if head < 0.0:
@@ -221,8 +284,7 @@ def fair_hop(fab: Any, rt: Any, j: int, h: float, t: float, inc: list,
     tl = t + last_d
     tail = end if end > tl else tl
     if f is not None:
-        f.links[j] = [h, e, rho, pcs, tail, [(h, h + busy / rho, rho)]]
-        fab.link_flows[rt.links[j]].append((f, j))
+        book(fab.link_flows, f, j, h, e, busy, pcs, tail)
     return start, head, tail
 
 
@@ -240,9 +302,10 @@ def _push(fab: Any, g: Flow, j0: int, tail: float, t_from: float) -> None:
     tcur = tail + hops[j0][8]
     rows[j0] = r0[:6] + (tcur,) + r0[7:]
     n = len(rt.links)
+    links = g.links
     for j in range(j0 + 1, n):
         _niv, _ov, _liv, _lr, mode, _hd, _body, last_d, p = hops[j]
-        rec = g.links.get(j)
+        rec = links[j]
         rw = rows[j]
         if rec is None or mode != 2:            # (a link without bandwidth)
             x = rw[5] if rw[5] > tcur else tcur
@@ -251,19 +314,19 @@ def _push(fab: Any, g: Flow, j0: int, tail: float, t_from: float) -> None:
                 tcur = rw[6]
             rows[j] = rw[:6] + (tcur,) + rw[7:]
             continue
-        tin = tcur if tcur > rec[0] else rec[0]
-        if tin + last_d <= rec[4] + TIME_EPS:     # its booking there still holds it
+        tin = tcur if tcur > rec.s else rec.s
+        if tin + last_d <= rec.tail + TIME_EPS:     # its booking there still holds it
             return
-        prev = g.links.get(j - 1)
+        prev = links[j - 1]
         if prev is not None:            # it arrives as it left the link before
             p0 = hops[j - 1][8]
             k = rt.busy[j] / rt.busy[j - 1]
-            src = prev[3] if j - 1 == j0 else prev[5]
+            src = prev.pieces() if j - 1 == j0 else prev.arrival()
             arr = coarse([(a + p0, b + p0, r * k) for a, b, r in src], ARRIVAL_PIECES)
-            rec[5] = _not_before(arr, rec[0])
+            rec.arrive(_not_before(arr, rec.s))
         tl = tin + last_d
-        tj = rec[4] if rec[4] > tl else tl
-        rec[4] = tj
+        tj = rec.tail if rec.tail > tl else tl
+        rec.tail = tj
         tcur = tj + p
         rows[j] = rw[:6] + (tcur,) + rw[7:]
     rw = rows[n]

@@ -12,7 +12,7 @@ from simpy.events import NORMAL  # the priority of a Timeout
 
 from kbtrace.replay.fabric.base import Fabric, _Ev, after
 from kbtrace.replay.fabric.booking import fit_rate, prune_rate, serve, take, take_rate, unreserve
-from kbtrace.replay.fabric.fair import Flow, expand, fair_hop, incumbents
+from kbtrace.replay.fabric.fair import Booked, Flow, book, expand, fair_hop, incumbents, prune_flows
 from kbtrace.replay.hbm import HbmController
 from kbtrace.replay.intervals import TIME_EPS
 from kbtrace.replay.intervals import prune as _prune
@@ -198,7 +198,7 @@ class FastFabric(Fabric):
             h.pc_iv = [[] for _ in range(h.n_pcs)]
         self.held = 0
         self.evictions = 0
-        self.link_flows: list[list[tuple[Flow, int]]] = [[] for _ in topo.links]
+        self.link_flows: list[list[Booked]] = [[] for _ in topo.links]
         self.live: dict[int, Flow] = {}     # flows not yet complete (fair)
         self._f: Flow | None = None         # the flow being booked, if it is one
 
@@ -324,7 +324,7 @@ class FastFabric(Fabric):
                     elif not take_rate(iv, lr, s, e, bz):  # not enough bandwidth to spare
                         break
                     if f is not None and lr is not None:
-                        self._booked(f, pl.j0 + pl.res_hop[k], s, e, bz)
+                        book(self.link_flows, f, pl.j0 + pl.res_hop[k], s, e, bz, None, e)
                     k += 1
                 else:
                     hh = h + pl.h_end
@@ -396,7 +396,8 @@ class FastFabric(Fabric):
                         unreserve(niv, h + H0)
                     break
                 if self._f is not None:
-                    self._booked(self._f, j, h + H, x if x > e else e, rt.busy[j])
+                    book(self.link_flows, self._f, j, h + H, x if x > e else e, rt.busy[j], None,
+                         x if x > e else e)
                 A, B, H = A + last_d, max(B, H + body) + last_d, H + hd_d
             elif mode == 1:
                 if not take_rate(liv, lr, h + H, h + (H + hd_d), rt.busy[j]):
@@ -524,14 +525,6 @@ class FastFabric(Fabric):
         self.live[id(f)] = f
         return f
 
-    def _booked(self, f: Flow, j: int, s: float, e: float, busy: float) -> None:
-        """Flow ``f`` took the share ``busy / (e - s)`` of hop ``j``'s link over ``[s, e]``."""
-        r = busy / (e - s)
-        if r > 1.0:
-            r = 1.0
-        f.links[j] = [s, e, r, [(s, e, r)], e, [(s, s + busy / r, r)]]
-        self.link_flows[f.rt.links[j]].append((f, j))
-
     def _rows(self, rows: list[tuple]) -> None:
         f = self._f
         if f is None:
@@ -565,7 +558,7 @@ class FastFabric(Fabric):
         e += last_d
         if take_rate(liv, lr, h, e, busy):
             if f is not None:
-                self._booked(f, j, h, e, busy)
+                book(self.link_flows, f, j, h, e, busy, None, e)
             return h, h + hd_d, e
         inc = incumbents(self.link_flows, li, f, h, now)
         if inc:
@@ -574,18 +567,11 @@ class FastFabric(Fabric):
             return fit_rate(liv, lr, now, h, hd_d, body, t, last_d, busy)
         pcs: list = []
         s, hd, td = fit_rate(liv, lr, now, h, hd_d, body, t, last_d, busy, pcs)
-        r = busy / (e - h)
-        if r > 1.0:
-            r = 1.0
-        f.links[j] = [h, e, r, pcs, td, [(h, h + busy / r, r)]]
-        self.link_flows[li].append((f, j))
+        book(self.link_flows, f, j, h, e, busy, pcs, td)
         return s, hd, td
 
     def _prune_all(self, now: float) -> None:
-        for k, fl in enumerate(self.link_flows):
-            if fl:
-                self.link_flows[k] = [x for x in fl
-                                      if not x[0].fin and x[0].links[x[1]][5][-1][1] > now]
+        prune_flows(self.link_flows, now)
         for iv in self.node_iv:
             if len(iv) > 64:
                 _prune(iv, now)

@@ -1,0 +1,56 @@
+# Types for the compiled twin of fair.py (Cython's pure-Python mode: this augmenting .pxd
+# types its classes, functions and their locals; fair.py itself stays plain Python and is
+# what runs interpreted). setup.py copies it beside the generated _fair_c.py.
+import cython
+
+cdef class Flow:
+    cdef public object fab, rt, op_id, tile, ev, rows
+    cdef public double ack, tt
+    cdef public list segs, links
+    cdef public bint fin
+
+cdef class Booked:
+    cdef public Flow f
+    cdef public Py_ssize_t j
+    cdef public double s, e, r, busy, tail, a_end
+    cdef public object pcs, arr
+    cpdef list pieces(self)
+    cpdef list arrival(self)
+    cpdef arrive(self, list arr)
+
+@cython.locals(total=cython.double, acc=cython.double, start=cython.double,
+               step=cython.double, goal=cython.double, done=cython.double, end=cython.double,
+               a=cython.double, b=cython.double, r=cython.double,
+               a2=cython.double, b2=cython.double, r2=cython.double)
+cpdef list coarse(list pcs, Py_ssize_t k)
+
+@cython.locals(r=cython.double, b=Booked)
+cpdef book(list link_flows, Flow f, Py_ssize_t j, double s, double e, double busy, pcs,
+           double tail)
+
+@cython.locals(early=cython.double, a=cython.double, b=cython.double, r=cython.double,
+               d=cython.double, b2=cython.double, out=list)
+cpdef list _not_before(list arr, double t)
+
+@cython.locals(b=Booked, lst=list, w=cython.Py_ssize_t, hi=cython.double, inc=list)
+cpdef list incumbents(list link_flows, Py_ssize_t li, f, double h, double now)
+
+@cython.locals(b=Booked, lst=list, w=cython.Py_ssize_t)
+cpdef prune_flows(list link_flows, double now)
+
+@cython.locals(busy=cython.double, e=cython.double, rho=cython.double, hd_d=cython.double,
+               body=cython.double, last_d=cython.double, b=Booked, d=cython.double,
+               end=cython.double, head=cython.double, start=cython.double, tl=cython.double,
+               tail=cython.double, streams=list, kept=list, kp=list, pcs=list,
+               a=cython.double, z=cython.double, r=cython.double)
+cpdef tuple fair_hop(fab, rt, Py_ssize_t j, double h, double t, list inc, f)
+
+@cython.locals(rows=list, r0=tuple, rw=tuple, tcur=cython.double, n=cython.Py_ssize_t,
+               j=cython.Py_ssize_t, mode=cython.int, last_d=cython.double, p=cython.double,
+               rec=Booked, prev=Booked, x=cython.double, tin=cython.double,
+               p0=cython.double, k=cython.double, tl=cython.double, tj=cython.double,
+               links=list, src=list, a=cython.double, b=cython.double, r=cython.double)
+cpdef _push(fab, Flow g, Py_ssize_t j0, double tail, double t_from)
+
+@cython.locals(old=object)
+cpdef _move(fab, Flow g, double tt)
