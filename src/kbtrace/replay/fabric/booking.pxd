@@ -52,6 +52,7 @@ cpdef list _unserved(list arr, double w, double d)
                n=cython.Py_ssize_t, j=cython.Py_ssize_t, i=cython.Py_ssize_t,
                g=cython.Py_ssize_t, ng=cython.Py_ssize_t, guard=cython.long,
                total=cython.double, tiny=cython.double, t=cython.double, s=cython.double,
+               flat=cython.double,
                c=cython.double, nxt=cython.double, rr=cython.double, q=cython.double,
                rate=cython.double, x=cython.double, dt=cython.double, dw=cython.double,
                r=cython.double, a=cython.double, b=cython.double, end=cython.double,

@@ -413,9 +413,12 @@ def share_fifo(lt: list[float], lr: list[float], t0: float, streams: list) -> li
             us[k] += cum[k]
     total = us[-1]
     tiny = 1e-12 * (total if total > 1.0 else 1.0)
-    # S(t): work served from t0 on, at the spare bandwidth, no faster than it arrives
+    # S(t): work served from t0 on, at the spare bandwidth, no faster than it arrives; of a
+    # run of steps serving nothing (the link full), only its first and last moments are kept
+    # (S is flat between them: the other moments would change no result)
     ts = [t0]
     ss = [0.0]
+    flat = -1.0                 # the last moment of a run serving nothing, not kept yet
     n = len(lt)
     k = bisect_right(lt, t0) - 1
     t = t0
@@ -450,11 +453,22 @@ def share_fifo(lt: list[float], lr: list[float], t0: float, streams: list) -> li
             raise RuntimeError("share_fifo: a stream can never be served")
         if nxt <= t:                # below the clock's resolution at t: the next tick
             nxt = nextafter(t, _INF)
+        if rate == 0.0:
+            t = nxt
+            flat = t
+            continue
+        if flat >= 0.0:
+            ts.append(flat)
+            ss.append(s)
+            flat = -1.0
         s += rate * (nxt - t)
         if s > total:
             s = total
         t = nxt
         ts.append(t)
+        ss.append(s)
+    if flat >= 0.0:
+        ts.append(flat)
         ss.append(s)
     # pieces are linear between the moments the served work passes a breakpoint of U
     gs = set(ts)
