@@ -72,3 +72,8 @@ cpdef double _t_of(list ts, list ss, double tiny, double u) except? -1.0
 
 @cython.locals(i=cython.Py_ssize_t)
 cpdef double _s_at(list ts, list ss, double t)
+
+@cython.locals(k=cython.Py_ssize_t, i=cython.Py_ssize_t, iv=list, lr=list, S=cython.double,
+               A=cython.double, B=cython.double, bz=cython.double, s=cython.double,
+               e=cython.double, x=cython.double, r=cython.double)
+cpdef Py_ssize_t take_plan(tuple res, double h, double t) except -1

@@ -18,8 +18,8 @@ from typing import Any
 from kbtrace.replay.intervals import TIME_EPS
 from kbtrace.replay.intervals import prune as _prune
 
-__all__ = ["RATE_EPS", "serve", "take", "unreserve", "take_rate", "add_shares", "fit_rate",
-           "prune_rate", "unbook", "share_fifo"]
+__all__ = ["RATE_EPS", "serve", "take", "unreserve", "take_rate", "take_plan", "add_shares",
+           "fit_rate", "prune_rate", "unbook", "share_fifo"]
 
 _INF = float("inf")
 
@@ -136,6 +136,41 @@ def take_rate(lt: list[float], lr: list[float], s: float, e: float, busy: float)
             return False
     add_shares(lt, lr, s, e, (r,))
     return True
+
+
+def take_plan(res: tuple, h: float, t: float) -> int:
+    """Reserve a free-path plan's resources (``fast._Plan.res``: ``(intervals, shares, S, A,
+    B, busy)`` in path order) for a transfer whose head and tail reach its first hop at
+    ``h`` / ``t``, each ``[h + S, max(t + A, h + B)]``, while each is free as the head
+    reaches it: a node's overhead a gap that holds it whole (``take``), a link enough
+    bandwidth to spare all along (``take_rate``). Returns how many were reserved
+    (``len(res)``: all); the one after them is not free and nothing of it is reserved."""
+    k = 0
+    for iv, lr, S, A, B, bz in res:
+        s = h + S
+        e = t + A
+        x = h + B
+        if x > e:
+            e = x
+        if lr is None:      # a node's overhead: exclusive
+            if not iv or iv[-1] <= s:
+                iv.append(s)
+                iv.append(e)
+            else:   # a gap that takes the whole overhead, or a stall
+                i = bisect_right(iv, s)
+                if i & 1 or e > iv[i] + TIME_EPS:
+                    break
+                iv[i:i] = (s, e if e < iv[i] else iv[i])
+        elif not iv or iv[-1] <= s:     # a link, free from s on: the share bz / span
+            r = bz / (e - s)
+            iv.append(s)
+            iv.append(e)
+            lr.append(r if r < 1.0 else 1.0)
+            lr.append(0.0)
+        elif not take_rate(iv, lr, s, e, bz):  # not enough bandwidth to spare
+            break
+        k += 1
+    return k
 
 
 def add_shares(lt: list[float], lr: list[float], s: float, e: float,

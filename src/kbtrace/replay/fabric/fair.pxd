@@ -28,6 +28,11 @@ cpdef list coarse(list pcs, Py_ssize_t k)
 cpdef book(list link_flows, Flow f, Py_ssize_t j, double s, double e, double busy, pcs,
            double tail)
 
+@cython.locals(res=tuple, hop=list, j0=cython.Py_ssize_t, i=cython.Py_ssize_t, lr=list,
+               S=cython.double, A=cython.double, B=cython.double, bz=cython.double,
+               s=cython.double, e=cython.double, x=cython.double)
+cpdef book_plan(list link_flows, Flow f, pl, Py_ssize_t k, double h, double t)
+
 @cython.locals(early=cython.double, a=cython.double, b=cython.double, r=cython.double,
                d=cython.double, b2=cython.double, out=list)
 cpdef list _not_before(list arr, double t)

@@ -30,7 +30,7 @@ from kbtrace.replay.fabric.base import after
 from kbtrace.replay.fabric.booking import share_fifo, unbook
 from kbtrace.replay.intervals import TIME_EPS
 
-__all__ = ["Flow", "Booked", "book", "fair_hop", "incumbents", "prune_flows", "expand", "coarse",
+__all__ = ["Flow", "Booked", "book", "book_plan", "fair_hop", "incumbents", "prune_flows", "expand", "coarse",
            "ARRIVAL_PIECES"]
 
 #: a flow's arrival at a link is described by at most this many pieces (``coarse``)
@@ -155,6 +155,24 @@ def book(link_flows: list, f: Flow, j: int, s: float, e: float, busy: float,
     b.a_end = s + busy / r
     f.links[j] = b
     link_flows[f.rt.links[j]].append(b)
+
+
+def book_plan(link_flows: list, f: Flow, pl: Any, k: int, h: float, t: float) -> None:
+    """Flow ``f`` reserved the first ``k`` resources of free-path plan ``pl`` from head / tail
+    times ``h`` / ``t`` (``booking.take_plan``): ``book`` its links among them."""
+    res = pl.res
+    hop = pl.res_hop
+    j0 = pl.j0
+    for i in range(k):
+        _iv, lr, S, A, B, bz = res[i]
+        if lr is None:
+            continue
+        s = h + S
+        e = t + A
+        x = h + B
+        if x > e:
+            e = x
+        book(link_flows, f, j0 + hop[i], s, e, bz, None, e)
 
 
 def _not_before(arr: list, t: float) -> list:

@@ -4,17 +4,32 @@ arithmetic is in ``booking``."""
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from typing import Any
 
 import simpy
 from simpy.events import NORMAL  # the priority of a Timeout
 
 from kbtrace.replay.fabric.base import Fabric, _Ev, after
-from kbtrace.replay.fabric.booking import fit_rate, prune_rate, serve, take, take_rate, unreserve
-from kbtrace.replay.fabric.fair import Booked, Flow, book, expand, fair_hop, incumbents, prune_flows
+from kbtrace.replay.fabric.booking import (
+    fit_rate,
+    prune_rate,
+    serve,
+    take,
+    take_plan,
+    take_rate,
+    unreserve,
+)
+from kbtrace.replay.fabric.fair import (
+    Booked,
+    Flow,
+    book,
+    book_plan,
+    expand,
+    fair_hop,
+    incumbents,
+    prune_flows,
+)
 from kbtrace.replay.hbm import HbmController
-from kbtrace.replay.intervals import TIME_EPS
 from kbtrace.replay.intervals import prune as _prune
 from kbtrace.replay.recorder import STAGE_CODE, Recorder
 
@@ -299,34 +314,10 @@ class FastFabric(Fabric):
             else:
                 if pl is False:
                     pl = rt.build(self, j)
-                k = 0
-                for iv, lr, S, A, B, bz in pl.res:
-                    s = h + S
-                    e = t + A
-                    x = h + B
-                    if x > e:
-                        e = x
-                    if lr is None:      # a node's overhead: exclusive
-                        if not iv or iv[-1] <= s:
-                            iv.append(s)
-                            iv.append(e)
-                        else:   # a gap that takes the whole overhead, or a stall
-                            i = bisect_right(iv, s)
-                            if i & 1 or e > iv[i] + TIME_EPS:
-                                break
-                            iv[i:i] = (s, e if e < iv[i] else iv[i])
-                    elif not iv or iv[-1] <= s:     # a link, free from s on: the share bz / span
-                        r = bz / (e - s)
-                        iv.append(s)
-                        iv.append(e)
-                        lr.append(r if r < 1.0 else 1.0)
-                        lr.append(0.0)
-                    elif not take_rate(iv, lr, s, e, bz):  # not enough bandwidth to spare
-                        break
-                    if f is not None and lr is not None:
-                        book(self.link_flows, f, pl.j0 + pl.res_hop[k], s, e, bz, None, e)
-                    k += 1
-                else:
+                k = take_plan(pl.res, h, t)     # the resources free as the head reaches them
+                if f is not None and k:
+                    book_plan(self.link_flows, f, pl, k, h, t)
+                if k == len(pl.res):
                     hh = h + pl.h_end
                     tt = t + pl.t_a
                     x = h + pl.t_b
