@@ -139,12 +139,10 @@ def take_rate(lt: list[float], lr: list[float], s: float, e: float, busy: float)
 
 
 def take_plan(res: tuple, h: float, t: float) -> int:
-    """Reserve a free-path plan's resources (``fast._Plan.res``: ``(intervals, shares, S, A,
-    B, busy)`` in path order) for a transfer whose head and tail reach its first hop at
-    ``h`` / ``t``, each ``[h + S, max(t + A, h + B)]``, while each is free as the head
-    reaches it: a node's overhead a gap that holds it whole (``take``), a link enough
-    bandwidth to spare all along (``take_rate``). Returns how many were reserved
-    (``len(res)``: all); the one after them is not free and nothing of it is reserved."""
+    """Reserve a free-path plan's resources (``fast._Plan.res``, in path order) for a transfer
+    whose head and tail reach its first hop at ``h`` / ``t``, each ``[h + S, max(t + A, h +
+    B)]``, while each is free as the head reaches it (a node: ``take``; a link: ``take_rate``).
+    Returns how many were (``len(res)``: all); nothing of the next one is reserved."""
     k = 0
     for iv, lr, S, A, B, bz in res:
         s = h + S
@@ -312,7 +310,6 @@ def prune_rate(lt: list[float], lr: list[float], now: float) -> None:
     if k > 0:
         del lt[:k]
         del lr[:k]
-
 
 
 def _snap(lt: list[float], x: float) -> float:
