@@ -68,3 +68,28 @@ def test_machine_digests_follow_memory_not_the_cache() -> None:
     m.mem.write(BASE + 8192, np.full(1, 9.0, dtype=np.float32))
     m.step(store)
     assert m.step(load)[1] == digest(np.array([[0, 9], [4, 5]], dtype=np.float32))
+
+
+def test_noted_digest_outlives_the_cache_until_a_write_touches_its_span() -> None:
+    """note_digest: a re-read after the cache dropped the entry starts with the digest of
+    the same bytes; after a write into the span (or the memo's own reset) it starts with
+    none, and a digest computed then is of the new bytes."""
+    from kbtrace.capture import memory
+    mem = MemoryImage()
+    mem.write(BASE, np.arange(256, dtype=np.int32))
+    key = (BASE, (4, 4), "i32", (16, 1))
+    e = mem.cached_read(BASE, (4, 4), "i32", (16, 1))
+    e[1] = digest(e[0])
+    mem.note_digest(key, e)
+    for i in range(memory._CACHE_CAP):          # fill the cache: it starts over
+        mem.remember(BASE + (1 << 24) + 64 * i, "i32", [np.zeros(4, np.int32), None, None])
+    again = mem.cached_read(BASE, (4, 4), "i32", (16, 1))
+    assert again is not e and again[1] == e[1] == digest(again[0])
+    mem.write(BASE + 16 * 4 * 3 + 8, np.full(1, -5, np.int32))     # row 3, column 2
+    fresh = mem.cached_read(BASE, (4, 4), "i32", (16, 1))
+    assert fresh[1] is None and fresh[0][3, 2] == -5
+    mem.note_digest(key, [fresh[0], 123, None])                     # not what a read returns
+    assert key not in mem._dig
+    stale = [e[0], e[1], None]
+    mem.note_digest((BASE + 4, (4, 4), "i32", (16, 1)), stale)      # never read: ignored
+    assert (BASE + 4, (4, 4), "i32", (16, 1)) not in mem._dig

@@ -120,11 +120,12 @@ class Drainer:
             self.flush()
         mem = self.mem
         e = mem.cached_read(src, geo[0], dtype, geo[6])
-        mem.write(dst, e[0])
-        mem.remember(dst, dtype, e)
         dig = e[1]
         if dig is None:
             dig = e[1] = digest(e[0])
+            mem.note_digest((src, geo[0], dtype, geo[6]), e)
+        mem.write(dst, e[0])
+        mem.remember(dst, dtype, e)
         return ((op_id,) + _head(p) + (seq, "load", "load", False, space, src, "tcm", dst,
                                        nbytes) + _EMPTY5 + (geo[4], dtype) + _N12
                 + (deps, None, None, _basename(file), line, None, dig, geo[5]))

@@ -142,6 +142,8 @@ def compare(got: np.ndarray, want: np.ndarray, dtype: str) -> tuple[float, float
     temporaries of the array (1.45 GB for a 128 MiB f32 output)."""
     rtol, atol = TOLERANCE.get(dtype, (0.0, 0.0))
     g_all, w_all = np.asarray(got).reshape(-1), np.asarray(want).reshape(-1)
+    if g_all.shape == w_all.shape and np.array_equal(g_all, w_all):
+        return 0.0, 0.0, 0      # what the chunks below find for equal arrays, at one pass
     max_abs = max_rel = 0.0
     n_bad = 0
     for lo in range(0, g_all.size, COMPARE_CHUNK):

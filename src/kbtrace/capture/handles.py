@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kbtrace.capture.dtypes import itemsize
 from kbtrace.errors import CaptureError
 
 if TYPE_CHECKING:
@@ -172,7 +173,6 @@ class TensorHandle:
 
     @property
     def nbytes(self) -> int:
-        from kbtrace.capture.dtypes import itemsize
         return math.prod(self.shape) * itemsize(self.dtype)
 
     def __repr__(self) -> str:

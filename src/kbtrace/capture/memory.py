@@ -40,6 +40,9 @@ def span_elems(shape: Sequence[int], strides: Sequence[int] | None) -> int:
     """Elements spanned by a strided view (1 + max offset); prod(shape) when contiguous."""
     if not strides:
         return math.prod(shape) if len(shape) else 1
+    if len(shape) == 2 and len(strides) == 2:     # a tile (the common case), without a loop
+        d0, d1 = shape
+        return 0 if d0 == 0 or d1 == 0 else 1 + (d0 - 1) * strides[0] + (d1 - 1) * strides[1]
     if any(s == 0 for s in shape):
         return 0
     return 1 + sum((d - 1) * s for d, s in zip(shape, strides, strict=True))
@@ -49,6 +52,7 @@ _START = itemgetter(0)
 
 _CHUNK_BITS = 13   # read-cache invalidation granularity (8 KiB)
 _CACHE_CAP = 4096  # cached reads kept at most (then the cache starts over)
+_DIG_GENS = 16     # cache generations a noted digest outlives its entry for, at most
 
 
 class MemoryImage:
@@ -61,28 +65,38 @@ class MemoryImage:
     a cached read always returns what the pages hold.
     """
 
-    __slots__ = ("_pages", "_cache", "_idx")
+    __slots__ = ("_pages", "_cache", "_idx", "_dig", "_gen")
 
     def __init__(self) -> None:
         self._pages: dict[int, np.ndarray] = {}
         #: (addr, shape, dtype, strides) -> [stored (read-only), digest | None, compute | None]
         self._cache: dict[tuple[Any, ...], list[Any]] = {}
-        #: chunk number -> keys of cached entries whose span touches it
+        #: chunk number -> keys of cached entries (and noted digests) whose span touches it
         self._idx: dict[int, set[tuple[Any, ...]]] = {}
+        #: (addr, shape, dtype, strides) -> digest of what a read there returns (``note_digest``);
+        #: outlives the cache for ``_DIG_GENS`` of its generations, dropped by writes as it is
+        self._dig: dict[tuple[Any, ...], int] = {}
+        self._gen = 0
 
     def _invalidate(self, addr: int, nbytes: int) -> None:
-        idx, cache = self._idx, self._cache
+        idx, cache, dig = self._idx, self._cache, self._dig
         for c in range(addr >> _CHUNK_BITS, ((addr + max(nbytes, 1) - 1) >> _CHUNK_BITS) + 1):
             keys = idx.pop(c, None)
             if keys:
                 for k in keys:
                     cache.pop(k, None)
+                    if dig:
+                        dig.pop(k, None)
 
     def _keep(self, key: tuple[Any, ...], nbytes: int, entry: list[Any]) -> None:
         cache = self._cache
         if len(cache) >= _CACHE_CAP:
             cache.clear()
-            self._idx.clear()
+            self._gen += 1
+            if self._gen >= _DIG_GENS:      # the index serves the digests too: reset both
+                self._gen = 0
+                self._idx.clear()
+                self._dig.clear()
         cache[key] = entry
         addr = key[0]
         idx = self._idx
@@ -104,9 +118,15 @@ class MemoryImage:
         if entry is None:
             stored = self.read(addr, shape, dtype, st)
             stored.flags.writeable = False
-            entry = [stored, None, None]
+            entry = [stored, self._dig.get(key) if self._dig else None, None]
             self._keep(key, span_elems(shape, st) * stored.itemsize, entry)
         return entry
+
+    def note_digest(self, key: tuple[Any, ...], entry: list[Any]) -> None:
+        """Remember ``entry``'s digest (slot 1) for reads at ``key`` (``cached_read``'s key)
+        after the cache dropped the entry, if ``entry`` is still what a read there returns."""
+        if self._cache.get(key) is entry and entry[1] is not None:
+            self._dig[key] = entry[1]
 
     def remember(self, addr: int, dtype: str, entry: list[Any]) -> None:
         """Record that ``entry[0]`` (storage array of ``dtype``) was just written contiguously at
@@ -141,7 +161,7 @@ class MemoryImage:
         return out
 
     def write_bytes(self, addr: int, data: np.ndarray) -> None:
-        buf = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        buf = data.ravel().view(np.uint8)     # (a view when data is contiguous, else a copy)
         nbytes = buf.size
         if self._idx:
             self._invalidate(addr, nbytes)
