@@ -59,7 +59,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import simpy
 from simpy.events import NORMAL  # the priority of a Timeout
@@ -116,7 +116,9 @@ class _Cpu:
         self.prog: Program | None = None
         self.i = 0
         self.issued: list[int] = []
-        self.op: Op | None = None
+        # the op being issued: set by ``_advance`` before anything reads it (None only
+        # before the first program starts)
+        self.op: Op = cast(Op, None)
         self.t_issue = self.t_ready = self.t0 = 0.0
         self.phase = DISPATCH
         self.n_wait = 0
@@ -134,12 +136,14 @@ class _Cpu:
     def _timer(self, phase: int, delay: float) -> None:
         self.phase = phase
         self.callbacks = self._cbl
-        self.env.schedule(self, NORMAL, delay)
+        self.env.schedule(cast(simpy.Event, self), NORMAL, delay)   # (duck-typed: see Server)
 
     def _advance(self) -> None:
         """Issue ops until one blocks; start the next program when one ends."""
         while True:
-            ops = self.prog.ops
+            prog = self.prog
+            assert prog is not None      # (called only while a program runs)
+            ops = prog.ops
             while self.i < len(ops):
                 op = self.op = ops[self.i]
                 self.i += 1
@@ -167,6 +171,7 @@ class _Cpu:
         return True
 
     def _program_done(self) -> bool:
+        assert self.prog is not None
         self.prog.done.succeed()
         self.issued = []
         self.i = 0
@@ -209,7 +214,7 @@ class _Cpu:
         sim = self.sim
         t = now + d
         sim.rec.hop(op.op_id, -1, "pe_cpu", pe.n_cpu, -1, self.t_issue, t, d, now - self.t_issue, 0)
-        pe.sched.idle.pop().book(Command(op, sim.plan(op), self.t_issue), t)
+        cast(Scheduler, pe.sched.idle.pop()).book(Command(op, sim.plan(op), self.t_issue), t)
         sim.on_done(op.op_id, self._resume_cb)
         return False
 
@@ -251,7 +256,10 @@ class _Cpu:
             if ready.callbacks is None:
                 pe.rx.submit(item)
             else:
-                ready.callbacks.append(lambda _e, it=item, sub=pe.rx.submit: sub(it))
+                def deliver(_e: Any, it: tuple[Op, float, float] = item,
+                            sub: Callable[[Any], None] = pe.rx.submit) -> None:
+                    sub(it)
+                ready.callbacks.append(deliver)
         else:
             pe.sched.submit(Command(op, sim.plan(op), self.t_issue))
         if sim._done[op.op_id]:
@@ -308,7 +316,7 @@ class Pe:
         self.gemm = p.gemm
         self.mathp = p.math
         rd, wr, fetch, store, accel = (Station() for _ in range(5))
-        self.stations = [None] * len(P.STAGE_NAMES)
+        self.stations: list[Station | None] = [None] * len(P.STAGE_NAMES)
         for kind, st in ((P.DMA_READ, rd), (P.DMA_WRITE, wr), (P.FETCH, fetch), (P.STORE, store),
                          (P.GEMM, accel), (P.MATH, accel)):
             self.stations[kind] = st
