@@ -54,7 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="add or replace a grid axis, e.g. --grid cube.hbm.pc_bw_gbps=8,16,32 "
                         "(repeatable)")
     s.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
-                   help="worker processes for the local executor (default 1: in this process)")
+                   help="processes for the local executor: this one and N-1 workers, started "
+                        "when the work pays for them (default 1: this process only)")
     s.add_argument("--executor", choices=EXECUTORS, default="local",
                    help="local processes (default) or a Ray cluster (pip install 'kbtrace[ray]')")
     s.add_argument("--resume", action="store_true",
