@@ -54,8 +54,11 @@ cpdef tuple fair_hop(fab, rt, Py_ssize_t j, double h, double t, list inc, f)
                j=cython.Py_ssize_t, mode=cython.int, last_d=cython.double, p=cython.double,
                rec=Booked, prev=Booked, x=cython.double, tin=cython.double,
                p0=cython.double, k=cython.double, tl=cython.double, tj=cython.double,
-               links=list, src=list, a=cython.double, b=cython.double, r=cython.double)
+               links=list, src=list, a=cython.double, b=cython.double, r=cython.double,
+               busy=tuple)
 cpdef _push(fab, Flow g, Py_ssize_t j0, double tail, double t_from)
+
+cpdef tuple _leave(tuple rw, double x)
 
 @cython.locals(old=object)
 cpdef _move(fab, Flow g, double tt)

@@ -47,7 +47,7 @@ def coarse(pcs: list, k: int) -> list:
     total = 0.0
     for a, b, r in pcs:
         total += r * (b - a)
-    out = []
+    out: list[tuple[float, float, float]] = []
     acc = 0.0
     start = pcs[0][0]
     step = total / k
@@ -117,6 +117,16 @@ class Booked:
     two piece lists are made only when asked for (``pieces()``, ``arrival()``): until a
     stream meets the flow they are ``[(s, e, r)]`` and ``[(s, s + busy / r, r)]``."""
     __slots__ = ("f", "j", "s", "e", "r", "busy", "tail", "a_end", "pcs", "arr")
+    f: Flow
+    j: int
+    s: float
+    e: float
+    r: float
+    busy: float
+    tail: float
+    a_end: float
+    pcs: list | None
+    arr: list | None
 
     def pieces(self) -> list:
         if self.pcs is None:
@@ -311,16 +321,17 @@ def _push(fab: Any, g: Flow, j0: int, tail: float, t_from: float) -> None:
     the delay along its path (each further link: its tail no earlier than its new arrival's
     plus the last flit), rewrite its rows and move its completion. Its bookings further on
     keep their times (the rows widen over them), but what it books there is now described
-    as arriving as it leaves the link before (``links[j][5]``), so a stream that meets it
-    there later serves it from that (``fair_hop``). ``t_from``: when the meeting began."""
+    as arriving as it leaves the link before (its ``Booked.arrival``), so a stream that meets
+    it there later serves it from that (``fair_hop``). ``t_from``: when the meeting began."""
     rt = g.rt
     rows = expand(g)
     hops = rt.hops
     r0 = rows[j0]
     tcur = tail + hops[j0][8]
-    rows[j0] = r0[:6] + (tcur,) + r0[7:]
+    rows[j0] = _leave(r0, tcur)
     n = len(rt.links)
     links = g.links
+    busy = rt.busy
     for j in range(j0 + 1, n):
         _niv, _ov, _liv, _lr, mode, _hd, _body, last_d, p = hops[j]
         rec = links[j]
@@ -330,7 +341,7 @@ def _push(fab: Any, g: Flow, j0: int, tail: float, t_from: float) -> None:
             tcur = x + p if mode == 0 else tcur + p
             if tcur < rw[6]:
                 tcur = rw[6]
-            rows[j] = rw[:6] + (tcur,) + rw[7:]
+            rows[j] = _leave(rw, tcur)
             continue
         tin = tcur if tcur > rec.s else rec.s
         if tin + last_d <= rec.tail + TIME_EPS:     # its booking there still holds it
@@ -338,7 +349,7 @@ def _push(fab: Any, g: Flow, j0: int, tail: float, t_from: float) -> None:
         prev = links[j - 1]
         if prev is not None:            # it arrives as it left the link before
             p0 = hops[j - 1][8]
-            k = rt.busy[j] / rt.busy[j - 1]
+            k = busy[j] / busy[j - 1]
             src = prev.pieces() if j - 1 == j0 else prev.arrival()
             arr = coarse([(a + p0, b + p0, r * k) for a, b, r in src], ARRIVAL_PIECES)
             rec.arrive(_not_before(arr, rec.s))
@@ -346,12 +357,17 @@ def _push(fab: Any, g: Flow, j0: int, tail: float, t_from: float) -> None:
         tj = rec.tail if rec.tail > tl else tl
         rec.tail = tj
         tcur = tj + p
-        rows[j] = rw[:6] + (tcur,) + rw[7:]
+        rows[j] = _leave(rw, tcur)
     rw = rows[n]
     x = tcur if tcur > rw[5] else rw[5]
     if x > g.tt:
-        rows[n] = rw[:6] + (x,) + rw[7:]
+        rows[n] = _leave(rw, x)
         _move(fab, g, x)
+
+
+def _leave(rw: tuple, x: float) -> tuple:
+    """Hop row ``rw`` (the recorder's ten fields) leaving at ``x``."""
+    return (rw[0], rw[1], rw[2], rw[3], rw[4], rw[5], x, rw[7], rw[8], rw[9])
 
 
 def _move(fab: Any, g: Flow, tt: float) -> None:

@@ -4,7 +4,7 @@ arithmetic is in ``booking``."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import simpy
 from simpy.events import NORMAL  # the priority of a Timeout
@@ -70,7 +70,7 @@ class _Route:
         h = self.hbm
         self.term_busy = nb / (h.bw * h.n_pcs) if h is not None else 0.0
         self.nb = nb
-        self.plans: list[_Plan | bool | None] = [None] * (len(links) + 1)
+        self.plans: list[_Plan | Literal[False] | None] = [None] * (len(links) + 1)
         # a full flit's time on the path's slowest link
         self.flit_max = max((fab.flit_bytes / fab.link_bw[li] for li in links
                              if fab.link_bw[li] > 0), default=0.0)
@@ -261,10 +261,10 @@ class FastFabric(Fabric):
         self.held = 0
         self.evictions += 1
 
-    def send(self, op_id: int, tile: int, src: int, dst: int, nbytes: int, addr: int = 0,
-             ready: list[float] | None = None, at: float | None = None,
-             ack: float = 0.0, span: tuple[float, float] | None = None, shape: int = 0,
-             group: int = 1) -> _Ev:
+    def send(  # type: ignore[override]  # the base's **fast, by name
+            self, op_id: int, tile: int, src: int, dst: int, nbytes: int, addr: int = 0,
+            ready: list[float] | None = None, at: float | None = None, ack: float = 0.0,
+            span: tuple[float, float] | None = None, shape: int = 0, group: int = 1) -> _Ev:
         """As ``Fabric.send``, but the event is a bare one (``after``): yield it or add
         callbacks; it is not a ``simpy.Event`` (no ``all_of``). ``at``: flits ready at this
         (future) time instead of now;
@@ -492,13 +492,15 @@ class FastFabric(Fabric):
         as they arrive). Records the terminal row then; returns the transfer's completion
         event, fired ``ack`` after the last commit."""
         env = self.env
+        hbm = rt.hbm
+        assert hbm is not None          # (a transfer to a node with HBM)
         ev = _Ev()
         ev.callbacks = []
         ev._ok = True
         ev._value = None
 
         def commit(_e: Any) -> None:
-            done = rt.hbm.write_stream(addr, rt.nb, hh, tt, env.now, op_id)
+            done = hbm.write_stream(addr, rt.nb, hh, tt, env.now, op_id)
             self.rec.rows([(op_id, tile, rt.term_stage, rt.dst, -1, h_in, done, rt.term_busy,
                             q, rt.nb)])
             ev._value = done
