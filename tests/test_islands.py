@@ -39,8 +39,12 @@ def run_dir(request, tmp_path_factory):
     return s.run_dir
 
 
+@pytest.mark.parametrize("stream_rows", [islands.STREAM_ROWS, 97])
 @pytest.mark.parametrize("view", sorted(islands.TWINS))
-def test_twin_rows_equal_the_sql_view_in_order(run_dir, view):
+def test_twin_rows_equal_the_sql_view_in_order(run_dir, view, stream_rows, monkeypatch):
+    """Also with the sorted hops streamed in small batches (islands and PEs cut across
+    batch boundaries)."""
+    monkeypatch.setattr(islands, "STREAM_ROWS", stream_rows)
     with open_run(run_dir) as r:
         ref = r.con.sql(f"SELECT * FROM {view} ORDER BY ALL").to_arrow_table()
         got = islands.TWINS[view](r.con)

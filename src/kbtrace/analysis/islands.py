@@ -13,17 +13,29 @@ is one ``lexsort`` and a running maximum per resource (``np.maximum.accumulate``
 stage segments one more sort of the island bounds: a cumulative sum over all PEs at once is
 each PE's active-category mask, since every PE's bits add back to 0 at its last bound. Both
 return their rows in ``ORDER BY ALL`` order (what materialising sorts the SQL's rows into).
+
+Memory: the hops are not held. DuckDB sorts them (within the run's memory budget, spilling
+beyond it: ``_memory``) and they arrive ``STREAM_ROWS`` at a time; each batch's islands are
+computed with the open island of the previous batch prepended as one interval (its start and
+the latest end so far, which is that island's union), and a PE's segments are cut once all
+its islands are in (PEs arrive in order). On gemm at 1.0 M ops (29.4 M hops) holding them
+all in numpy peaked at 3.6 GiB.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from itertools import pairwise
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["busy_islands", "pe_segments", "islands", "TWINS"]
+__all__ = ["busy_islands", "pe_segments", "islands", "TWINS", "STREAM_ROWS"]
+
+#: sorted hop rows taken from DuckDB at a time
+STREAM_ROWS = 1 << 20
 
 #: stages by priority, the bit of each in the PE's active mask (``_pe_segments.sql``)
 _STAGE_BITS = (("gemm", 1), ("math", 2), ("fetch", 4), ("store", 8), ("hbm_queue", 16),
@@ -40,7 +52,14 @@ def islands(key: np.ndarray, s: np.ndarray, e: np.ndarray
     if len(key) == 0:
         return key, s, e
     o = np.lexsort((e, s, key))
-    key, s, e = key[o], s[o], e[o]
+    return _islands_sorted(key[o], s[o], e[o])
+
+
+def _islands_sorted(key: np.ndarray, s: np.ndarray, e: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``islands`` of intervals already sorted by key, then start."""
+    if len(key) == 0:
+        return key, s, e
     first = np.empty(len(key), dtype=bool)
     first[0] = True
     np.not_equal(key[1:], key[:-1], out=first[1:])
@@ -66,13 +85,41 @@ def _arrays(con: Any, sql: str) -> dict[str, np.ndarray]:
     return {n: t.column(n).to_numpy() for n in t.column_names}
 
 
+def _stream_islands(con: Any, sql: str) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The islands of the ``(key, s, e)`` rows of ``sql``, by key then start, a batch at a
+    time: the rows sorted by DuckDB (on every core: the order of rows equal in all three
+    columns does not change an island) and taken ``STREAM_ROWS`` at a time; the last island
+    of each batch is held back (the next batch may extend it) as one interval."""
+    cores = os.cpu_count() or 1
+    con.execute(f"SET threads TO {cores}")
+    try:        # (no other statement on ``con`` until the stream is drained)
+        reader = con.sql(f"SELECT key, s, e FROM ({sql}) ORDER BY key, s, e"
+                         ).to_arrow_reader(STREAM_ROWS)
+        held: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        for batch in reader:
+            key, s, e = (batch.column(i).to_numpy() for i in range(3))
+            if held is not None:
+                key, s, e = (np.concatenate([h, x]) for h, x in zip(held, (key, s, e),
+                                                                     strict=True))
+            k, a, b = _islands_sorted(key, s, e)
+            if len(k):
+                held = (k[-1:], a[-1:], b[-1:])
+                yield k[:-1], a[:-1], b[:-1]
+        if held is not None:
+            yield held
+    finally:
+        con.execute("SET threads TO 1")
+
+
 def busy_islands(con: Any) -> pa.Table:
     """The rows of ``_busy_islands`` (resource_kind, resource_idx, t0_ns, t1_ns)."""
-    c = _arrays(con, "SELECT CAST(link_idx < 0 AS INTEGER) AS k, "
-                     "CASE WHEN link_idx >= 0 THEN link_idx ELSE node_idx END AS r, "
-                     "t_busy_start_ns AS t0, t_leave_ns AS t1 FROM _hop_ctx WHERE busy_ns > 0")
-    key = (c["k"].astype(np.int64) << 32) | c["r"].astype(np.int64)   # link (0) < node (1)
-    k, t0, t1 = islands(key, c["t0"], c["t1"])
+    # link (0) < node (1)
+    parts = list(_stream_islands(con, "SELECT (CAST(link_idx < 0 AS BIGINT) << 32) | CAST("
+                                      "CASE WHEN link_idx >= 0 THEN link_idx ELSE node_idx END "
+                                      "AS BIGINT) AS key, t_busy_start_ns AS s, t_leave_ns AS e "
+                                      "FROM _hop_ctx WHERE busy_ns > 0"))
+    k: np.ndarray = np.concatenate([p[0] for p in parts]) if parts else np.empty(0, np.int64)
+    t0, t1 = (np.concatenate([p[i] for p in parts]) if parts else np.empty(0) for i in (1, 2))
     return pa.table({"resource_kind": _strings(k >> 32, ("link", "node")),
                      "resource_idx": pa.array((k & 0xFFFFFFFF).astype(np.int32)),
                      "t0_ns": t0, "t1_ns": t1})
@@ -85,23 +132,49 @@ def _pe_key(c: dict[str, np.ndarray]) -> np.ndarray:
 
 def pe_segments(con: Any) -> pa.Table:
     """The rows of ``_pe_segments`` (sip, cube, pe, t0_ns, t1_ns, dur_ns, stage, has_compute,
-    has_comm): each PE's span cut where a category's island starts or ends."""
+    has_comm): each PE's span cut where a category's island starts or ends; the PEs' islands
+    streamed (see the module docstring), a PE cut once all its islands are in."""
     pe_cols = "sip, cube, pe"
     not_null = "sip IS NOT NULL AND cube IS NOT NULL AND pe IS NOT NULL"
-    c = _arrays(con, f"SELECT {pe_cols}, {_BIT_SQL} AS bit, t_enter_ns AS s, t_leave_ns AS e "
-                     f"FROM _hop_ctx WHERE {not_null} UNION ALL "
-                     f"SELECT {pe_cols}, 16, t_enter_ns, t_enter_ns + queue_ns FROM _hop_ctx "
-                     f"WHERE {not_null} AND stage = 'hbm' AND queue_ns > 0 "
-                     "AND category <> 'other'")
     sp = _arrays(con, f"SELECT {pe_cols}, t0_ns, t1_ns FROM _pe_span WHERE {not_null} "
                       f"ORDER BY {pe_cols}")
-    bit = c["bit"].astype(np.int64)
-    k, s, e = islands((_pe_key(c) << 9) | bit, c["s"], c["e"])
-    pk, b = k >> 9, k & 511
     span_k = _pe_key(sp)
+    key = ("((CAST(sip AS BIGINT) << 32) | (CAST(cube AS BIGINT) << 16) | CAST(pe AS BIGINT)) "
+           "<< 9 | bit")
+    rows = (f"SELECT {key} AS key, s, e FROM ("
+            f"SELECT sip, cube, pe, {_BIT_SQL} AS bit, t_enter_ns AS s, t_leave_ns AS e "
+            f"FROM _hop_ctx WHERE {not_null} UNION ALL "
+            f"SELECT sip, cube, pe, 16, t_enter_ns, t_enter_ns + queue_ns FROM _hop_ctx "
+            f"WHERE {not_null} AND stage = 'hbm' AND queue_ns > 0 AND category <> 'other')")
+    parts: list[pa.Table] = []
+    held: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    j0 = 0                                  # the spans of the PEs cut so far
+    for part in _stream_islands(con, rows):
+        held.append(part)
+        if not len(part[0]):
+            continue
+        k, a, b = (np.concatenate([h[i] for h in held]) for i in range(3))
+        last = int(k[-1] >> 9)              # PEs before it have all their islands in
+        cut = int(np.searchsorted(k >> 9, last))
+        j1 = int(np.searchsorted(span_k, last))
+        parts.append(_segments(k[:cut], a[:cut], b[:cut], span_k[j0:j1],
+                               sp["t0_ns"][j0:j1], sp["t1_ns"][j0:j1]))
+        held, j0 = [(k[cut:], a[cut:], b[cut:])], j1
+    k, a, b = ((np.concatenate([h[i] for h in held]) if held else np.empty(0, np.int64))
+               for i in range(3))
+    parts.append(_segments(k.astype(np.int64), a.astype(np.float64), b.astype(np.float64),
+                           span_k[j0:], sp["t0_ns"][j0:], sp["t1_ns"][j0:]))
+    return pa.concat_tables(parts)
+
+
+def _segments(k: np.ndarray, s: np.ndarray, e: np.ndarray, span_k: np.ndarray,
+              span_t0: np.ndarray, span_t1: np.ndarray) -> pa.Table:
+    """The segments of the PEs whose islands (``k`` = PE key << 9 | bit, by key then start)
+    and spans (``span_k``, ascending) are given: all of each PE's."""
+    pk, b = k >> 9, k & 511
     # the island bounds and the spans' ends, as changes of each PE's active-category mask
     ev_k = np.concatenate([pk, pk, span_k, span_k])
-    ev_t = np.concatenate([s, e, sp["t0_ns"], sp["t1_ns"]])
+    ev_t = np.concatenate([s, e, span_t0, span_t1])
     ev_d = np.concatenate([b, -b, np.zeros(2 * len(span_k), np.int64)])
     o = np.lexsort((ev_t, ev_k))
     ev_k, ev_t, ev_d = ev_k[o], ev_t[o], ev_d[o]
@@ -117,8 +190,8 @@ def pe_segments(con: Any) -> pa.Table:
     # clipped to the PE's span (the SQL's join: a PE without a span has no segments)
     i = np.minimum(np.searchsorted(span_k, pt_k), len(span_k) - 1)
     has_span = span_k[i] == pt_k if len(span_k) else np.zeros(len(pt_k), dtype=bool)
-    a = np.maximum(pt_t, sp["t0_ns"][i]) if len(span_k) else pt_t
-    bb = np.minimum(t1, sp["t1_ns"][i]) if len(span_k) else t1
+    a = np.maximum(pt_t, span_t0[i]) if len(span_k) else pt_t
+    bb = np.minimum(t1, span_t1[i]) if len(span_k) else t1
     keep = nxt & has_span & (bb > a)
     pt_k, a, bb, mask = pt_k[keep], a[keep], bb[keep], mask[keep]
     stage = np.full(len(mask), len(_STAGE_BITS), dtype=np.int32)      # idle
