@@ -392,3 +392,27 @@ def test_pool_shares_jobs_between_this_process_and_workers(tmp_path):
     finally:
         pool.close()
     assert not pool.started
+
+
+def test_workers_start_only_on_free_cores(tmp_path, monkeypatch):
+    """With every core busy (free_cores() <= 0) -j 2 starts no worker and runs every job
+    here; with one free core it starts one; a forced pool (execute with a number) ignores
+    the load."""
+    jobs = [{"trace_dir": str(tmp_path / f"none{i}")} for i in range(3)]
+    for free, started in ((0, False), (-3, False), (1, True)):
+        monkeypatch.setattr(_sweepsafe, "free_cores", lambda free=free: free)
+        pool = _sweepsafe.Pool(2)
+        got = {}
+        try:
+            pool.run(_sweepsafe.work, jobs, lambda i, ok, r, got=got: got.setdefault(i, (ok, r)))
+            assert pool.started is started
+        finally:
+            pool.close()
+        assert got == {0: (True, 0), 1: (True, 0), 2: (True, 0)}
+    monkeypatch.setattr(_sweepsafe, "free_cores", lambda: 0)
+    forced = _sweepsafe.Pool(2, spare_cores_only=False)
+    try:
+        forced.start()
+        assert forced.started
+    finally:
+        forced.close()

@@ -13,8 +13,9 @@
   ``MIN_PARALLEL_OPS`` ops (a flit op counts ``FLIT_OP_COST``): below that, spawned
   interpreters' start-up costs more than the points. ``-j N`` is this process and N - 1
   workers: this process never waits for a worker to start (a worker gets a job only once
-  it is up) and works through the jobs itself meanwhile, largest first, so ``-j N`` is
-  never slower than ``-j 1`` by more than the start-up's CPU on a busy machine.
+  it is up) and works through the jobs itself meanwhile, largest first. Workers start only
+  on cores the load average shows free (``free_cores``): where every core is busy a second
+  process gains no CPU and would make ``-j N`` slower than ``-j 1`` by its start-up.
 * **Workers die with the sweep.** Worker processes ask the kernel for SIGKILL when their
   parent dies (Linux ``PR_SET_PDEATHSIG``) and also poll their parent, so killing the sweep
   leaves no workers running.
@@ -106,6 +107,17 @@ def worker_init(ppid: int) -> None:
                      name="kbtrace-parent-watch").start()
 
 
+def free_cores() -> int:
+    """Cores no process is using, by the 1-minute load average (which counts this one): on a
+    machine whose cores are all busy, a second process of the same session gains no CPU
+    (Linux shares it between sessions, ``sched_autogroup``) and only adds its start-up."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return os.cpu_count() or 1
+    return int((os.cpu_count() or 1) - load + 0.5)
+
+
 def _ready() -> int:
     """A worker's first call: import what points and captures need; its return says the
     worker is up (only then does it get real work)."""
@@ -126,8 +138,11 @@ class Pool:
 
     LOCAL = True
 
-    def __init__(self, n_jobs: int) -> None:
+    def __init__(self, n_jobs: int, spare_cores_only: bool = True) -> None:
         self.n_jobs = n_jobs
+        #: start no more workers than ``free_cores()`` when they start (none: all jobs here)
+        self.spare_cores_only = spare_cores_only
+        self._declined = False
         self._ex: Any = None
         self._ready: list[Any] = []
         self._lock = threading.Lock()
@@ -138,10 +153,15 @@ class Pool:
 
     def start(self) -> None:
         """Start the workers (idempotent); they announce themselves through ``_ready``."""
-        if self._ex is None:
+        if self._ex is None and not self._declined:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
             n = self.n_jobs - 1 if self.LOCAL else self.n_jobs
+            if self.LOCAL and self.spare_cores_only:
+                n = min(n, free_cores())
+                if n <= 0:              # every core is busy: a worker would only add its
+                    self._declined = True   # start-up to this process's share of them
+                    return
             self._ex = ProcessPoolExecutor(max_workers=max(1, n),
                                            mp_context=multiprocessing.get_context("spawn"),
                                            initializer=worker_init, initargs=(os.getpid(),))
@@ -149,6 +169,9 @@ class Pool:
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
         self.start()
+        if self._ex is None:
+            raise SweepError("internal: no worker processes (every core was busy); run the "
+                             "job in this process")
         return self._ex.submit(fn, *args)
 
     def run(self, fn: Callable[..., Any], args: list[Any],
@@ -257,7 +280,8 @@ def execute(fn: Callable[[dict[str, Any]], dict[str, Any]], jobs: list[dict[str,
     started already or when the jobs' work is at least ``MIN_PARALLEL_OPS``; largest first),
     or a number of workers to use whatever the work (1: this process)."""
     owned = isinstance(pool, int)
-    workers: Pool | None = (Pool(pool) if pool > 1 else None) if isinstance(pool, int) else pool
+    workers: Pool | None = ((Pool(pool, spare_cores_only=False) if pool > 1 else None)
+                            if isinstance(pool, int) else pool)
     try:
         _run_jobs(fn, jobs, workers, owned, executor, done)
     finally:
