@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import logging
 import os
 import queue
 import signal
@@ -158,7 +159,13 @@ class Pool:
             from concurrent.futures import ProcessPoolExecutor
             n = self.n_jobs - 1 if self.LOCAL else self.n_jobs
             if self.LOCAL and self.spare_cores_only:
-                n = min(n, free_cores())
+                free = free_cores()
+                if free < n:            # said, not silent: the user asked for more
+                    logging.getLogger("kbtrace.sweep").warning(
+                        f"-j {self.n_jobs}: {max(free, 0)} worker process(es) beside this one, "
+                        f"not {n}: the 1-minute load average leaves {max(free, 0)} of "
+                        f"{os.cpu_count() or 1} cores free", extra={"label": "note"})
+                n = min(n, free)
                 if n <= 0:              # every core is busy: a worker would only add its
                     self._declined = True   # start-up to this process's share of them
                     return
