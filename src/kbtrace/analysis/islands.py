@@ -113,13 +113,24 @@ def _stream_islands(con: Any, sql: str) -> Iterator[tuple[np.ndarray, np.ndarray
 
 def busy_islands(con: Any) -> pa.Table:
     """The rows of ``_busy_islands`` (resource_kind, resource_idx, t0_ns, t1_ns)."""
-    # link (0) < node (1)
-    parts = list(_stream_islands(con, "SELECT (CAST(link_idx < 0 AS BIGINT) << 32) | CAST("
-                                      "CASE WHEN link_idx >= 0 THEN link_idx ELSE node_idx END "
-                                      "AS BIGINT) AS key, t_busy_start_ns AS s, t_leave_ns AS e "
-                                      "FROM _hop_ctx WHERE busy_ns > 0"))
-    k: np.ndarray = np.concatenate([p[0] for p in parts]) if parts else np.empty(0, np.int64)
-    t0, t1 = (np.concatenate([p[i] for p in parts]) if parts else np.empty(0) for i in (1, 2))
+    return pa.concat_tables(busy_island_parts(con))
+
+
+def busy_island_parts(con: Any) -> Iterator[pa.Table]:
+    """``busy_islands`` a batch of rows at a time (at least one table, maybe empty)."""
+    # link (0) < node (1); each batch's islands go to Arrow at once (no numpy copy of all)
+    n = 0
+    for k, t0, t1 in _stream_islands(
+        con, "SELECT (CAST(link_idx < 0 AS BIGINT) << 32) | CAST(CASE WHEN link_idx >= 0 "
+             "THEN link_idx ELSE node_idx END AS BIGINT) AS key, t_busy_start_ns AS s, "
+             "t_leave_ns AS e FROM _hop_ctx WHERE busy_ns > 0"):
+        n += 1
+        yield _busy_rows(k, t0, t1)
+    if not n:
+        yield _busy_rows(np.empty(0, np.int64), np.empty(0), np.empty(0))
+
+
+def _busy_rows(k: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> pa.Table:
     return pa.table({"resource_kind": _strings(k >> 32, ("link", "node")),
                      "resource_idx": pa.array((k & 0xFFFFFFFF).astype(np.int32)),
                      "t0_ns": t0, "t1_ns": t1})
@@ -132,8 +143,13 @@ def _pe_key(c: dict[str, np.ndarray]) -> np.ndarray:
 
 def pe_segments(con: Any) -> pa.Table:
     """The rows of ``_pe_segments`` (sip, cube, pe, t0_ns, t1_ns, dur_ns, stage, has_compute,
-    has_comm): each PE's span cut where a category's island starts or ends; the PEs' islands
-    streamed (see the module docstring), a PE cut once all its islands are in."""
+    has_comm): each PE's span cut where a category's island starts or ends."""
+    return pa.concat_tables(pe_segment_parts(con))
+
+
+def pe_segment_parts(con: Any) -> Iterator[pa.Table]:
+    """``pe_segments`` a batch of rows at a time: the PEs' islands streamed (see the module
+    docstring), a PE cut once all its islands are in."""
     pe_cols = "sip, cube, pe"
     not_null = "sip IS NOT NULL AND cube IS NOT NULL AND pe IS NOT NULL"
     sp = _arrays(con, f"SELECT {pe_cols}, t0_ns, t1_ns FROM _pe_span WHERE {not_null} "
@@ -146,7 +162,6 @@ def pe_segments(con: Any) -> pa.Table:
             f"FROM _hop_ctx WHERE {not_null} UNION ALL "
             f"SELECT sip, cube, pe, 16, t_enter_ns, t_enter_ns + queue_ns FROM _hop_ctx "
             f"WHERE {not_null} AND stage = 'hbm' AND queue_ns > 0 AND category <> 'other')")
-    parts: list[pa.Table] = []
     held: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     j0 = 0                                  # the spans of the PEs cut so far
     for part in _stream_islands(con, rows):
@@ -157,14 +172,13 @@ def pe_segments(con: Any) -> pa.Table:
         last = int(k[-1] >> 9)              # PEs before it have all their islands in
         cut = int(np.searchsorted(k >> 9, last))
         j1 = int(np.searchsorted(span_k, last))
-        parts.append(_segments(k[:cut], a[:cut], b[:cut], span_k[j0:j1],
-                               sp["t0_ns"][j0:j1], sp["t1_ns"][j0:j1]))
+        yield _segments(k[:cut], a[:cut], b[:cut], span_k[j0:j1], sp["t0_ns"][j0:j1],
+                        sp["t1_ns"][j0:j1])
         held, j0 = [(k[cut:], a[cut:], b[cut:])], j1
     k, a, b = ((np.concatenate([h[i] for h in held]) if held else np.empty(0, np.int64))
                for i in range(3))
-    parts.append(_segments(k.astype(np.int64), a.astype(np.float64), b.astype(np.float64),
-                           span_k[j0:], sp["t0_ns"][j0:], sp["t1_ns"][j0:]))
-    return pa.concat_tables(parts)
+    yield _segments(k.astype(np.int64), a.astype(np.float64), b.astype(np.float64),
+                    span_k[j0:], sp["t0_ns"][j0:], sp["t1_ns"][j0:])
 
 
 def _segments(k: np.ndarray, s: np.ndarray, e: np.ndarray, span_k: np.ndarray,
@@ -206,5 +220,5 @@ def _segments(k: np.ndarray, s: np.ndarray, e: np.ndarray, span_k: np.ndarray,
         "has_compute": (mask & 15) != 0, "has_comm": (mask & 240) != 0})
 
 
-#: view -> the function computing its rows (``Run.materialize``, single runs)
-TWINS = {"_busy_islands": busy_islands, "_pe_segments": pe_segments}
+#: view -> the function computing its rows a batch at a time (``Run.materialize``, single runs)
+TWINS = {"_busy_islands": busy_island_parts, "_pe_segments": pe_segment_parts}

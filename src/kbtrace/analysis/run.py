@@ -329,10 +329,7 @@ class Run:
                 if par:
                     self.con.execute(f"SET threads TO {cores}")
                 if twin is not None:    # its rows, computed in numpy, already in that order
-                    self.con.register("_twin_rows", twin(self.con))
-                    self.con.execute(f"CREATE OR REPLACE TEMP TABLE _m_{v} AS "
-                                     "SELECT * FROM _twin_rows")
-                    self.con.unregister("_twin_rows")
+                    self._load_twin(v, twin)
                 else:
                     self.con.execute(f"CREATE OR REPLACE TEMP TABLE _m_{v} AS SELECT * FROM {v}"
                                      + (" ORDER BY ALL" if safe else ""))
@@ -346,6 +343,30 @@ class Run:
             finally:
                 if par:
                     self.con.execute("SET threads TO 1")
+
+    def _load_twin(self, view: str, twin: Any) -> None:
+        """``_m_<view>`` from a numpy twin's rows (``islands.TWINS``): with a spill directory
+        (``open_run``'s), its batches go through a Parquet file there, so the process never
+        holds them all (DuckDB keeps the table within its budget)."""
+        if self._spill_dir is None:
+            self.con.register("_twin_rows", pa.concat_tables(list(twin(self.con))))
+            self.con.execute(f"CREATE OR REPLACE TEMP TABLE _m_{view} AS "
+                             "SELECT * FROM _twin_rows")
+            self.con.unregister("_twin_rows")
+            return
+        path = self._spill_dir / f"twin-{view}.parquet"
+        writer = None
+        try:
+            for part in twin(self.con):
+                if writer is None:
+                    writer = pq.ParquetWriter(path, part.schema, compression="none")
+                writer.write_table(part)
+        finally:
+            if writer is not None:
+                writer.close()
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE _m_{view} AS SELECT * FROM "
+                         f"read_parquet('{path}')")
+        path.unlink()
 
     def set_windows(self, n: int) -> None:
         """Number of equal windows used by ``utilisation_windows``."""
