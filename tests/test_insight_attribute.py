@@ -51,8 +51,9 @@ def test_memory_bound_gemm_ranks_hbm_first(runs):
     a, rows = _ranking(runs, "memgemm")
     assert rows[0]["resource"] == "hbm"
     # 37.35 before fast mode let a stream held back on a shared link catch up, 38.32 before
-    # streams meeting on a link were served together (issue 25); flit mode gives 37.79
-    assert rows[0]["faster_gain_pct"] == pytest.approx(36.04, abs=0.5)
+    # streams meeting on a link were served together, 36.04 before HBM pseudo-channels served
+    # writes in arrival order (issue 25); flit mode gives 37.79
+    assert rows[0]["faster_gain_pct"] == pytest.approx(35.28, abs=0.5)
     assert rows[0]["faster_gain_pct"] > 5 * rows[1]["faster_gain_pct"]
     assert a.replays == 13           # every class has a non-zero parameter on small.yaml
     assert [r["rank"] for r in rows] == list(range(1, 14))
@@ -82,7 +83,7 @@ def test_table_reverse_determinism_and_report(runs, tmp_path):
     rows = t.to_pylist()
     assert [r["resource"] for r in rows] == ["hbm", "dma", "math"]
     hbm = rows[0]
-    assert hbm["base_makespan_ns"] == pytest.approx(9783.7, abs=0.1)
+    assert hbm["base_makespan_ns"] == pytest.approx(9770.95, abs=0.1)
     assert hbm["slower_loss_pct"] > hbm["faster_gain_pct"] > 0
     assert rows[2]["faster_gain_pct"] == rows[2]["slower_loss_pct"] == 0.0   # no math ops
     assert not (a.out_dir / "points").exists()   # point replays do not nest runs in the run
@@ -172,6 +173,7 @@ def test_estimated_attribution_agrees_on_the_top_resource(runs, tmp_path):
         flags[name] = sorted(est.flagged)
     # the memory-bound gemm: 8 readers queue on PE0's pseudo-channels, so twice the HBM
     # rate reorders them; on the ring, mesh, node overheads and IPCQ credits (half the
-    # credit size) move its hops past each other
-    assert flags == {"memgemm": ["dispatch", "dma", "gemm", "hbm", "mesh", "overheads"],
+    # credit size) move its hops past each other (dispatch and dma were flagged too while
+    # fast mode's HBM writes took the gaps between reads)
+    assert flags == {"memgemm": ["gemm", "hbm", "mesh", "overheads"],
                      "allreduce": ["ipcq", "mesh", "overheads"]}

@@ -20,7 +20,7 @@ BOUNDS = {
               "cross_mesh": (0.005, 0.024), "ucie_readers_2": (1e-9, 1e-9),
               "ucie_readers_4": (0.001, 0.007), "ucie_crossing": (0.012, 0.051),
               "mixed_sizes": (0.018, 0.27), "far_readers_4": (0.003, 0.033),
-              "readers_writers": (0.017, 0.65)},
+              "readers_writers": (0.001, 0.27)},
 }
 BOUNDS["default"] = {**BOUNDS["small"], "far_readers_4": (1e-6, 0.05)}
 

@@ -10,9 +10,10 @@ resource; these tests pin what it does when others hold a resource then:
   whole), and books only that, so no link is ever over 100%;
 * a node's per-transaction overhead is served in the gaps between earlier bookings
   (``serve``, preemptive resume);
-* an HBM write, committed when its head arrives, puts each burst in the earliest gap of its
-  pseudo-channel (``HbmController.write_stream`` / ``intervals.fit_gap``), so bursts booked for
-  later do not hold the channel against earlier arrivals;
+* an HBM write, committed when its head arrives, books its later bursts ahead; each
+  pseudo-channel serves in arrival order as flit mode's does, so a read or burst arriving
+  before a burst booked ahead goes first and that burst (and its write's completion) moves
+  back (``HbmController.write_stream``, ``fair.HbmWrite``);
 * end to end: two PEs reading 64 KiB each across the same UCIe crossing finish exactly as in
   flit mode (serialised on the crossing before: 67% late), four within 30% (71% before).
 """
@@ -99,41 +100,93 @@ def _commits(h: HbmController, addr: int, nb: int, head: float, tail: float) -> 
                for i, off in enumerate(range(0, nb, h.burst)))
 
 
-def test_write_bursts_booked_ahead_leave_their_gaps_to_others():
-    """Write A: 16 bursts (8 ns each) arriving 16 ns apart from 0 -- pseudo-channel p is busy
-    [16p, 16p + 8] and [16p + 128, 16p + 136]. Write B: 8 bursts all arriving at 10, one per
-    channel. Each takes the first gap after 10 that holds it: [10, 18] on channels 0 and 2..7,
-    [24, 32] on channel 1 (its gap [10, 16] is too short). Queued behind A's last bursts, as a
-    single 'available from' time per channel books them, B would end at 256."""
+def _in_arrival_order(h: HbmController, reqs: list) -> list[float]:
+    """Flit mode's pseudo-channels: ``reqs`` (``(kind, addr, nbytes, head, tail)``, a read's
+    bursts all arriving at ``head``, a write's evenly between ``head`` and ``tail``) committed
+    burst by burst in arrival order (ties: in request order); each request's last finish."""
+    bursts = []
+    for r, (kind, addr, nb, head, tail) in enumerate(reqs):
+        n = -(-nb // h.burst)
+        step = (tail - head) / (n - 1) if kind == "w" and n > 1 else 0.0
+        for i, off in enumerate(range(0, nb, h.burst)):
+            bursts.append((head + i * step, r, addr + off, min(h.burst, nb - off), kind == "w"))
+    done = [0.0] * len(reqs)
+    for t, r, addr, sz, w in sorted(bursts, key=lambda b: (b[0], b[1])):
+        done[r] = max(done[r], h.commit(addr, sz, t, int(w)))
+    return done
+
+
+class _Write:
+    """What ``write_stream`` needs of a write's completion (``fair.HbmWrite``): its bursts
+    booked ahead, and a call when they move."""
+
+    def __init__(self) -> None:
+        self.pend: list[list] = []
+        self.pushes = 0
+
+    def push(self) -> None:
+        self.pushes += 1
+
+    def done(self) -> float:
+        return max(x[2] for x in self.pend)
+
+
+def test_write_bursts_booked_ahead_queue_in_arrival_order():
+    """Write A: 16 bursts (8 ns each) arriving 16 ns apart from 0, committed when its head
+    arrives (fast mode books it then) -- pseudo-channel p serves it at [16p, 16p + 8] and
+    [16p + 128, 16p + 136]. Write B: 8 bursts all arriving at 10, one per channel. Each
+    channel serves in arrival order, as flit mode's, which commits each flit as it arrives: B
+    goes after A's first burst on channel 0 and before A's bursts that arrive after 10 on the
+    others ([10, 18] everywhere), and A's burst on channel 1, arriving at 16, moves to [18, 26]
+    (A is told: ``push``). (Before: B took the gaps A left, [24, 32] on channel 1.)"""
     fast = _controller(True)
-    assert fast.write_stream(0, 16 * 256, 0.0, 240.0, 0.0) == 248.0
-    assert fast.write_stream(0, 8 * 256, 10.0, 10.0, 0.0) == 32.0
-    assert fast.pc_iv[0] == [0.0, 8.0, 10.0, 18.0, 128.0, 136.0]
-    assert fast.pc_iv[1] == [16.0, 32.0, 144.0, 152.0]
+    a, b = _Write(), _Write()
+    assert fast.write_stream(0, 16 * 256, 0.0, 240.0, 0.0, w=a) == 248.0
+    assert len(a.pend) == 15 and a.pushes == 0          # all but the first booked ahead
+    assert fast.write_stream(0, 8 * 256, 10.0, 10.0, 10.0, w=b) == 18.0
+    assert a.pushes == 1 and a.pend[0][:3] == [16.0, 8.0, 26.0] and a.done() == 248.0
+    fast.settle()
     scalar = _controller(False)
-    _commits(scalar, 0, 16 * 256, 0.0, 240.0)
-    assert _commits(scalar, 0, 8 * 256, 10.0, 10.0) == 256.0
+    reqs = [("w", 0, 16 * 256, 0.0, 240.0), ("w", 0, 8 * 256, 10.0, 10.0)]
+    assert _in_arrival_order(scalar, reqs) == [248.0, 18.0]
+    assert fast.pc_avail == scalar.pc_avail
 
 
-def test_a_read_takes_the_gaps_between_write_bursts_booked_ahead():
-    """Write A as above; a read of 8 bursts arriving at 10 takes the same gaps as write B
-    did: it ends at 32 where queueing behind A's last bursts ended at 256 (flit mode commits
-    A's later bursts as they arrive, after the read)."""
+def test_a_read_goes_before_write_bursts_that_arrive_after_it():
+    """Write A as above; a read of 8 bursts arriving at 10 is served as write B was: [10, 18]
+    on every channel, where taking the gaps A left ended it at 32 and queueing behind A's
+    bursts booked ahead at 256."""
     fast = _controller(True)
-    fast.write_stream(0, 16 * 256, 0.0, 240.0, 0.0)
-    assert fast.read_span(0, 8 * 256, 10.0) == (18.0, 32.0)
-    assert fast.pc_iv[0] == [0.0, 8.0, 10.0, 18.0, 128.0, 136.0]
-    assert fast.pc_iv[1] == [16.0, 32.0, 144.0, 152.0]
-    assert fast.read(0, 256, 20.0) == [28.0]       # PC 0 is free from 18 to 128
+    a = _Write()
+    fast.write_stream(0, 16 * 256, 0.0, 240.0, 0.0, w=a)
+    assert fast.read_span(0, 8 * 256, 10.0) == (18.0, 18.0)
+    assert a.pushes == 1 and a.pend[0][2] == 26.0
+    assert fast.read(0, 256, 20.0) == [28.0]       # channel 0 serves A again at 128
+    fast.settle()
+    scalar = _controller(False)
+    reqs = [("w", 0, 16 * 256, 0.0, 240.0), ("r", 0, 8 * 256, 10.0, 10.0),
+            ("r", 0, 256, 20.0, 20.0)]
+    assert _in_arrival_order(scalar, reqs) == [248.0, 18.0, 28.0]
+    assert fast.pc_avail == scalar.pc_avail
 
 
-def test_fast_reads_record_their_bursts_without_changing_them():
-    slow, fast = _controller(False), _controller(True)
-    _commits(slow, 0, 2048, 0.0, 7.0)                     # burst i on channel i: [i, i + 8]
-    fast.write_stream(0, 2048, 0.0, 7.0, 0.0)
-    assert slow.read(512, 4096, 3.0) == fast.read(512, 4096, 3.0)
-    assert slow.pc_avail == fast.pc_avail
-    assert fast.pc_iv[2] == [2.0, 26.0]     # the write's burst, then the read's two, touching
+def test_fast_reads_and_writes_equal_flit_arrival_order():
+    """A write's 8 bursts arrive at 0..7 (burst i on channel i) and a read of 16 bursts from
+    channel 2 on at 3: channels 0..3 serve the write's burst first, 4..7 the read's two (their
+    write bursts arrive after it), as flit mode does; the write's completion moves from 15 to
+    27."""
+    fast = _controller(True)
+    a = _Write()
+    assert fast.write_stream(0, 2048, 0.0, 7.0, 0.0, w=a) == 15.0
+    got = fast.read(512, 4096, 3.0)
+    assert got == [18.0, 19.0, 11.0, 11.0, 11.0, 11.0, 16.0, 17.0,
+                   26.0, 27.0, 19.0, 19.0, 19.0, 19.0, 24.0, 25.0]
+    assert a.done() == 27.0
+    fast.settle()
+    scalar = _controller(False)
+    reqs = [("w", 0, 2048, 0.0, 7.0), ("r", 512, 4096, 3.0, 3.0)]
+    assert _in_arrival_order(scalar, reqs) == [27.0, max(got)]
+    assert fast.pc_avail == scalar.pc_avail
 
 
 @pytest.mark.parametrize("readers, worst", [(2, 1e-9), (4, 0.005)])
@@ -155,10 +208,10 @@ def test_concurrent_reads_across_one_ucie_crossing(tmp_path, readers, worst):
 
 
 @pytest.mark.parametrize("pen", [0.0, 3.3])
-def test_write_gaps_equal_the_scalar_commit_when_nothing_is_booked_ahead(pen):
-    """Writes whose bursts each arrive after everything booked on their channel: the gap
-    search books what committing them one by one in arrival order does, read/write turnaround
-    penalty included."""
+def test_write_equals_the_scalar_commit_when_nothing_is_booked_ahead(pen):
+    """Writes whose bursts each arrive after everything booked on their channel: the same
+    times as committing them one by one in arrival order, read/write turnaround penalty
+    included."""
     slow, fast = _controller(False), _controller(True)
     for h in (slow, fast):
         h.penalty = pen
@@ -169,7 +222,8 @@ def test_write_gaps_equal_the_scalar_commit_when_nothing_is_booked_ahead(pen):
             assert slow.read(addr, nb, t) == fast.read(addr, nb, t)
         else:
             assert _commits(slow, addr, nb, t, tail) == fast.write_stream(addr, nb, t, tail, t)
-        assert (slow.pc_avail, slow.last_dir) == (fast.pc_avail, fast.last_dir)
+    fast.settle()
+    assert (slow.pc_avail, slow.last_dir) == (fast.pc_avail, fast.last_dir)
 
 
 def test_a_stream_that_finds_the_link_taken_queues_until_it_has_bandwidth():

@@ -7,14 +7,15 @@ penalty)``, ``finish = start + nbytes / (pc_bw_gbps * efficiency)``; reads and
 writes share ``pc_avail`` (one command bus per PC). Both fidelity modes call the
 same arithmetic, so HBM timing never differs between them for the same
 arrival times -- with one exception. fast mode commits a whole write when its head
-arrives, for the times its bursts will arrive (evenly between head and tail), so its
-later bursts would hold a PC against requests that reach it before them; there
-(``write_stream``, with ``pc_iv`` set: every PC's busy intervals, reads' included) each
-write burst takes the earliest gap of its PC at or after its arrival, as flit mode,
-committing each flit as it arrives, serves them in arrival order; and a read's bursts on a
-PC booked beyond its arrival take the gaps too, one after another, instead of queueing
-behind write bursts that arrive after it (four readers and three writers of one slice:
-fast 2.02% late, per-op p95 170%, before; 1.61% and 65% after).
+arrives, for the times its bursts will arrive (evenly between head and tail): those not yet
+arrived are booked ahead (``write_stream``, with ``pc_iv`` set: per PC, the bursts booked
+ahead in arrival order, ``pc_avail`` the end of what has arrived). Each PC still serves in
+arrival order, as flit mode's, which commits each flit as it arrives: a read, or a burst
+that arrives before bursts booked ahead, goes before them, and they move back one after
+another (``_rechain``), each moved write's completion with them (``fair.HbmWrite.push``).
+(Four readers and three writers of one slice: fast 2.02% late, per-op p95 170%, when writes
+queued reads behind their bursts booked ahead; 1.61% and 65% when each took the earliest
+gap; 0.00% and 26% in arrival order.)
 
 Pseudo-channel log (``ReplayOptions.hbm_pcs``, off by default): with ``log`` set to a list,
 every service the controller grants is appended as ``(op_id, pc, write, start, finish,
@@ -27,12 +28,12 @@ The callers name the op they serve in ``op_id``; without a log nothing is kept.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from kbtrace import schema
-from kbtrace.replay.intervals import book_after, fit_gap, prune
 from kbtrace.topology.params import HbmParams
 
 __all__ = ["HbmController", "pc_table"]
@@ -52,7 +53,8 @@ class HbmController:
         self.bw = p.pc_bw_gbps * p.efficiency
         self.burst = p.burst_bytes
         self.penalty = p.switch_penalty_ns
-        self.pc_iv: list[list[float]] | None = None    # fast mode: each PC's busy intervals
+        #: fast mode: per PC, the write bursts booked ahead of their arrival (``write_stream``)
+        self.pc_iv: list[list[list[Any]]] | None = None
         self.log: list[tuple[int, int, int, float, float, int]] | None = None   # hbm_pcs
 
     def commit(self, addr: int, nbytes: int, t: float, write: int, op_id: int = -1) -> float:
@@ -115,31 +117,8 @@ class HbmController:
             pc = (p0 + j) & mask
             cnt = (n - 1 - j) // npcs + 1
             k_tail = cnt - 1 if j + (cnt - 1) * npcs == n - 1 else -1   # PC's (short) tail burst
-            if ivs is not None and ivs[pc] and ivs[pc][-1] > t:
-                # fast: bursts of writes booked ahead hold the PC later on; take the gaps
-                iv = ivs[pc]
-                if len(iv) > 64:
-                    prune(iv, t)
-                f = t + pen if pen and last_dir[pc] == 1 else t
-                f1 = -1.0
-                for k in range(cnt):
-                    dur = tail if k == k_tail else full
-                    f = fit_gap(iv, f, dur)
-                    if out is not None:
-                        out[j + k * npcs] = f
-                    if k == 0:
-                        f1 = f
-                    if log is not None:
-                        log.append((op_id, pc, 0, f - dur, f,
-                                    tail_b if k == k_tail else burst))
-                if f1 < first:
-                    first = f1
-                if f > avail[pc]:
-                    avail[pc] = f
-                last_dir[pc] = 0
-                if f > last:
-                    last = f
-                continue
+            if ivs is not None and ivs[pc]:
+                self._fold(pc, t)       # fast: write bursts that arrived by now are final
             f = avail[pc]
             if f < t:
                 f = t
@@ -163,12 +142,9 @@ class HbmController:
                         f1 = f
             if f1 < first:
                 first = f1
-            if ivs is not None:     # fast: the PC's busy intervals, for writes' gap search
-                iv = ivs[pc]
-                if len(iv) > 64:
-                    prune(iv, t)                        # t is now: nothing earlier matters
-                book_after(iv, f0, f)
             avail[pc] = f
+            if ivs is not None and ivs[pc]:     # fast: write bursts booked ahead queue after
+                self._rechain(pc, 0, f)
             last_dir[pc] = 0
             if log is not None:     # the PC's bursts of this read, back to back
                 log.append((op_id, pc, 0, f0, f,
@@ -178,15 +154,17 @@ class HbmController:
         return first, last
 
     def write_stream(self, addr: int, nbytes: int, head: float, tail: float,
-                     now: float, op_id: int = -1) -> float:
-        """fast mode: commit a write whose flits arrive evenly between ``head`` and ``tail``;
-        its last finish. Each burst takes the earliest gap of its PC at or after its arrival
-        (the write is committed when its head arrives, so its later bursts must not hold a
-        PC against requests that reach it before them); with nothing booked on its PC beyond
-        its arrival, the arithmetic of ``commit``. ``now``: the simulated time (intervals
-        ending before it are pruned); needs ``pc_iv``."""
+                     now: float, op_id: int = -1, w: Any = None) -> float:
+        """fast mode: commit a write whose flits arrive evenly between ``head`` (now) and
+        ``tail``; its last finish. Each PC serves in arrival order, as flit mode's, which
+        commits each flit as it arrives: a burst arriving by now queues after what arrived
+        before it; one arriving later is booked ahead (``pc_iv[pc]``: ``[arrival, duration,
+        finish, write, op, bytes]`` in arrival order) and moves back, with its write's
+        completion (``w.push()``), when a read or an earlier-arriving burst is booked before
+        it later. ``w``: the write's ``fair.HbmWrite`` (its bursts booked ahead are added to
+        ``w.pend``)."""
         burst, shift, mask, bw, pen = self.burst, self.shift, self.mask, self.bw, self.penalty
-        avail, last_dir, ivs, log = self.pc_avail, self.last_dir, self.pc_iv, self.log
+        avail, last_dir, ivs = self.pc_avail, self.last_dir, self.pc_iv
         assert ivs is not None, "write_stream needs pc_iv (fast mode)"
         n = max(1, -(-nbytes // burst))
         step = (tail - head) / (n - 1) if n > 1 else 0.0
@@ -204,23 +182,73 @@ class HbmController:
             if pen and last_dir[pc] == 0:
                 t += pen
             last_dir[pc] = 1
-            iv = ivs[pc]
-            if not iv or iv[-1] <= t:       # the PC is free from t on
-                f = t + dur
-                book_after(iv, t, f)
+            pend = ivs[pc]
+            if pend:
+                self._fold(pc, now)
+            if t <= now:                    # arrived: after what arrived before it
+                s0 = avail[pc]
+                f = (t if t > s0 else s0) + dur
                 avail[pc] = f
-            else:
-                if len(iv) > 64:
-                    prune(iv, now)
-                f = fit_gap(iv, t, dur)
-                if f > avail[pc]:
-                    avail[pc] = f
-            if log is not None:
-                log.append((op_id, pc, 1, f - dur, f, sz))
+                if self.log is not None:
+                    self.log.append((op_id, pc, 1, f - dur, f, sz))
+                if pend:
+                    self._rechain(pc, 0, f)
+            else:                           # booked ahead, in arrival order
+                k = len(pend)
+                while k and pend[k - 1][0] > t:
+                    k -= 1
+                prev = pend[k - 1][2] if k else avail[pc]
+                f = (t if t > prev else prev) + dur
+                x = [t, dur, f, w, op_id, sz]
+                pend.insert(k, x)
+                if w is not None:
+                    w.pend.append(x)
+                if k + 1 < len(pend):
+                    self._rechain(pc, k + 1, f)
             if f > last:
                 last = f
             off += sz
         return last
+
+    def _fold(self, pc: int, now: float) -> None:
+        """fast mode: PC ``pc``'s write bursts booked ahead that have arrived by ``now`` are
+        final (nothing can be booked before them any more): into ``pc_avail`` and the log."""
+        assert self.pc_iv is not None
+        pend = self.pc_iv[pc]
+        k = 0
+        n = len(pend)
+        while k < n and pend[k][0] <= now:
+            k += 1
+        if k:
+            if pend[k - 1][2] > self.pc_avail[pc]:
+                self.pc_avail[pc] = pend[k - 1][2]
+            if self.log is not None:
+                for _t, dur, f, _w, op, sz in pend[:k]:
+                    self.log.append((op, pc, 1, f - dur, f, sz))
+            del pend[:k]
+
+    def _rechain(self, pc: int, k: int, prev: float) -> None:
+        """fast mode: PC ``pc``'s bursts booked ahead from the ``k``-th on start no earlier
+        than ``prev``, one after another in arrival order; the writes of those that move
+        back move their completion (``push``)."""
+        assert self.pc_iv is not None
+        moved = []
+        for x in self.pc_iv[pc][k:]:
+            f = (x[0] if x[0] > prev else prev) + x[1]
+            if f <= x[2]:           # it (and so every one after it) keeps its time
+                break
+            x[2] = f
+            prev = f
+            if x[3] is not None and x[3] not in moved:
+                moved.append(x[3])
+        for w in moved:
+            w.push()
+
+    def settle(self) -> None:
+        """fast mode, at the end of the run: every burst booked ahead is final (logged)."""
+        if self.pc_iv is not None:
+            for pc in range(self.n_pcs):
+                self._fold(pc, float("inf"))
 
 
 def pc_table(ctrls: Iterable[HbmController]) -> pa.Table:
@@ -229,6 +257,7 @@ def pc_table(ctrls: Iterable[HbmController]) -> pa.Table:
     (one row per op per PC for an uncontended read); sorted by (node_idx, pc, t_start_ns)."""
     node, op, pc, wr, t0, t1, nb = [], [], [], [], [], [], []
     for h in ctrls:
+        h.settle()
         if not h.log:
             continue
         a = np.array([e[:5] for e in h.log], dtype=np.float64)

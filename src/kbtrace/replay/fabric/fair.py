@@ -26,11 +26,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from simpy.events import NORMAL  # the priority of a Timeout
+
 from kbtrace.replay.fabric.base import after
 from kbtrace.replay.fabric.booking import share_fifo, unbook
 from kbtrace.replay.intervals import TIME_EPS
 
-__all__ = ["Flow", "Booked", "book", "book_plan", "fair_hop", "incumbents", "prune_flows", "expand", "coarse",
+__all__ = ["Flow", "Booked", "HbmWrite", "book", "book_plan", "fair_hop", "incumbents", "prune_flows", "expand", "coarse",
            "ARRIVAL_PIECES"]
 
 #: a flow's arrival at a link is described by at most this many pieces (``coarse``)
@@ -379,3 +381,49 @@ def _move(fab: Any, g: Flow, tt: float) -> None:
     old.callbacks = []
     g.ev = ev
     g.tt = tt
+
+
+class HbmWrite:
+    """An HBM write's completion in fast mode: ``done`` (its last burst's finish) moves later
+    when a read, or a burst that arrives before one of its bursts booked ahead, is booked
+    before them (``HbmController.write_stream``, ``push``); its event then moves as a flow's
+    does. Its terminal hop row is recorded when the event fires, with the final time."""
+    __slots__ = ("fab", "ev", "ack", "pend", "done", "row")
+
+    def __init__(self, fab: Any, ev: Any, ack: float, row: tuple) -> None:
+        self.fab, self.ev, self.ack, self.row = fab, ev, ack, row
+        self.pend: list[list[Any]] = []     # its bursts booked ahead (``HbmController.pc_iv``)
+        self.done = -1.0
+
+    def start(self, done: float) -> None:
+        """Committed: its completion ``done`` (+ ``ack``); the row is recorded when it fires."""
+        env = self.fab.env
+        for x in self.pend:
+            if x[2] > done:
+                done = x[2]
+        self.done = done
+        ev = self.ev
+        ev._value = done
+        ev.callbacks.insert(0, self._record)
+        env.schedule(ev, NORMAL, done + self.ack - env.now)
+
+    def push(self) -> None:
+        """Some of its bursts booked ahead finish later now: so may it."""
+        if self.done < 0.0:             # (being committed: ``start`` takes them)
+            return
+        done = self.done
+        for x in self.pend:
+            if x[2] > done:
+                done = x[2]
+        if done > self.done:
+            env = self.fab.env
+            old = self.ev
+            ev = after(env, done + self.ack - env.now, done)
+            ev.callbacks = old.callbacks
+            old.callbacks = []
+            self.ev = ev
+            self.done = done
+
+    def _record(self, _ev: Any) -> None:
+        op, tile, stage, node, h_in, busy, q, nb = self.row
+        self.fab.rec.rows([(op, tile, stage, node, -1, h_in, self.done, busy, q, nb)])

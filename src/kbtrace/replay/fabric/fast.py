@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import simpy
-from simpy.events import NORMAL  # the priority of a Timeout
 
 from kbtrace.replay.fabric.base import Fabric, _Ev, after
 from kbtrace.replay.fabric.booking import (
@@ -22,6 +21,7 @@ from kbtrace.replay.fabric.booking import (
 from kbtrace.replay.fabric.fair import (
     Booked,
     Flow,
+    HbmWrite,
     book,
     book_plan,
     expand,
@@ -489,8 +489,9 @@ class FastFabric(Fabric):
         ``tt``: done at ``hh`` (a SimPy event then), not when the transfer is booked, so the
         pseudo-channels serve requests in the order they arrive -- a read that reaches them
         first is not queued behind a write still on its way (flit mode commits flit by flit
-        as they arrive). Records the terminal row then; returns the transfer's completion
-        event, fired ``ack`` after the last commit."""
+        as they arrive). Returns the transfer's completion event, fired ``ack`` after the last
+        commit, which moves later if requests arriving before its bursts are booked before
+        them (``fair.HbmWrite``, which records the terminal row when it fires)."""
         env = self.env
         hbm = rt.hbm
         assert hbm is not None          # (a transfer to a node with HBM)
@@ -498,13 +499,11 @@ class FastFabric(Fabric):
         ev.callbacks = []
         ev._ok = True
         ev._value = None
+        w = HbmWrite(self, ev, ack, (op_id, tile, rt.term_stage, rt.dst, h_in, rt.term_busy, q,
+                                     rt.nb))
 
         def commit(_e: Any) -> None:
-            done = hbm.write_stream(addr, rt.nb, hh, tt, env.now, op_id)
-            self.rec.rows([(op_id, tile, rt.term_stage, rt.dst, -1, h_in, done, rt.term_busy,
-                            q, rt.nb)])
-            ev._value = done
-            env.schedule(ev, NORMAL, done + ack - env.now)
+            w.start(hbm.write_stream(addr, rt.nb, hh, tt, env.now, op_id, w))
 
         after(env, hh - env.now).callbacks.append(commit)
         return ev
