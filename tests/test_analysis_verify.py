@@ -188,3 +188,88 @@ def test_compare_follows_isclose_on_infinities_and_nans():
     assert not allclose(got, want, "f32") and not allclose(got[:2], want[:3], "f32")
     ints = np.array([1, 2, 3], np.int32)
     assert compare(ints, ints + np.array([0, 0, 1], np.int32), "i32") == (1.0, 1 / 4, 1)
+
+
+def test_planted_divergence_mid_trace_is_named(run_dir):
+    """A wrong multiplier planted in op 3 (the golden digests stay the capture's): verify
+    names op 3, D fails and C still matches."""
+    import pyarrow as pa
+    trace = run_dir.parent / "trace"
+    ops = pq.read_table(trace / "ops.parquet")
+    scal = ops.column("scalars").to_pylist()
+    scal[3] = [0.25]
+    ops = ops.set_column(ops.schema.get_field_index("scalars"), "scalars",
+                         pa.array(scal, ops.schema.field("scalars").type))
+    write_table(trace / "ops.parquet", ops)
+    res = verify(run_dir)
+    assert not res.ok and res.error is None
+    fd = res.first_divergence
+    assert (fd.op_id, fd.position, fd.kind, fd.name, fd.seq, fd.src_line) == (3, 3, "math", "mul", 3, 103)
+    assert fd.reason.startswith("result digest ") and "!= capture" in fd.reason
+    c = {t.tensor: t for t in res.tensors}
+    assert c["C"].ok and not c["D"].ok and c["D"].n_bad == 16
+    assert "first diverging op: op 3 math/mul (launch 0, program 0, seq 3) at kern.py:103" in res.text()
+
+
+def test_exec_ops_refuse_columns_they_were_not_built_with():
+    """verify builds ``ExecOp``s from the executor's columns only; reading another one fails
+    loudly instead of returning a default."""
+    op = ex.ExecOp(op_id=1, kind="load")
+    assert op.op_id == 1 and op.mem_strides == () and op.out_digest is None
+    with pytest.raises(AttributeError, match="EXEC_FIELDS"):
+        _ = op.launch
+    assert {"launch", "deps", "src_file"}.isdisjoint(ex.EXEC_FIELDS)
+
+
+def _depth_reference(ids, deps, kinds, match):
+    """The dict-and-deque Kahn walk ``verifier._depth`` replaced."""
+    from collections import deque
+    idset = set(ids)
+    preds = {}
+    for i, d, k, m in zip(ids, deps, kinds, match, strict=True):
+        p = [x for x in (d or []) if x in idset]
+        if k == "recv" and m is not None and m in idset:
+            p.append(m)
+        preds[i] = p
+    succ = {i: [] for i in ids}
+    indeg = {i: len(p) for i, p in preds.items()}
+    for i, p in preds.items():
+        for x in p:
+            succ[x].append(i)
+    depth = {i: 0 for i in ids}
+    q = deque(i for i in ids if indeg[i] == 0)
+    while q:
+        i = q.popleft()
+        for s in succ[i]:
+            depth[s] = max(depth[s], depth[i] + 1)
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                q.append(s)
+    return [depth[i] if indeg[i] == 0 else len(ids) + 1 for i in ids]
+
+
+def test_dependency_depth_matches_the_dict_walk_on_random_graphs():
+    import pyarrow as pa
+
+    from kbtrace.analysis.verifier import _depth
+    t = pa.table({"op_id": pa.array([0, 1, 2, 3], pa.int64()),
+                  "deps": pa.array([[], [0], [3], [2]], pa.list_(pa.int64())),
+                  "kind": pa.array(["load", "recv", "dot", "dot"]).dictionary_encode(),
+                  "match_op_id": pa.array([None, 3, None, None], pa.int64())})
+    assert _depth(t)[1].tolist() == [0, 5, 5, 5]          # 2 <-> 3 is a cycle: 1 waits on it
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        n = int(rng.integers(1, 30))
+        ids = rng.permutation(2 * n)[:n].tolist()
+        deps = [None if rng.random() < 0.1 else
+                [int(rng.choice(ids)) if rng.random() < 0.8 else int(rng.integers(0, 3 * n))
+                 for _ in range(int(rng.integers(0, 4)))] for _ in range(n)]
+        kinds = [str(rng.choice(["load", "recv", "send"])) for _ in range(n)]
+        match = [None if rng.random() < 0.3 else int(rng.choice(ids)) for _ in range(n)]
+        t = pa.table({"op_id": pa.array(ids, pa.int64()),
+                      "deps": pa.array(deps, pa.list_(pa.int64())),
+                      "kind": pa.array(kinds).dictionary_encode(),
+                      "match_op_id": pa.array(match, pa.int64())})
+        got_ids, got = _depth(t)
+        assert got_ids.tolist() == ids
+        assert got.tolist() == _depth_reference(ids, deps, kinds, match)

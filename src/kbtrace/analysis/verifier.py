@@ -18,9 +18,10 @@ its producer fails verification even when the kernel is right.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import math
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,54 +173,76 @@ def _read(path: Path, expected: pa.Schema, fix: str) -> pa.Table:
         raise corrupt_parquet(path, exc, fix) from None
 
 
-def _depth(ops: pa.Table) -> dict[int, int]:
-    """Dependency depth of every op (deps + recv->send); ops in a cycle get a large depth."""
-    ids = ops.column("op_id").to_pylist()
-    deps = ops.column("deps").to_pylist()
-    kinds = ops.column("kind").to_pylist()
-    match = ops.column("match_op_id").to_pylist()
-    idset = set(ids)
-    preds: dict[int, list[int]] = {}
-    for i, d, k, m in zip(ids, deps, kinds, match, strict=True):
-        p = [x for x in (d or []) if x in idset]
-        if k == "recv" and m is not None and m in idset:
-            p.append(m)
-        preds[i] = p
-    succ: dict[int, list[int]] = {i: [] for i in ids}
-    indeg = {i: len(p) for i, p in preds.items()}
-    for i, p in preds.items():
-        for x in p:
-            succ[x].append(i)
-    depth = {i: 0 for i in ids}
-    q = deque(sorted(i for i in ids if indeg[i] == 0))
-    while q:
-        i = q.popleft()
-        for s in succ[i]:
-            depth[s] = max(depth[s], depth[i] + 1)
+def _depth(ops: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """(op_ids, dependency depth) per row (deps + recv->send); ops in a cycle get a large
+    depth. The edges are built with Arrow / numpy, then one Kahn walk over row numbers in
+    Python lists (the walk over dicts of op_ids cost ~5 us per op)."""
+    import pyarrow.compute as pc
+
+    ids = np.asarray(ops.column("op_id").to_numpy(), dtype=np.int64)
+    n = len(ids)
+    by_id = np.argsort(ids, kind="stable")
+    sorted_ids = ids[by_id]
+
+    def rows_of(vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(mask of the values that are op_ids, their rows)"""
+        pos = np.minimum(np.searchsorted(sorted_ids, vals), max(n - 1, 0))
+        ok = sorted_ids[pos] == vals if n else np.zeros(len(vals), dtype=bool)
+        return ok, by_id[pos[ok]]
+
+    deps = ops.column("deps").combine_chunks()
+    flat = pc.list_flatten(deps)
+    parent = np.asarray(pc.list_parent_indices(deps).to_numpy(), dtype=np.int64)
+    present = ~np.asarray(flat.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    vals = np.asarray(pc.fill_null(flat, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    ok, src = rows_of(vals[present])
+    dst = parent[present][ok]
+    match = ops.column("match_op_id").combine_chunks()
+    recv = (np.asarray(pc.equal(ops.column("kind"), "recv").fill_null(False).to_numpy(
+        zero_copy_only=False), dtype=bool) & ~np.asarray(match.is_null().to_numpy(
+            zero_copy_only=False), dtype=bool))
+    rr = np.flatnonzero(recv)
+    mok, msrc = rows_of(np.asarray(pc.fill_null(match, 0).to_numpy(zero_copy_only=False),
+                                   dtype=np.int64)[rr])
+    src = np.concatenate([src, msrc])
+    dst = np.concatenate([dst, rr[mok]])
+    indeg = np.bincount(dst, minlength=n).tolist()
+    off = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=n), out=off[1:])
+    succ = dst[np.argsort(src, kind="stable")].tolist()
+    offs = off.tolist()
+    depth = [0] * n
+    queue = [i for i in range(n) if not indeg[i]]
+    for i in queue:                     # (the queue grows while it is walked)
+        d = depth[i] + 1
+        for s in succ[offs[i]:offs[i + 1]]:
+            if depth[s] < d:
+                depth[s] = d
             indeg[s] -= 1
-            if indeg[s] == 0:
-                q.append(s)
-    big = len(ids) + 1
-    return {i: (depth[i] if indeg[i] == 0 else big) for i in ids}
+            if not indeg[s]:
+                queue.append(s)
+    out = np.asarray(depth, dtype=np.int64)
+    out[np.asarray(indeg, dtype=np.int64) > 0] = n + 1
+    return ids, out
 
 
 def execution_order(ops: pa.Table, op_timing: pa.Table) -> list[int]:
     """op_ids sorted by (t_start_ns, dependency depth, op_id)."""
-    depth = _depth(ops)
+    ids, d = _depth(ops)
     t = dict(zip(op_timing.column("op_id").to_pylist(),
                  op_timing.column("t_start_ns").to_pylist(), strict=True))
-    missing = [i for i in depth if i not in t]
+    id_list = ids.tolist()
+    missing = [i for i in id_list if i not in t]
     if missing:
         raise AnalysisError(f"op_timing has no row for {len(missing)} ops (first: op {missing[0]}); "
                             "the run is incomplete, re-run `kbtrace replay`")
-    extra = sorted(i for i in t if i not in depth)
+    known = set(id_list)
+    extra = sorted(i for i in t if i not in known)
     if extra:       # a run replayed from another trace than the one found now
         raise AnalysisError(f"op_timing has {len(extra)} rows for ops the trace does not have "
                             f"(first: op {extra[0]}); the run was replayed from another trace, "
                             "re-run `kbtrace replay` on this one")
-    ids = np.fromiter(depth, dtype=np.int64, count=len(depth))
-    d = np.fromiter(depth.values(), dtype=np.int64, count=len(depth))
-    ts = np.fromiter((t[i] for i in depth), dtype=np.float64, count=len(depth))
+    ts = np.fromiter((t[i] for i in id_list), dtype=np.float64, count=len(id_list))
     return ids[np.lexsort((ids, d, ts))].tolist()      # by (t_start, depth, op_id)
 
 
@@ -297,20 +320,8 @@ def verify(run: Any, progress: Callable[[int, int], Any] | None = None) -> Verif
 
     machine = ex.Machine()
     ex.load_memory(memory, machine.mem)
-    for pos, op in enumerate(_ops_in_order(ops, order)):
-        if progress is not None and not pos % PROGRESS_EVERY:
-            progress(pos, len(order))
-        op_id = op.op_id
-        try:
-            _, dig = machine.step(op)
-        except (KbtraceError, ValueError, KeyError, IndexError) as exc:
-            result.first_divergence = result.first_divergence or _div(op, pos, f"could not execute: {exc}")
-            result.error = f"execution stopped at op {op_id}: {exc}"
-            break
-        want = op.out_digest
-        if result.first_divergence is None and dig is not None and want is not None and dig != want:
-            result.first_divergence = _div(op, pos, f"result digest {dig:016x} != capture "
-                                                    f"{want:016x}")
+    with _gc_paused():
+        _execute(machine, ops, order, result, progress)
     if result.error is None:
         outputs = ex.gather_outputs(memory, machine.mem)
         dtypes = {r["tensor"]: r["dtype"] for r in memory.select(["tensor", "role", "dtype"]).to_pylist()
@@ -325,21 +336,65 @@ def verify(run: Any, progress: Callable[[int, int], Any] | None = None) -> Verif
     return result
 
 
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Automatic GC paused while the ops execute: they create no reference cycles, and the
+    generational passes the ~10 objects per op triggered cost ~25% of verify's CPU (each
+    batch of ops collects the young generation, as capture's drains do)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _execute(machine: Any, ops: pa.Table, order: list[int], result: VerifyResult,
+             progress: Callable[[int, int], Any] | None) -> None:
+    """Step ``machine`` through ``order``; the first digest divergence or execution error
+    goes into ``result``."""
+    for pos, op in enumerate(_ops_in_order(ops, order)):
+        if progress is not None and not pos % PROGRESS_EVERY:
+            progress(pos, len(order))
+        op_id = op.op_id
+        try:
+            _, dig = machine.step(op)
+        except (KbtraceError, ValueError, KeyError, IndexError) as exc:
+            result.first_divergence = (result.first_divergence
+                                       or _div(ops, op_id, pos, f"could not execute: {exc}"))
+            result.error = f"execution stopped at op {op_id}: {exc}"
+            break
+        want = op.out_digest
+        if result.first_divergence is None and dig is not None and want is not None and dig != want:
+            result.first_divergence = _div(ops, op_id, pos, f"result digest {dig:016x} != "
+                                                            f"capture {want:016x}")
+
+
 def _ops_in_order(ops: pa.Table, order: list[int]) -> Iterator[Any]:
-    """The executor's ``Op`` of each op_id of ``order``, built ``OP_BATCH`` at a time from
-    the Arrow table (holding every op as a Python object took ~2.3 KiB per op: 2.3 GiB at a
-    million ops)."""
+    """The executor's ``ExecOp`` of each op_id of ``order`` (the columns the executor
+    reads), built ``OP_BATCH`` at a time from the Arrow table (holding every op as a
+    Python object took ~2.3 KiB per op: 2.3 GiB at a million ops)."""
     from kbtrace.capture import executor as ex
 
     ids = ops.column("op_id").to_numpy()
     row = np.full(int(ids.max()) + 1 if len(ids) else 0, -1, dtype=np.int64)
     row[ids] = np.arange(len(ids))
-    cols = ex.op_columns(ops)
+    cols = [c for c in ex.op_columns(ops) if c in ex.EXEC_FIELDS]
+    sub = ops.select(cols)
     at = np.asarray(order, dtype=np.int64)
     for i in range(0, len(at), OP_BATCH):
-        yield from ex.ops_from_table(ops.take(row[at[i:i + OP_BATCH]]), cols)
+        yield from ex.ops_from_table(sub.take(row[at[i:i + OP_BATCH]]), cols, ex.ExecOp)
+        gc.collect(0)
 
 
-def _div(op: Any, pos: int, reason: str) -> DivergingOp:
-    return DivergingOp(int(op.op_id), str(op.kind), str(op.name), int(op.launch), int(op.program),
-                       int(op.seq), op.src_file, op.src_line, pos, reason)
+def _div(ops: pa.Table, op_id: int, pos: int, reason: str) -> DivergingOp:
+    """The report of op ``op_id`` (its row of ``ops``) diverging at ``pos``."""
+    import pyarrow.compute as pc
+
+    i = pc.index(ops.column("op_id"), pa.scalar(op_id, ops.schema.field("op_id").type)).as_py()
+    r = ops.slice(i, 1).select(["kind", "name", "launch", "program", "seq", "src_file",
+                                "src_line"]).to_pylist()[0]
+    return DivergingOp(int(op_id), str(r["kind"]), str(r["name"]), int(r["launch"]),
+                       int(r["program"]), int(r["seq"]), r["src_file"], r["src_line"], pos,
+                       reason)

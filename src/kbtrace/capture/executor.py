@@ -36,9 +36,9 @@ from kbtrace.capture.dtypes import COMPUTE, STORAGE, digest, from_bytes, to_comp
 from kbtrace.capture.memory import MemoryImage
 from kbtrace.errors import VerifyError
 
-__all__ = ["Op", "Machine", "ExecResult", "execute", "ops_from_table", "op_columns", "load_memory",
-           "fill_stored", "gather_outputs", "reference_outputs", "matmul", "EPILOGUE_OPS", "UNARY",
-           "BINARY"]
+__all__ = ["Op", "ExecOp", "EXEC_FIELDS", "Machine", "ExecResult", "execute", "ops_from_table",
+           "op_columns", "load_memory", "fill_stored", "gather_outputs", "reference_outputs",
+           "matmul", "EPILOGUE_OPS", "UNARY", "BINARY"]
 
 OP_FIELDS: tuple[str, ...] = tuple(schema.OPS.names)
 _LIST_FIELDS = {f.name for f in schema.OPS if pa.types.is_list(f.type)}
@@ -64,6 +64,29 @@ class Op:
 
 for _name in OP_FIELDS:
     setattr(Op, _name, () if _name in _LIST_FIELDS else None)
+
+#: the columns ``Machine`` reads from an op (``out_digest``: what verify compares with)
+EXEC_FIELDS: frozenset[str] = frozenset((
+    "op_id", "kind", "name", "src_addr", "dst_addr", "in_addrs", "in_shapes", "in_dtypes",
+    "scalars", "out_shape", "out_dtype", "acc_dtype", "m", "n", "k", "axis", "match_op_id",
+    "extra_json", "mem_strides", "out_digest"))
+
+
+class ExecOp(Op):
+    """An ``Op`` built with ``EXEC_FIELDS`` only (verify: half the columns to convert per
+    op). Reading any other column raises, so an executor that starts reading a column
+    missing from ``EXEC_FIELDS`` fails loudly instead of seeing the class default."""
+
+
+def _not_built(name: str) -> property:
+    def get(self: Any) -> Any:
+        raise AttributeError(f"ExecOp has no {name!r}: add it to executor.EXEC_FIELDS")
+    return property(get)
+
+
+for _name in OP_FIELDS:
+    if _name not in EXEC_FIELDS:
+        setattr(ExecOp, _name, _not_built(_name))
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -371,18 +394,19 @@ def op_columns(ops: pa.Table) -> list[str]:
     return names
 
 
-def ops_from_table(ops: pa.Table, columns: list[str] | None = None) -> list[Op]:
+def ops_from_table(ops: pa.Table, columns: list[str] | None = None,
+                   cls: type[Op] = Op) -> list[Op]:
     """One ``Op`` per row. Columns that hold only defaults (all null; lists all empty) are
     left to the class defaults, as when capture records an op: ~20 of the 44 on a GEMM
     trace, so each op's ``__dict__`` is about half the size. ``columns``: the columns to
     set (``op_columns`` of the whole table, when ``ops`` is one slice of it: verify builds
-    its ops a batch at a time)."""
+    its ops a batch at a time). ``cls``: ``Op``, or ``ExecOp`` for ``EXEC_FIELDS`` only."""
     names = op_columns(ops) if columns is None else columns
     cols = [column_pylist(ops.column(n)) for n in names]
-    new = Op.__new__
+    new = cls.__new__
     out = []
     for vals in zip(*cols, strict=True):
-        op = new(Op)
+        op = new(cls)
         op.__dict__.update(zip(names, vals, strict=True))
         out.append(op)
     return out
