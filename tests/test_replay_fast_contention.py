@@ -27,7 +27,6 @@ import pytest
 from kbtrace.replay import ReplayOptions, replay
 from kbtrace.replay.fabric.booking import fit_rate, serve, take_rate
 from kbtrace.replay.hbm import HbmController
-from kbtrace.replay.intervals import fit_gap
 from kbtrace.topology import compile_topology
 from test_replay_util import TOPO_DIR, SynthTrace, hbm, load
 
@@ -68,18 +67,6 @@ def test_node_overhead_uses_gaps_shorter_than_itself():
     assert iv == [6.0, 10.0, 10.0, 18.0, 18.0, 22.0]
     assert serve(iv, 0.0, 30.0, 2.0) == 32.0
     assert serve([], 0.0, 1.0, 2.0) == 3.0
-
-
-def test_gap_fit_merges_touching_intervals():
-    iv = [0.0, 8.0, 16.0, 24.0]
-    assert fit_gap(iv, 4.0, 8.0) == 16.0              # the gap [8, 16] exactly
-    assert iv == [0.0, 24.0]
-    assert fit_gap(iv, 2.0, 4.0) == 28.0
-    assert iv == [0.0, 28.0]
-    assert fit_gap(iv, 30.0, 1.0) == 31.0
-    assert iv == [0.0, 28.0, 30.0, 31.0]
-    assert fit_gap(iv, 28.5, 1.5) == 30.0             # fills [28.5, 30], joins the next
-    assert iv == [0.0, 28.0, 28.5, 31.0]
 
 
 def _controller(fast: bool) -> HbmController:
@@ -246,8 +233,6 @@ def test_a_gap_short_by_rounding_still_holds_its_reservation():
     iv = [10.0, 12.0]
     end = serve(iv, 0.0, 8.000000000000004, 2.0)       # the gap [8.0..04, 10] is 2 - 4e-15
     assert end == 10.000000000000004 and iv == [8.000000000000004, 10.0, 10.0, 12.0]
-    iv = [0.0, 8.0, 16.0 - 1e-14, 24.0]
-    assert fit_gap(iv, 4.0, 8.0) == 16.0 and iv == [0.0, 24.0]
     lt, lr = [0.0, 10.0 + 1e-14, 20.0], [0.5, 1.0, 0.0]
     assert take_rate(lt, lr, 2.0, 10.0, 4.0)           # half of [2, 10]: up to the full part
     assert (lt, lr) == ([0.0, 2.0, 10.0 + 1e-14, 20.0], [0.5, 1.0, 1.0, 0.0])

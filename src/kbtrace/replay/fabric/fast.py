@@ -163,8 +163,9 @@ class FastFabric(Fabric):
     booking that lies in the future: it takes a node's gaps (``serve``: preemptive
     resume, gaps of any length) and a link's spare bandwidth (``fit_rate``: while its
     share fits, it crosses as if alone; else it gets what is left, moment by moment). An
-    HBM write's pseudo-channel commits run when its head arrives (``_commit_later``), each
-    burst in the earliest gap of its channel (``HbmController.write_stream``).
+    HBM write's pseudo-channel commits run when its head arrives (``_commit_later``); its
+    bursts booked ahead give way to requests that arrive before them
+    (``HbmController.write_stream``).
 
     Booking walks the route in stretches. On a stretch the closed form of
     ``_Plan`` holds while each resource is free from the moment the head reaches
