@@ -273,3 +273,33 @@ def test_dependency_depth_matches_the_dict_walk_on_random_graphs():
         got_ids, got = _depth(t)
         assert got_ids.tolist() == ids
         assert got.tolist() == _depth_reference(ids, deps, kinds, match)
+
+
+def test_order_violations_match_the_dict_loop_on_random_tables():
+    """``_order_violations`` (numpy over the flattened deps) gives the pairs, in order, of
+    the dict loop it replaced: null deps, unknown op_ids, repeated timing rows (last wins)."""
+    import pyarrow as pa
+
+    from kbtrace.analysis.verifier import _order_violations
+
+    def reference(ids, deps, tids, ts, te):
+        start, end = dict(zip(tids, ts, strict=True)), dict(zip(tids, te, strict=True))
+        return [(i, x) for i, d in zip(ids, deps, strict=True) for x in d or []
+                if x in end and i in start and start[i] < end[x]]
+
+    rng = np.random.default_rng(2)
+    for _ in range(300):
+        n = int(rng.integers(0, 25))
+        ids = rng.permutation(2 * n + 1)[:n].tolist()
+        deps = [None if rng.random() < 0.1 else
+                [None if rng.random() < 0.05 else int(rng.integers(0, 2 * n + 2))
+                 for _ in range(int(rng.integers(0, 4)))] for _ in range(n)]
+        tids = [int(rng.integers(0, 2 * n + 2)) for _ in range(int(rng.integers(0, 2 * n + 1)))]
+        ts = rng.integers(0, 6, len(tids)).astype(float).tolist()
+        te = rng.integers(0, 6, len(tids)).astype(float).tolist()
+        ops = pa.table({"op_id": pa.array(ids, pa.int64()),
+                        "deps": pa.array(deps, pa.list_(pa.int64()))})
+        timing = pa.table({"op_id": pa.array(tids, pa.int64()),
+                           "t_start_ns": pa.array(ts, pa.float64()),
+                           "t_end_ns": pa.array(te, pa.float64())})
+        assert _order_violations(ops, timing) == reference(ids, deps, tids, ts, te)
