@@ -17,7 +17,7 @@ seconds and hit the tight SimPy loop harder than a replay (measured: 0.66 M vs 1
 timeouts/s in two processes whose replays took the same 217 ms), so a raw rate taken only
 in one window could make the ratio look up to 3x better than it is. ``wall`` is ``Run.wall_s`` (open trace -> outputs written, including
 invariant checks and the Parquet writes).
-3. Where a fast replay's time goes (largest size): trace loading, fabric booking
+3. Where a fast replay's time goes (largest size): trace reading + spill and the op records fed per program (``OpSource._read`` / ``records``), fabric booking
    (``FastFabric.send``), hop-row finalisation + Parquet (``Recorder.flush``), the
    per-batch busy-window check (``BusyCheck.add``, called from ``flush`` and reported
    apart), the end-of-run invariants (``invariants.check``), and the rest (PE pipeline
@@ -113,7 +113,8 @@ def throughput(tmp: Path, topo) -> list[tuple[str, int, int, int, float, float]]
     return rows
 
 
-PHASES = (("trace load", "kbtrace.replay.engine", None, "load_ops"),
+PHASES = (("trace read + spill", "kbtrace.replay.source", "OpSource", "_read"),
+          ("op records (fed per program)", "kbtrace.replay.source", "OpSource", "records"),
           ("fabric booking", "kbtrace.replay.fabric.fast", "FastFabric", "send"),
           ("hop rows + Parquet", "kbtrace.replay.recorder", "Recorder", "flush"),
           ("busy windows", "kbtrace.replay.invariants", "BusyCheck", "add"),
