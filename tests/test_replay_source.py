@@ -134,3 +134,27 @@ def test_op_timing_streamed_is_the_table_written_whole(tmp_path):
     assert pq.ParquetFile(tmp_path / "streamed.parquet").metadata.num_row_groups == 2
     assert (tmp_path / "streamed.parquet").read_bytes() == (tmp_path / "whole.parquet").read_bytes()
     rec.hops.abort()
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self/fd"),
+                    reason="the spill is unlinked at once only where /proc/self/fd exists")
+def test_the_spill_has_no_name_while_the_replay_runs(tiny, tmp_path, monkeypatch):
+    """A replay killed by a signal must leave nothing in the temporary directory: the spill
+    file is unlinked as soon as it is open and read back through its descriptor."""
+    import tempfile
+
+    spill_dir = tmp_path / "tmp"
+    spill_dir.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spill_dir))
+    import kbtrace.replay.engine as engine
+    monkeypatch.setattr(engine, "PROGRESS_EVERY", 64)
+    seen: list[list[str]] = []
+    tr = _two_programs(tiny, 200)
+    run = replay(tr, tiny, ReplayOptions(out_dir=str(tmp_path / "run")),
+                 progress=lambda p: seen.append(sorted(x.name for x in spill_dir.iterdir())))
+    assert len(seen) > 3 and not any(seen), seen      # mid-run: no file by any name
+    assert list(spill_dir.iterdir()) == []
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    again = replay(tr, tiny, ReplayOptions(out_dir=str(tmp_path / "again")))
+    for f in ("op_timing.parquet", "hops.parquet"):
+        assert (run.run_dir / f).read_bytes() == (again.run_dir / f).read_bytes()

@@ -6,8 +6,10 @@ trace's table) ``READ_ROWS`` rows at a time, once:
 
 * each batch is validated (``validate.validate_ops`` on the batch; the IPCQ pairing,
   which spans batches, is checked once at the end from the few columns it needs);
-* the non-host ops are written to a temporary Arrow IPC file (the *spill*, removed by
-  ``close``) grouped by (launch, program), ``FEED_ROWS`` rows per record batch, in
+* the non-host ops are written to a temporary Arrow IPC file (the *spill*; on Linux its
+  name is removed as soon as it is open, and it is read back through its descriptor, so a
+  replay killed by a signal leaves nothing behind; elsewhere ``close`` removes it) grouped
+  by (launch, program), ``FEED_ROWS`` rows per record batch, in
   ``op_id`` order within a program; string columns are stored as codes into one
   dictionary per column kept here, so records share their strings;
 * what the elaboration needs is kept in compact form: per (launch, program) its spill
@@ -122,9 +124,16 @@ class OpSource:
         self._codes: dict[str, dict[Any, int]] = {c: {} for c in _CODED}
         self._memos: dict[str, dict[tuple[Any, ...], tuple[Any, ...]]] = {f: {} for f in _SHARED}
         fd, spill = tempfile.mkstemp(prefix="kbtrace-replay-ops-", suffix=".arrow")
-        os.close(fd)
         self._spill = Path(spill)
-        self._gone = weakref.finalize(self, self._spill.unlink, missing_ok=True)
+        self._sink: Any = pa.OSFile(spill, "w")
+        # unlinked at once where the open file can be read again by its descriptor (Linux):
+        # a replay killed by a signal then leaves nothing in the temporary directory
+        self._fd: int | None = fd if os.path.isdir("/proc/self/fd") else None
+        if self._fd is None:
+            os.close(fd)
+        else:
+            self._spill.unlink()
+        self._gone = weakref.finalize(self, _drop, self._spill, self._fd)
         self._reader: Any = None
         self._n_spilled = 0
         self._file: Any = None
@@ -162,7 +171,7 @@ class OpSource:
                                           first_row=at, n_total=self.n, pairs=pairs)
                 batch = self._code(batch)
                 if writer is None:
-                    writer = pa.ipc.new_file(str(self._spill), batch.schema,
+                    writer = pa.ipc.new_file(self._sink, batch.schema,
                                              options=pa.ipc.IpcWriteOptions(
                                                  compression=_SPILL_CODEC))
                 self._split(batch, at, writer)
@@ -172,8 +181,10 @@ class OpSource:
                 writer.close()
         if pairs is not None:
             pairs.check(self)
+        self._sink.close()
         if writer is not None:
-            self._file = pa.OSFile(str(self._spill))
+            self._file = pa.OSFile(str(self._spill) if self._fd is None
+                                   else f"/proc/self/fd/{self._fd}")
             self._reader = pa.ipc.open_file(self._file)
 
     def _code(self, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -335,7 +346,16 @@ class OpSource:
         if self._file is not None:
             self._file.close()
             self._file = None
-        self._spill.unlink(missing_ok=True)
+        if not self._sink.closed:
+            self._sink.close()
+        self._gone()
+
+
+def _drop(spill: Path, fd: int | None) -> None:
+    """The spill file gone: its name (where it still has one) and its descriptor."""
+    spill.unlink(missing_ok=True)
+    if fd is not None:
+        os.close(fd)
 
 
 def _n_rows(path: Any) -> int:
