@@ -407,7 +407,7 @@ def _ops_in_order(ops: pa.Table, order: list[int]) -> Iterator[Any]:
     sub = ops.select(cols)
     at = np.asarray(order, dtype=np.int64)
     for i in range(0, len(at), OP_BATCH):
-        yield from ex.ops_from_table(sub.take(row[at[i:i + OP_BATCH]]), cols, ex.ExecOp)
+        yield from ex.exec_ops_from_table(sub.take(row[at[i:i + OP_BATCH]]), cols)
         gc.collect(0)
 
 

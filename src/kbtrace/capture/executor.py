@@ -23,8 +23,10 @@ snapshots its payload, the matching recv (``match_op_id``) writes it.
 from __future__ import annotations
 
 import json
+from collections import namedtuple
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,8 +38,9 @@ from kbtrace.capture.dtypes import COMPUTE, STORAGE, digest, from_bytes, to_comp
 from kbtrace.capture.memory import MemoryImage
 from kbtrace.errors import VerifyError
 
-__all__ = ["Op", "ExecOp", "EXEC_FIELDS", "Machine", "ExecResult", "execute", "ops_from_table",
-           "op_columns", "load_memory", "fill_stored", "gather_outputs", "reference_outputs",
+__all__ = ["Op", "ExecOp", "EXEC_FIELDS", "exec_ops_from_table", "Machine", "ExecResult",
+           "execute", "ops_from_table", "op_columns", "load_memory", "fill_stored",
+           "gather_outputs", "reference_outputs",
            "matmul", "EPILOGUE_OPS", "UNARY", "BINARY"]
 
 OP_FIELDS: tuple[str, ...] = tuple(schema.OPS.names)
@@ -72,21 +75,26 @@ EXEC_FIELDS: frozenset[str] = frozenset((
     "extra_json", "mem_strides", "out_digest"))
 
 
-class ExecOp(Op):
-    """An ``Op`` built with ``EXEC_FIELDS`` only (verify: half the columns to convert per
-    op). Reading any other column raises, so an executor that starts reading a column
-    missing from ``EXEC_FIELDS`` fails loudly instead of seeing the class default."""
+#: ``ExecOp``: a row of ``EXEC_FIELDS`` as a named tuple (verify builds its ops so: half
+#: the columns to convert, and no per-op ``__dict__``). Reading any other column raises
+#: AttributeError, so an executor that starts reading a column missing from
+#: ``EXEC_FIELDS`` fails loudly instead of seeing a default.
+_EXEC_ORDER = tuple(n for n in OP_FIELDS if n in EXEC_FIELDS)
+ExecOp = namedtuple("ExecOp", _EXEC_ORDER,  # type: ignore[misc]
+                    defaults=[() if n in _LIST_FIELDS else None  # type: ignore[misc]
+                              for n in _EXEC_ORDER])
 
 
-def _not_built(name: str) -> property:
-    def get(self: Any) -> Any:
-        raise AttributeError(f"ExecOp has no {name!r}: add it to executor.EXEC_FIELDS")
-    return property(get)
-
-
-for _name in OP_FIELDS:
-    if _name not in EXEC_FIELDS:
-        setattr(ExecOp, _name, _not_built(_name))
+def exec_ops_from_table(ops: pa.Table, columns: Sequence[str]) -> list[Any]:
+    """One ``ExecOp`` per row; ``columns``: those to read (the others are left to the
+    defaults, as ``ops_from_table`` leaves them: ``op_columns`` of the whole table)."""
+    cols: list[Any] = []
+    for name in _EXEC_ORDER:
+        if name in columns:
+            cols.append(column_pylist(ops.column(name)))
+        else:
+            cols.append(repeat(() if name in _LIST_FIELDS else None, ops.num_rows))
+    return list(map(ExecOp._make, zip(*cols, strict=True)))
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -405,19 +413,18 @@ def op_columns(ops: pa.Table) -> list[str]:
     return names
 
 
-def ops_from_table(ops: pa.Table, columns: list[str] | None = None,
-                   cls: type[Op] = Op) -> list[Op]:
+def ops_from_table(ops: pa.Table, columns: list[str] | None = None) -> list[Op]:
     """One ``Op`` per row. Columns that hold only defaults (all null; lists all empty) are
     left to the class defaults, as when capture records an op: ~20 of the 44 on a GEMM
     trace, so each op's ``__dict__`` is about half the size. ``columns``: the columns to
     set (``op_columns`` of the whole table, when ``ops`` is one slice of it: verify builds
-    its ops a batch at a time). ``cls``: ``Op``, or ``ExecOp`` for ``EXEC_FIELDS`` only."""
+    its ops a batch at a time)."""
     names = op_columns(ops) if columns is None else columns
     cols = [column_pylist(ops.column(n)) for n in names]
-    new = cls.__new__
+    new = Op.__new__
     out = []
     for vals in zip(*cols, strict=True):
-        op = new(cls)
+        op = new(Op)
         op.__dict__.update(zip(names, vals, strict=True))
         out.append(op)
     return out
