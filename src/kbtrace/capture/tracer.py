@@ -32,7 +32,7 @@ from typing import Any
 
 from kbtrace import schema
 from kbtrace._io import BatchWriter
-from kbtrace.capture._drain import Drainer
+from kbtrace.capture._drain import Drainer, _basename
 from kbtrace.capture.executor import OP_FIELDS, Machine, Op
 from kbtrace.capture.memory import MemoryImage, RegionMap
 
@@ -51,18 +51,6 @@ def addresses() -> Any:
     """The physical-address encoders (``kbtrace.topology.address``, ADR-0001 rev 2)."""
     from kbtrace.topology import address
     return address
-
-
-_BASENAMES: dict[str | None, str | None] = {}
-
-
-def _basename(path: str | None) -> str | None:
-    b = _BASENAMES.get(path)
-    if b is None and path is not None:
-        if len(_BASENAMES) > 4096:
-            _BASENAMES.clear()
-        b = _BASENAMES[path] = os.path.basename(path)
-    return b
 
 
 def expand(rec: Any) -> Op:
