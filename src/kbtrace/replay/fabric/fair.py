@@ -373,14 +373,18 @@ def _leave(rw: tuple, x: float) -> tuple:
 
 
 def _move(fab: Any, g: Flow, tt: float) -> None:
-    """Move ``g``'s completion to ``tt`` (its event's callbacks go to a new event)."""
-    env = fab.env
-    old = g.ev
-    ev = after(env, tt + g.ack - env.now, tt)
+    """Move ``g``'s completion to ``tt``."""
+    g.ev = _moved(fab.env, g.ev, tt, g.ack)
+    g.tt = tt
+
+
+def _moved(env: Any, old: Any, tt: float, ack: float) -> Any:
+    """A completion event ``old`` moved to ``tt`` (fired ``ack`` later, value ``tt``): a new
+    event carrying its callbacks (a scheduled event cannot be rescheduled)."""
+    ev = after(env, tt + ack - env.now, tt)
     ev.callbacks = old.callbacks
     old.callbacks = []
-    g.ev = ev
-    g.tt = tt
+    return ev
 
 
 class HbmWrite:
@@ -395,12 +399,17 @@ class HbmWrite:
         self.pend: list[list[Any]] = []     # its bursts booked ahead (``HbmController.pc_iv``)
         self.done = -1.0
 
-    def start(self, done: float) -> None:
-        """Committed: its completion ``done`` (+ ``ack``); the row is recorded when it fires."""
-        env = self.fab.env
+    def _latest(self, done: float) -> float:
+        """``done`` or the finish of a burst booked ahead, whichever is later."""
         for x in self.pend:
             if x[2] > done:
                 done = x[2]
+        return done
+
+    def start(self, done: float) -> None:
+        """Committed: its completion ``done`` (+ ``ack``); the row is recorded when it fires."""
+        env = self.fab.env
+        done = self._latest(done)
         self.done = done
         ev = self.ev
         ev._value = done
@@ -411,17 +420,9 @@ class HbmWrite:
         """Some of its bursts booked ahead finish later now: so may it."""
         if self.done < 0.0:             # (being committed: ``start`` takes them)
             return
-        done = self.done
-        for x in self.pend:
-            if x[2] > done:
-                done = x[2]
+        done = self._latest(self.done)
         if done > self.done:
-            env = self.fab.env
-            old = self.ev
-            ev = after(env, done + self.ack - env.now, done)
-            ev.callbacks = old.callbacks
-            old.callbacks = []
-            self.ev = ev
+            self.ev = _moved(self.fab.env, self.ev, done, self.ack)
             self.done = done
 
     def _record(self, _ev: Any) -> None:
