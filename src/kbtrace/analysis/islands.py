@@ -32,14 +32,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from kbtrace import schema
+
 __all__ = ["busy_islands", "pe_segments", "islands", "TWINS", "STREAM_ROWS"]
 
 #: sorted hop rows taken from DuckDB at a time
 STREAM_ROWS = 1 << 20
 
-#: stages by priority, the bit of each in the PE's active mask (``_pe_segments.sql``)
-_STAGE_BITS = (("gemm", 1), ("math", 2), ("fetch", 4), ("store", 8), ("hbm_queue", 16),
-               ("dma_read", 32), ("dma_write", 64), ("ipcq", 128), ("other", 256))
+#: stages by priority (``schema.BREAKDOWN_STAGES``), the bit of each in the PE's active mask
+#: (as ``_pe_segments.sql`` numbers them: gemm = 1 ... other = 256)
+_STAGE_BITS = tuple((name, 1 << i) for i, name in enumerate(schema.BREAKDOWN_STAGES))
 _BIT_SQL = ("CASE category " + " ".join(f"WHEN '{c}' THEN {b}" for c, b in _STAGE_BITS[:-1])
             + " ELSE 256 END")
 
@@ -160,7 +162,8 @@ def pe_segment_parts(con: Any) -> Iterator[pa.Table]:
     rows = (f"SELECT {key} AS key, s, e FROM ("
             f"SELECT sip, cube, pe, {_BIT_SQL} AS bit, t_enter_ns AS s, t_leave_ns AS e "
             f"FROM _hop_ctx WHERE {not_null} UNION ALL "
-            f"SELECT sip, cube, pe, 16, t_enter_ns, t_enter_ns + queue_ns FROM _hop_ctx "
+            f"SELECT sip, cube, pe, {dict(_STAGE_BITS)['hbm_queue']}, t_enter_ns, "
+            f"t_enter_ns + queue_ns FROM _hop_ctx "
             f"WHERE {not_null} AND stage = 'hbm' AND queue_ns > 0 AND category <> 'other')")
     held: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     j0 = 0                                  # the spans of the PEs cut so far
