@@ -103,8 +103,9 @@ class Sim:
         self.env = simpy.Environment()
         self.hbm = {nd.idx: HbmController(nd.idx, self.params.cube.hbm)
                     for nd in topo.nodes if nd.kind == "hbm_ctrl"}
-        for h in self.hbm.values() if opts.hbm_pcs else ():
-            h.log = []
+        if opts.hbm_pcs:            # the pseudo-channel log (hbm_pcs.parquet)
+            for h in self.hbm.values():
+                h.log = []
         pes = [PeCoord(*c) for c in sorted(source.used)]      # plain tuples hash faster
         alias = {}
         for c in pes:
@@ -515,11 +516,13 @@ def replay(trace: Any, topology: Any, options: ReplayOptions | None = None,
             rec.write_op_timing(stage / "op_timing.parquet", source.scan(list(_OT_COLUMNS)))
             write_table(stage / "nodes.parquet", topology.nodes_table())
             write_table(stage / "links.parquet", topology.links_table())
+            files: tuple[str, ...] = RUN_FILES
             if opts.hbm_pcs:     # the pseudo-channel log, asked for
-                write_table(stage / "hbm_pcs.parquet", pc_table(sim.hbm.values()))
+                files += ("hbm_pcs.parquet",)
+                write_table(stage / files[-1], pc_table(sim.hbm.values()))
             run_id = stable_hash(t_hash, topology.content_hash, opts.key(), __version__)
             write_json(stage / "run.json", {
-                "files": digests(stage, RUN_FILES + ("hbm_pcs.parquet",) * opts.hbm_pcs),
+                "files": digests(stage, files),      # checked by every reader
                 "run_id": run_id, "kbtrace_version": __version__,
                 "schema_version": schema.SCHEMA_VERSION, "fidelity": opts.fidelity,
                 "options": opts.key(), "makespan_ns": makespan, "events": events,
