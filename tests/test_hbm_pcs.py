@@ -118,3 +118,21 @@ def test_perfetto_draws_a_track_per_pseudo_channel(gemm, tmp_path):
     for spans in by_track.values():     # one lane per PC: its slices never overlap
         spans.sort()
         assert all(b[0] >= a[1] - 1e-9 for a, b in itertools.pairwise(spans))
+
+
+def test_perfetto_keeps_the_earliest_pseudo_channel_slices_under_the_cap(gemm, tmp_path,
+                                                                         monkeypatch):
+    from kbtrace.analysis import perfetto
+    d, s = gemm
+    monkeypatch.setattr(perfetto, "MAX_FABRIC_SLICES", 100)
+    out = tmp_path / "cap.json"
+    export_perfetto(s.run_dir, out)
+    doc = json.loads(out.read_text())
+    sl = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "hbm_pc"]
+    pcs = pl.read_parquet(s.run_dir / "hbm_pcs.parquet")
+    assert len(sl) == 100
+    assert doc["otherData"]["pc_slices_left_out"] == pcs.height - 100
+    kept = sorted(e["args"]["op_id"] for e in sl)
+    first = pcs.sort("t_start_ns", "node_idx", "pc").head(100)
+    assert kept == sorted(first["op_id"].to_list())
+    assert max(float(e["ts"]) for e in sl) * 1000 <= first["t_start_ns"].max() + 0.5

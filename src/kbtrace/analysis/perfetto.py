@@ -261,31 +261,29 @@ def _pc_slices(run: Any, slot: _Slots, tracks: _Tracks,
                info: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """One track per HBM pseudo-channel that served something (``hbm_ctrl.peP pcK``, in its
     cube's fabric process), one slice per op's back-to-back services there, when the run
-    recorded them (``hbm_pcs.parquet``: ``kbtrace replay/run --hbm-pcs``; a single run)."""
+    recorded them (``hbm_pcs.parquet``: ``kbtrace replay/run --hbm-pcs``; a single run); at
+    most ``MAX_FABRIC_SLICES``, the earliest (as the link slices)."""
     path = run.run_dirs[0] / "hbm_pcs.parquet" if len(run.run_dirs) == 1 else None
     if path is None or not path.is_file():
         return
     import pyarrow.parquet as pq
 
-    names = dict(run.sql("SELECT node_idx, node_id FROM nodes").rows())
+    src = "read_parquet('" + str(path).replace("'", "''") + "')"
     n = 0
-    f = pq.ParquetFile(path)
-    for b in f.iter_batches(_BATCH):
-        cols = [b.column(c).to_pylist() for c in
-                ("node_idx", "op_id", "pc", "write", "t_start_ns", "t_end_ns", "nbytes")]
-        for node, op_id, pc, write, t0, t1, nb in zip(*cols, strict=True):
-            if n >= MAX_FABRIC_SLICES:
-                break
-            n += 1
-            s, e = round(t0), round(t1)
-            e = max(s, e)
-            cube, local = _split(names[node])
-            pid, tid = tracks.place(f"{cube} fabric" if cube else "fabric",
-                                    f"{local} pc{pc:02d}", s, e)
-            yield {"ph": "X", "pid": pid, "tid": tid, "ts": us(s), "dur": us(e - s),
-                   "name": slot.label(op_id), "cat": "hbm_pc",
-                   "args": {"op_id": op_id, "nbytes": nb, "write": write}}
-    info["pc_slices_left_out"] = f.metadata.num_rows - n
+    for node, op_id, pc, write, t0, t1, nb in _batches(
+            run, f"SELECT n.node_id, p.op_id, p.pc, p.write, p.t_start_ns, p.t_end_ns, p.nbytes "
+                 f"FROM {src} p JOIN nodes n USING (node_idx) "
+                 f"ORDER BY p.t_start_ns, p.node_idx, p.pc LIMIT {MAX_FABRIC_SLICES}"):
+        n += 1
+        s, e = round(t0), round(t1)
+        e = max(s, e)
+        cube, local = _split(node)
+        pid, tid = tracks.place(f"{cube} fabric" if cube else "fabric",
+                                f"{local} pc{pc:02d}", s, e)
+        yield {"ph": "X", "pid": pid, "tid": tid, "ts": us(s), "dur": us(e - s),
+               "name": slot.label(op_id), "cat": "hbm_pc",
+               "args": {"op_id": op_id, "nbytes": nb, "write": write}}
+    info["pc_slices_left_out"] = pq.ParquetFile(path).metadata.num_rows - n
 
 
 class _Steps:
