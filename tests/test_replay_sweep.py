@@ -70,6 +70,7 @@ def test_points_equal_direct_replays_and_do_not_depend_on_the_executor(trace, tm
         pj = json.loads((tmp_path / "a" / r["run_dir"] / "point.json").read_text())
         assert (pj["status"], pj["params"], pj["point"]) == ("ok", {BW: r[BW]}, r["point"])
     monkeypatch.setattr(_sweepsafe, "MIN_PARALLEL_OPS", 0)    # workers even for tiny points
+    monkeypatch.setattr(_sweepsafe, "MIN_PARALLEL_OPS_FORK", 0)
     b = run_sweep(cfg(trace, fidelity=["fast", "flit"]), tmp_path / "b", jobs=2)
     assert b.ok
     assert files(tmp_path / "a") == files(tmp_path / "b")       # points.parquet included
@@ -355,6 +356,7 @@ def test_jobs_start_workers_only_when_the_work_pays_for_them(trace, tmp_path, mo
           "topologies": [SMALL], "grid": {BW: [8, 32]}}
     serial = run_sweep(wl, tmp_path / "serial")
     monkeypatch.setattr(_sweepsafe, "MIN_PARALLEL_OPS", 0)
+    monkeypatch.setattr(_sweepsafe, "MIN_PARALLEL_OPS_FORK", 0)
     monkeypatch.setattr(_sweepsafe.Pool, "LOCAL", False)
     par = run_sweep(wl, tmp_path / "par", jobs=2)
     assert serial.ok and par.ok
@@ -416,3 +418,58 @@ def test_workers_start_only_on_free_cores(tmp_path, monkeypatch):
         assert forced.started
     finally:
         forced.close()
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_forked_and_spawned_workers_write_the_serial_files(trace, tmp_path, monkeypatch, method):
+    """Workers forked (up at once, kbtrace imported) or spawned (a fresh interpreter) replay
+    the points into the files a serial sweep writes; the pool says how it started them."""
+    serial = run_sweep(cfg(trace), tmp_path / "serial")
+    monkeypatch.setattr(_sweepsafe, "MIN_PARALLEL_OPS", 0)
+    monkeypatch.setattr(_sweepsafe, "MIN_PARALLEL_OPS_FORK", 0)
+    monkeypatch.setattr(_sweepsafe.Pool, "LOCAL", False)
+    monkeypatch.setattr(_sweepsafe, "start_method", lambda: method)
+    started = []
+    close = _sweepsafe.Pool.close
+    monkeypatch.setattr(_sweepsafe.Pool, "close",
+                        lambda self: started.append(self.start_method) or close(self))
+    par = run_sweep(cfg(trace), tmp_path / "par", jobs=2)
+    assert serial.ok and par.ok and started == [method]
+    assert files(tmp_path / "serial") == files(tmp_path / "par")
+
+
+def test_workers_fork_only_without_other_threads():
+    """fork (Linux) while this is the only Python thread; spawn while another thread runs,
+    which could hold a lock the child would inherit locked."""
+    import threading
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        assert _sweepsafe.start_method() == "spawn"
+    finally:
+        stop.set()
+        t.join()
+    if threading.active_count() == 1:       # (pytest plugins may keep threads of their own)
+        assert _sweepsafe.start_method() == "fork"
+
+
+def test_progress_threads_pause_around_a_fork():
+    """threads_paused() stops a rich display's refresh thread for the block and restarts it."""
+    import io
+    import threading
+
+    from kbtrace._progress import progress, threads_paused
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    def refreshing():
+        return [t for t in threading.enumerate() if "Refresh" in type(t).__name__]
+    with progress(True, Tty()) as bars:
+        bars.add("sweep", total=4, unit="points")
+        assert len(refreshing()) == 1
+        with threads_paused():
+            assert refreshing() == []
+        assert len(refreshing()) == 1 and refreshing()[0].is_alive()

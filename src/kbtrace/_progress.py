@@ -10,7 +10,8 @@ on stderr while it works.
   progress display (bars with counts, elapsed time; removed when done so the summary lines
   stay). ``enabled=True`` on a non-terminal (``--progress`` through a pipe) writes one plain
   line per task at most once a second and at the end (``replay: 20/20 ops (100%), t = ...``),
-  for logs; ``False`` shows nothing. ``None`` means: a terminal, and not ``-q``.
+  for logs; ``False`` shows nothing. ``None`` means: a terminal, and not ``-q``. ``threads_paused()`` stops the displays'
+  refresh threads for a block (sweeps fork their worker processes inside it).
 """
 
 from __future__ import annotations
@@ -22,13 +23,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-__all__ = ["log", "setup_logging", "progress", "Bars", "Task", "quiet", "replay_task", "NOTE"]
+__all__ = ["log", "setup_logging", "progress", "Bars", "Task", "quiet", "replay_task", "NOTE",
+           "threads_paused"]
 
 #: ``extra=`` of a log record shown as ``kbtrace: note: ...`` (a warning-level remark)
 NOTE = {"label": "note"}
 
 log = logging.getLogger("kbtrace")
 _STATE = {"verbosity": 0}
+#: the rich displays showing now (each refreshes from a thread of its own)
+_LIVE: list[Any] = []
 
 
 class _Format(logging.Formatter):
@@ -165,4 +169,25 @@ def progress(enabled: bool | None = None, stream: TextIO | None = None) -> Itera
                     MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[info]}"),
                     console=Console(file=stream), transient=True)
     with bars:
-        yield Bars("rich", stream, bars)
+        _LIVE.append(bars)
+        try:
+            yield Bars("rich", stream, bars)
+        finally:
+            _LIVE.remove(bars)
+
+
+@contextmanager
+def threads_paused() -> Iterator[None]:
+    """The rich displays' refresh threads stopped for the block, then restarted (the display
+    is redrawn): what forks worker processes runs with no thread of ours mid-write."""
+    paused = list(_LIVE)
+    for bars in paused:
+        thread = getattr(bars.live, "_refresh_thread", None)
+        bars.stop()                     # (asks the thread to end; joined here)
+        if thread is not None:
+            thread.join()
+    try:
+        yield
+    finally:
+        for bars in paused:
+            bars.start()

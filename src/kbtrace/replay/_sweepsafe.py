@@ -10,8 +10,10 @@
   its ``point.json`` (so an interrupted re-run leaves each point either as it was or new).
 * **Workers only when they pay.** ``execute`` starts worker processes (``Pool``, lazily,
   shared with the sweep's captures) only when the pending points' traces hold at least
-  ``MIN_PARALLEL_OPS`` ops (a flit op counts ``FLIT_OP_COST``): below that, spawned
-  interpreters' start-up costs more than the points. ``-j N`` is this process and N - 1
+  ``MIN_PARALLEL_OPS`` ops (a flit op counts ``FLIT_OP_COST``; ``MIN_PARALLEL_OPS_FORK``
+  where workers are forked): below that, a worker's start-up costs more than the points.
+  Workers are forked where this process runs no other thread (``start_method``: up in
+  ~0.03 s with kbtrace imported), else spawned (~0.35 s to import kbtrace). ``-j N`` is this process and N - 1
   workers: this process never waits for a worker to start (a worker gets a job only once
   it is up) and works through the jobs itself meanwhile, largest first. Workers start only
   on cores the load average shows free (``free_cores``): where every core is busy a second
@@ -43,12 +45,14 @@ from kbtrace._owned import owner
 from kbtrace.errors import SweepError
 
 __all__ = ["pin_traces", "check_pinned", "write_point", "worker_init", "execute", "Pool",
-           "MIN_PARALLEL_OPS", "FLIT_OP_COST"]
+           "MIN_PARALLEL_OPS", "MIN_PARALLEL_OPS_FORK", "FLIT_OP_COST", "start_method"]
 
 _PR_SET_PDEATHSIG = 1
 #: below this many ops (all pending points' traces), worker start-up costs more than it
 #: saves: points then run in this process whatever ``jobs`` says
 MIN_PARALLEL_OPS = 20_000
+#: the same where workers are forked (``start_method``: ~0.03 s each, not ~0.35 s)
+MIN_PARALLEL_OPS_FORK = 5_000
 FLIT_OP_COST = 10               # a flit-mode op costs ~10 fast-mode ops (docs/replay.md)
 
 
@@ -127,9 +131,21 @@ def _ready() -> int:
     return os.getpid()
 
 
+def start_method() -> str:
+    """``fork`` where the platform has it and this process runs no other Python thread (a
+    forked worker is up at once, with kbtrace imported; a fork beside a running thread could
+    copy a lock that thread holds), else ``spawn`` (a fresh interpreter: ~0.35 s to import
+    kbtrace before its first job)."""
+    import multiprocessing
+    if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1:
+        return "fork"
+    return "spawn"
+
+
 class Pool:
-    """This process plus ``n_jobs - 1`` spawned worker processes that die with it, started on
-    first use and shared by the captures and the points (``run``).
+    """This process plus ``n_jobs - 1`` worker processes that die with it, started on first use
+    (forked where ``start_method()`` allows, with any progress display's thread paused) and
+    shared by the captures and the points (``run``).
 
     This process works too: it takes the next job whenever it is free, so ``-j 2`` starts one
     worker, not two, and never waits for one to start: a worker gets a job only once it has
@@ -147,6 +163,8 @@ class Pool:
         self._ex: Any = None
         self._ready: list[Any] = []
         self._lock = threading.Lock()
+        #: how the workers were started (``start_method()``), once they are
+        self.start_method: str | None = None
 
     @property
     def started(self) -> bool:
@@ -169,10 +187,13 @@ class Pool:
                 if n <= 0:              # every core is busy: a worker would only add its
                     self._declined = True   # start-up to this process's share of them
                     return
-            self._ex = ProcessPoolExecutor(max_workers=max(1, n),
-                                           mp_context=multiprocessing.get_context("spawn"),
-                                           initializer=worker_init, initargs=(os.getpid(),))
-            self._ready = [self.submit(_ready) for _ in range(max(1, n))]
+            from kbtrace._progress import threads_paused
+            with threads_paused():      # (the executor forks its workers on the first submit)
+                self.start_method = start_method()
+                self._ex = ProcessPoolExecutor(
+                    max_workers=max(1, n), initializer=worker_init, initargs=(os.getpid(),),
+                    mp_context=multiprocessing.get_context(self.start_method))
+                self._ready = [self.submit(_ready) for _ in range(max(1, n))]
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
         self.start()
@@ -316,8 +337,9 @@ def _run_jobs(fn: Callable[[dict[str, Any]], dict[str, Any]], jobs: list[dict[st
                 done(refs[r], ray.get(r))
         return
     cost = [work(j) for j in jobs]
+    least = MIN_PARALLEL_OPS_FORK if start_method() == "fork" else MIN_PARALLEL_OPS
     if pool is None or len(jobs) <= 1 or (
-            not forced and not pool.started and sum(cost) < MIN_PARALLEL_OPS):
+            not forced and not pool.started and sum(cost) < least):
         for i, j in enumerate(jobs):
             done(i, fn(j))
         return
