@@ -128,7 +128,10 @@ def test_gc_state_restored(tiny, tmp_path, fail):
             _run(tiny, tmp_path, build)
     else:
         tr = _run(tiny, tmp_path, build)
-        assert set(tr.stats) == {"run_s", "drain_s", "close_s", "total_s"}
+        assert set(tr.stats) == {"run_s", "drain_s", "close_s", "total_s", "run_cpu_s",
+                                 "drain_cpu_s", "total_cpu_s"}
+        st = tr.stats
+        assert 0 <= st["run_cpu_s"] and 0 <= st["drain_cpu_s"] <= st["total_cpu_s"]
     assert gc.isenabled()
 
 

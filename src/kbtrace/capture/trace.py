@@ -233,7 +233,7 @@ def capture(workload_path: str | os.PathLike[str] | Any, topology: Any,
 
 def _capture(workload_path: Any, topology: Any, params: Any, out_dir: Any, golden: bool,
              allow_mismatch: bool, strict_set: frozenset[str] = frozenset()) -> Trace:
-    t_start = time.perf_counter()
+    t_start, c_start = time.perf_counter(), time.process_time()
     if hasattr(workload_path, "build"):  # an already imported workload module / namespace
         mod: Any = workload_path
         path = Path(str(getattr(mod, "__file__", None) or f"{getattr(mod, 'NAME', 'workload')}.py"))
@@ -263,7 +263,7 @@ def _capture(workload_path: Any, topology: Any, params: Any, out_dir: Any, golde
                                    f"{type(exc).__name__}: {exc} (at {user_frame(exc, path)}; "
                                    "kbtrace --traceback ... shows the whole error)") from exc
             launches = []
-            t_run0 = time.perf_counter()
+            t_run0, c_run0 = time.perf_counter(), time.process_time()
             # Automatic GC is paused while kernels run: the recorder allocates a few small objects
             # per op and creates no reference cycles, so generational passes over the growing op
             # log would only cost time (~30% of the kernel phase). Each log drain collects the
@@ -298,8 +298,8 @@ def _capture(workload_path: Any, topology: Any, params: Any, out_dir: Any, golde
                 sink.collect_gc = False
                 if gc_was_enabled:
                     gc.enable()
-            t_run = time.perf_counter() - t_run0
-            drained_in_run = sink.seconds
+            t_run, c_run = time.perf_counter() - t_run0, time.process_time() - c_run0
+            drained_in_run, drained_cpu_in_run = sink.seconds, sink.cpu_seconds
             sink.drain(final=True)  # golden execution of the rest of the log (fills tracer.mem)
             # numpy references after the kernel phase (their BLAS threads would compete with it);
             # they see the initial values, which capture never modifies (Tensor.stored)
@@ -354,9 +354,12 @@ def _capture(workload_path: Any, topology: Any, params: Any, out_dir: Any, golde
             ok = True
             tr = Trace(out, meta)
             #: run_s: kernel phase (greenlets + recording, without log drains); drain_s: expanding
-            #: rows, golden execution and Parquet batches; total_s: the whole call
+            #: rows, golden execution and Parquet batches; total_s: the whole call; *_cpu_s: the
+            #: same in CPU seconds of this process (what a busy machine does not inflate)
             tr.stats = {"run_s": t_run - drained_in_run, "drain_s": sink.seconds,
-                        "close_s": t_close, "total_s": time.perf_counter() - t_start}
+                        "close_s": t_close, "total_s": time.perf_counter() - t_start,
+                        "run_cpu_s": c_run - drained_cpu_in_run, "drain_cpu_s": sink.cpu_seconds,
+                        "total_cpu_s": time.process_time() - c_start}
             return tr
         finally:
             if not ok:

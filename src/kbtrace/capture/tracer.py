@@ -105,8 +105,10 @@ class OpSink:
         self.batch = batch_rows
         self.counts: Counter[str] = Counter()
         self.rows = 0
-        #: wall-clock seconds spent draining (expansion, golden execution, Parquet)
+        #: wall-clock seconds spent draining (expansion, golden execution, Parquet), and the
+        #: process's CPU seconds meanwhile
         self.seconds = 0.0
+        self.cpu_seconds = 0.0
         self.kept: list[Op] | None = None if path else []
         self.machine: Machine | None = None
         self.golden = True
@@ -126,7 +128,7 @@ class OpSink:
         buf = self.log
         if not buf:
             return
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         cut = len(buf)
         if self._unmatched and not final:
             first = buf[0][0] if buf[0].__class__ is tuple else buf[0].op_id
@@ -167,6 +169,7 @@ class OpSink:
         if self.collect_gc:
             gc.collect(0)
         self.seconds += time.perf_counter() - t0
+        self.cpu_seconds += time.process_time() - c0
 
     def close(self) -> None:
         self.drain(final=True)
