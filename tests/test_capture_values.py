@@ -131,7 +131,7 @@ def test_gc_state_restored(tiny, tmp_path, fail):
         assert set(tr.stats) == {"run_s", "drain_s", "close_s", "total_s", "run_cpu_s",
                                  "drain_cpu_s", "total_cpu_s"}
         st = tr.stats
-        assert 0 <= st["run_cpu_s"] and 0 <= st["drain_cpu_s"] <= st["total_cpu_s"]
+        assert st["run_cpu_s"] >= 0 and 0 <= st["drain_cpu_s"] <= st["total_cpu_s"]
     assert gc.isenabled()
 
 
