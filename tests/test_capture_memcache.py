@@ -93,3 +93,54 @@ def test_noted_digest_outlives_the_cache_until_a_write_touches_its_span() -> Non
     stale = [e[0], e[1], None]
     mem.note_digest((BASE + 4, (4, 4), "i32", (16, 1)), stale)      # never read: ignored
     assert (BASE + 4, (4, 4), "i32", (16, 1)) not in mem._dig
+
+
+def test_clear_forgets_pages_and_cached_reads() -> None:
+    mem = MemoryImage()
+    mem.write(BASE, np.arange(16, dtype=np.int32))
+    e = mem.cached_read(BASE, (4,), "i32")
+    e[1] = digest(e[0])
+    mem.note_digest((BASE, (4,), "i32", None), e)
+    mem.clear()
+    assert (mem._pages, mem._cache, mem._idx, mem._dig) == ({}, {}, {}, {})
+    assert mem.read(BASE, (4,), "i32").tolist() == [0, 0, 0, 0]
+
+
+def test_capture_frees_its_images_before_the_references_and_memory_parquet(
+        tmp_path, monkeypatch) -> None:
+    """The golden executor's image and the capture-time image (every PE's TCM the kernels
+    used, the tensors twice) are empty when the references are computed and memory.parquet
+    is written, and the trace is the one written when they were not freed (same bytes)."""
+    import hashlib
+    from pathlib import Path
+
+    from kbtrace.capture import capture, trace, tracer
+
+    root = Path(__file__).resolve().parents[1]
+    seen: list[tuple[int, int]] = []
+    made: list[tracer.Tracer] = []
+    init = tracer.Tracer.__init__
+
+    def keep(self, *a, **k):       # type: ignore[no-untyped-def]
+        init(self, *a, **k)
+        made.append(self)
+
+    write = trace._write_memory
+
+    def spy(path, w, refs):         # type: ignore[no-untyped-def]
+        seen.append((len(made[-1].mem._pages), len(made[-1].kmem._pages)))
+        write(path, w, refs)
+
+    def sha(d: Path) -> list[str]:
+        return [hashlib.sha256((d / f).read_bytes()).hexdigest()
+                for f in ("ops.parquet", "memory.parquet")]
+
+    topo = root / "topologies" / "small.yaml"
+    monkeypatch.setattr(tracer.Tracer, "__init__", keep)
+    monkeypatch.setattr(trace, "_write_memory", spy)
+    capture(root / "capture" / "gemm.py", topo, out_dir=tmp_path / "freed")
+    assert seen == [(0, 0)]
+    monkeypatch.setattr(tracer.Tracer, "release", lambda self: None)
+    capture(root / "capture" / "gemm.py", topo, out_dir=tmp_path / "kept")
+    assert seen[1][0] > 0 and seen[1][1] > 0
+    assert sha(tmp_path / "freed") == sha(tmp_path / "kept")

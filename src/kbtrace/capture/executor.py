@@ -220,6 +220,12 @@ class Machine:
             "wait": _none, "cycles": _none, "h2d": self._load, "d2h": self._store,
         }
 
+    def clear(self) -> None:
+        """Drop the messages in flight and the shared fill results (the image is the
+        caller's: ``MemoryImage.clear``)."""
+        self._inflight.clear()
+        self._fills.clear()
+
     def step(self, op: Op) -> tuple[np.ndarray | None, int | None]:
         with np.errstate(all="ignore"):
             entry = self._dispatch[op.kind](op)

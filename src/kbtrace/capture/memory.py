@@ -136,6 +136,15 @@ class MemoryImage:
         stored.flags.writeable = False
         self._keep((addr, stored.shape, dtype, None), stored.nbytes, entry)
 
+    def clear(self) -> None:
+        """Forget every page and cached read (the image reads as zeros again): a capture
+        frees its images this way once the kernels ran and the outputs were gathered."""
+        self._pages.clear()
+        self._cache.clear()
+        self._idx.clear()
+        self._dig.clear()
+        self._gen = 0
+
     def _page(self, no: int) -> np.ndarray:
         page = self._pages.get(no)
         if page is None:

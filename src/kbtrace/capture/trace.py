@@ -301,6 +301,9 @@ def _capture(workload_path: Any, topology: Any, params: Any, out_dir: Any, golde
             t_run, c_run = time.perf_counter() - t_run0, time.process_time() - c_run0
             drained_in_run, drained_cpu_in_run = sink.seconds, sink.cpu_seconds
             sink.drain(final=True)  # golden execution of the rest of the log (fills tracer.mem)
+            got = gather_outputs(_output_shards(w), tracer.mem) if w.outputs and golden else {}
+            tracer.release()    # the images are done with: freed before the references' and
+            #                     the memory.parquet writer's peaks (which do not stack on them)
             # numpy references after the kernel phase (their BLAS threads would compete with it);
             # they see the initial values, which capture never modifies (Tensor.stored)
             inputs = {n: t.value for n, t in w.tensors.items()}
@@ -311,7 +314,6 @@ def _capture(workload_path: Any, topology: Any, params: Any, out_dir: Any, golde
                     raise CaptureError(f"workload {name!r}: reference of {oname!r} has shape "
                                        f"{want.shape}, tensor is {w.tensors[oname].shape}")
                 refs[oname] = want
-            got = gather_outputs(_output_shards(w), tracer.mem) if refs and golden else {}
             check = {}
             for oname, want in refs.items() if golden else ():
                 t = w.tensors[oname]
