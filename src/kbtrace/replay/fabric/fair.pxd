@@ -7,6 +7,7 @@ cdef class Flow:
     cdef public object fab, rt, op_id, tile, ev, rows
     cdef public double ack, tt
     cdef public list segs, links
+    cdef public object en, lv
     cdef public bint fin
 
 cdef class Booked:
@@ -50,15 +51,25 @@ cpdef prune_flows(list link_flows, double now)
                a=cython.double, z=cython.double, r=cython.double)
 cpdef tuple fair_hop(fab, rt, Py_ssize_t j, double h, double t, list inc, f)
 
-@cython.locals(rows=list, r0=tuple, rw=tuple, tcur=cython.double, n=cython.Py_ssize_t,
+@cython.locals(en=list, lv=list, hp=tuple, tcur=cython.double, n=cython.Py_ssize_t,
                j=cython.Py_ssize_t, mode=cython.int, last_d=cython.double, p=cython.double,
                rec=Booked, prev=Booked, x=cython.double, tin=cython.double,
                p0=cython.double, k=cython.double, tl=cython.double, tj=cython.double,
                links=list, src=list, a=cython.double, b=cython.double, r=cython.double,
-               busy=tuple)
+               busy=tuple, hops=tuple)
 cpdef _push(fab, Flow g, Py_ssize_t j0, double tail, double t_from)
 
 cpdef tuple _leave(tuple rw, double x)
 
 @cython.locals(old=object)
 cpdef _move(fab, Flow g, double tt)
+
+@cython.locals(lv=list, rows=list, i=cython.Py_ssize_t, rw=tuple, sg=tuple, n=cython.Py_ssize_t,
+               h=cython.double, t=cython.double, dn=cython.double, x=cython.double,
+               y=cython.double, a=cython.double, b=cython.double, en=cython.double)
+cpdef list expand(Flow f)
+
+@cython.locals(en=list, lv=list, rw=tuple, sg=tuple, n=cython.Py_ssize_t, h=cython.double,
+               t=cython.double, dn=cython.double, x=cython.double, y=cython.double,
+               a=cython.double, b=cython.double, e0=cython.double)
+cpdef tuple _times(Flow f)

@@ -76,13 +76,15 @@ def coarse(pcs: list, k: int) -> list:
 class Flow:
     """A movable transfer (see the module docstring)."""
     __slots__ = ("rt", "op_id", "tile", "ack", "ev", "segs", "rows", "links", "fin", "tt",
-                 "fab")
+                 "fab", "en", "lv")
 
     def __init__(self, fab: Any, rt: Any, op_id: int, tile: int, ack: float) -> None:
         self.fab, self.rt, self.op_id, self.tile, self.ack = fab, rt, op_id, tile, ack
         self.ev: Any = None
         self.segs: list[tuple] = []       # ("P", plan, h, t, done, n) | ("R", row)
-        self.rows: list[tuple] | None = None   # explicit rows, once moved or evicted
+        self.rows: list[tuple] | None = None   # explicit rows, once evicted or complete
+        self.en: list[float] | None = None     # its rows' enter and leave times, once moved
+        self.lv: list[float] | None = None     # (``_times``; ``_push`` moves ``lv``)
         self.links: list[Booked | None] = [None] * len(rt.links)   # per hop, where booked
         self.fin = False
         self.tt = 0.0
@@ -94,21 +96,24 @@ class Flow:
         fab = self.fab
         fab.live.pop(id(self), None)
         rec = fab.rec
-        if self.rows is not None:
-            rec.rows(self.rows)
-            return
-        run: list[tuple] = []
-        for sg in self.segs:
-            if sg[0] == "R":
-                run.append(sg[1])
-                continue
+        if self.rows is not None or self.lv is not None:
+            rec.rows(expand(self))
+        else:
+            run: list[tuple] = []
+            for sg in self.segs:
+                if sg[0] == "R":
+                    run.append(sg[1])
+                    continue
+                if run:
+                    rec.rows(run)
+                    run = []
+                _k, pl, h, t, dn, n = sg
+                rec.transfer(self.op_id, self.tile, pl.pid, h, t, dn, n)
             if run:
                 rec.rows(run)
-                run = []
-            _k, pl, h, t, dn, n = sg
-            rec.transfer(self.op_id, self.tile, pl.pid, h, t, dn, n)
-        if run:
-            rec.rows(run)
+        # its bookings may stay on their links' lists a while: keep no rows or plans there
+        self.segs = []
+        self.rows = self.en = self.lv = None
 
 
 class Booked:
@@ -222,18 +227,31 @@ def _not_before(arr: list, t: float) -> list:
 
 
 def expand(f: Flow) -> list[tuple]:
-    """The flow's rows, explicit (compact records expanded as the recorder expands them)."""
-    if f.rows is not None:
-        return f.rows
-    rows: list[tuple] = []
+    """The flow's rows, explicit (compact records expanded as the recorder expands them),
+    leaving when ``_push`` moved them (``Flow.lv``)."""
+    lv = f.lv
+    rows = f.rows
+    if rows is not None:
+        if lv is not None:
+            for i in range(len(rows)):
+                rw = rows[i]
+                if rw[6] != lv[i]:
+                    rows[i] = _leave(rw, lv[i])
+        return rows
+    rows = []
     op, tile, nb = f.op_id, f.tile, f.rt.nb
     for sg in f.segs:
         if sg[0] == "R":
-            rows.append(sg[1])
+            rw = sg[1]
+            if lv is not None and rw[6] != lv[len(rows)]:
+                rw = _leave(rw, lv[len(rows)])
+            rows.append(rw)
             continue
         _k, pl, h, t, dn, n = sg
         for stage, node, link, busy, en, a, b, term in pl.rows[:n]:
-            if term:
+            if lv is not None:
+                leave = lv[len(rows)]
+            elif term:
                 leave = dn
             else:
                 x = t + a
@@ -243,6 +261,39 @@ def expand(f: Flow) -> list[tuple]:
     f.rows = rows
     f.segs = []
     return rows
+
+
+def _times(f: Flow) -> tuple[list[float], list[float]]:
+    """The enter and leave times of the flow's rows, noted the first time (``Flow.en``,
+    ``Flow.lv``: the row tuples are built once, when it completes, however often ``_push``
+    moves them)."""
+    if f.en is not None and f.lv is not None:
+        return f.en, f.lv
+    en: list[float] = []
+    lv: list[float] = []
+    if f.rows is not None:
+        for rw in f.rows:
+            en.append(rw[5])
+            lv.append(rw[6])
+    else:
+        for sg in f.segs:
+            if sg[0] == "R":
+                rw = sg[1]
+                en.append(rw[5])
+                lv.append(rw[6])
+                continue
+            _k, pl, h, t, dn, n = sg
+            for _stage, _node, _link, _busy, e0, a, b, term in pl.rows[:n]:
+                en.append(h + e0)
+                if term:
+                    lv.append(dn)
+                else:
+                    x = t + a
+                    y = h + b
+                    lv.append(x if x > y else y)
+    f.en = en
+    f.lv = lv
+    return en, lv
 
 
 def incumbents(link_flows: list, li: int, f: Flow | None, h: float, now: float) -> list:
@@ -326,24 +377,28 @@ def _push(fab: Any, g: Flow, j0: int, tail: float, t_from: float) -> None:
     as arriving as it leaves the link before (its ``Booked.arrival``), so a stream that meets
     it there later serves it from that (``fair_hop``). ``t_from``: when the meeting began."""
     rt = g.rt
-    rows = expand(g)
+    en, lv = _times(g)
     hops = rt.hops
-    r0 = rows[j0]
     tcur = tail + hops[j0][8]
-    rows[j0] = _leave(r0, tcur)
+    lv[j0] = tcur
     n = len(rt.links)
     links = g.links
     busy = rt.busy
     for j in range(j0 + 1, n):
-        _niv, _ov, _liv, _lr, mode, _hd, _body, last_d, p = hops[j]
+        hp = hops[j]
+        mode = hp[4]
+        last_d = hp[7]
+        p = hp[8]
         rec = links[j]
-        rw = rows[j]
         if rec is None or mode != 2:            # (a link without bandwidth)
-            x = rw[5] if rw[5] > tcur else tcur
+            x = en[j]
+            if x < tcur:
+                x = tcur
             tcur = x + p if mode == 0 else tcur + p
-            if tcur < rw[6]:
-                tcur = rw[6]
-            rows[j] = _leave(rw, tcur)
+            x = lv[j]
+            if tcur < x:
+                tcur = x
+            lv[j] = tcur
             continue
         tin = tcur if tcur > rec.s else rec.s
         if tin + last_d <= rec.tail + TIME_EPS:     # its booking there still holds it
@@ -359,11 +414,12 @@ def _push(fab: Any, g: Flow, j0: int, tail: float, t_from: float) -> None:
         tj = rec.tail if rec.tail > tl else tl
         rec.tail = tj
         tcur = tj + p
-        rows[j] = _leave(rw, tcur)
-    rw = rows[n]
-    x = tcur if tcur > rw[5] else rw[5]
+        lv[j] = tcur
+    x = en[n]
+    if x < tcur:
+        x = tcur
     if x > g.tt:
-        rows[n] = _leave(rw, x)
+        lv[n] = x
         _move(fab, g, x)
 
 

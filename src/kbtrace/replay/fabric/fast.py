@@ -98,11 +98,12 @@ class _Plan:
     ``t_a`` / ``t_b``: head and tail at the destination; ``pid``: the recorder
     plan of the matching hop rows (terminal row last).
     """
-    __slots__ = ("route", "j0", "n_hops", "res", "res_hop", "first", "start", "h_in", "h_end",
+    __slots__ = ("j0", "n_hops", "res", "res_hop", "first", "start", "h_in", "h_end",
                  "t_a", "t_b", "pid", "n_rows", "rows")
 
     def __init__(self, rt: _Route, rec: Recorder, j0: int) -> None:
-        self.route, self.j0 = rt, j0
+        self.j0 = j0   # (not the route: a route holds its plans, and no cycle is left
+                       # for the garbage collector when the cache is emptied)
         hops = rt.hops[j0:]
         self.n_hops = len(hops)
         H, A, B = 0.0, 0.0, _NEG_INF
