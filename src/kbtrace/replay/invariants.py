@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from kbtrace._io import column_pylist
 from kbtrace.errors import InvariantError
+from kbtrace.replay.colsort import lexsort2
 
 if TYPE_CHECKING:  # pragma: no cover
     from kbtrace.replay.context import SimContext
@@ -114,13 +115,14 @@ class BusyCheck:
             watermark: float) -> None:
         sim = self.sim
         if len(res):
-            neg = np.flatnonzero((b < -tol(e)) | (e < s - tol(e)))
+            te = tol(e)
+            neg = np.flatnonzero((b < -te) | (e < s - te))
             if neg.size:
                 i = int(neg[0])
                 raise InvariantError(
                     f"{_res_name(sim, int(res[i]))}: negative time: busy {b[i]:.3f} ns in "
                     f"interval [{s[i]:.3f}, {e[i]:.3f}] ns (a duration below zero)")
-            bad = np.flatnonzero(b > (e - s) + tol(e))
+            bad = np.flatnonzero(b > (e - s) + te)
             if bad.size:
                 i = int(bad[0])
                 raise InvariantError(
@@ -145,13 +147,13 @@ class BusyCheck:
         n = len(res)
         if not n:
             return
-        order = np.lexsort((s, res))
+        order = lexsort2(s, res)
         res, s, e, b, c = res[order], s[order], e[order], b[order], c[order]
         first = np.empty(n, dtype=bool)
         first[0] = True
         np.not_equal(res[1:], res[:-1], out=first[1:])
         grp = np.cumsum(first) - 1
-        by_end = np.argsort(e, kind="stable")
+        by_end = np.argsort(e)      # (ties may go either way: tied ends give the same max)
         rank = np.empty(n, dtype=np.int64)
         rank[by_end] = np.arange(n)
         base = grp * n

@@ -57,6 +57,7 @@ import pyarrow as pa
 from kbtrace import schema
 from kbtrace._io import ROW_GROUP_SIZE, BatchWriter
 from kbtrace.errors import InvariantError
+from kbtrace.replay.colsort import lexsort2
 
 __all__ = ["Recorder", "STAGE_CODE"]
 
@@ -341,8 +342,8 @@ class Recorder:
         if not n:
             return
         enter, leave, queue = r["enter"], r["leave"], r["queue"]
-        order = np.lexsort((enter, rank))   # hop order within ops (stable: ties by creation)
-        lo = np.lexsort((leave, rank))      # crit order
+        order = lexsort2(enter, rank)   # hop order within ops (stable: ties by creation)
+        lo = lexsort2(leave, rank)      # crit order
         rk = rank[order]
         starts = np.flatnonzero(np.r_[True, rk[1:] != rk[:-1]])
         lens = np.diff(np.r_[starts, n])
