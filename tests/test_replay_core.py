@@ -21,24 +21,27 @@ ROOT = Path(__file__).resolve().parents[1]
 _REPLAY = ("import sys\n"
            "from kbtrace.replay import ReplayOptions, replay\n"
            "from kbtrace.replay.fabric.core import status\n"
-           "replay(sys.argv[1], sys.argv[2], ReplayOptions(fidelity='fast', out_dir=sys.argv[3]))\n"
+           "replay(sys.argv[1], sys.argv[2], ReplayOptions(fidelity=sys.argv[4], "
+           "out_dir=sys.argv[3], hbm_pcs=sys.argv[5] == '1'))\n"
            "print(status()[1])\n")
 
 
-def _replay(trace: Path, topo: Path, out: Path, pure: bool) -> str:
+def _replay(trace: Path, topo: Path, out: Path, pure: bool, fidelity: str = "fast",
+            hbm_pcs: bool = False) -> str:
     env = {k: v for k, v in os.environ.items() if k != core.PURE_ENV}
     env["PYTHONPATH"] = str(ROOT / "src")
     if pure:
         env[core.PURE_ENV] = "1"
     res = subprocess.run([sys.executable, "-W", "ignore", "-c", _REPLAY, str(trace), str(topo),
-                          str(out)], env=env, capture_output=True, text=True, timeout=600)
+                          str(out), fidelity, "1" if hbm_pcs else "0"], env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     return res.stdout.strip().splitlines()[-1]
 
 
 def _digest(run: Path) -> dict[str, str]:
     return {f: hashlib.sha256((run / f).read_bytes()).hexdigest()
-            for f in ("op_timing.parquet", "hops.parquet")}
+            for f in ("op_timing.parquet", "hops.parquet", "hbm_pcs.parquet")
+            if (run / f).is_file()}
 
 
 def test_compiled_core_is_built_in_ci():
@@ -47,21 +50,25 @@ def test_compiled_core_is_built_in_ci():
     assert core.status()[1] == "compiled"
 
 
-@pytest.mark.parametrize("workload, params", [("gemm", {"M": 512, "N": 512, "K": 256}),
-                                               ("all_gather", {})])
-def test_compiled_and_pure_cores_write_identical_outputs(tmp_path, workload, params):
-    """Byte for byte, on gemm (free paths, plans) and all_gather (every pair of PEs: links
-    shared, gaps, bandwidth shares) over small.yaml."""
+@pytest.mark.parametrize("workload, params, fidelity", [
+    ("gemm", {"M": 512, "N": 512, "K": 256}, "fast"), ("all_gather", {}, "fast"),
+    ("gemm_sharded", {}, "fast-fcfs")])
+def test_compiled_and_pure_cores_write_identical_outputs(tmp_path, workload, params, fidelity):
+    """Byte for byte, on gemm (free paths, plans), all_gather (every pair of PEs: links
+    shared, gaps, bandwidth shares) and gemm_sharded in fast-fcfs (HBM reads and writes
+    queueing on the pseudo-channels) over small.yaml, the pseudo-channel log too."""
     from kbtrace.capture import capture
     topo = ROOT / "topologies" / "small.yaml"
     capture(ROOT / "capture" / f"{workload}.py", topo, params, tmp_path / "tr")
-    pure = _replay(tmp_path / "tr", topo, tmp_path / "pure", pure=True)
-    other = _replay(tmp_path / "tr", topo, tmp_path / "default", pure=False)
+    pure = _replay(tmp_path / "tr", topo, tmp_path / "pure", True, fidelity, hbm_pcs=True)
+    other = _replay(tmp_path / "tr", topo, tmp_path / "default", False, fidelity, hbm_pcs=True)
     assert pure.startswith("switched off")
     if other != "compiled" and not os.environ.get("CI"):
         pytest.skip(f"compiled core not available here: {other}")
     assert other == "compiled"
-    assert _digest(tmp_path / "pure") == _digest(tmp_path / "default")
+    got = _digest(tmp_path / "pure")
+    assert "hbm_pcs.parquet" in got
+    assert got == _digest(tmp_path / "default")
 
 
 def test_pure_core_says_so_once(monkeypatch):

@@ -50,6 +50,7 @@ from kbtrace._names import tag, variant
 from kbtrace.errors import KbtraceError, ReplayError
 from kbtrace.replay import invariants, ipcq
 from kbtrace.replay.fabric import make_fabric
+from kbtrace.replay.fabric.core import hbm_controller
 from kbtrace.replay.hbm import HbmController, pc_table
 from kbtrace.replay.ops import Op, plan_for
 from kbtrace.replay.options import Progress, ReplayOptions, Run
@@ -101,7 +102,8 @@ class Sim:
         self.source = source
         self.n_ops = source.n
         self.env = simpy.Environment()
-        self.hbm = {nd.idx: HbmController(nd.idx, self.params.cube.hbm)
+        ctrl = HbmController if opts.fidelity == "flit" else hbm_controller()
+        self.hbm = {nd.idx: ctrl(nd.idx, self.params.cube.hbm)
                     for nd in topo.nodes if nd.kind == "hbm_ctrl"}
         if opts.hbm_pcs:            # the pseudo-channel log (hbm_pcs.parquet)
             for h in self.hbm.values():

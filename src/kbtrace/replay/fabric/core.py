@@ -1,8 +1,10 @@
 """Which fast-mode core runs: the compiled one (Cython) or the pure-Python reference.
 
-``booking.py`` and ``fast.py`` are the reference: readable, and what runs where nothing
-was compiled (with ``fair.py``). ``pip install -e .`` compiles copies of them (``_booking_c``, ``_fair_c``, ``_fast_c``;
-``setup.py``) where a C compiler exists. Both give byte-identical outputs
+``booking.py``, ``fair.py``, ``fast.py`` and ``replay/hbm.py`` are the reference: readable,
+and what runs where nothing was compiled. ``pip install -e .`` compiles copies of them
+(``_booking_c``, ``_fair_c``, ``_fast_c``, ``_hbm_c``; ``setup.py``) where a C compiler
+exists. ``hbm_controller()`` gives fast mode the compiled ``HbmController`` with the rest of
+the core (flit mode, the reference, keeps ``hbm.py``'s). Both give byte-identical outputs
 (``tests/test_replay_core.py``). ``fast_fabric()`` returns the compiled ``FastFabric``
 when it is built from the current sources, else the reference one, warning once per
 process why (``PurePythonCore``, a ``RuntimeWarning``) when stderr is a terminal (a
@@ -21,14 +23,15 @@ import warnings
 from functools import cache
 from pathlib import Path
 
-__all__ = ["fast_fabric", "status", "PurePythonCore", "PURE_ENV", "CORE"]
+__all__ = ["fast_fabric", "hbm_controller", "status", "PurePythonCore", "PURE_ENV", "CORE"]
 
 PURE_ENV = "KBTRACE_PURE_PYTHON"
 _PKG = Path(__file__).resolve().parent
 #: compiled module -> its reference source (setup.py builds the same list)
 CORE = {"kbtrace.replay.fabric._booking_c": _PKG / "booking.py",
         "kbtrace.replay.fabric._fair_c": _PKG / "fair.py",
-        "kbtrace.replay.fabric._fast_c": _PKG / "fast.py"}
+        "kbtrace.replay.fabric._fast_c": _PKG / "fast.py",
+        "kbtrace.replay.fabric._hbm_c": _PKG.parent / "hbm.py"}
 
 
 class PurePythonCore(RuntimeWarning):
@@ -77,3 +80,12 @@ def fast_fabric() -> type:
         warnings.warn(f"kbtrace: fast replay runs its pure-Python core ({why}); results are "
                       "identical, only slower", PurePythonCore, stacklevel=3)
     return cls
+
+
+def hbm_controller() -> type:
+    """The ``HbmController`` class of fast mode: the compiled one with the compiled core
+    (``status``), else ``hbm.py``'s."""
+    if status()[1] == "compiled":
+        return importlib.import_module("kbtrace.replay.fabric._hbm_c").HbmController
+    from kbtrace.replay.hbm import HbmController
+    return HbmController
