@@ -30,6 +30,7 @@ CORE = {
     "kbtrace.replay.fabric._fair_c": "kbtrace/replay/fabric/fair.py",
     "kbtrace.replay.fabric._fast_c": "kbtrace/replay/fabric/fast.py",
     "kbtrace.replay.fabric._hbm_c": "kbtrace/replay/hbm.py",
+    "kbtrace.replay.fabric._rowbuf_c": "kbtrace/replay/rowbuf.py",
 }
 TWINS = {"kbtrace.replay.fabric.booking": "kbtrace.replay.fabric._booking_c",
          "kbtrace.replay.fabric.fair": "kbtrace.replay.fabric._fair_c"}

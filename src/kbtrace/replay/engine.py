@@ -50,12 +50,13 @@ from kbtrace._names import tag, variant
 from kbtrace.errors import KbtraceError, ReplayError
 from kbtrace.replay import invariants, ipcq
 from kbtrace.replay.fabric import make_fabric
-from kbtrace.replay.fabric.core import hbm_controller
+from kbtrace.replay.fabric.core import hbm_controller, row_buffers
 from kbtrace.replay.hbm import HbmController, pc_table
 from kbtrace.replay.ops import Op, plan_for
 from kbtrace.replay.options import Progress, ReplayOptions, Run
 from kbtrace.replay.pe import Pe, Program
 from kbtrace.replay.recorder import Recorder
+from kbtrace.replay.rowbuf import CompactRows, HopRows
 from kbtrace.replay.source import OpSource
 from kbtrace.topology.model import PeCoord
 
@@ -102,7 +103,8 @@ class Sim:
         self.source = source
         self.n_ops = source.n
         self.env = simpy.Environment()
-        ctrl = HbmController if opts.fidelity == "flit" else hbm_controller()
+        flit = opts.fidelity == "flit"     # the reference: none of the compiled core
+        ctrl = HbmController if flit else hbm_controller()
         self.hbm = {nd.idx: ctrl(nd.idx, self.params.cube.hbm)
                     for nd in topo.nodes if nd.kind == "hbm_ctrl"}
         if opts.hbm_pcs:            # the pseudo-channel log (hbm_pcs.parquet)
@@ -112,7 +114,8 @@ class Sim:
         alias = {}
         for c in pes:
             alias[topo.pe_node(c, "math").idx] = topo.pe_node(c, "gemm").idx
-        self.rec = Recorder(out_dir, source.n, len(topo.links), opts.batch_rows, alias)
+        self.rec = Recorder(out_dir, source.n, len(topo.links), opts.batch_rows, alias,
+                            (HopRows, CompactRows) if flit else row_buffers())
         if opts.check_invariants:
             self.rec.busy = invariants.BusyCheck(self)
         self.fabric = make_fabric(opts.fidelity, self.env, topo, self.rec, self.hbm)

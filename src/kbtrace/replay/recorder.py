@@ -2,16 +2,18 @@
 
 Hop rows arrive from two sources, both appended in creation order:
 
-* explicit rows (``hop`` / ``rows``): one tuple each,
+* explicit rows (``hop`` / ``rows``): ten float64 fields each, written in place into a
+  buffer (``rowbuf.HopRows``),
   ``(op, tile, stage_code, node, link, t_enter, t_leave, busy, queue, nbytes)``;
 * compact transfers (``transfer``, fast mode): one record per stretch of a
-  transfer on a free path, ``(position, op, tile, plan, h0, t0, done, n)``,
+  transfer on a free path, ``(position, op, tile, plan, h0, t0, done, n)``
+  (``rowbuf.CompactRows``),
   standing for the first ``n`` rows of the plan. A *plan* (registered once per
   route suffix and size with ``add_plan``) holds each row's
   constants and closed-form offsets: ``t_enter = h0 + EN``, ``t_leave =
   max(t0 + LA, h0 + LB)`` (or ``done`` for the terminal row), queue 0. The
   rows are expanded with numpy when the batch is finalised, so a transfer costs
-  one small tuple however long its path.
+  one record of eight numbers however long its path.
 
 Pending rows are materialised in creation order (each compact transfer records
 its position among the explicit rows; its rows are scattered into place). When the
@@ -47,7 +49,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Iterator
-from itertools import chain
 from pathlib import Path
 from typing import Protocol
 
@@ -58,6 +59,7 @@ from kbtrace import schema
 from kbtrace._io import ROW_GROUP_SIZE, BatchWriter
 from kbtrace.errors import InvariantError
 from kbtrace.replay.colsort import lexsort2
+from kbtrace.replay.rowbuf import CompactRows, HopRows
 
 __all__ = ["Recorder", "STAGE_CODE"]
 
@@ -75,8 +77,6 @@ class BusySink(Protocol):
 _COMPUTE = ("gemm", "math")
 STAGE_CODE = {s: i for i, s in enumerate(schema.STAGES)}
 _STAGE_DICT = pa.array(schema.STAGES, pa.string())
-_NX = 10   # fields of an explicit row
-_NC = 8    # fields of a compact transfer record
 _COLS = ("op", "tile", "stage", "node", "link", "enter", "leave", "busy", "queue", "nbytes")
 # a plan row: (stage_code, node, link, busy, EN, LA, LB, terminal)
 _PLAN_ROW_DT = (np.int64, np.int64, np.int64, np.float64, np.float64, np.float64, np.float64, bool)
@@ -99,7 +99,10 @@ def _put(arrays: tuple[np.ndarray, ...], at: int, cols, dtypes) -> tuple[np.ndar
 
 class Recorder:
     def __init__(self, out_dir: Path, n_ops: int, n_links: int, batch_rows: int,
-                 res_alias: dict[int, int] | None = None) -> None:
+                 res_alias: dict[int, int] | None = None,
+                 rows: tuple[type, type] = (HopRows, CompactRows)) -> None:
+        """``rows``: the classes of the pending-row buffers (``rowbuf``'s, or their compiled
+        twins: ``fabric.core.row_buffers()``)."""
         self.hops = BatchWriter(out_dir / "hops.parquet", schema.HOPS, batch_rows=batch_rows)
         self.batch_rows = batch_rows
         self.t_issue = np.full(n_ops, np.nan)
@@ -116,8 +119,8 @@ class Recorder:
         self.res_names: list[tuple[int, str]] = []
         self.n_hops = 0
         # pending rows
-        self._x: list[tuple] = []           # explicit rows
-        self._c: list[tuple] = []           # compact transfers
+        self._x: HopRows = rows[0]()        # explicit rows
+        self._c: CompactRows = rows[1]()    # compact transfers
         self._c_rows = 0                    # rows the compact transfers expand to
         self._carry: dict[str, np.ndarray] | None = None   # rows of ops in flight at last flush
         self._rid_of = np.full(0, -1, dtype=np.int64)   # node * 64 + stage -> rid (grows)
@@ -149,8 +152,7 @@ class Recorder:
     # ------------------------------------------------------------------ recording
     def hop(self, op: int, tile: int, stage: str, node: int, link: int, enter: float,
             leave: float, busy: float, queue: float, nbytes: int) -> None:
-        self._x.append((op, tile, STAGE_CODE[stage], node, link, enter, leave, busy, queue,
-                        nbytes))
+        self._x.add(op, tile, STAGE_CODE[stage], node, link, enter, leave, busy, queue, nbytes)
 
     def rows(self, rows: list[tuple]) -> None:
         """Explicit rows in the internal layout (stage as ``STAGE_CODE``), creation order."""
@@ -171,7 +173,7 @@ class Recorder:
     def drop_plans(self) -> None:
         """Forget every compact-transfer plan (ids restart at 0). Only right after a flush:
         no pending compact record may refer to a plan."""
-        if self._c:
+        if self._c.n:
             raise InvariantError("compact transfer plans dropped while transfers refer to "
                                  "them (flush first)")
         self._p_new = []
@@ -181,7 +183,7 @@ class Recorder:
                  n: int) -> None:
         """A transfer (or the leading part of one) on a free path: the first ``n`` rows of
         ``plan`` from head / tail ready times ``h0`` / ``t0`` (expanded at finalisation)."""
-        self._c.append((len(self._x), op, tile, plan, h0, t0, done, n))
+        self._c.add(self._x.n, op, tile, plan, h0, t0, done, n)
         self._c_rows += n
 
     @property
@@ -200,7 +202,7 @@ class Recorder:
             self.engine_names.append(engine)
         self.engine[op] = code
         self._done.append((op, t_issue, t_start, t_end))
-        if len(self._x) + self._c_rows >= self.batch_rows:
+        if self._x.n + self._c_rows >= self.batch_rows:
             self.flush(t_end)
 
     def _watermark(self, now: float) -> float:
@@ -233,18 +235,16 @@ class Recorder:
         Explicit row ``i`` follows every compact row of the transfers recorded at
         position ``<= i``; the compact rows are scattered into place, not sorted.
         """
-        nx, nc = len(self._x), len(self._c)
+        nx, nc = self._x.n, self._c.n
         carry = self._carry
         if not nx and not nc:
             return carry or {}
         if nx:
-            X = np.fromiter(chain.from_iterable(self._x), np.float64, count=nx * _NX)
-            X = X.reshape(nx, _NX)
+            X = self._x.take()
         if not nc:
             new = {c: X[:, i] for i, c in enumerate(_COLS)}
         else:
-            C = np.fromiter(chain.from_iterable(self._c), np.float64, count=nc * _NC)
-            C = C.reshape(nc, _NC)
+            C = self._c.take()
             off, pnb, pst, pnd, plk, pbusy, pen, pla, plb, pterm = self._plans_np()
             pos = C[:, 0].astype(np.int64)
             pid = C[:, 3].astype(np.int64)
@@ -319,7 +319,9 @@ class Recorder:
         else:
             rank_lo = self._n_ranked
         r = self._pending()
-        self._x, self._c, self._c_rows = [], [], 0
+        self._x.clear()
+        self._c.clear()
+        self._c_rows = 0
         if not r:
             self._carry = None
             return

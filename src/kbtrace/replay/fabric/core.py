@@ -3,8 +3,9 @@
 ``booking.py``, ``fair.py``, ``fast.py`` and ``replay/hbm.py`` are the reference: readable,
 and what runs where nothing was compiled. ``pip install -e .`` compiles copies of them
 (``_booking_c``, ``_fair_c``, ``_fast_c``, ``_hbm_c``; ``setup.py``) where a C compiler
-exists. ``hbm_controller()`` gives fast mode the compiled ``HbmController`` with the rest of
-the core (flit mode, the reference, keeps ``hbm.py``'s). Both give byte-identical outputs
+exists. ``hbm_controller()`` and ``row_buffers()`` give fast mode the compiled
+``HbmController`` and the recorder's compiled row buffers (``replay/rowbuf.py``) with the rest
+of the core (flit mode, the reference, keeps the ``.py`` ones). Both give byte-identical outputs
 (``tests/test_replay_core.py``). ``fast_fabric()`` returns the compiled ``FastFabric``
 when it is built from the current sources, else the reference one, warning once per
 process why (``PurePythonCore``, a ``RuntimeWarning``) when stderr is a terminal (a
@@ -23,7 +24,7 @@ import warnings
 from functools import cache
 from pathlib import Path
 
-__all__ = ["fast_fabric", "hbm_controller", "status", "PurePythonCore", "PURE_ENV", "CORE"]
+__all__ = ["fast_fabric", "hbm_controller", "row_buffers", "status", "PurePythonCore", "PURE_ENV", "CORE"]
 
 PURE_ENV = "KBTRACE_PURE_PYTHON"
 _PKG = Path(__file__).resolve().parent
@@ -31,7 +32,8 @@ _PKG = Path(__file__).resolve().parent
 CORE = {"kbtrace.replay.fabric._booking_c": _PKG / "booking.py",
         "kbtrace.replay.fabric._fair_c": _PKG / "fair.py",
         "kbtrace.replay.fabric._fast_c": _PKG / "fast.py",
-        "kbtrace.replay.fabric._hbm_c": _PKG.parent / "hbm.py"}
+        "kbtrace.replay.fabric._hbm_c": _PKG.parent / "hbm.py",
+        "kbtrace.replay.fabric._rowbuf_c": _PKG.parent / "rowbuf.py"}
 
 
 class PurePythonCore(RuntimeWarning):
@@ -89,3 +91,13 @@ def hbm_controller() -> type:
         return importlib.import_module("kbtrace.replay.fabric._hbm_c").HbmController
     from kbtrace.replay.hbm import HbmController
     return HbmController
+
+
+def row_buffers() -> tuple[type, type]:
+    """The recorder's pending-row buffer classes of fast mode (``HopRows``, ``CompactRows``):
+    the compiled ones with the compiled core (``status``), else ``rowbuf.py``'s."""
+    if status()[1] == "compiled":
+        mod = importlib.import_module("kbtrace.replay.fabric._rowbuf_c")
+    else:
+        from kbtrace.replay import rowbuf as mod
+    return mod.HopRows, mod.CompactRows

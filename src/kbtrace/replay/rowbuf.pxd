@@ -1,0 +1,21 @@
+# Types for the compiled twin of rowbuf.py (Cython's pure-Python mode: this augmenting .pxd
+# makes the row buffer a typed memoryview of its array, so ``add`` is C stores; rowbuf.py
+# itself stays plain Python and is what runs interpreted). setup.py copies it beside the
+# generated _rowbuf_c.py.
+import cython
+
+cdef class _Rows:
+    cdef public Py_ssize_t width, n, cap
+    cdef object _arr
+    cdef double[::1] _buf
+    cpdef _grow(self)
+
+cdef class HopRows(_Rows):
+    @cython.locals(b=cython.double[::1], i=cython.Py_ssize_t)
+    cpdef add(self, double op, double tile, double stage, double node, double link,
+              double enter, double leave, double busy, double queue, double nbytes)
+
+cdef class CompactRows(_Rows):
+    @cython.locals(b=cython.double[::1], i=cython.Py_ssize_t)
+    cpdef add(self, double pos, double op, double tile, double plan, double h0, double t0,
+              double done, double n)

@@ -1,0 +1,108 @@
+"""The recorder's pending rows: float64 fields written in place into one growable buffer.
+
+``Recorder`` keeps the hop rows it cannot finalise yet (explicit rows, ten fields; fast
+mode's compact transfer records, eight) until their batch is flushed. A row is written
+field by field into a flat ``array('d')`` (``HopRows.add``, ``CompactRows.add``) instead of
+being kept as a tuple of Python numbers and converted with ``np.fromiter`` at the flush;
+``take()`` hands the rows over as an ``(n, width)`` numpy array, ``clear()`` empties the
+buffer (kept, so a run allocates it a few times, not once per row).
+
+Compiled with the fast-mode core (``setup.py``: ``_rowbuf_c``, typed by ``rowbuf.pxd``: the
+buffer is a typed memoryview of the array, so a row is ten C stores); this file is the
+reference and what runs where nothing was compiled. Both store the same doubles (a Python
+int or float converted as ``float()`` does), so the batches written are byte-identical.
+"""
+
+from __future__ import annotations
+
+from array import array
+
+import numpy as np
+
+__all__ = ["HopRows", "CompactRows"]
+
+
+class _Rows:
+    """Rows of ``width`` float64 fields, in the order they were added."""
+    __slots__ = ("width", "n", "cap", "_arr", "_buf")
+
+    def __init__(self, width: int, cap: int = 1024) -> None:
+        self.width = width
+        self.n = 0
+        self.cap = cap
+        self._arr = array("d", bytes(8 * width * cap))
+        self._buf = self._arr           # compiled: a typed view of ``_arr``
+
+    def _grow(self) -> None:
+        """Double the capacity (a new array: one with a view on it cannot be resized)."""
+        new = array("d", bytes(16 * self.width * self.cap))
+        new[:self.n * self.width] = self._arr[:self.n * self.width]
+        self._arr = new
+        self._buf = new
+        self.cap *= 2
+
+    def take(self) -> np.ndarray:
+        """The rows added since the last ``clear`` as an ``(n, width)`` float64 array (a copy)."""
+        m = self.n * self.width
+        return np.frombuffer(self._arr, dtype=np.float64, count=m).reshape(
+            self.n, self.width).copy()
+
+    def clear(self) -> None:
+        self.n = 0
+
+
+class HopRows(_Rows):
+    """Explicit hop rows: ``(op, tile, stage_code, node, link, enter, leave, busy, queue,
+    nbytes)``."""
+    __slots__ = ()
+
+    def __init__(self, cap: int = 1024) -> None:
+        super().__init__(10, cap)
+
+    def add(self, op: float, tile: float, stage: float, node: float, link: float,
+            enter: float, leave: float, busy: float, queue: float, nbytes: float) -> None:
+        if self.n == self.cap:
+            self._grow()
+        b = self._buf
+        i = self.n * 10
+        b[i] = op
+        b[i + 1] = tile
+        b[i + 2] = stage
+        b[i + 3] = node
+        b[i + 4] = link
+        b[i + 5] = enter
+        b[i + 6] = leave
+        b[i + 7] = busy
+        b[i + 8] = queue
+        b[i + 9] = nbytes
+        self.n += 1
+
+    def extend(self, rows: list[tuple]) -> None:
+        """Rows given as tuples of the ten fields."""
+        add = self.add
+        for r in rows:
+            add(*r)
+
+
+class CompactRows(_Rows):
+    """Compact transfer records: ``(position, op, tile, plan, h0, t0, done, n)``."""
+    __slots__ = ()
+
+    def __init__(self, cap: int = 1024) -> None:
+        super().__init__(8, cap)
+
+    def add(self, pos: float, op: float, tile: float, plan: float, h0: float, t0: float,
+            done: float, n: float) -> None:
+        if self.n == self.cap:
+            self._grow()
+        b = self._buf
+        i = self.n * 8
+        b[i] = pos
+        b[i + 1] = op
+        b[i + 2] = tile
+        b[i + 3] = plan
+        b[i + 4] = h0
+        b[i + 5] = t0
+        b[i + 6] = done
+        b[i + 7] = n
+        self.n += 1

@@ -1,0 +1,43 @@
+"""The recorder's row buffers (``rowbuf``; compiled twin ``_rowbuf_c`` when built): rows come
+back in order, as the float64 values ``np.fromiter`` made of the same numbers, across growth
+and clears."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+from kbtrace.replay import rowbuf
+from kbtrace.replay.fabric import core
+
+
+def _impls() -> list:
+    mods = [rowbuf]
+    if core.status()[1] == "compiled":
+        mods.append(importlib.import_module("kbtrace.replay.fabric._rowbuf_c"))
+    return mods
+
+
+@pytest.mark.parametrize("mod", _impls(), ids=lambda m: m.__name__.rpartition(".")[2])
+def test_rows_come_back_in_order_across_growth_and_clear(mod):
+    rows = [(i, i % 3 - 1, 7, 2**53 + 2 * i, -1, 0.1 * i, 1e300, float("inf"), -0.0, 2**40)
+            for i in range(37)]
+    h = mod.HopRows(4)
+    h.extend(rows[:30])
+    for r in rows[30:]:
+        h.add(*r)
+    assert (h.n, h.cap) == (37, 64)
+    want = np.fromiter((x for r in rows for x in r), np.float64).reshape(37, 10)
+    got = h.take()
+    assert got.tobytes() == want.tobytes()
+    h.clear()
+    assert h.n == 0 and h.take().shape == (0, 10)
+    h.add(*rows[5])
+    assert h.take().tolist() == [list(map(float, rows[5]))]
+    c = mod.CompactRows(1)
+    for i in range(5):
+        c.add(i, 10 + i, -1, 3, 0.5, 1.5, 0.0, 29)
+    assert c.take()[:, 1].tolist() == [10.0, 11.0, 12.0, 13.0, 14.0]
+    assert c.take().shape == (5, 8)
