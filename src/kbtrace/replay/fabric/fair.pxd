@@ -10,14 +10,25 @@ cdef class Flow:
     cdef public object en, lv
     cdef public bint fin
 
+cdef class _Arrival:
+    cdef public object src
+    cdef public double p0, k, s
+    cdef public list arr
+    cpdef list pieces(self)
+
 cdef class Booked:
     cdef public Flow f
     cdef public Py_ssize_t j
     cdef public double s, e, r, busy, tail, a_end
     cdef public object pcs, arr
+    cdef public _Arrival lz
     cpdef list pieces(self)
     cpdef list arrival(self)
     cpdef arrive(self, list arr)
+    cpdef arrive_as(self, _Arrival lz, double a_end)
+
+@cython.locals(a=cython.double, b=cython.double, r=cython.double)
+cpdef list _arrival(list src, double p0, double k, double s)
 
 @cython.locals(total=cython.double, acc=cython.double, start=cython.double,
                step=cython.double, goal=cython.double, done=cython.double, end=cython.double,
@@ -55,8 +66,8 @@ cpdef tuple fair_hop(fab, rt, Py_ssize_t j, double h, double t, list inc, f)
                j=cython.Py_ssize_t, mode=cython.int, last_d=cython.double, p=cython.double,
                rec=Booked, prev=Booked, x=cython.double, tin=cython.double,
                p0=cython.double, k=cython.double, tl=cython.double, tj=cython.double,
-               links=list, src=list, a=cython.double, b=cython.double, r=cython.double,
-               busy=tuple, hops=tuple)
+               links=list, src=object, a=cython.double, b=cython.double, r=cython.double,
+               busy=tuple, hops=tuple, end=cython.double)
 cpdef _push(fab, Flow g, Py_ssize_t j0, double tail, double t_from)
 
 cpdef tuple _leave(tuple rw, double x)

@@ -122,8 +122,9 @@ class Booked:
     share)``, as booked), when its ``tail`` leaves, and its ``arrival`` there (pieces too;
     ``a_end``: when all of it has arrived). A flow books one per link of its path, so the
     two piece lists are made only when asked for (``pieces()``, ``arrival()``): until a
-    stream meets the flow they are ``[(s, e, r)]`` and ``[(s, s + busy / r, r)]``."""
-    __slots__ = ("f", "j", "s", "e", "r", "busy", "tail", "a_end", "pcs", "arr")
+    stream meets the flow they are ``[(s, e, r)]`` and ``[(s, s + busy / r, r)]``; once
+    ``_push`` has moved it, its arrival is ``lz`` (an ``_Arrival``) until asked for."""
+    __slots__ = ("f", "j", "s", "e", "r", "busy", "tail", "a_end", "pcs", "arr", "lz")
     f: Flow
     j: int
     s: float
@@ -134,6 +135,7 @@ class Booked:
     a_end: float
     pcs: list | None
     arr: list | None
+    lz: _Arrival | None
 
     def pieces(self) -> list:
         if self.pcs is None:
@@ -142,13 +144,57 @@ class Booked:
 
     def arrival(self) -> list:
         if self.arr is None:
-            self.arr = [(self.s, self.s + self.busy / self.r, self.r)]
+            if self.lz is not None:
+                self.arr = self.lz.pieces()
+                self.lz = None
+            else:
+                self.arr = [(self.s, self.s + self.busy / self.r, self.r)]
         return self.arr
 
     def arrive(self, arr: list) -> None:
         """It now arrives as ``arr``."""
         self.arr = arr
+        self.lz = None
         self.a_end = arr[-1][1]
+
+    def arrive_as(self, lz: _Arrival, a_end: float) -> None:
+        """It now arrives as ``lz`` describes, all of it by ``a_end``."""
+        self.arr = None
+        self.lz = lz
+        self.a_end = a_end
+
+
+class _Arrival:
+    """How a flow arrives at a link once ``_push`` moved it: as it left the link before
+    (pieces ``src``: a list, or that link's ``_Arrival``), ``p0`` ns later, its shares times
+    ``k`` (``coarse``), none of it before ``s`` (``_not_before``). Worked out only when a stream
+    meets the flow there (``Booked.arrival``): most never are, while every move of a flow
+    redescribes its arrival at each link further on."""
+    __slots__ = ("src", "p0", "k", "s", "arr")
+    src: Any
+    p0: float
+    k: float
+    s: float
+    arr: list | None
+
+    def __init__(self, src: Any, p0: float, k: float, s: float) -> None:
+        self.src, self.p0, self.k, self.s = src, p0, k, s
+        self.arr = None
+
+    def pieces(self) -> list:
+        if self.arr is None:
+            src = self.src
+            if not isinstance(src, list):
+                src = src.pieces()
+            self.arr = _arrival(src, self.p0, self.k, self.s)
+            self.src = None
+        return self.arr
+
+
+def _arrival(src: list, p0: float, k: float, s: float) -> list:
+    """Pieces ``src`` ``p0`` ns later, their shares times ``k``, as at most ``ARRIVAL_PIECES``
+    pieces, none before ``s``."""
+    return _not_before(coarse([(a + p0, b + p0, r * k) for a, b, r in src], ARRIVAL_PIECES), s)
 
 
 def book(link_flows: list, f: Flow, j: int, s: float, e: float, busy: float,
@@ -169,6 +215,7 @@ def book(link_flows: list, f: Flow, j: int, s: float, e: float, busy: float,
     b.pcs = pcs
     b.tail = tail
     b.arr = None
+    b.lz = None
     b.a_end = s + busy / r
     f.links[j] = b
     link_flows[f.rt.links[j]].append(b)
@@ -407,9 +454,19 @@ def _push(fab: Any, g: Flow, j0: int, tail: float, t_from: float) -> None:
         if prev is not None:            # it arrives as it left the link before
             p0 = hops[j - 1][8]
             k = busy[j] / busy[j - 1]
-            src = prev.pieces() if j - 1 == j0 else prev.arrival()
-            arr = coarse([(a + p0, b + p0, r * k) for a, b, r in src], ARRIVAL_PIECES)
-            rec.arrive(_not_before(arr, rec.s))
+            src: list | _Arrival
+            if j - 1 == j0:
+                src = prev.pieces()
+                end = src[-1][1]
+            else:
+                src = prev.arrival() if prev.lz is None else prev.lz
+                end = prev.a_end
+            end += p0
+            if end > rec.s:     # (then its last piece ends there: the rest can wait)
+                rec.arrive_as(_Arrival(src, p0, k, rec.s), end)
+            else:
+                rec.arrive(_arrival(src if isinstance(src, list) else src.pieces(), p0, k,
+                                    rec.s))
         tl = tin + last_d
         tj = rec.tail if rec.tail > tl else tl
         rec.tail = tj
