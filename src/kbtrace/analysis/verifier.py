@@ -30,16 +30,20 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kbtrace import schema
 from kbtrace._integrity import check_trace_files
-from kbtrace._io import read_parquet_lean
+from kbtrace._io import read_parquet_lean, release_memory
+from kbtrace.analysis._traceops import TraceOps
 from kbtrace.errors import AnalysisError, KbtraceError, SchemaError
 
 #: ops between two ``progress`` calls of ``verify``
 PROGRESS_EVERY = 256
 #: ops built as Python objects at a time (in execution order)
 OP_BATCH = 8192
+#: the op_timing columns verify reads
+_TIMED = ("op_id", "t_issue_ns", "t_start_ns", "t_end_ns")
 
 __all__ = ["verify", "VerifyResult", "TensorCheck", "DivergingOp", "execution_order"]
 
@@ -160,25 +164,48 @@ class VerifyResult:
 _TRACE_FIX = "verify needs the run's trace (re-capture it, or fix trace.path in run.json)"
 
 
-def _read(path: Path, expected: pa.Schema, fix: str) -> pa.Table:
-    """A Parquet input of verify; missing, corrupt or mis-shaped: one line naming it + ``fix``."""
-    from kbtrace.analysis.run import corrupt_parquet, read_parquet_schema
+def _check_file(path: Path, expected: pa.Schema, fix: str) -> None:
+    """A Parquet input of verify is there with ``expected``'s columns, else one line naming
+    it + ``fix``."""
+    from kbtrace.analysis.run import read_parquet_schema
 
     if not path.is_file():
         raise AnalysisError(f"{path}: missing; {fix}")
     schema.check_schema(read_parquet_schema(path, fix), expected, str(path))
+
+
+def _read(path: Path, expected: pa.Schema, fix: str, columns: list[str] | None = None
+          ) -> pa.Table:
+    """A Parquet input of verify (``columns`` of it); missing, corrupt or mis-shaped: one
+    line naming it + ``fix``."""
+    from kbtrace.analysis.run import corrupt_parquet
+
+    _check_file(path, expected, fix)
     try:
-        return read_parquet_lean(path)     # memory.parquet holds every tensor's bytes
+        return read_parquet_lean(path, columns)     # memory.parquet holds every tensor's bytes
     except (pa.ArrowException, OSError) as exc:
         raise corrupt_parquet(path, exc, fix) from None
+
+
+def _trace_ops(path: Path) -> TraceOps:
+    """``TraceOps`` of ``path``: a well-formed trace before numpy executes it (validated in
+    batches, no topology needed); a bad op or a corrupt file is one ``SchemaError`` line."""
+    from kbtrace.analysis.run import corrupt_parquet
+    from kbtrace.capture.executor import EXEC_FIELDS
+
+    _check_file(path, schema.OPS, _TRACE_FIX)
+    try:
+        return TraceOps(path, EXEC_FIELDS)
+    except KbtraceError as exc:
+        raise SchemaError(str(exc).replace("ops.parquet: ", f"{path}: ", 1)) from None
+    except (pa.ArrowException, OSError) as exc:
+        raise corrupt_parquet(path, exc, _TRACE_FIX) from None
 
 
 def _depth(ops: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     """(op_ids, dependency depth) per row (deps + recv->send); ops in a cycle get a large
     depth. The edges are built with Arrow / numpy, then one Kahn walk over row numbers in
     Python lists (the walk over dicts of op_ids cost ~5 us per op)."""
-    import pyarrow.compute as pc
-
     ids = np.asarray(ops.column("op_id").to_numpy(), dtype=np.int64)
     n = len(ids)
     by_id = np.argsort(ids, kind="stable")
@@ -228,36 +255,44 @@ def _depth(ops: pa.Table) -> tuple[np.ndarray, np.ndarray]:
 
 def execution_order(ops: pa.Table, op_timing: pa.Table) -> list[int]:
     """op_ids sorted by (t_start_ns, dependency depth, op_id)."""
+    return _order(ops, op_timing).tolist()
+
+
+def _last_rows(op_timing: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """(op_ids sorted, their rows in op_timing): of repeated op_ids the last row counts."""
+    tid = np.asarray(op_timing.column("op_id").to_numpy(), dtype=np.int64)
+    srt = np.argsort(tid, kind="stable")
+    keep = np.ones(len(srt), dtype=bool)
+    keep[:-1] = tid[srt][1:] != tid[srt][:-1]
+    rows = srt[keep]
+    return tid[rows], rows
+
+
+def _order(ops: pa.Table, op_timing: pa.Table) -> np.ndarray:
+    """``execution_order`` as an array (the timing looked up with numpy: a dict of every
+    op's start held ~0.1 KiB per op)."""
     ids, d = _depth(ops)
-    t = dict(zip(op_timing.column("op_id").to_pylist(),
-                 op_timing.column("t_start_ns").to_pylist(), strict=True))
-    id_list = ids.tolist()
-    missing = [i for i in id_list if i not in t]
-    if missing:
-        raise AnalysisError(f"op_timing has no row for {len(missing)} ops (first: op {missing[0]}); "
-                            "the run is incomplete, re-run `kbtrace replay`")
-    known = set(id_list)
-    extra = sorted(i for i in t if i not in known)
-    if extra:       # a run replayed from another trace than the one found now
+    uid, rows = _last_rows(op_timing)
+    pos = np.minimum(np.searchsorted(uid, ids), max(len(uid) - 1, 0))
+    found = uid[pos] == ids if len(uid) else np.zeros(len(ids), dtype=bool)
+    missing = ids[~found]
+    if len(missing):
+        raise AnalysisError(f"op_timing has no row for {len(missing)} ops (first: op "
+                            f"{int(missing[0])}); the run is incomplete, re-run `kbtrace replay`")
+    extra = uid[~np.isin(uid, ids)]
+    if len(extra):       # a run replayed from another trace than the one found now
         raise AnalysisError(f"op_timing has {len(extra)} rows for ops the trace does not have "
-                            f"(first: op {extra[0]}); the run was replayed from another trace, "
-                            "re-run `kbtrace replay` on this one")
-    ts = np.fromiter((t[i] for i in id_list), dtype=np.float64, count=len(id_list))
-    return ids[np.lexsort((ids, d, ts))].tolist()      # by (t_start, depth, op_id)
+                            f"(first: op {int(extra[0])}); the run was replayed from another "
+                            "trace, re-run `kbtrace replay` on this one")
+    ts = np.asarray(op_timing.column("t_start_ns").to_numpy(), dtype=np.float64)[rows[pos]]
+    return ids[np.lexsort((ids, d, ts))]      # by (t_start, depth, op_id)
 
 
 def _order_violations(ops: pa.Table, op_timing: pa.Table) -> list[tuple[int, int]]:
     """(op, dep) pairs, in ops-row then deps order, where the op starts before its dependency
     ends (op_timing rows by op_id; of repeated op_ids the last row counts). With Arrow /
     numpy over the flattened deps (a loop over dicts cost ~1 us per op)."""
-    import pyarrow.compute as pc
-
-    tid = np.asarray(op_timing.column("op_id").to_numpy(), dtype=np.int64)
-    srt = np.argsort(tid, kind="stable")
-    keep = np.ones(len(srt), dtype=bool)        # the last row of each op_id
-    keep[:-1] = tid[srt][1:] != tid[srt][:-1]
-    rows = srt[keep]
-    uid = tid[rows]
+    uid, rows = _last_rows(op_timing)
     start = np.asarray(op_timing.column("t_start_ns").to_numpy(), dtype=np.float64)[rows]
     end = np.asarray(op_timing.column("t_end_ns").to_numpy(), dtype=np.float64)[rows]
 
@@ -313,8 +348,7 @@ def verify(run: Any, progress: Callable[[int, int], Any] | None = None) -> Verif
     inputs are missing; numeric failures are reported in the result (``ok`` False).
     ``progress(done, total)``: called every ``PROGRESS_EVERY`` ops and at the end.
     """
-    from kbtrace.analysis.run import REPLAY_FIX, read_run_json, recorded_trace_path, run_trace_dir
-    from kbtrace.capture import executor as ex
+    from kbtrace.analysis.run import read_run_json, recorded_trace_path, run_trace_dir
 
     run_dir = Path(run.path if hasattr(run, "path") else run)
     info = read_run_json(run_dir)
@@ -324,21 +358,32 @@ def verify(run: Any, progress: Callable[[int, int], Any] | None = None) -> Verif
                             "verify needs its ops.parquet and memory.parquet (re-capture it, "
                             "or fix trace.path in run.json)")
     check_trace_files(trace_dir, ("ops.parquet", "memory.parquet"))
-    ops = _read(trace_dir / "ops.parquet", schema.OPS, _TRACE_FIX)
-    from kbtrace.replay.validate import validate_ops
-    try:        # a well-formed trace before numpy executes it (no topology needed)
-        validate_ops(ops, None)
-    except KbtraceError as exc:
-        raise SchemaError(str(exc).replace("ops.parquet: ", f"{trace_dir / 'ops.parquet'}: ",
-                                           1)) from None
+    with _trace_ops(trace_dir / "ops.parquet") as ops:
+        return _verify(run_dir, trace_dir, ops, progress)
+
+
+def _verify(run_dir: Path, trace_dir: Path, ops: TraceOps,
+            progress: Callable[[int, int], Any] | None) -> VerifyResult:
+    """``verify`` once the trace's ops are validated."""
+    from kbtrace.analysis.run import REPLAY_FIX
+    from kbtrace.capture import executor as ex
+
     memory = _read(trace_dir / "memory.parquet", schema.MEMORY, _TRACE_FIX)
-    timing = _read(run_dir / "op_timing.parquet", schema.OP_TIMING, REPLAY_FIX)
+    timing = _read(run_dir / "op_timing.parquet", schema.OP_TIMING, REPLAY_FIX, list(_TIMED))
     check_timing(timing, run_dir / "op_timing.parquet")
-    order = execution_order(ops, timing)
-    result = VerifyResult(run_dir, len(order), order_violations=_order_violations(ops, timing))
+    graph, ops.graph = ops.graph, None
+    assert graph is not None
+    order = _order(graph, timing)
+    result = VerifyResult(run_dir, len(order), order_violations=_order_violations(graph, timing))
+    del graph, timing           # what the ops run with is the order: the rest is freed
+    release_memory()
 
     machine = ex.Machine()
     ex.load_memory(memory, machine.mem)
+    # what is read after the ops ran: the outputs' shards and the references (the inputs'
+    # bytes, most of the table, are in the image now)
+    memory = memory.filter(pc.is_in(memory.column("role").cast(pa.string()),
+                                    pa.array(["output", "reference"])))
     with _gc_paused():
         _execute(machine, ops, order, result, progress)
     if result.error is None:
@@ -369,7 +414,7 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _execute(machine: Any, ops: pa.Table, order: list[int], result: VerifyResult,
+def _execute(machine: Any, ops: TraceOps, order: np.ndarray, result: VerifyResult,
              progress: Callable[[int, int], Any] | None) -> None:
     """Step ``machine`` through ``order``; the first digest divergence or execution error
     goes into ``result``. One ``np.errstate`` around all ops (``Machine.digest_of``), as
@@ -394,30 +439,18 @@ def _execute(machine: Any, ops: pa.Table, order: list[int], result: VerifyResult
                                                                 f"capture {want:016x}")
 
 
-def _ops_in_order(ops: pa.Table, order: list[int]) -> Iterator[Any]:
+def _ops_in_order(ops: TraceOps, order: np.ndarray) -> Iterator[Any]:
     """The executor's ``ExecOp`` of each op_id of ``order`` (the columns the executor
-    reads), built ``OP_BATCH`` at a time from the Arrow table (holding every op as a
-    Python object took ~2.3 KiB per op: 2.3 GiB at a million ops)."""
-    from kbtrace.capture import executor as ex
-
-    ids = ops.column("op_id").to_numpy()
-    row = np.full(int(ids.max()) + 1 if len(ids) else 0, -1, dtype=np.int64)
-    row[ids] = np.arange(len(ids))
-    cols = [c for c in ex.op_columns(ops) if c in ex.EXEC_FIELDS]
-    sub = ops.select(cols)
-    at = np.asarray(order, dtype=np.int64)
-    for i in range(0, len(at), OP_BATCH):
-        yield from ex.exec_ops_from_table(sub.take(row[at[i:i + OP_BATCH]]), cols)
+    reads), built ``OP_BATCH`` at a time from the row groups that hold them
+    (``TraceOps.in_order``; holding every op as a Python object took ~2.3 KiB per op)."""
+    for batch in ops.in_order(order, OP_BATCH):
+        yield from batch
         gc.collect(0)
 
 
-def _div(ops: pa.Table, op_id: int, pos: int, reason: str) -> DivergingOp:
-    """The report of op ``op_id`` (its row of ``ops``) diverging at ``pos``."""
-    import pyarrow.compute as pc
-
-    i = pc.index(ops.column("op_id"), pa.scalar(op_id, ops.schema.field("op_id").type)).as_py()
-    r = ops.slice(i, 1).select(["kind", "name", "launch", "program", "seq", "src_file",
-                                "src_line"]).to_pylist()[0]
+def _div(ops: TraceOps, op_id: int, pos: int, reason: str) -> DivergingOp:
+    """The report of op ``op_id`` (read back from the trace) diverging at ``pos``."""
+    r = ops.row(op_id, ["kind", "name", "launch", "program", "seq", "src_file", "src_line"])
     return DivergingOp(int(op_id), str(r["kind"]), str(r["name"]), int(r["launch"]),
                        int(r["program"]), int(r["seq"]), r["src_file"], r["src_line"], pos,
                        reason)
