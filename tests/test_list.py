@@ -18,7 +18,7 @@ def test_catalog_frames():
     assert {"hbm_bandwidth", "gemm_tiles"} <= set(c["sweeps"]["name"])
     assert "gemm" in set(c["studies"]["name"])
     base = c["runs"].filter(c["runs"]["name"] == "gemm").row(0, named=True)
-    assert base["kind"] == "baseline" and "makespan 10,109.1 ns" in base["description"]
+    assert base["kind"] == "baseline" and "makespan 10,093.2 ns" in base["description"]
 
 
 def test_list_cli_lists_new_traces_and_runs(tmp_path, monkeypatch, capsys):

@@ -25,7 +25,8 @@ fast
     transfers share a link while their shares fit its bandwidth (as their flits
     interleave in flit mode); one that finds too little to spare is served with
     what is left from its arrival on; a node's overhead is served in the gaps
-    between earlier ones.
+    between earlier ones, or before a flow's booked earlier whose head arrives later
+    (``fair``: the flow moves).
 
 Control messages (``nbytes == 0``: read requests, write acks, launch fan-out)
 travel on a separate control channel: propagation plus node overheads, no
@@ -44,6 +45,9 @@ Modules (one-way imports: ``flit`` and ``fast`` import ``base``; ``fast`` import
              ``_Plan``), booking in stretches.
 ``booking``  fast mode's reservation arithmetic on plain lists (node busy intervals,
              link bandwidth shares): pure functions, no SimPy.
+``fair``     fast mode's fair share: flows that meet on a link served together, moved.
+``heads``    node overheads serving heads in arrival order, moving flows' heads
+             (imports ``booking`` and ``fair``; ``fast`` imports all three).
 ``core``     which ``FastFabric`` runs: the compiled twin of ``fast`` + ``booking``
              (Cython, built by ``pip install -e .``) or this pure-Python reference.
 """

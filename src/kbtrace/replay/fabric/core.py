@@ -1,8 +1,8 @@
 """Which fast-mode core runs: the compiled one (Cython) or the pure-Python reference.
 
-``booking.py``, ``fair.py``, ``fast.py`` and ``replay/hbm.py`` are the reference: readable,
-and what runs where nothing was compiled. ``pip install -e .`` compiles copies of them
-(``_booking_c``, ``_fair_c``, ``_fast_c``, ``_hbm_c``; ``setup.py``) where a C compiler
+``booking.py``, ``fair.py``, ``heads.py``, ``fast.py`` and ``replay/hbm.py`` are the reference:
+readable, and what runs where nothing was compiled. ``pip install -e .`` compiles copies of them
+(``_booking_c``, ``_fair_c``, ``_heads_c``, ``_fast_c``, ``_hbm_c``; ``setup.py``) where a C compiler
 exists. ``hbm_controller()`` and ``row_buffers()`` give fast mode the compiled
 ``HbmController`` and the recorder's compiled row buffers (``replay/rowbuf.py``) with the rest
 of the core (flit mode, the reference, keeps the ``.py`` ones). Both give byte-identical outputs
@@ -32,6 +32,7 @@ _PKG = Path(__file__).resolve().parent
 CORE = {"kbtrace.replay.fabric._booking_c": _PKG / "booking.py",
         "kbtrace.replay.fabric._fair_c": _PKG / "fair.py",
         "kbtrace.replay.fabric._fast_c": _PKG / "fast.py",
+        "kbtrace.replay.fabric._heads_c": _PKG / "heads.py",
         "kbtrace.replay.fabric._hbm_c": _PKG.parent / "hbm.py",
         "kbtrace.replay.fabric._rowbuf_c": _PKG.parent / "rowbuf.py"}
 

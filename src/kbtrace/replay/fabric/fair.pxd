@@ -4,7 +4,7 @@
 import cython
 
 cdef class Flow:
-    cdef public object fab, rt, op_id, tile, ev, rows
+    cdef public object fab, rt, op_id, tile, ev, rows, nres
     cdef public double ack, tt
     cdef public list segs, links
     cdef public object en, lv
@@ -67,8 +67,9 @@ cpdef tuple fair_hop(fab, rt, Py_ssize_t j, double h, double t, list inc, f)
                rec=Booked, prev=Booked, x=cython.double, tin=cython.double,
                p0=cython.double, k=cython.double, tl=cython.double, tj=cython.double,
                links=list, src=object, a=cython.double, b=cython.double, r=cython.double,
-               busy=tuple, hops=tuple, end=cython.double)
-cpdef _push(fab, Flow g, Py_ssize_t j0, double tail, double t_from)
+               busy=tuple, hops=tuple, end=cython.double, body=cython.double, ha=cython.double,
+               pm=tuple)
+cpdef _push(fab, Flow g, Py_ssize_t j0, double tail, double t_from, double hs=*)
 
 cpdef tuple _leave(tuple rw, double x)
 

@@ -17,9 +17,14 @@ the closed form), its rows are rewritten and its completion event moved (a SimPy
 cannot be cancelled: the callbacks move to a new event, the old one fires with none). Its
 bookings further on keep their times (its rows there widen over them, so every link's busy
 time still fits its windows), but they are now described as arriving as the flow leaves the
-link before, and a stream that meets it there later re-serves it from that. Heads, node
-overheads and what was served before a meeting keep their times. A transfer alone on its
-path never meets anyone: it is booked exactly as before.
+link before, and a stream that meets it there later re-serves it from that. What was
+served before a meeting keeps its times. A flow arrives at every link but its first as the
+link before serves it (``Booked.arrival``: a backlog where that link is faster).
+
+A flow's head that a node serves later than booked (``heads``: node overheads serve heads in
+arrival order) carries the delay along its path too (``_push`` with ``hs``; its overheads
+further on move through ``FastFabric.head_at``). A transfer alone on its path never meets
+anyone: it is booked exactly as before.
 """
 
 from __future__ import annotations
@@ -76,7 +81,7 @@ def coarse(pcs: list, k: int) -> list:
 class Flow:
     """A movable transfer (see the module docstring)."""
     __slots__ = ("rt", "op_id", "tile", "ack", "ev", "segs", "rows", "links", "fin", "tt",
-                 "fab", "en", "lv")
+                 "fab", "en", "lv", "nres")
 
     def __init__(self, fab: Any, rt: Any, op_id: int, tile: int, ack: float) -> None:
         self.fab, self.rt, self.op_id, self.tile, self.ack = fab, rt, op_id, tile, ack
@@ -88,6 +93,8 @@ class Flow:
         self.links: list[Booked | None] = [None] * len(rt.links)   # per hop, where booked
         self.fin = False
         self.tt = 0.0
+        #: per hop, where its node overhead starts if not as its row says (``_reserve``)
+        self.nres: dict[int, float] | None = None
 
     def done(self, _ev: Any) -> None:
         """The completion event fired: record the rows."""
@@ -147,6 +154,13 @@ class Booked:
             if self.lz is not None:
                 self.arr = self.lz.pieces()
                 self.lz = None
+                return self.arr
+            f = self.f
+            j = self.j
+            prev = f.links[j - 1] if j > 0 and f.links else None
+            if prev is not None:    # as the link before serves it (a backlog if faster)
+                self.arr = _arrival(prev.pieces(), f.rt.hops[j - 1][8], self.busy / prev.busy,
+                                    self.s)
             else:
                 self.arr = [(self.s, self.s + self.busy / self.r, self.r)]
         return self.arr
@@ -227,9 +241,14 @@ def book_plan(link_flows: list, f: Flow, pl: Any, k: int, h: float, t: float) ->
     res = pl.res
     hop = pl.res_hop
     j0 = pl.j0
+    nodes = f.rt.nodes
+    n_links = len(nodes) - 1
+    own = f.fab.node_own
     for i in range(k):
         _iv, lr, S, A, B, bz = res[i]
-        if lr is None:
+        if lr is None:      # a node's overhead, served as its head arrives: it may move
+            if j0 + hop[i] < n_links:
+                own[nodes[j0 + hop[i]]][h + S] = (f, j0 + hop[i], h + S)
             continue
         s = h + S
         e = t + A
@@ -252,14 +271,17 @@ def _not_before(arr: list, t: float) -> list:
             early += r * (b - a)
         elif a < t:
             early += r * (t - a)
-            out.append((t, b, r + early / (b - t)))
-            early = 0.0
+            if b - t > TIME_EPS:
+                out.append((t, b, r + early / (b - t)))
+                early = 0.0
+            else:                   # (a sliver after t: with the next piece)
+                early += r * (b - t)
         else:
             if early > 0.0:         # t falls in a gap: the early work right at t
                 d = a - t
                 if d > early:
                     d = early
-                if d > 0.0:
+                if d > TIME_EPS:       # (else: with the piece there, not as a sliver)
                     out.append((t, t + d, early / d))
                     early = 0.0
                 else:
@@ -397,7 +419,12 @@ def fair_hop(fab: Any, rt: Any, j: int, h: float, t: float, inc: list,
         d = unbook(liv, lr, pcs, h)
         kept.append([(a, z if z < h else h, r) for a, z, r in pcs if a < h])
         streams.append([b.arrival(), b.busy, d, 0.0])
-    streams.append([[(h, h + busy / rho, rho)], busy, 0.0, hd_d * rho])
+    prev = f.links[j - 1] if f is not None and j > 0 else None
+    if prev is not None:        # it arrives as the link before serves it
+        arr = _arrival(prev.pieces(), rt.hops[j - 1][8], busy / prev.busy, h)
+    else:
+        arr = [(h, h + busy / rho, rho)]
+    streams.append([arr, busy, 0.0, hd_d * rho])
     res = share_fifo(liv, lr, h, streams)
     for b, kp, (pcs, end, _hd) in zip(inc, kept, res[:-1], strict=True):
         b.pcs = kp + pcs
@@ -416,13 +443,17 @@ def fair_hop(fab: Any, rt: Any, j: int, h: float, t: float, inc: list,
     return start, head, tail
 
 
-def _push(fab: Any, g: Flow, j0: int, tail: float, t_from: float) -> None:
+def _push(fab: Any, g: Flow, j0: int, tail: float, t_from: float, hs: float = -1.0) -> None:
     """Flow ``g``'s tail leaves hop ``j0``'s link at ``tail`` now, later than booked: carry
     the delay along its path (each further link: its tail no earlier than its new arrival's
     plus the last flit), rewrite its rows and move its completion. Its bookings further on
     keep their times (the rows widen over them), but what it books there is now described
     as arriving as it leaves the link before (its ``Booked.arrival``), so a stream that meets
-    it there later serves it from that (``fair_hop``). ``t_from``: when the meeting began."""
+    it there later serves it from that (``fair_hop``). ``t_from``: when the meeting began.
+    ``hs`` (if not negative): its head now starts on hop ``j0``'s link then, later than booked
+    (``heads.serve_head``); the head's delay is carried on too: it reaches each further node
+    later, its overhead there moves (``heads.head_at``), and each link's tail is no earlier than the
+    whole transfer after its head."""
     rt = g.rt
     en, lv = _times(g)
     hops = rt.hops
@@ -434,9 +465,24 @@ def _push(fab: Any, g: Flow, j0: int, tail: float, t_from: float) -> None:
     for j in range(j0 + 1, n):
         hp = hops[j]
         mode = hp[4]
+        body = hp[6]
         last_d = hp[7]
         p = hp[8]
         rec = links[j]
+        if hs >= 0.0:                   # the head reaches node j at ha
+            pm = hops[j - 1]
+            ha = hs + (pm[5] if pm[4] else 0.0) + pm[8]
+            hs = -1.0
+            if ha > en[j] + TIME_EPS:
+                hs = fab.head_at(fab, g, j, en[j], ha)  # (``heads``; its row keeps its start)
+                if rec is not None:
+                    if hs > rec.s + TIME_EPS:
+                        rec.pieces()
+                        rec.s = hs
+                        if rec.arr is not None or rec.lz is not None:
+                            rec.arrive(_not_before(rec.arrival(), hs))
+                    else:
+                        hs = -1.0
         if rec is None or mode != 2:            # (a link without bandwidth)
             x = en[j]
             if x < tcur:
@@ -448,8 +494,9 @@ def _push(fab: Any, g: Flow, j0: int, tail: float, t_from: float) -> None:
             lv[j] = tcur
             continue
         tin = tcur if tcur > rec.s else rec.s
-        if tin + last_d <= rec.tail + TIME_EPS:     # its booking there still holds it
-            return
+        tl = tin + last_d
+        if hs >= 0.0 and hs + body + last_d > tl:
+            tl = hs + body + last_d
         prev = links[j - 1]
         if prev is not None:            # it arrives as it left the link before
             p0 = hops[j - 1][8]
@@ -467,7 +514,11 @@ def _push(fab: Any, g: Flow, j0: int, tail: float, t_from: float) -> None:
             else:
                 rec.arrive(_arrival(src if isinstance(src, list) else src.pieces(), p0, k,
                                     rec.s))
-        tl = tin + last_d
+        if tl <= rec.tail + TIME_EPS:     # its booking there still holds it
+            if hs < 0.0:
+                return
+            tcur = rec.tail + p
+            continue
         tj = rec.tail if rec.tail > tl else tl
         rec.tail = tj
         tcur = tj + p
@@ -541,3 +592,5 @@ class HbmWrite:
     def _record(self, _ev: Any) -> None:
         op, tile, stage, node, h_in, busy, q, nb = self.row
         self.fab.rec.rows([(op, tile, stage, node, -1, h_in, self.done, busy, q, nb)])
+
+

@@ -29,6 +29,7 @@ from kbtrace.replay.fabric.fair import (
     incumbents,
     prune_flows,
 )
+from kbtrace.replay.fabric.heads import head_at, prune_owners, serve_head
 from kbtrace.replay.hbm import HbmController
 from kbtrace.replay.intervals import prune as _prune
 from kbtrace.replay.recorder import STAGE_CODE, Recorder
@@ -218,6 +219,11 @@ class FastFabric(Fabric):
         self.link_flows: list[list[Booked]] = [[] for _ in topo.links]
         self.live: dict[int, Flow] = {}     # flows not yet complete (fair)
         self._f: Flow | None = None         # the flow being booked, if it is one
+        #: per node, the reservations of flows' heads (start -> (flow, hop, head's arrival)):
+        #: a head arriving before one goes first and the flow moves (``fair.serve_head``)
+        self.node_own: list[dict[float, tuple[Flow, int, float]]] = [{} for _ in topo.nodes]
+        self.push_depth = 0
+        self.head_at = head_at              # (``fair._push`` moves a flow's head through it)
 
     def hop_of(self, li: int, nb: int, first: bool, shape: int = 0) -> tuple[tuple, float]:
         """``(_Route.hops entry, busy ns)`` of ``nb`` bytes over link ``li`` (``first``: the
@@ -338,6 +344,8 @@ class FastFabric(Fabric):
                 jr = pl.res_hop[k]
                 for iv, _lr, S, _A, _B, _bz in pl.res[pl.first[jr]:k]:
                     unreserve(iv, h + S)       # a node's (a hop's link is its last resource)
+                    if f is not None:
+                        self.node_own[rt.nodes[pl.j0 + jr]].pop(h + S, None)
                 if jr:
                     if f is not None:
                         f.segs.append(("P", pl, h, t, 0.0, jr))
@@ -405,6 +413,8 @@ class FastFabric(Fabric):
             x = h + B
             rows.append((op_id, tile, rt.stage[j], rt.node[j], rt.links[j], h + H0,
                          x if x > e else e, rt.busy[j], 0.0, nb))
+            if niv is not None and self._f is not None:
+                self.node_own[rt.nodes[j]][h + H0] = (self._f, j, h + H0)
             j += 1
         else:
             H0, A0, B0 = H, A, B
@@ -440,7 +450,8 @@ class FastFabric(Fabric):
         enter = h
         q = 0.0
         if niv is not None:
-            s = serve(niv, now, h, ov)
+            s = (serve_head(self, rt.nodes[j], niv, now, h, ov, j, self._f) if self.fair
+                 else serve(niv, now, h, ov))
             q = s - (h + ov)
             h = s
             if t < h:
@@ -566,6 +577,7 @@ class FastFabric(Fabric):
 
     def _prune_all(self, now: float) -> None:
         prune_flows(self.link_flows, now)
+        prune_owners(self.node_own, now)
         for iv in self.node_iv:
             if len(iv) > 64:
                 _prune(iv, now)
