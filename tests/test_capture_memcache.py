@@ -144,3 +144,27 @@ def test_capture_frees_its_images_before_the_references_and_memory_parquet(
     capture(root / "capture" / "gemm.py", topo, out_dir=tmp_path / "kept")
     assert seen[1][0] > 0 and seen[1][1] > 0
     assert sha(tmp_path / "freed") == sha(tmp_path / "kept")
+
+
+@pytest.mark.parametrize("row_elems", [2_048, 15_552, 52_032])
+def test_a_tile_of_a_wide_matrix_is_indexed_by_its_rows(row_elems: int) -> None:
+    """A (32, 64) i32 tile of a matrix with ``row_elems`` columns spans ~32 rows of it; the
+    cache indexes the chunks its rows touch (at most 2 per row, whatever the width), so a
+    write between its rows keeps the entry and a write into a row drops it."""
+    mem = MemoryImage()
+    rows = np.arange(32 * row_elems, dtype=np.int32).reshape(32, row_elems)
+    mem.write(BASE, rows)
+    entry = mem.cached_read(BASE, (32, 64), "i32", (row_elems, 1))
+    indexed = [c for c, keys in mem._idx.items() if any(k[0] == BASE for k in keys)]
+    assert len(indexed) <= 64
+    assert entry[0].tolist()[1][:2] == [row_elems, row_elems + 1]
+    mid = BASE + (row_elems + row_elems // 2) * 4      # between rows 1 and 2
+    mem.write(mid, np.full(1, -7, dtype=np.int32))
+    # (invalidation is by 8 KiB chunk: with rows 8 KiB apart every chunk holds a row)
+    assert (mem.cached_read(BASE, (32, 64), "i32", (row_elems, 1)) is entry) == \
+        (row_elems * 4 >= 4 * 8192)
+    entry = mem.cached_read(BASE, (32, 64), "i32", (row_elems, 1))
+    mem.write(BASE + (5 * row_elems + 63) * 4, np.full(1, -7, dtype=np.int32))  # row 5, last
+    again = mem.cached_read(BASE, (32, 64), "i32", (row_elems, 1))
+    assert again is not entry and again[0][5, 63] == -7
+    assert np.array_equal(again[0], mem.read(BASE, (32, 64), "i32", (row_elems, 1)))

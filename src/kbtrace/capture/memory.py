@@ -20,7 +20,7 @@ from __future__ import annotations
 import bisect
 import math
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -49,6 +49,22 @@ def span_elems(shape: Sequence[int], strides: Sequence[int] | None) -> int:
 
 
 _START = itemgetter(0)
+
+
+def _chunks(addr: int, nbytes: int, shape: tuple[int, ...], strides: tuple[int, ...] | None,
+            isz: int) -> Iterable[int]:
+    """Read-cache chunks a read of ``nbytes`` spanned at ``addr`` touches: the whole span, or
+    for a 2-d tile whose rows lie further apart than a chunk, each row's chunks only (a
+    (BM, BK) tile of a (M, K) matrix spans ~BM x K elements: indexing the span made every
+    cached load cost O(K); bytes between its rows never change what it read)."""
+    lo, hi = addr >> _CHUNK_BITS, (addr + max(nbytes, 1) - 1) >> _CHUNK_BITS
+    if strides is None or len(shape) != 2 or hi - lo < 2 * shape[0] or min(strides) < 0:
+        return range(lo, hi + 1)
+    step, ext = strides[0] * isz, ((shape[1] - 1) * strides[1] + 1) * isz
+    out: set[int] = set()
+    for a in range(addr, addr + shape[0] * step, step):
+        out.update(range(a >> _CHUNK_BITS, ((a + ext - 1) >> _CHUNK_BITS) + 1))
+    return out
 
 _CHUNK_BITS = 13   # read-cache invalidation granularity (8 KiB)
 _CACHE_CAP = 4096  # cached reads kept at most (then the cache starts over)
@@ -88,7 +104,10 @@ class MemoryImage:
                     if dig:
                         dig.pop(k, None)
 
-    def _keep(self, key: tuple[Any, ...], nbytes: int, entry: list[Any]) -> None:
+    def _keep(self, key: tuple[Any, ...], nbytes: int, entry: list[Any],
+              isz: int = 1) -> None:
+        """Cache ``entry`` for ``key`` = (addr, shape, dtype, element strides | None), indexed
+        by the chunks its read touches (``isz``: bytes per element, for strided keys)."""
         cache = self._cache
         if len(cache) >= _CACHE_CAP:
             cache.clear()
@@ -100,7 +119,7 @@ class MemoryImage:
         cache[key] = entry
         addr = key[0]
         idx = self._idx
-        for c in range(addr >> _CHUNK_BITS, ((addr + max(nbytes, 1) - 1) >> _CHUNK_BITS) + 1):
+        for c in _chunks(addr, nbytes, key[1], key[3], isz):
             keys = idx.get(c)
             if keys is None:
                 idx[c] = {key}
@@ -119,7 +138,8 @@ class MemoryImage:
             stored = self.read(addr, shape, dtype, st)
             stored.flags.writeable = False
             entry = [stored, self._dig.get(key) if self._dig else None, None]
-            self._keep(key, span_elems(shape, st) * stored.itemsize, entry)
+            isz = stored.itemsize
+            self._keep(key, span_elems(shape, st) * isz, entry, isz)
         return entry
 
     def note_digest(self, key: tuple[Any, ...], entry: list[Any]) -> None:
