@@ -54,11 +54,11 @@ _START = itemgetter(0)
 def _chunks(addr: int, nbytes: int, shape: tuple[int, ...], strides: tuple[int, ...] | None,
             isz: int) -> Iterable[int]:
     """Read-cache chunks a read of ``nbytes`` spanned at ``addr`` touches: the whole span, or
-    for a 2-d tile whose rows lie further apart than a chunk, each row's chunks only (a
+    for a 2-d tile whose span holds over 4 chunks per row, each row's chunks only (a
     (BM, BK) tile of a (M, K) matrix spans ~BM x K elements: indexing the span made every
     cached load cost O(K); bytes between its rows never change what it read)."""
     lo, hi = addr >> _CHUNK_BITS, (addr + max(nbytes, 1) - 1) >> _CHUNK_BITS
-    if strides is None or len(shape) != 2 or hi - lo < 2 * shape[0] or min(strides) < 0:
+    if strides is None or len(shape) != 2 or hi - lo < 4 * shape[0] or min(strides) < 0:
         return range(lo, hi + 1)
     step, ext = strides[0] * isz, ((shape[1] - 1) * strides[1] + 1) * isz
     out: set[int] = set()
