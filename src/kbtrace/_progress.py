@@ -10,8 +10,9 @@ on stderr while it works.
   progress display (bars with counts, elapsed time; removed when done so the summary lines
   stay). ``enabled=True`` on a non-terminal (``--progress`` through a pipe) writes one plain
   line per task at most once a second and at the end (``replay: 20/20 ops (100%), t = ...``),
-  for logs; ``False`` shows nothing. ``None`` means: a terminal, and not ``-q``. ``threads_paused()`` stops the displays'
-  refresh threads for a block (sweeps fork their worker processes inside it).
+  for logs; ``False`` shows nothing. ``None`` means: a terminal, and not ``-q``.
+* ``threads_paused()``: the displays' refresh threads stopped for a block (sweeps fork their
+  worker processes inside it).
 """
 
 from __future__ import annotations

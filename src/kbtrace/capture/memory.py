@@ -51,6 +51,11 @@ def span_elems(shape: Sequence[int], strides: Sequence[int] | None) -> int:
 _START = itemgetter(0)
 
 
+_CHUNK_BITS = 13   # read-cache invalidation granularity (8 KiB)
+_CACHE_CAP = 4096  # cached reads kept at most (then the cache starts over)
+_DIG_GENS = 16     # cache generations a noted digest outlives its entry for, at most
+
+
 def _chunks(addr: int, nbytes: int, shape: tuple[int, ...], strides: tuple[int, ...] | None,
             isz: int) -> Iterable[int]:
     """Read-cache chunks a read of ``nbytes`` spanned at ``addr`` touches: the whole span, or
@@ -65,10 +70,6 @@ def _chunks(addr: int, nbytes: int, shape: tuple[int, ...], strides: tuple[int, 
     for a in range(addr, addr + shape[0] * step, step):
         out.update(range(a >> _CHUNK_BITS, ((a + ext - 1) >> _CHUNK_BITS) + 1))
     return out
-
-_CHUNK_BITS = 13   # read-cache invalidation granularity (8 KiB)
-_CACHE_CAP = 4096  # cached reads kept at most (then the cache starts over)
-_DIG_GENS = 16     # cache generations a noted digest outlives its entry for, at most
 
 
 class MemoryImage:
