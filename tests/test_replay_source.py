@@ -158,3 +158,40 @@ def test_the_spill_has_no_name_while_the_replay_runs(tiny, tmp_path, monkeypatch
     again = replay(tr, tiny, ReplayOptions(out_dir=str(tmp_path / "again")))
     for f in ("op_timing.parquet", "hops.parquet"):
         assert (run.run_dir / f).read_bytes() == (again.run_dir / f).read_bytes()
+
+
+def test_columns_become_python_values_as_to_pylist_gives_them():
+    """A feed batch's columns are read through numpy (``source._pylist``, ``_tuples_of``):
+    the values, their types and the nulls are what ``to_pylist`` (then ``ops._tuples``) gives,
+    sliced or not."""
+    from kbtrace.replay.ops import _tuples
+    big = 2**64 - 5
+    cols = {
+        "i16": pa.array([3, None, -7, 0, None], pa.int16()),
+        "u64": pa.array([big, 1, None, 2**63, 0], pa.uint64()),
+        "i64": pa.array([1, 2, 3, 4, 5], pa.int64()),
+        "none": pa.array([None] * 5, pa.int32()),
+        "flag": pa.array([True, False, True, True, False]),
+        "s": pa.array(["a", None, "bc", "", "a"]),
+    }
+    for name, arr in cols.items():
+        for a in (arr, arr.slice(1, 3)):
+            got = source._pylist(a)
+            assert got == a.to_pylist(), name
+            assert [type(x) for x in got] == [type(x) for x in a.to_pylist()], name
+    assert source._pylist(cols["u64"]) == [big, 1, None, 2**63, 0]
+    lists = {
+        "ints": (pa.array([[1, 2], None, [], [big], [None, 4]], pa.list_(pa.uint64())), False),
+        "strs": (pa.array([["tcm", "hbm"], [], None, ["hbm"], ["tcm", "hbm"]],
+                          pa.list_(pa.string())), False),
+        "nested": (pa.array([[[1, 2], [3]], None, [], [[4], None, []], [[1, 2], [3]]],
+                            pa.list_(pa.list_(pa.int64()))), True),
+    }
+    for name, (arr, nested) in lists.items():
+        for a in (arr, arr.slice(1, 4)):
+            memo: dict = {}
+            got = source._tuples_of(a, memo, nested)
+            assert got == _tuples(a.to_pylist(), None, nested), name
+    got = source._tuples_of(lists["nested"][0], {}, True)
+    assert got == [((1, 2), (3,)), (), (), ((4,), None, ()), ((1, 2), (3,))]
+    assert got[0] is got[4]             # equal tuples shared through the memo

@@ -55,7 +55,7 @@ from kbtrace.replay.hbm import HbmController, pc_table
 from kbtrace.replay.ops import Op, plan_for
 from kbtrace.replay.options import Progress, ReplayOptions, Run
 from kbtrace.replay.pe import Pe, Program
-from kbtrace.replay.recorder import Recorder
+from kbtrace.replay.recorder import STAGE_CODE, Recorder
 from kbtrace.replay.rowbuf import CompactRows, HopRows
 from kbtrace.replay.source import OpSource
 from kbtrace.topology.model import PeCoord
@@ -72,6 +72,7 @@ RESOLVE_CACHE = 1 << 16           # memoised address -> node lookups (cleared wh
 
 _OT_COLUMNS = ("op_id", "launch", "program", "sip", "cube", "pe", "seq", "kind", "name", "nbytes")
 _EXTRA = ("src_file", "src_line")      # read for error messages only
+_C_HBM = STAGE_CODE["hbm"]
 
 
 def _open(trace: Any, topo: Any) -> tuple[Path | None, dict[str, Any], OpSource]:
@@ -245,7 +246,7 @@ class Sim:
         else:
             ready = h.read(addr, nbytes, t, op_id)
             first, last = min(ready), max(ready)
-        self.rec.hop(op_id, tile, "hbm", src, -1, t, last, nbytes / (h.bw * h.n_pcs),
+        self.rec.row(op_id, tile, _C_HBM, src, -1, t, last, nbytes / (h.bw * h.n_pcs),
                      max(0.0, first - t - min(nbytes, h.burst) / h.bw), nbytes)
         if ready is None:
             return self.fabric.send(op_id, tile, src, dst, nbytes, addr, span=(first, last),

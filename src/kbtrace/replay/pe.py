@@ -66,6 +66,7 @@ from simpy.events import NORMAL  # the priority of a Timeout
 
 from kbtrace.replay import plans as P
 from kbtrace.replay.ops import Op, is_metadata
+from kbtrace.replay.recorder import STAGE_CODE
 from kbtrace.replay.stations import (
     Command,
     Compute,
@@ -91,6 +92,7 @@ _ENGINE = {"load": "dma", "store": "dma", "dot": "gemm", "fill": "math", "math":
 
 DISPATCH, CYCLES = 0, 1
 _CPU_KINDS = frozenset({"wait", "cycles", "send", "recv"})   # ops PE_CPU handles itself
+_C_CPU = STAGE_CODE["pe_cpu"]
 
 
 class _Cpu:
@@ -213,7 +215,7 @@ class _Cpu:
             return False
         sim = self.sim
         t = now + d
-        sim.rec.hop(op.op_id, -1, "pe_cpu", pe.n_cpu, -1, self.t_issue, t, d, now - self.t_issue, 0)
+        sim.rec.row(op.op_id, -1, _C_CPU, pe.n_cpu, -1, self.t_issue, t, d, now - self.t_issue, 0)
         cast(Scheduler, pe.sched.idle.pop()).book(Command(op, sim.plan(op), self.t_issue), t)
         sim.on_done(op.op_id, self._resume_cb)
         return False
@@ -229,7 +231,7 @@ class _Cpu:
     def _dispatched(self) -> bool:
         op, pe, sim = self.op, self.pe, self.sim
         now = self.env._now
-        sim.rec.hop(op.op_id, -1, "pe_cpu", pe.n_cpu, -1, self.t_issue, now, pe.dispatch_ns,
+        sim.rec.row(op.op_id, -1, _C_CPU, pe.n_cpu, -1, self.t_issue, now, pe.dispatch_ns,
                     self.t_ready - self.t_issue, 0)
         kind = op.kind
         if kind == "wait":

@@ -120,6 +120,9 @@ class Recorder:
         self.n_hops = 0
         # pending rows
         self._x: HopRows = rows[0]()        # explicit rows
+        #: ``hop`` with the stage as its ``STAGE_CODE`` (the buffer's own ``add``: the hot
+        #: callers, the PE's servers, skip a call and a dict look-up per row)
+        self.row = self._x.add
         self._c: CompactRows = rows[1]()    # compact transfers
         self._c_rows = 0                    # rows the compact transfers expand to
         self._carry: dict[str, np.ndarray] | None = None   # rows of ops in flight at last flush

@@ -294,10 +294,10 @@ class OpSource:
             if f in self._luts:
                 lut = [*self._luts[f], None]
                 vals = [lut[c] for c in col.to_numpy(zero_copy_only=False).tolist()]
+            elif f in _LISTS:
+                vals = _tuples_of(col, self._memos.get(f), f == "in_shapes")
             else:
-                vals = column_pylist(pa.chunked_array([col]))
-                if f in _LISTS:
-                    vals = _tuples(vals, self._memos.get(f), f == "in_shapes")
+                vals = _pylist(col)
             cols.append(vals)
         return [Op(v) for v in zip(*cols, strict=True)]
 
@@ -349,6 +349,74 @@ class OpSource:
         if not self._sink.closed:
             self._sink.close()
         self._gone()
+
+
+def _valid(arr: pa.Array) -> np.ndarray | None:
+    """Per row of ``arr``, whether it is not null (None: no nulls)."""
+    if not arr.null_count:
+        return None
+    bits = np.frombuffer(arr.buffers()[0], dtype=np.uint8)
+    return np.unpackbits(bits, bitorder="little")[arr.offset:arr.offset + len(arr)].astype(bool)
+
+
+def _pylist(arr: pa.Array) -> list[Any]:
+    """``arr.to_pylist()`` of a spill column that is not a list: integers, booleans or strings,
+    read through numpy (no Arrow scalar per value, no compute call per column: a feed batch
+    has few rows, so a call's fixed cost counted). Nulls are None."""
+    n = len(arr)
+    if arr.null_count == n:
+        return [None] * n
+    t = arr.type
+    if pa.types.is_integer(t):
+        dt = np.dtype(t.to_pandas_dtype())
+        vals = np.frombuffer(arr.buffers()[1], dtype=dt, count=n,
+                             offset=arr.offset * dt.itemsize).tolist()
+    elif pa.types.is_boolean(t) and not arr.null_count:
+        return arr.to_numpy(zero_copy_only=False).tolist()
+    elif pa.types.is_string(t) or pa.types.is_large_string(t):
+        return arr.to_numpy(zero_copy_only=False).tolist()       # (nulls come out None)
+    else:
+        return arr.to_pylist()
+    ok = _valid(arr)
+    if ok is not None:
+        for i in np.flatnonzero(~ok).tolist():
+            vals[i] = None
+    return vals
+
+
+def _tuples_of(arr: pa.Array, memo: dict[tuple[Any, ...], tuple[Any, ...]] | None,
+               nested: bool) -> list[Any]:
+    """``ops._tuples(arr.to_pylist(), memo, nested)`` of a list column, built from its offsets
+    and its values' ``_pylist`` (``nested``: a list of lists, whose inner lists become tuples,
+    null ones None)."""
+    n = len(arr)
+    if arr.null_count == n:
+        vals: list[Any] = [None] * n
+        return _tuples(vals, memo, nested)
+    if not pa.types.is_list(arr.type):
+        return _tuples(arr.to_pylist(), memo, nested)
+    child = arr.values
+    if nested:
+        if not pa.types.is_list(child.type):
+            return _tuples(arr.to_pylist(), memo, nested)
+        inner = _pylist(child.values)
+        io = child.offsets.to_numpy().tolist()
+        items: list[Any] = [tuple(inner[a:b]) for a, b in zip(io, io[1:], strict=False)]
+        ok = _valid(child)
+        if ok is not None:
+            for i in np.flatnonzero(~ok).tolist():
+                items[i] = None
+    else:
+        items = _pylist(child)
+    off = arr.offsets.to_numpy().tolist()
+    out = [tuple(items[a:b]) for a, b in zip(off, off[1:], strict=False)]
+    ok = _valid(arr)
+    if ok is not None:
+        for i in np.flatnonzero(~ok).tolist():
+            out[i] = ()
+    if memo is not None:
+        out = [memo.setdefault(t, t) for t in out]
+    return out
 
 
 def _drop(spill: Path, fd: int | None) -> None:

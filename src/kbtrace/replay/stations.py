@@ -21,6 +21,10 @@ from simpy.events import NORMAL  # the priority of a Timeout
 
 from kbtrace.replay import plans as P
 from kbtrace.replay.ops import Op
+from kbtrace.replay.recorder import STAGE_CODE
+
+_C_FABRIC, _C_SCHED = STAGE_CODE["fabric"], STAGE_CODE["scheduler"]
+_C_FETCH, _C_STORE, _C_GEMM, _C_MATH = (STAGE_CODE[s] for s in ("fetch", "store", "gemm", "math"))
 
 __all__ = ["Command", "Token", "Program", "Station", "Server", "StageServer", "Compute",
            "DmaServer", "DmaReadFast", "DmaWriteFast", "DmaFlit", "Scheduler", "Proc"]
@@ -90,14 +94,15 @@ class Server:
     i.e. its completion will call ``_fire``) and ``route()`` (record the finished
     service, pass the token on; return a token to serve next in place, or None).
     """
-    __slots__ = ("callbacks", "_cbl", "_fire_cb", "station", "pe", "env", "rec", "sched", "tok",
-                 "t0")
+    __slots__ = ("callbacks", "_cbl", "_fire_cb", "station", "pe", "env", "rec", "row", "sched",
+                 "tok", "t0")
     _ok = True            # a service never fails
 
     def __init__(self, pe: Any, station: Station) -> None:
         self.pe = pe
         self.env = pe.env
         self.rec = pe.sim.rec
+        self.row = self.rec.row             # (``Recorder.hop`` by stage code)
         self.sched = pe.env.schedule
         self.station = station
         self._fire_cb = self._fire
@@ -210,16 +215,16 @@ class Compute(StageServer):
         kind = st.kind
         pe = self.pe
         if kind == P.FETCH:
-            stage, node, nb = "fetch", pe.n_fs, st.a
+            stage, node, nb = _C_FETCH, pe.n_fs, st.a
         elif kind == P.STORE:
-            stage, node, nb = "store", pe.n_fs, st.a
+            stage, node, nb = _C_STORE, pe.n_fs, st.a
         elif kind == P.GEMM:
-            stage, node, nb = "gemm", pe.n_gemm, 0
+            stage, node, nb = _C_GEMM, pe.n_gemm, 0
         else:
-            stage, node, nb = "math", pe.n_math, 0
+            stage, node, nb = _C_MATH, pe.n_math, 0
         t_in = tok.t_in
-        self.rec.hop(tok.cmd.op.op_id, tok.tile, stage, node, -1, t_in, now, self.dur,
-                     self.t0 - t_in, nb)
+        self.row(tok.cmd.op.op_id, tok.tile, stage, node, -1, t_in, now, self.dur, self.t0 - t_in,
+                 nb)
         return self._pass_on(tok, now)
 
 
@@ -236,7 +241,7 @@ class DmaServer(StageServer):
         self.n_dma = pe.n_dma
         self.setup = pe.dma_ov
         self.src = self.lat = self.t_ack = 0
-        self._stage = "dma_read" if read else "dma_write"
+        self._stage = STAGE_CODE["dma_read" if read else "dma_write"]
 
     def route(self) -> Token | None:
         tok = self.tok
@@ -244,11 +249,11 @@ class DmaServer(StageServer):
         st = tok.stages[tok.idx]
         if not self.in_place and self.pe.fast:   # fast write: the ack leg's row
             t_ack, lat = self.t_ack, self.lat
-            self.rec.hop(tok.cmd.op.op_id, tok.tile, "fabric", self.src, -1, t_ack, t_ack + lat,
-                         0.0, 0.0, 0)
+            self.row(tok.cmd.op.op_id, tok.tile, _C_FABRIC, self.src, -1, t_ack, t_ack + lat,
+                     0.0, 0.0, 0)
         t_in, t0 = tok.t_in, self.t0
-        self.rec.hop(tok.cmd.op.op_id, tok.tile, self._stage, self.n_dma, -1, t_in, now, now - t0,
-                     t0 - t_in, st.b)
+        self.row(tok.cmd.op.op_id, tok.tile, self._stage, self.n_dma, -1, t_in, now, now - t0,
+                 t0 - t_in, st.b)
         return self._pass_on(tok, now)
 
     def _begin_at(self, tok: Token) -> P.Stage:
@@ -272,7 +277,7 @@ class DmaReadFast(DmaServer):
         self._begin_at(tok)
         lat = self.fab.command_ns(self.n_dma, self.src)
         t = self.t0 + self.setup
-        self.rec.hop(tok.cmd.op.op_id, tok.tile, "fabric", self.n_dma, -1, t, t + lat, 0.0, 0.0, 0)
+        self.row(tok.cmd.op.op_id, tok.tile, _C_FABRIC, self.n_dma, -1, t, t + lat, 0.0, 0.0, 0)
         self._timer(self.setup + lat)
         return True
 
@@ -354,8 +359,7 @@ class Scheduler(Server):
     def route(self) -> None:
         cmd, pe = self.tok, self.pe
         now = self.env._now
-        self.rec.hop(cmd.op.op_id, -1, "scheduler", pe.n_sched, -1, self.t0, now, pe.sched_ov,
-                     0.0, 0)
+        self.row(cmd.op.op_id, -1, _C_SCHED, pe.n_sched, -1, self.t0, now, pe.sched_ov, 0.0, 0)
         plan = cmd.plan
         if not plan:
             pe.finish_cmd(cmd)
