@@ -1,7 +1,7 @@
-"""Sweep wall time, ``-j 2`` against ``-j 1`` (issue 22, target 7); not part of the default
-test run.
+"""Sweeps, ``-j 2`` against ``-j 1`` (issue 22, target 7): wall time, and where the CPU time
+goes; not part of the default test run.
 
-Run:  python benchmarks/bench_sweep.py [--repeats 2]
+Run:  python benchmarks/bench_sweep.py [--repeats 2] [--force-workers]
       pytest benchmarks/bench_sweep.py -m benchmark
 
 Three sweeps over ``small.yaml`` (4 points each: ``cube.hbm.pc_bw_gbps`` in 8, 16, 32, 64),
@@ -11,15 +11,25 @@ each run with ``jobs=1`` and ``jobs=2``, alternating, best wall time of ``--repe
   ``-j 2`` must run the points here (never slower than ``-j 1``);
 * ``10k``: gemm M = N = 512, K = 1280 (15,872 ops per point), a captured trace;
 * ``capture``: two gemm workloads (BM 16 / 32, M = N = 512, K = 1024) captured by the
-  sweep, then replayed: the captures run here and in the worker at once.
+  sweep (2 points each: 8, 32): captures and points are one set of jobs, each point
+  starting once its trace is captured.
 
-``-j 2`` is this process plus one worker (``_sweepsafe.Pool``). Each row also gives the CPU
-seconds the sweep used (this process and its workers, reaped) and the mean load average
-over its runs: on a machine where other jobs hold the cores, a second process gains little
-wall time, and the CPU columns show whether the work itself grew.
+``-j 2`` is this process plus one worker (``_sweepsafe.Pool``). The first table gives the
+best wall times, the CPU seconds of those runs (this process and its workers, reaped) and
+the mean load average: on a machine where other jobs hold the cores a second process gains
+little wall time (and by default none starts: ``_sweepsafe.free_cores``).
 
-Wall time on a shared machine depends on the neighbours: the load average is printed with
-the figures (2 cores; a load above 2 means ``-j 2`` competes for them).
+The second table is the check that holds on a loaded machine: ``SweepResult.cpu``
+(``replay/_sweepcpu``) of the least-CPU run at each ``-j``. The serial part is this
+process's CPU outside jobs (planning, pinning, dispatch, writing the sweep's files); the
+jobs are each capture (``c``) and point (``p``) with their own CPU seconds, in the order
+``-j 2`` prefers them. From the ``-j 1`` run: Amdahl's bound on 2 cores (serial part + jobs
+/ 2) and the speed-up predicted by playing the pool's policy over the measured jobs
+(``_sweepcpu.predict``: each free process takes the first ready job; a worker is up after
+0.03 s), both against ``-j 1``'s CPU seconds; from the ``-j 2`` run: its CPU in this process
+and in the worker, what it spent beyond ``-j 1`` (start-up, cold caches, and jobs slowed by
+the other core: shared caches and memory), how the jobs split, and the prediction from its
+own job times. ``--force-workers`` starts the worker whatever the load average says.
 """
 
 from __future__ import annotations
@@ -31,9 +41,14 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from kbtrace.replay._sweepcpu import SweepCpu
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = str(ROOT / "topologies" / "small.yaml")
@@ -61,14 +76,29 @@ def _cpu() -> float:
     return me.ru_utime + me.ru_stime + ch.ru_utime + ch.ru_stime
 
 
-def measure(repeats: int, tmp: Path) -> list[tuple[str, float, float, float, float, float]]:
-    """Per sweep: best wall time of -j 1 and -j 2, the CPU seconds each used (this process
-    and its workers) and the mean 1-minute load average over its runs."""
+@dataclass
+class Row:
+    """One sweep's figures: best wall time per -j, the CPU seconds of that run (this
+    process and its workers), the mean load average, and the least-CPU run's
+    ``SweepResult.cpu`` per -j (its decomposition)."""
+    name: str
+    wall: dict[int, float] = field(default_factory=dict)
+    cpu: dict[int, float] = field(default_factory=dict)
+    load: float = 0.0
+    prof: dict[int, SweepCpu] = field(default_factory=dict)
+
+
+def measure(repeats: int, tmp: Path, force_workers: bool = False) -> list[Row]:
+    """Each sweep at -j 1 and -j 2, alternating, ``repeats`` times. ``force_workers``: -j 2
+    starts its worker whatever the load average says (``_sweepsafe.free_cores``), so that a
+    loaded machine still yields the -j 2 decomposition (its wall time then means little)."""
+    from kbtrace.replay import _sweepsafe
     from kbtrace.replay.sweep import run_sweep
+    if force_workers:
+        _sweepsafe.free_cores = lambda: os.cpu_count() or 1
     rows = []
     for name, cfg in configs(tmp).items():
-        best = {1: float("inf"), 2: float("inf")}
-        cpu = {1: float("inf"), 2: float("inf")}
+        row = Row(name, {1: float("inf"), 2: float("inf")})
         loads = []
         for r in range(repeats):
             for jobs in (1, 2):
@@ -77,38 +107,82 @@ def measure(repeats: int, tmp: Path) -> list[tuple[str, float, float, float, flo
                 c0, t0 = _cpu(), time.perf_counter()
                 res = run_sweep(cfg, out, jobs=jobs)
                 wall, used = time.perf_counter() - t0, _cpu() - c0
-                if wall < best[jobs]:
-                    best[jobs], cpu[jobs] = wall, used
+                if wall < row.wall[jobs]:
+                    row.wall[jobs], row.cpu[jobs] = wall, used
+                if jobs not in row.prof or res.cpu.total_s < row.prof[jobs].total_s:
+                    row.prof[jobs] = res.cpu
                 assert res.ok, res.failed
                 shutil.rmtree(out)
-        rows.append((name, best[1], best[2], cpu[1], cpu[2], sum(loads) / len(loads)))
+        row.load = sum(loads) / len(loads)
+        rows.append(row)
     return rows
 
 
-def table(rows: list[tuple[str, float, float, float, float, float]]) -> str:
+def table(rows: list[Row]) -> str:
+    """Wall times (what a user waits for; meaningful on an idle machine only)."""
     load = os.getloadavg()
     lines = [f"load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} on "
              f"{os.cpu_count()} cores (a load above 2 means -j 2 competes for them)", "",
              "| sweep | -j 1 s | -j 2 s | speed-up | -j 1 CPU s | -j 2 CPU s | load |",
              "|---|---:|---:|---:|---:|---:|---:|"]
-    lines += [f"| {n} | {a:.2f} | {b:.2f} | {a / b:.2f}x | {ca:.2f} | {cb:.2f} | {ld:.1f} |"
-              for n, a, b, ca, cb, ld in rows]
+    lines += [f"| {r.name} | {r.wall[1]:.2f} | {r.wall[2]:.2f} | {r.wall[1] / r.wall[2]:.2f}x | "
+              f"{r.cpu[1]:.2f} | {r.cpu[2]:.2f} | {r.load:.1f} |" for r in rows]
+    return "\n".join(lines)
+
+
+def cpu_table(rows: list[Row]) -> str:
+    """The CPU-time decomposition (least-CPU run of each -j) and the speed-up it predicts
+    on 2 idle cores (``_sweepcpu``): checkable on a loaded machine."""
+    from kbtrace.replay._sweepcpu import predict
+    lines = ["| sweep | -j 1 CPU s | serial s (share) | jobs: CPU s | Amdahl bound | "
+             "predicted -j 2 | -j 2 CPU s: here + workers | extra | -j 2 jobs here / worker "
+             "| predicted with -j 2's job times |",
+             "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        one, two = r.prof[1], r.prof[2]
+        t1 = one.total_s
+        jobs = " ".join(f"{j.kind[0]}{j.index}:{j.cpu_s:.2f}" for j in one.jobs)
+        amdahl = t1 / (one.serial_s + one.jobs_s / 2)
+        here = sum(j.here for j in two.jobs)
+        if two.workers_s == 0:      # -j 2 started no worker (too little work, or no free core)
+            par = "no worker: -j 1's work"
+            pred2 = "–"
+        else:
+            par = f"{two.here_s:.2f} + {two.workers_s:.2f}"
+            pred2 = f"{t1 / predict(two, 2):.2f}x"
+        lines.append(f"| {r.name} | {t1:.2f} | {one.serial_s:.3f} ({one.serial_s / t1:.1%}) | "
+                     f"{one.jobs_s:.2f}: {jobs} | {amdahl:.2f}x | {t1 / predict(one, 2):.2f}x | "
+                     f"{par} | {two.total_s - t1:+.2f} | {here} / {len(two.jobs) - here} | "
+                     f"{pred2} |")
+    phases = sorted({k for r in rows for k in r.prof[1].phases})
+    lines += ["", "this process's CPU s per phase at -j 1 (jobs run in `capture` and `run`):", "",
+              "| sweep | " + " | ".join(phases) + " |", "|---|" + "---:|" * len(phases)]
+    lines += [f"| {r.name} | " + " | ".join(f"{r.prof[1].phases.get(k, 0.0):.3f}" for k in phases)
+              + " |" for r in rows]
     return "\n".join(lines)
 
 
 @pytest.mark.benchmark
 def test_sweep_jobs(tmp_path):
-    rows = measure(1, tmp_path)
+    rows = measure(1, tmp_path, force_workers=True)
     print(table(rows))
+    print(cpu_table(rows))
     assert len(rows) == 3
+    assert all(r.prof[1].serial_s < 0.2 * r.prof[1].total_s for r in rows[1:])
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--force-workers", action="store_true",
+                    help="start -j 2's worker whatever the load (for the CPU decomposition on a "
+                         "loaded machine; its wall times then mean little)")
     a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        print(table(measure(a.repeats, Path(tmp))))
+        rows = measure(a.repeats, Path(tmp), a.force_workers)
+        print(table(rows))
+        print()
+        print(cpu_table(rows))
     return 0
 
 

@@ -348,7 +348,9 @@ def test_jobs_start_workers_only_when_the_work_pays_for_them(trace, tmp_path, mo
     submitted = []
     submit = _sweepsafe.Pool.submit
     monkeypatch.setattr(_sweepsafe.Pool, "submit",
-                        lambda self, fn, *a: submitted.append(fn.__name__) or submit(self, fn, *a))
+                        lambda self, fn, *a: submitted.append(a[0][0] if fn.__name__ == "_job"
+                                                              else fn.__name__)
+                        or submit(self, fn, *a))
     small = run_sweep(cfg(trace), tmp_path / "small", jobs=2)
     assert small.ok and submitted == []
     wl = {"workloads": [{"path": str(ROOT / "capture" / "gemm.py"), "grid": {"BM": [16, 32]},
@@ -361,9 +363,9 @@ def test_jobs_start_workers_only_when_the_work_pays_for_them(trace, tmp_path, mo
     par = run_sweep(wl, tmp_path / "par", jobs=2)
     assert serial.ok and par.ok
     # two workers (-j 2 with this process idle), each announced by _ready, then 2 captures
-    # and 4 points, all in workers
+    # and 4 points (one set of jobs: each point once its trace is captured), all in workers
     assert submitted[:2] == ["_ready", "_ready"]
-    assert sorted(submitted[2:]) == ["_capture_args"] * 2 + ["run_point"] * 4
+    assert submitted[2:4] == ["capture"] * 2 and submitted[4:] == ["point"] * 4
     assert files(tmp_path / "serial") == files(tmp_path / "par")
     for t in ("gemm-BM16-small", "gemm-BM32-small"):
         assert (tmp_path / "serial" / "traces" / t / "trace.json").read_bytes() == \

@@ -15,7 +15,9 @@
   Workers are forked where this process runs no other thread (``start_method``: up in
   ~0.03 s with kbtrace imported), else spawned (~0.35 s to import kbtrace). ``-j N`` is this process and N - 1
   workers: this process never waits for a worker to start (a worker gets a job only once
-  it is up) and works through the jobs itself meanwhile, largest first. Workers start only
+  it is up) and works through the jobs itself meanwhile, largest first. A job may wait on
+  others (``Pool.run``'s ``after``: a point on its trace's capture); it is handed out once
+  they have ended. Workers start only
   on cores the load average shows free (``free_cores``): where every core is busy a second
   process gains no CPU and would make ``-j N`` slower than ``-j 1`` by its start-up.
 * **Workers die with the sweep.** Worker processes ask the kernel for SIGKILL when their
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import heapq
 import json
 import logging
 import os
@@ -34,8 +37,7 @@ import queue
 import signal
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import BrokenExecutor
 from pathlib import Path
 from typing import Any
@@ -163,6 +165,7 @@ class Pool:
         self._ex: Any = None
         self._ready: list[Any] = []
         self._lock = threading.Lock()
+        self._halted = False
         #: how the workers were started (``start_method()``), once they are
         self.start_method: str | None = None
 
@@ -203,15 +206,35 @@ class Pool:
         return self._ex.submit(fn, *args)
 
     def run(self, fn: Callable[..., Any], args: list[Any],
-            done: Callable[[int, bool, Any], None]) -> None:
-        """``fn(a)`` for every ``a`` in ``args`` (in that order of preference), here and in the
-        workers; ``done(i, ok, result or exception)`` is called in this thread as each ends
-        (an exception ``fn`` raises here is passed on as a worker's is)."""
+            done: Callable[[int, bool, Any], None],
+            after: Sequence[Sequence[int]] | None = None,
+            rank: Callable[[int], Any] | None = None) -> set[int]:
+        """``fn(a)`` for every ``a`` in ``args``, here and in the workers; ``done(i, ok, result
+        or exception)`` is called in this thread as each ends (an exception ``fn`` raises
+        here is passed on as a worker's is). Returns the indices of the jobs this process ran.
+
+        Job ``i`` starts only once the jobs ``after[i]`` have ended and their ``done`` has
+        returned (so ``done`` may prepare it); a job after one that failed is not run
+        (``done(i, False, SweepError)``). Of the jobs ready, a free process takes the one
+        of least ``rank(i)`` (default ``i``: list order), ranked when it becomes ready.
+        ``halt()`` (from ``done``) hands out no further job: ``run`` returns once the
+        running ones have ended."""
         self.start()
-        todo = deque(range(len(args)))
+        n = len(args)
+        rank = rank or (lambda i: i)
+        waits = {i: set(a) for i, a in enumerate(after or ()) if a}
+        users: dict[int, list[int]] = {}
+        for i, deps in waits.items():
+            for d in deps:
+                users.setdefault(d, []).append(i)
+        ready = [(rank(i), i) for i in range(n) if i not in waits]
+        heapq.heapify(ready)
+        idle: list[Any] = []            # worker slots that found nothing ready
         results: queue.SimpleQueue[tuple[int, bool, Any]] = queue.SimpleQueue()
         busy = [0]
+        here: set[int] = set()
         lock = self._lock
+        self._halted = False
 
         def finished(f: Any, i: int) -> None:
             if f.cancelled():
@@ -227,44 +250,83 @@ class Pool:
                 results.put((-1, False, None))        # wakes the wait below: no worker here
                 return
             with lock:
-                if not todo:
+                if not ready or self._halted:
+                    if waits and not self._halted:
+                        idle.append(f)              # fed when a job becomes ready
                     return
-                i = todo.popleft()
+                i = heapq.heappop(ready)[1]
                 busy[0] += 1
             try:
                 self.submit(fn, args[i]).add_done_callback(lambda g: finished(g, i))
             except Exception as e:  # (shut down or broken meanwhile)
                 results.put((i, False, e))
 
+        def settle(i: int, ok: bool, res: Any) -> None:
+            """``done``, then release the jobs waiting on ``i`` (or drop them if it failed)."""
+            done(i, ok, res)
+            gone = [(i, ok)]
+            while gone:
+                j, j_ok = gone.pop()
+                for u in users.pop(j, ()):
+                    with lock:
+                        deps = waits.get(u)
+                        if deps is None:
+                            continue
+                        deps.discard(j)
+                        if j_ok and not deps:
+                            del waits[u]
+                            heapq.heappush(ready, (rank(u), u))
+                        elif not j_ok:
+                            del waits[u]
+                    if not j_ok:
+                        done(u, False, SweepError(f"sweep job {u} not run: job {j}, which "
+                                                  "it needs, failed"))
+                        gone.append((u, False))
+            with lock:
+                slots = [idle.pop() for _ in range(min(len(idle), len(ready)))]
+            for f in slots:
+                feed(f)
+
         for r in self._ready:
             r.add_done_callback(feed)
         while True:
             with lock:
-                i = todo.popleft() if todo and self.LOCAL else -1
-                if i < 0 and busy[0] == 0 and (not todo or self._down()):
+                i = heapq.heappop(ready)[1] if ready and self.LOCAL and not self._halted else -1
+                if i < 0 and busy[0] == 0 and (self._halted or not ready or self._down()):
                     break
-            if i < 0:                       # nothing left to do here: wait for a worker
+                if i >= 0:
+                    busy[0] += 1            # (settled below with the others)
+            if i < 0:                       # nothing to do here now: wait for a worker
                 item = results.get()
             else:
+                here.add(i)
                 try:
                     item = (i, True, fn(args[i]))
                 except Exception as e:  # reported to the caller, as a worker's exception is
                     item = (i, False, e)
-                with lock:
-                    busy[0] += 1            # (settled below with the others)
             while True:
                 if item[0] >= 0:
                     with lock:
                         busy[0] -= 1
-                    done(*item)
+                    settle(*item)
                 if results.empty():
                     break
                 item = results.get()
-        for i in todo:                      # no worker could take these
+        while ready and not self._halted:   # no worker could take these
+            i = heapq.heappop(ready)[1]
+            here.add(i)
             try:
-                done(i, True, fn(args[i]))
+                settle(i, True, fn(args[i]))
             except Exception as e:
-                done(i, False, e)
+                settle(i, False, e)
+        for i in sorted(waits) if not self._halted else ():     # (``after`` had a cycle)
+            done(i, False, SweepError(f"sweep job {i} not run: it waits on itself"))
+        return here
+
+    def halt(self) -> None:
+        """``run`` hands out no further job (called from its ``done``)."""
+        with self._lock:
+            self._halted = True
 
     def _down(self) -> bool:
         """Whether no worker can take a job (every probe failed)."""
@@ -283,35 +345,40 @@ class Pool:
             self._ex = None
 
 
-_TRACE_OPS: dict[str, int] = {}
+_TRACE_OPS: dict[tuple[str, int], int] = {}
 
 
 def work(job: dict[str, Any]) -> int:
     """A point's expected cost in fast-mode ops: its trace's ``n_ops`` (x ``FLIT_OP_COST``
-    in flit mode); 0 when trace.json cannot tell."""
-    d = str(job.get("trace_dir", ""))
-    n = _TRACE_OPS.get(d)
+    in flit mode); 0 when trace.json cannot tell (read once per trace.json version)."""
+    meta = Path(str(job.get("trace_dir", ""))) / "trace.json"
+    try:
+        key = (str(meta), meta.stat().st_mtime_ns)
+    except OSError:
+        return 0                        # (not captured yet)
+    n = _TRACE_OPS.get(key)
     if n is None:
         try:
-            n = int(json.loads((Path(d) / "trace.json").read_text()).get("n_ops") or 0)
+            n = int(json.loads(meta.read_text()).get("n_ops") or 0)
         except (OSError, ValueError, TypeError, AttributeError):
             n = 0
-        _TRACE_OPS[d] = n
+        _TRACE_OPS[key] = n
     return n * (FLIT_OP_COST if job.get("fidelity") == "flit" else 1)
 
 
 def execute(fn: Callable[[dict[str, Any]], dict[str, Any]], jobs: list[dict[str, Any]],
             pool: Pool | int | None, executor: str,
-            done: Callable[[int, dict[str, Any]], None]) -> None:
+            done: Callable[[int, dict[str, Any]], None]) -> tuple[list[int], set[int]]:
     """Run ``fn`` on every job: as Ray tasks, in worker processes, or in this process;
     ``done(index, result)`` as each finishes. ``pool``: a ``Pool`` (its workers are used when
     started already or when the jobs' work is at least ``MIN_PARALLEL_OPS``; largest first),
-    or a number of workers to use whatever the work (1: this process)."""
+    or a number of workers to use whatever the work (1: this process). Returns the jobs'
+    indices in the order workers would take them (largest first) and those run here."""
     owned = isinstance(pool, int)
     workers: Pool | None = ((Pool(pool, spare_cores_only=False) if pool > 1 else None)
                             if isinstance(pool, int) else pool)
     try:
-        _run_jobs(fn, jobs, workers, owned, executor, done)
+        return _run_jobs(fn, jobs, workers, owned, executor, done)
     finally:
         if owned and workers is not None:
             workers.close()
@@ -319,7 +386,7 @@ def execute(fn: Callable[[dict[str, Any]], dict[str, Any]], jobs: list[dict[str,
 
 def _run_jobs(fn: Callable[[dict[str, Any]], dict[str, Any]], jobs: list[dict[str, Any]],
               pool: Pool | None, forced: bool, executor: str,
-              done: Callable[[int, dict[str, Any]], None]) -> None:
+              done: Callable[[int, dict[str, Any]], None]) -> tuple[list[int], set[int]]:
     if executor == "ray":
         try:
             import ray
@@ -335,19 +402,20 @@ def _run_jobs(fn: Callable[[dict[str, Any]], dict[str, Any]], jobs: list[dict[st
             ready, pending = ray.wait(pending, num_returns=1)
             for r in ready:
                 done(refs[r], ray.get(r))
-        return
+        return list(range(len(jobs))), set()
     cost = [work(j) for j in jobs]
     least = MIN_PARALLEL_OPS_FORK if start_method() == "fork" else MIN_PARALLEL_OPS
+    order = sorted(range(len(jobs)), key=lambda i: (-cost[i], i))     # largest first
     if pool is None or len(jobs) <= 1 or (
             not forced and not pool.started and sum(cost) < least):
         for i, j in enumerate(jobs):
             done(i, fn(j))
-        return
-    order = sorted(range(len(jobs)), key=lambda i: (-cost[i], i))     # largest first
+        return order, set(range(len(jobs)))
 
     def settle(k: int, ok: bool, res: Any) -> None:
         if not ok:
             raise res
         done(order[k], res)
 
-    pool.run(fn, [jobs[i] for i in order], settle)
+    here = pool.run(fn, [jobs[i] for i in order], settle)
+    return order, {order[k] for k in here}

@@ -37,7 +37,10 @@ processes (spawned, so no inherited threads); ``ray`` submits one task per point
 a Ray cluster (``ray.init()`` honours ``RAY_ADDRESS``; OUT must be on a filesystem
 the workers share). With ``jobs > 1`` (local), this process and ``jobs - 1`` workers share
 the work; workers start only when it pays for their start-up (``_sweepsafe``) and get jobs
-only once they are up. Two or more workloads are captured here and in the workers at once.
+only once they are up. Two or more workloads to capture make the captures and the points one
+set of jobs (``_piped``): every capture first, each point once its own trace is captured, so
+no process waits for all captures; a failed capture stops the hand-out and is raised once
+the running jobs end. ``SweepResult.cpu`` says where the CPU time went (``_sweepcpu``).
 Determinism: a point's outputs do not depend on the executor or
 on the order points finish in; ``points.parquet`` and ``sweep.json`` carry no wall
 times, so the same config gives byte-identical sweep files (wall times stay in each
@@ -51,6 +54,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -63,7 +67,15 @@ from kbtrace import __version__, schema
 from kbtrace._io import claim_dir, read_json_object, stable_hash, write_json, write_table
 from kbtrace._owned import MARKER, owner
 from kbtrace.errors import KbtraceError, SweepError
-from kbtrace.replay._sweepsafe import Pool, check_pinned, execute, pin_traces, write_point
+from kbtrace.replay._sweepcpu import Clock, JobCpu, SweepCpu, children_cpu_s
+from kbtrace.replay._sweepsafe import (
+    Pool,
+    check_pinned,
+    execute,
+    pin_traces,
+    work,
+    write_point,
+)
 from kbtrace.replay.sweep_config import (
     NAME_OK,
     SweepConfig,
@@ -76,9 +88,10 @@ __all__ = ["SweepConfig", "TraceSpec", "Point", "SweepResult", "load_config", "r
            "run_point", "EXECUTORS"]
 
 EXECUTORS = ("local", "ray")
-#: What a point's replay yields (point.json; all but wall_s also go to points.parquet).
+#: What a point's replay yields (point.json; all but wall_s and cpu_s, the CPU seconds of
+#: the point in the process that ran it, also go to points.parquet).
 _RESULT = ("status", "error", "run_id", "makespan_ns", "body_ns", "ops", "hops", "events",
-           "wall_s")
+           "wall_s", "cpu_s")
 
 @dataclass(frozen=True)
 class Point:
@@ -111,11 +124,13 @@ class Point:
 
 @dataclass
 class SweepResult:
-    """A finished sweep: its directory, the points table, what failed and what was reused."""
+    """A finished sweep: its directory, the points table, what failed and what was reused,
+    and where its CPU time went (``cpu``: ``_sweepcpu.SweepCpu``)."""
     out_dir: Path
     points: pa.Table
     failed: list[dict[str, Any]] = field(default_factory=list)
     reused: int = 0
+    cpu: SweepCpu = field(default_factory=SweepCpu)
 
     @property
     def ok(self) -> bool:
@@ -146,16 +161,29 @@ def _capture_one(workload: str, topology: Any, params: dict[str, Any], out: str)
     return out
 
 
-def _capture_args(a: tuple[str, Any, dict[str, Any], str]) -> str:
-    return _capture_one(*a)
+def _capture_args(a: tuple[str, Any, dict[str, Any], str]) -> float:
+    """Capture one workload; its CPU seconds (in the process that ran it)."""
+    c0 = time.process_time()
+    _capture_one(*a)
+    return time.process_time() - c0
 
 
-def _trace_dirs(cfg: SweepConfig, out: Path, topos: list[Any],
-                pool: Pool | None = None) -> dict[tuple[str, str], str]:
-    """Trace directory per (trace, topology path); workloads are captured once each, in this
-    process and, when there are several, in ``pool``'s workers at the same time."""
+def _job(job: tuple[str, Any]) -> Any:
+    """One job of a pipelined sweep (top level: workers import it): a capture or a point."""
+    kind, a = job
+    return _capture_args(a) if kind == "capture" else run_point(a)
+
+
+#: a workload to capture: (workload, topology path, params, trace directory)
+_Cap = tuple[str, str, dict[str, Any], str]
+
+
+def _trace_dirs(cfg: SweepConfig, out: Path,
+                topos: list[Any]) -> tuple[dict[tuple[str, str], str], list[_Cap]]:
+    """Trace directory per (trace, topology path), and the workloads to capture (once per
+    topology, into ``OUT/traces/<name>-<topology>``)."""
     dirs: dict[tuple[str, str], str] = {}
-    todo: list[tuple[Any, str, Any, Path]] = []
+    caps: list[_Cap] = []
     for t in cfg.traces:
         for topo, compiled in zip(cfg.topologies, topos, strict=True):
             if t.path is not None:
@@ -164,31 +192,46 @@ def _trace_dirs(cfg: SweepConfig, out: Path, topos: list[Any],
                                      "(no ops.parquet); run `kbtrace capture` first")
                 dirs[t.name, topo] = t.path
             else:
-                d = out / "traces" / f"{t.name}-{compiled.params.name}"
-                todo.append((t, topo, compiled, d))
-                dirs[t.name, topo] = str(d)
-    args = [(t.workload, topo, dict(t.params), str(d)) for t, topo, _compiled, d in todo]
+                d = str(out / "traces" / f"{t.name}-{compiled.params.name}")
+                caps.append((t.workload or "", topo, dict(t.params), d))
+                dirs[t.name, topo] = d
+    return dirs, caps
+
+
+def _capture_error(cfg: SweepConfig, caps: Sequence[_Cap],
+                   errors: Mapping[int, KbtraceError]) -> SweepError:
+    """The first failed capture in config order, as the sweep's error."""
+    k = min(errors)
+    return SweepError(f"{cfg.source}: workloads: {caps[k][0]} on {caps[k][1]}: {errors[k]}")
+
+
+def _capture_all(cfg: SweepConfig, caps: list[_Cap], pool: Pool | None, cpu: SweepCpu) -> None:
+    """Capture every workload before any point runs: in this process, or, when there are
+    several and a ``pool``, here and in its workers at once (each capture's CPU seconds to
+    ``cpu.jobs``)."""
     errors: dict[int, KbtraceError] = {}
+    took = [0.0] * len(caps)
 
     def done(k: int, ok: bool, res: Any) -> None:
         if not ok:
             if not isinstance(res, KbtraceError):
                 raise res
             errors[k] = res
+        else:
+            took[k] = res
 
-    if pool is not None and len(todo) > 1:
-        pool.run(_capture_args, args, done)    # here and in the workers at once
+    if pool is not None and len(caps) > 1:
+        here = pool.run(_capture_args, caps, done)    # here and in the workers at once
     else:
-        for k, a in enumerate(args):
+        here = set(range(len(caps)))
+        for k, a in enumerate(caps):
             try:
                 done(k, True, _capture_args(a))
             except KbtraceError as e:
                 done(k, False, e)
-    if errors:                           # in config order: the first failure is reported
-        k = min(errors)
-        raise SweepError(f"{cfg.source}: workloads: {todo[k][0].workload} on {todo[k][1]}: "
-                         f"{errors[k]}") from None
-    return dirs
+    cpu.jobs += [JobCpu("capture", k, took[k], k in here) for k in range(len(caps))]
+    if errors:
+        raise _capture_error(cfg, caps, errors) from None
 
 
 def points(cfg: SweepConfig, trace_dirs: Mapping[tuple[str, str], str],
@@ -233,6 +276,7 @@ def run_point(job: dict[str, Any]) -> dict[str, Any]:
     from kbtrace.replay.engine import replay
     from kbtrace.replay.options import ReplayOptions
     from kbtrace.topology import compile_topology
+    c0 = time.process_time()
     out = Path(job["out"])
     res: dict[str, Any] = {**dict.fromkeys(_RESULT), "status": "ok"}
     try:
@@ -250,6 +294,7 @@ def run_point(job: dict[str, Any]) -> dict[str, Any]:
         res.update(status="error", error=f"internal error: {type(e).__name__}: {e}",
                    traceback=traceback.format_exc())
     point = {k: v for k, v in job.items() if k != "out"}
+    res["cpu_s"] = round(time.process_time() - c0, 4)    # (the point.json write left out)
     write_point(out, {**point, **res})
     return res
 
@@ -320,7 +365,10 @@ def run_sweep(config: str | Path | Mapping[str, Any] | SweepConfig, out_dir: str
 
     ``on_point(point, result)`` is called as each point finishes (in finishing order).
     Failed points are listed in ``SweepResult.failed``; they do not raise."""
+    cpu = SweepCpu()
+    clock, children0 = Clock(cpu), children_cpu_s()
     cfg = config if isinstance(config, SweepConfig) else load_config(config, grid)
+    clock.lap("config")
     if executor not in EXECUTORS:
         raise SweepError(f"executor {executor!r}: use one of {', '.join(EXECUTORS)}")
     if jobs < 1:
@@ -342,61 +390,147 @@ def run_sweep(config: str | Path | Mapping[str, Any] | SweepConfig, out_dir: str
     claim_dir(out, "sweep", inputs)        # ours, empty or nothing; never an input
     pool = Pool(jobs) if jobs > 1 and executor == "local" else None
     try:
-        return _run(cfg, out, meta, created, pool, executor, resume, on_point)
+        res = _run(cfg, out, meta, created, pool, executor, resume, on_point, clock)
     finally:
         if pool is not None:
             pool.close()
+    clock.lap("close")
+    cpu.workers_s = children_cpu_s() - children0      # (reaped by close)
+    return res
+
+
+def _undo(out: Path, created: bool) -> None:
+    """Nothing ran: leave no empty directories behind (captures are atomic: a failed one
+    left nothing in traces/)."""
+    if created:
+        (out / MARKER).unlink(missing_ok=True)
+    for d in (out / "traces", out) if created else (out / "traces",):
+        with contextlib.suppress(OSError):
+            d.rmdir()                   # only if empty
 
 
 def _run(cfg: SweepConfig, out: Path, meta: dict[str, Any], created: bool, pool: Pool | None,
          executor: str, resume: bool,
-         on_point: Callable[[Point, dict[str, Any]], None] | None) -> SweepResult:
-    """``run_sweep`` once its output directory is claimed."""
+         on_point: Callable[[Point, dict[str, Any]], None] | None, clock: Clock) -> SweepResult:
+    """``run_sweep`` once its output directory is claimed; ``clock`` charges this process's
+    CPU to the sweep's phases (``_sweepcpu``)."""
+    cpu = clock.cpu
     try:
         topos = _topologies(cfg)
-        pts = points(cfg, _trace_dirs(cfg, out, topos, pool), [t.params.name for t in topos])
+        dirs, caps = _trace_dirs(cfg, out, topos)
+        pts = points(cfg, dirs, [t.params.name for t in topos])
+        clock.lap("plan")
+        # two or more workloads and workers at hand: each trace's points start once it is
+        # captured (_piped); else every capture first, then the points
+        piped = pool is not None and len(caps) > 1 and not resume
+        if not piped:
+            _capture_all(cfg, caps, pool, cpu)
+            clock.lap("capture")
     except KbtraceError:
-        # nothing ran: leave no empty directories behind (captures are atomic: a failed one
-        # left nothing in traces/)
-        if created:
-            (out / MARKER).unlink(missing_ok=True)
-        for d in (out / "traces", out) if created else (out / "traces",):
-            with contextlib.suppress(OSError):
-                d.rmdir()                   # only if empty
+        _undo(out, created)
         raise
     meta["points"] = len(pts)
-    pinned = pin_traces(p.trace_dir for p in pts)
-    jobs_l = [{**p.as_json(), "out": str(out / p.rel_dir), "key": k,
-               "trace_hash": pinned[p.trace_dir]}
-              for p, k in zip(pts, _point_keys(pts), strict=True)]
-    # until every point is done, the sweep says so: an interrupted sweep is re-run or
-    # resumed (same config), and never reads as complete with points of two runs
-    (out / "points.parquet").unlink(missing_ok=True)
-    write_json(out / "sweep.json", {**meta, "status": "running"})
-    results: list[dict[str, Any] | None] = [None] * len(pts)
-    todo: list[int] = []
-    reused = 0
-    for i, j in enumerate(jobs_l):
-        r = _reusable(j) if resume else None
-        if r is None:
-            todo.append(i)
-        else:
-            results[i] = r
-            reused += 1
-            if on_point:
-                on_point(pts[i], r)
+    jobs_l = [{**p.as_json(), "out": str(out / p.rel_dir)} for p in pts]
+    running = [False]
 
-    def done(k: int, res: dict[str, Any]) -> None:
-        i = todo[k]
+    def prepare(idx: Sequence[int]) -> None:
+        """Pin the points' traces and key the points (once the traces exist)."""
+        sub = [pts[i] for i in idx]
+        pinned = pin_traces(p.trace_dir for p in sub)
+        for i, key in zip(idx, _point_keys(sub), strict=True):
+            jobs_l[i].update(key=key, trace_hash=pinned[pts[i].trace_dir])
+        if not running[0] and idx:
+            # until every point is done, the sweep says so: an interrupted sweep is re-run
+            # or resumed (same config), and never reads as complete with points of two runs
+            (out / "points.parquet").unlink(missing_ok=True)
+            write_json(out / "sweep.json", {**meta, "status": "running"})
+            running[0] = True
+
+    results: list[dict[str, Any] | None] = [None] * len(pts)
+
+    def finished(i: int, res: dict[str, Any]) -> None:
         results[i] = res
         if on_point:
             on_point(pts[i], res)
 
-    execute(run_point, [jobs_l[i] for i in todo], pool, executor, done)
+    cap_of = {c[3]: k for k, c in enumerate(caps)}     # trace dir -> its capture
+    if piped:
+        assert pool is not None
+        here, errors = _piped(caps, pts, jobs_l, pool, prepare, finished, cap_of, cpu)
+        if errors:                  # raised once the running jobs ended
+            if not running[0]:
+                _undo(out, created)
+            raise _capture_error(cfg, caps, errors) from None
+        todo = list(range(len(pts)))
+        reused = 0
+    else:
+        prepare(range(len(pts)))
+        todo, reused = [], 0
+        for i, j in enumerate(jobs_l):
+            r = _reusable(j) if resume else None
+            if r is None:
+                todo.append(i)
+            else:
+                reused += 1
+                finished(i, r)
+        clock.lap("prepare")
+        _order, here_k = execute(run_point, [jobs_l[i] for i in todo], pool, executor,
+                                 lambda k, res: finished(todo[k], res))
+        here = {todo[k] for k in here_k}
+    clock.lap("run")
+    # the points as -j N prefers them (largest first), each after its trace's capture
+    cpu.jobs += [JobCpu("point", i, float((results[i] or {}).get("cpu_s") or 0.0), i in here,
+                        (cap_of[pts[i].trace_dir],) if pts[i].trace_dir in cap_of else ())
+                 for i in sorted(todo, key=lambda i: (-work(jobs_l[i]), i))]
     res_l = [r for r in results if r is not None]
     table = points_table(cfg, pts, res_l)
     write_table(out / "points.parquet", table)
     write_json(out / "sweep.json", {**meta, "status": "complete"})
     failed = [{"point": p.index, "run_dir": p.rel_dir, "error": r.get("error")}
               for p, r in zip(pts, res_l, strict=True) if r.get("status") != "ok"]
-    return SweepResult(out, table, failed, reused)
+    clock.lap("write")
+    return SweepResult(out, table, failed, reused, cpu)
+
+
+def _piped(caps: list[_Cap], pts: list[Point], jobs_l: list[dict[str, Any]], pool: Pool,
+           prepare: Callable[[Sequence[int]], None],
+           finished: Callable[[int, dict[str, Any]], None], cap_of: Mapping[str, int],
+           cpu: SweepCpu) -> tuple[set[int], dict[int, KbtraceError]]:
+    """Captures and points as one set of jobs (``Pool.run``): every capture first (config
+    order), each point once its trace is captured (pinned and keyed then), largest first.
+    Returns the points run here and the captures that failed (no job starts after the
+    first failure; those running end)."""
+    n_caps = len(caps)
+    by_cap: dict[int, list[int]] = {}
+    for i, p in enumerate(pts):
+        if p.trace_dir in cap_of:
+            by_cap.setdefault(cap_of[p.trace_dir], []).append(i)
+    prepare([i for i, p in enumerate(pts) if p.trace_dir not in cap_of])   # traces given
+    took = [0.0] * n_caps
+    errors: dict[int, KbtraceError] = {}
+
+    def rank(j: int) -> tuple[int, int, int]:
+        return (0, 0, j) if j < n_caps else (1, -work(jobs_l[j - n_caps]), j)
+
+    def done(j: int, ok: bool, res: Any) -> None:
+        if j < n_caps:
+            if ok:
+                took[j] = res
+                prepare(by_cap.get(j, []))      # (before its points are released)
+            elif isinstance(res, KbtraceError):
+                errors[j] = res
+                pool.halt()
+            else:
+                raise res
+        elif ok:
+            finished(j - n_caps, res)
+        elif not errors:        # (the points of a failed capture are not run)
+            raise res
+
+    args: list[tuple[str, Any]] = [("capture", c) for c in caps]
+    args += [("point", j) for j in jobs_l]
+    after = [()] * n_caps + [(cap_of[p.trace_dir],) if p.trace_dir in cap_of else ()
+                             for p in pts]
+    here = pool.run(_job, args, done, after, rank)
+    cpu.jobs += [JobCpu("capture", k, took[k], k in here) for k in range(n_caps)]
+    return {j - n_caps for j in here if j >= n_caps}, errors
