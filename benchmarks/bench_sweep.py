@@ -10,6 +10,9 @@ each run with ``jobs=1`` and ``jobs=2``, alternating, best wall time of ``--repe
 * ``tiny``: gemm M = N = K = 128 (128 ops per point): worker start-up would dominate, so
   ``-j 2`` must run the points here (never slower than ``-j 1``);
 * ``10k``: gemm M = N = 512, K = 1280 (15,872 ops per point), a captured trace;
+* ``10k re-run``: the same sweep re-run into its directory: the points go out largest
+  first by the CPU seconds each took in the earlier run (``point.json``), not by trace ops
+  (which are equal);
 * ``capture``: two gemm workloads (BM 16 / 32, M = N = 512, K = 1024) captured by the
   sweep (2 points each: 8, 32): captures and points are one set of jobs, each point
   starting once its trace is captured.
@@ -63,6 +66,7 @@ def configs(tmp: Path) -> dict[str, dict]:
         d = tmp / f"trace-{name}"
         capture(ROOT / "capture" / "gemm.py", SMALL, params, d)
         out[name] = {"traces": [str(d)], "topologies": [SMALL], "grid": GRID}
+    out["10k re-run"] = out["10k"]
     out["capture"] = {"workloads": [{"path": str(ROOT / "capture" / "gemm.py"),
                                      "params": {"M": 512, "N": 512, "K": 1024},
                                      "grid": {"BM": [16, 32]}}],
@@ -102,7 +106,10 @@ def measure(repeats: int, tmp: Path, force_workers: bool = False) -> list[Row]:
         loads = []
         for r in range(repeats):
             for jobs in (1, 2):
-                out = tmp / f"{name}-{jobs}-{r}"
+                rerun = name.endswith("re-run")     # into the sweep's earlier directory
+                out = tmp / f"{name}-{jobs}" if rerun else tmp / f"{name}-{jobs}-{r}"
+                if rerun and not out.exists():
+                    run_sweep(cfg, out, jobs=jobs)  # (untimed: the run it re-runs)
                 loads.append(os.getloadavg()[0])
                 c0, t0 = _cpu(), time.perf_counter()
                 res = run_sweep(cfg, out, jobs=jobs)
@@ -112,7 +119,8 @@ def measure(repeats: int, tmp: Path, force_workers: bool = False) -> list[Row]:
                 if jobs not in row.prof or res.cpu.total_s < row.prof[jobs].total_s:
                     row.prof[jobs] = res.cpu
                 assert res.ok, res.failed
-                shutil.rmtree(out)
+                if not rerun:
+                    shutil.rmtree(out)
         row.load = sum(loads) / len(loads)
         rows.append(row)
     return rows
@@ -144,14 +152,17 @@ def cpu_table(rows: list[Row]) -> str:
         jobs = " ".join(f"{j.kind[0]}{j.index}:{j.cpu_s:.2f}" for j in one.jobs)
         amdahl = t1 / (one.serial_s + one.jobs_s / 2)
         here = sum(j.here for j in two.jobs)
+        pred1 = f"{t1 / predict(one, 2):.2f}x"
         if two.workers_s == 0:      # -j 2 started no worker (too little work, or no free core)
             par = "no worker: -j 1's work"
-            pred2 = "–"
+            pred1, pred2 = f"1.00x (with a worker {pred1})", "–"
         else:
-            par = f"{two.here_s:.2f} + {two.workers_s:.2f}"
+            off = two.workers_s - sum(j.cpu_s for j in two.jobs if not j.here)
+            par = (f"{two.here_s:.2f} + {two.workers_s:.2f} (outside jobs: "
+                   f"{two.serial_s:.2f} + {off:.2f})")
             pred2 = f"{t1 / predict(two, 2):.2f}x"
         lines.append(f"| {r.name} | {t1:.2f} | {one.serial_s:.3f} ({one.serial_s / t1:.1%}) | "
-                     f"{one.jobs_s:.2f}: {jobs} | {amdahl:.2f}x | {t1 / predict(one, 2):.2f}x | "
+                     f"{one.jobs_s:.2f}: {jobs} | {amdahl:.2f}x | {pred1} | "
                      f"{par} | {two.total_s - t1:+.2f} | {here} / {len(two.jobs) - here} | "
                      f"{pred2} |")
     phases = sorted({k for r in rows for k in r.prof[1].phases})
@@ -167,7 +178,7 @@ def test_sweep_jobs(tmp_path):
     rows = measure(1, tmp_path, force_workers=True)
     print(table(rows))
     print(cpu_table(rows))
-    assert len(rows) == 3
+    assert len(rows) == 4
     assert all(r.prof[1].serial_s < 0.2 * r.prof[1].total_s for r in rows[1:])
 
 

@@ -174,3 +174,30 @@ def test_piped_sweep_whose_captures_all_fail_leaves_no_directory(tmp_path, monke
     with pytest.raises(SweepError, match=r"workloads: .*softmax.py on .*small.yaml: "):
         run_sweep({"workloads": bad, "topologies": [SMALL]}, tmp_path / "s", jobs=2)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_rerun_hands_points_out_by_their_last_cpu_time(tmp_path, monkeypatch):
+    """Points of one trace all have its ops; re-run into the same directory, a sweep hands
+    them out largest first by the CPU seconds each took last time (point.json cpu_s), and
+    writes the same files."""
+    from kbtrace.capture import capture
+    capture(GEMM, SMALL, {"M": 64, "N": 64, "K": 64}, tmp_path / "t")
+    cfg = {"traces": [str(tmp_path / "t")], "topologies": [SMALL], "grid": {BW: [8, 16, 32]}}
+    first = run_sweep(cfg, tmp_path / "s")
+    assert [j.index for j in first.cpu.jobs] == [0, 1, 2]      # equal ops: config order
+    before = files(tmp_path / "s")
+    for pj in (tmp_path / "s").rglob("point.json"):
+        doc = json.loads(pj.read_text())
+        doc["cpu_s"] = {16: 2.0, 32: 3.0, 8: 1.0}[doc["params"][BW]]
+        pj.write_text(json.dumps(doc))
+    submitted = []
+    submit = _sweepsafe.Pool.submit
+    monkeypatch.setattr(_sweepsafe.Pool, "submit", lambda self, fn, *a: submitted.append(
+        a[0]["point"] if fn.__name__ == "run_point" else None) or submit(self, fn, *a))
+    monkeypatch.setattr(_sweepsafe, "MIN_PARALLEL_OPS", 0)
+    monkeypatch.setattr(_sweepsafe, "MIN_PARALLEL_OPS_FORK", 0)
+    monkeypatch.setattr(_sweepsafe.Pool, "LOCAL", False)
+    again = run_sweep(cfg, tmp_path / "s", jobs=2)
+    assert [j.index for j in again.cpu.jobs] == [2, 1, 0]      # 32 (3 s), 16 (2 s), 8 (1 s)
+    assert [p for p in submitted if p is not None] == [2, 1, 0]
+    assert files(tmp_path / "s") == before

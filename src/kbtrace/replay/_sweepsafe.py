@@ -368,17 +368,19 @@ def work(job: dict[str, Any]) -> int:
 
 def execute(fn: Callable[[dict[str, Any]], dict[str, Any]], jobs: list[dict[str, Any]],
             pool: Pool | int | None, executor: str,
-            done: Callable[[int, dict[str, Any]], None]) -> tuple[list[int], set[int]]:
+            done: Callable[[int, dict[str, Any]], None],
+            took: Sequence[float] | None = None) -> tuple[list[int], set[int]]:
     """Run ``fn`` on every job: as Ray tasks, in worker processes, or in this process;
     ``done(index, result)`` as each finishes. ``pool``: a ``Pool`` (its workers are used when
-    started already or when the jobs' work is at least ``MIN_PARALLEL_OPS``; largest first),
-    or a number of workers to use whatever the work (1: this process). Returns the jobs'
-    indices in the order workers would take them (largest first) and those run here."""
+    started already or when the jobs' work is at least ``MIN_PARALLEL_OPS``; largest first:
+    by ``took``, each job's CPU seconds in an earlier run, if given, else by ``work``), or a
+    number of workers to use whatever the work (1: this process). Returns the jobs' indices
+    in the order workers would take them (largest first) and those run here."""
     owned = isinstance(pool, int)
     workers: Pool | None = ((Pool(pool, spare_cores_only=False) if pool > 1 else None)
                             if isinstance(pool, int) else pool)
     try:
-        return _run_jobs(fn, jobs, workers, owned, executor, done)
+        return _run_jobs(fn, jobs, workers, owned, executor, done, took)
     finally:
         if owned and workers is not None:
             workers.close()
@@ -386,7 +388,8 @@ def execute(fn: Callable[[dict[str, Any]], dict[str, Any]], jobs: list[dict[str,
 
 def _run_jobs(fn: Callable[[dict[str, Any]], dict[str, Any]], jobs: list[dict[str, Any]],
               pool: Pool | None, forced: bool, executor: str,
-              done: Callable[[int, dict[str, Any]], None]) -> tuple[list[int], set[int]]:
+              done: Callable[[int, dict[str, Any]], None],
+              took: Sequence[float] | None = None) -> tuple[list[int], set[int]]:
     if executor == "ray":
         try:
             import ray
@@ -405,7 +408,8 @@ def _run_jobs(fn: Callable[[dict[str, Any]], dict[str, Any]], jobs: list[dict[st
         return list(range(len(jobs))), set()
     cost = [work(j) for j in jobs]
     least = MIN_PARALLEL_OPS_FORK if start_method() == "fork" else MIN_PARALLEL_OPS
-    order = sorted(range(len(jobs)), key=lambda i: (-cost[i], i))     # largest first
+    size = took or cost
+    order = sorted(range(len(jobs)), key=lambda i: (-size[i], i))     # largest first
     if pool is None or len(jobs) <= 1 or (
             not forced and not pool.started and sum(cost) < least):
         for i, j in enumerate(jobs):

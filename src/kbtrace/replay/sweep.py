@@ -320,6 +320,24 @@ def _reusable(job: dict[str, Any]) -> dict[str, Any] | None:
     return {k: prev.get(k) for k in _RESULT}
 
 
+def _took(jobs: Sequence[dict[str, Any]]) -> list[float] | None:
+    """Each point's CPU seconds in the sweep's previous run (its point.json ``cpu_s``) when
+    every one of them has it, else None: a re-run hands points out largest first by these
+    (trace ops cannot tell two points of one trace apart; the points' outputs do not depend
+    on the order)."""
+    out = []
+    for j in jobs:
+        f = Path(j["out"]) / "point.json"
+        try:
+            c = json.loads(f.read_text()).get("cpu_s") if f.is_file() else None
+        except (OSError, ValueError, AttributeError):
+            c = None
+        if not isinstance(c, (int, float)) or isinstance(c, bool) or c <= 0:
+            return None
+        out.append(float(c))
+    return out
+
+
 def _grid_type(vals: Sequence[Any]) -> pa.DataType:
     if all(isinstance(v, bool) for v in vals):
         return pa.bool_()
@@ -454,9 +472,11 @@ def _run(cfg: SweepConfig, out: Path, meta: dict[str, Any], created: bool, pool:
             on_point(pts[i], res)
 
     cap_of = {c[3]: k for k, c in enumerate(caps)}     # trace dir -> its capture
+    took = _took(jobs_l) if not created else None
+    size = (lambda i: took[i]) if took else (lambda i: work(jobs_l[i]))   # largest first
     if piped:
         assert pool is not None
-        here, errors = _piped(caps, pts, jobs_l, pool, prepare, finished, cap_of, cpu)
+        here, errors = _piped(caps, pts, jobs_l, pool, prepare, finished, cap_of, cpu, size)
         if errors:                  # raised once the running jobs ended
             if not running[0]:
                 _undo(out, created)
@@ -475,13 +495,14 @@ def _run(cfg: SweepConfig, out: Path, meta: dict[str, Any], created: bool, pool:
                 finished(i, r)
         clock.lap("prepare")
         _order, here_k = execute(run_point, [jobs_l[i] for i in todo], pool, executor,
-                                 lambda k, res: finished(todo[k], res))
+                                 lambda k, res: finished(todo[k], res),
+                                 [took[i] for i in todo] if took else None)
         here = {todo[k] for k in here_k}
     clock.lap("run")
     # the points as -j N prefers them (largest first), each after its trace's capture
     cpu.jobs += [JobCpu("point", i, float((results[i] or {}).get("cpu_s") or 0.0), i in here,
                         (cap_of[pts[i].trace_dir],) if pts[i].trace_dir in cap_of else ())
-                 for i in sorted(todo, key=lambda i: (-work(jobs_l[i]), i))]
+                 for i in sorted(todo, key=lambda i: (-size(i), i))]
     res_l = [r for r in results if r is not None]
     table = points_table(cfg, pts, res_l)
     write_table(out / "points.parquet", table)
@@ -495,9 +516,10 @@ def _run(cfg: SweepConfig, out: Path, meta: dict[str, Any], created: bool, pool:
 def _piped(caps: list[_Cap], pts: list[Point], jobs_l: list[dict[str, Any]], pool: Pool,
            prepare: Callable[[Sequence[int]], None],
            finished: Callable[[int, dict[str, Any]], None], cap_of: Mapping[str, int],
-           cpu: SweepCpu) -> tuple[set[int], dict[int, KbtraceError]]:
+           cpu: SweepCpu, size: Callable[[int], float]) -> tuple[set[int], dict[int, KbtraceError]]:
     """Captures and points as one set of jobs (``Pool.run``): every capture first (config
-    order), each point once its trace is captured (pinned and keyed then), largest first.
+    order), each point once its trace is captured (pinned and keyed then), largest first
+    (``size``: of a point, ranked once its trace is captured).
     Returns the points run here and the captures that failed (no job starts after the
     first failure; those running end)."""
     n_caps = len(caps)
@@ -509,8 +531,8 @@ def _piped(caps: list[_Cap], pts: list[Point], jobs_l: list[dict[str, Any]], poo
     took = [0.0] * n_caps
     errors: dict[int, KbtraceError] = {}
 
-    def rank(j: int) -> tuple[int, int, int]:
-        return (0, 0, j) if j < n_caps else (1, -work(jobs_l[j - n_caps]), j)
+    def rank(j: int) -> tuple[int, float, int]:
+        return (0, 0.0, j) if j < n_caps else (1, -size(j - n_caps), j)
 
     def done(j: int, ok: bool, res: Any) -> None:
         if j < n_caps:
