@@ -167,8 +167,8 @@ def test_replay_carries_few_windows(monkeypatch, tmp_path):
     seen: list[BusyCheck] = []
 
     class Spy(BusyCheck):
-        def __init__(self, sim):
-            super().__init__(sim)
+        def __init__(self, sim, *kernels):
+            super().__init__(sim, *kernels)
             seen.append(self)
 
     monkeypatch.setattr(invariants, "BusyCheck", Spy)

@@ -50,7 +50,7 @@ from kbtrace._names import tag, variant
 from kbtrace.errors import KbtraceError, ReplayError
 from kbtrace.replay import invariants, ipcq
 from kbtrace.replay.fabric import make_fabric
-from kbtrace.replay.fabric.core import hbm_controller, row_buffers
+from kbtrace.replay.fabric.core import hbm_controller, row_buffers, seg_kernels
 from kbtrace.replay.hbm import HbmController, pc_table
 from kbtrace.replay.ops import Op, plan_for
 from kbtrace.replay.options import Progress, ReplayOptions, Run
@@ -115,10 +115,11 @@ class Sim:
         alias = {}
         for c in pes:
             alias[topo.pe_node(c, "math").idx] = topo.pe_node(c, "gemm").idx
+        kernels = None if flit else seg_kernels()
         self.rec = Recorder(out_dir, source.n, len(topo.links), opts.batch_rows, alias,
-                            (HopRows, CompactRows) if flit else row_buffers())
+                            (HopRows, CompactRows) if flit else row_buffers(), kernels)
         if opts.check_invariants:
-            self.rec.busy = invariants.BusyCheck(self)
+            self.rec.busy = invariants.BusyCheck(self, kernels)
         self.fabric = make_fabric(opts.fidelity, self.env, topo, self.rec, self.hbm)
         self.fast = opts.fidelity != "flit"
         self._done = bytearray(source.n)
@@ -157,8 +158,8 @@ class Sim:
             spaces = op.in_spaces or ()
             key = (kind, op.name, op.m, op.n, op.k, op.extra_json, op.out_dtype,
                    (op.in_dtypes or ("f32",))[0], tuple(spaces), op.dst_space,
-                   tuple(a if s != "tcm" else None for a, s in zip(op.in_addrs or (), spaces,
-                                                                    strict=False)),
+                   tuple([a if s != "tcm" else None for a, s in zip(op.in_addrs or (), spaces,
+                                                                     strict=False)]),
                    op.dst_addr if kind == "composite" and op.dst_space != "tcm" else None,
                    tuple(op.out_shape or ()))
         else:

@@ -98,8 +98,11 @@ class BusyCheck:
     ``close()`` checks the rest and returns the highest window utilisation seen.
     """
 
-    def __init__(self, sim: SimContext) -> None:
+    def __init__(self, sim: SimContext, kernels: Any = None) -> None:
+        """``kernels``: the compiled sort and sweep (``fabric.core.seg_kernels()``), or None
+        for the numpy passes (the same windows)."""
         self.sim = sim
+        self._kernels = kernels
         self._w = -np.inf                       # watermark of the previous batch
         self._open = _no_windows()
         self._cap = np.zeros(0)                 # capacity per resource id (0 = not looked up)
@@ -147,6 +150,16 @@ class BusyCheck:
         n = len(res)
         if not n:
             return
+        k = self._kernels
+        if k is not None:
+            lo = int(res.min())
+            span = int(res.max()) - lo + 1
+            if span <= 4 * n + (1 << 16) and np.isfinite(s).all() and np.isfinite(e).all():
+                res, s, e, b = (np.ascontiguousarray(x, dtype=t) for x, t in (
+                    (res, np.int64), (s, np.float64), (e, np.float64), (b, np.float64)))
+                w = k.windows(res, s, e, b, c, k.order(s, res, lo, span), EPS_NS, REL_EPS)
+                self._close(w)
+                return
         order = lexsort2(s, res)
         res, s, e, b, c = res[order], s[order], e[order], b[order], c[order]
         first = np.empty(n, dtype=bool)
@@ -161,8 +174,12 @@ class BusyCheck:
         new = first.copy()
         new[1:] |= s[1:] > run_max[:-1] + tol(run_max[:-1])
         cidx = np.flatnonzero(new)
-        w = (res[cidx], s[cidx], np.maximum.reduceat(e, cidx), np.add.reduceat(b, cidx),
-             np.add.reduceat(c, cidx))
+        self._close((res[cidx], s[cidx], np.maximum.reduceat(e, cidx),
+                     np.add.reduceat(b, cidx), np.add.reduceat(c, cidx)))
+
+    def _close(self, w: tuple[np.ndarray, ...]) -> None:
+        """Of this batch's windows ``(resource, start, end, busy, count)``, check and drop those
+        ending before the watermark; carry the others."""
         shut = w[2] + tol(w[2]) < self._w
         self._check(*(x[shut] for x in w))
         keep = ~shut

@@ -138,7 +138,7 @@ class _Cpu:
     def _timer(self, phase: int, delay: float) -> None:
         self.phase = phase
         self.callbacks = self._cbl
-        self.env.schedule(cast(simpy.Event, self), NORMAL, delay)   # (duck-typed: see Server)
+        self.env.schedule(self, NORMAL, delay)  # type: ignore[arg-type]  # (duck-typed: Server)
 
     def _advance(self) -> None:
         """Issue ops until one blocks; start the next program when one ends."""
@@ -216,7 +216,8 @@ class _Cpu:
         sim = self.sim
         t = now + d
         sim.rec.row(op.op_id, -1, _C_CPU, pe.n_cpu, -1, self.t_issue, t, d, now - self.t_issue, 0)
-        cast(Scheduler, pe.sched.idle.pop()).book(Command(op, sim.plan(op), self.t_issue), t)
+        srv: Scheduler = pe.sched.idle.pop()  # type: ignore[assignment]  # (its only server)
+        srv.book(Command(op, sim.plan(op), self.t_issue), t)
         sim.on_done(op.op_id, self._resume_cb)
         return False
 

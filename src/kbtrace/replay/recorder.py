@@ -47,10 +47,10 @@ windows that may still grow, so no per-hop state outlives its batch.
 
 from __future__ import annotations
 
-from collections import deque
+from array import array
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -100,11 +100,13 @@ def _put(arrays: tuple[np.ndarray, ...], at: int, cols, dtypes) -> tuple[np.ndar
 class Recorder:
     def __init__(self, out_dir: Path, n_ops: int, n_links: int, batch_rows: int,
                  res_alias: dict[int, int] | None = None,
-                 rows: tuple[type, type] = (HopRows, CompactRows)) -> None:
+                 rows: tuple[type, type] = (HopRows, CompactRows), kernels: Any = None) -> None:
         """``rows``: the classes of the pending-row buffers (``rowbuf``'s, or their compiled
-        twins: ``fabric.core.row_buffers()``)."""
+        twins: ``fabric.core.row_buffers()``); ``kernels``: the compiled batch sorts
+        (``fabric.core.seg_kernels()``), or None for numpy's (the same order)."""
         self.hops = BatchWriter(out_dir / "hops.parquet", schema.HOPS, batch_rows=batch_rows)
         self.batch_rows = batch_rows
+        self._kernels = kernels
         self.t_issue = np.full(n_ops, np.nan)
         self.t_start = np.full(n_ops, np.nan)
         self.t_end = np.full(n_ops, np.nan)
@@ -140,7 +142,9 @@ class Recorder:
         self._p_row: tuple[np.ndarray, ...] = tuple(np.empty(0, dtype=t) for t in _PLAN_ROW_DT)
         # invariant 1, fed per batch; (t_issue, op) of issued ops, in issue (= time) order
         self.busy: BusySink | None = None
-        self._issued: deque[tuple[float, int]] = deque()
+        self._iss_t = array("d")            # issue time of each op issued, in issue order
+        self._iss_op = array("q")           # ... and its id
+        self._iss_lo = 0                    # the first of them not known finalised
 
     # ------------------------------------------------------------------ resources
     def rid(self, node: int, stage: str) -> int:
@@ -196,7 +200,8 @@ class Recorder:
 
     def issue(self, op: int, t_issue: float) -> None:
         """Op ``op`` was issued at ``t_issue`` (now): none of its rows starts earlier."""
-        self._issued.append((t_issue, op))
+        self._iss_t.append(t_issue)
+        self._iss_op.append(op)
 
     def op_done(self, op: int, t_issue: float, t_start: float, t_end: float, engine: str) -> None:
         code = self._engine_code.get(engine)
@@ -209,11 +214,20 @@ class Recorder:
             self.flush(t_end)
 
     def _watermark(self, now: float) -> float:
-        """No row finalised after this flush starts before the returned time."""
-        q, rank = self._issued, self._rank
-        while q and rank[q[0][1]] >= 0:
-            q.popleft()
-        return min(now, q[0][0]) if q else now
+        """No row finalised after this flush starts before the returned time: the issue time
+        of the first op issued (issue order is time order) not finalised yet, if it is
+        earlier. The ops before it are forgotten (the arrays are cut once half of them is)."""
+        lo, n = self._iss_lo, len(self._iss_op)
+        if lo < n:
+            fin = self._rank[np.frombuffer(self._iss_op, dtype=np.int64)[lo:]] >= 0
+            lo += int(fin.argmin()) if not fin.all() else n - lo
+        if lo > 4096 and 2 * lo > n:
+            del self._iss_t[:lo]
+            del self._iss_op[:lo]
+            n -= lo
+            lo = 0
+        self._iss_lo = lo
+        return min(now, self._iss_t[lo]) if lo < n else now
 
     # ------------------------------------------------------------------ finalisation
     def _plans_np(self) -> tuple[np.ndarray, ...]:
@@ -304,6 +318,19 @@ class Recorder:
             link[side] = ids
         return (link, r["enter"][sel] + r["queue"][sel], r["leave"][sel], busy[sel])
 
+    def _sort(self, minor: np.ndarray, major: np.ndarray) -> np.ndarray:
+        """``np.lexsort((minor, major))``: compiled (``segsort.order``) where it is given and
+        applies (``major`` a narrow range, as the op ranks of a batch are; no NaN), else
+        ``colsort.lexsort2``."""
+        k = self._kernels
+        if k is not None and len(major):
+            lo = int(major.min())
+            span = int(major.max()) - lo + 1
+            if span <= 4 * len(major) + 1024 and not np.isnan(minor).any():
+                return k.order(np.ascontiguousarray(minor, dtype=np.float64),
+                               np.ascontiguousarray(major, dtype=np.int64), lo, span)
+        return lexsort2(minor, major)
+
     def flush(self, now: float = np.inf) -> None:
         """Finalise the rows of the ops completed so far (hop, crit, per-op t_end / queue).
 
@@ -347,8 +374,8 @@ class Recorder:
         if not n:
             return
         enter, leave, queue = r["enter"], r["leave"], r["queue"]
-        order = lexsort2(enter, rank)   # hop order within ops (stable: ties by creation)
-        lo = lexsort2(leave, rank)      # crit order
+        order = self._sort(enter, rank)     # hop order within ops (stable: ties by creation)
+        lo = self._sort(leave, rank)        # crit order
         rk = rank[order]
         starts = np.flatnonzero(np.r_[True, rk[1:] != rk[:-1]])
         lens = np.diff(np.r_[starts, n])

@@ -238,6 +238,7 @@ class OpSource:
         cut = np.flatnonzero((np.diff(launch) != 0) | (np.diff(prog) != 0)) + 1
         bounds = [0, *cut.tolist(), len(rows)]
         place = [batch.column(c).to_numpy(zero_copy_only=False) for c in ("sip", "cube", "pe")]
+        part = batch.take(pa.array(rows))      # programs grouped, each in op_id order
         for a, b in zip(bounds[:-1], bounds[1:], strict=True):
             key = (int(launch[a]), int(prog[a]))
             info = self.progs.get(key)
@@ -257,7 +258,7 @@ class OpSource:
             for c in range(a, b, FEED_ROWS):
                 info.batches.append(self._n_spilled)
                 self._n_spilled += 1
-                writer.write_batch(batch.take(pa.array(rows[c:min(b, c + FEED_ROWS)])))
+                writer.write_batch(part.slice(c, min(b, c + FEED_ROWS) - c))
         self._ipcq(batch, rows, at, kind_lut, place)
 
     def _ipcq(self, batch: pa.RecordBatch, rows: np.ndarray, at: int, kind_lut: list[Any],

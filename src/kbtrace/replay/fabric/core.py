@@ -3,9 +3,10 @@
 ``booking.py``, ``fair.py``, ``heads.py``, ``fast.py`` and ``replay/hbm.py`` are the reference:
 readable, and what runs where nothing was compiled. ``pip install -e .`` compiles copies of them
 (``_booking_c``, ``_fair_c``, ``_heads_c``, ``_fast_c``, ``_hbm_c``; ``setup.py``) where a C compiler
-exists. ``hbm_controller()`` and ``row_buffers()`` give fast mode the compiled
-``HbmController`` and the recorder's compiled row buffers (``replay/rowbuf.py``) with the rest
-of the core (flit mode, the reference, keeps the ``.py`` ones). Both give byte-identical outputs
+exists. ``hbm_controller()``, ``row_buffers()`` and ``seg_kernels()`` give fast mode the
+compiled ``HbmController``, the recorder's compiled row buffers (``replay/rowbuf.py``) and its
+compiled batch sorts and busy-window sweep (``replay/segsort.py``) with the rest of the core
+(flit mode, the reference, keeps the ``.py`` ones and numpy). Both give byte-identical outputs
 (``tests/test_replay_core.py``). ``fast_fabric()`` returns the compiled ``FastFabric``
 when it is built from the current sources, else the reference one, warning once per
 process why (``PurePythonCore``, a ``RuntimeWarning``) when stderr is a terminal (a
@@ -23,8 +24,10 @@ import sys
 import warnings
 from functools import cache
 from pathlib import Path
+from typing import Any
 
-__all__ = ["fast_fabric", "hbm_controller", "row_buffers", "status", "PurePythonCore", "PURE_ENV", "CORE"]
+__all__ = ["fast_fabric", "hbm_controller", "row_buffers", "seg_kernels", "status", "PurePythonCore",
+           "PURE_ENV", "CORE"]
 
 PURE_ENV = "KBTRACE_PURE_PYTHON"
 _PKG = Path(__file__).resolve().parent
@@ -34,7 +37,8 @@ CORE = {"kbtrace.replay.fabric._booking_c": _PKG / "booking.py",
         "kbtrace.replay.fabric._fast_c": _PKG / "fast.py",
         "kbtrace.replay.fabric._heads_c": _PKG / "heads.py",
         "kbtrace.replay.fabric._hbm_c": _PKG.parent / "hbm.py",
-        "kbtrace.replay.fabric._rowbuf_c": _PKG.parent / "rowbuf.py"}
+        "kbtrace.replay.fabric._rowbuf_c": _PKG.parent / "rowbuf.py",
+        "kbtrace.replay.fabric._segsort_c": _PKG.parent / "segsort.py"}
 
 
 class PurePythonCore(RuntimeWarning):
@@ -102,3 +106,12 @@ def row_buffers() -> tuple[type, type]:
     else:
         from kbtrace.replay import rowbuf as mod
     return mod.HopRows, mod.CompactRows
+
+
+def seg_kernels() -> Any:
+    """The recorder's compiled batch sorts and busy-window sweep (``replay/segsort.py``'s
+    compiled twin) with the compiled core (``status``), else None: the recorder and the busy
+    check then run their numpy passes (``segsort`` run interpreted would be far slower)."""
+    if status()[1] == "compiled":
+        return importlib.import_module("kbtrace.replay.fabric._segsort_c")
+    return None

@@ -1,0 +1,24 @@
+# Types for the compiled twin of segsort.py (Cython's pure-Python mode: this augmenting .pxd
+# makes the columns typed memoryviews and the loops' locals C numbers; segsort.py itself stays
+# plain Python). setup.py copies it beside the generated _segsort_c.py. ``long`` is int64 on
+# the LP64 platforms the core is built on (numpy's int64 buffers have the format 'l').
+import cython
+
+@cython.locals(n=cython.Py_ssize_t, span=cython.Py_ssize_t, i=cython.Py_ssize_t,
+               k=cython.Py_ssize_t, a=cython.Py_ssize_t, b=cython.Py_ssize_t,
+               j=cython.Py_ssize_t, x=cython.long, v=cython.double, small=cython.Py_ssize_t)
+cpdef _order(double[::1] minor, long[::1] major, long lo, long[::1] cnt, long[::1] out,
+             long[::1] tmp)
+
+@cython.locals(r=cython.Py_ssize_t, e=cython.Py_ssize_t, i=cython.Py_ssize_t,
+               j=cython.Py_ssize_t, k=cython.Py_ssize_t, m=cython.Py_ssize_t,
+               w=cython.Py_ssize_t, x=cython.long, v=cython.double, small=cython.Py_ssize_t)
+cpdef _merge_sort(double[::1] minor, long[::1] out, long[::1] tmp, Py_ssize_t a, Py_ssize_t b)
+
+@cython.locals(n=cython.Py_ssize_t, m=cython.Py_ssize_t, i=cython.Py_ssize_t,
+               k=cython.Py_ssize_t, r=cython.long, r0=cython.long, x=cython.double,
+               run=cython.double)
+cpdef Py_ssize_t _windows(long[::1] res, double[::1] s, double[::1] e, double[::1] b,
+                          long[::1] c, long[::1] perm, double eps, double rel,
+                          long[::1] w_r, double[::1] w_s, double[::1] w_e, double[::1] w_b,
+                          long[::1] w_c) except -1

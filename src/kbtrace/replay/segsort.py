@@ -1,0 +1,168 @@
+"""The recorder's batch sorts and the busy-window sweep as plain loops, for the compiled core.
+
+Each hop batch is put in (op rank, time) order twice (``Recorder.flush``: hop order and
+``crit_ns`` order) and its busy intervals, with the windows carried from earlier batches, in
+(resource, start) order, then swept into connected windows (``invariants.BusyCheck``).
+Numpy does that in passes over whole columns (``colsort.lexsort2``: a stable argsort of the
+times and a radix pass on the integer key; the sweep ranks the ends with one more argsort
+to find each resource's running maximum), which is what runs interpreted. Compiled
+(``setup.py``: ``_segsort_c``, typed by ``segsort.pxd``), these loops do the same in one
+or two passes: ``order`` places the rows by their integer key (a counting sort: stable)
+and sorts each key's rows by time in place (insertion sort for a few rows, a stable merge
+sort for more), ``windows`` walks the sorted intervals once. ``fabric.core.seg_kernels()``
+gives the compiled module, or None where the core is pure Python.
+
+Both give the same results as the numpy passes: ``order`` the permutation ``np.lexsort``
+gives (ties by position; times must not be NaN: the callers check), ``windows`` the same
+windows (starts, ends, counts); a window's busy time is summed in row order here and
+pairwise by ``np.add.reduceat`` there, so it may differ in its last bits (it is compared
+with a tolerance and written nowhere).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["order", "windows", "SMALL"]
+
+#: a key's rows sorted by insertion up to this many, by merging beyond
+SMALL = 24
+
+
+def order(minor: np.ndarray, major: np.ndarray, lo: int, span: int) -> np.ndarray:
+    """``np.lexsort((minor, major))`` (``minor`` float64 without NaN, ``major`` int64 in
+    ``[lo, lo + span)``): the permutation sorting by ``major``, ties by ``minor``, then by
+    position."""
+    n = len(minor)
+    out = np.empty(n, dtype=np.int64)
+    _order(minor, major, lo, np.zeros(span + 1, dtype=np.int64), out,
+           np.empty(n, dtype=np.int64))
+    return out
+
+
+def _order(minor: np.ndarray, major: np.ndarray, lo: int, cnt: np.ndarray, out: np.ndarray,
+           tmp: np.ndarray) -> None:
+    n = minor.shape[0]
+    span = cnt.shape[0] - 1
+    small = SMALL
+    for i in range(n):                      # counting sort by major (stable)
+        cnt[major[i] - lo + 1] += 1
+    for k in range(1, span + 1):
+        cnt[k] += cnt[k - 1]
+    for i in range(n):
+        k = major[i] - lo
+        out[cnt[k]] = i
+        cnt[k] += 1
+    a = 0
+    for k in range(span):                   # each key's rows [a, b) by minor (stable)
+        b = cnt[k]
+        if b - a <= small:
+            for i in range(a + 1, b):
+                x = out[i]
+                v = minor[x]
+                j = i - 1
+                while j >= a and minor[out[j]] > v:
+                    out[j + 1] = out[j]
+                    j -= 1
+                out[j + 1] = x
+        else:
+            _merge_sort(minor, out, tmp, a, b)
+        a = b
+
+
+def _merge_sort(minor: np.ndarray, out: np.ndarray, tmp: np.ndarray, a: int, b: int) -> None:
+    """``out[a:b]`` stably by ``minor``: runs of ``SMALL`` by insertion, then merged pairwise
+    (through ``tmp``)."""
+    small = SMALL
+    r = a
+    while r < b:
+        e = r + small if r + small < b else b
+        for i in range(r + 1, e):
+            x = out[i]
+            v = minor[x]
+            j = i - 1
+            while j >= r and minor[out[j]] > v:
+                out[j + 1] = out[j]
+                j -= 1
+            out[j + 1] = x
+        r = e
+    w = small
+    while w < b - a:
+        r = a
+        while r < b:
+            m = r + w if r + w < b else b
+            e = r + 2 * w if r + 2 * w < b else b
+            i = r
+            j = m
+            k = r
+            while i < m and j < e:
+                if minor[out[j]] < minor[out[i]]:   # (ties: the left run's first)
+                    tmp[k] = out[j]
+                    j += 1
+                else:
+                    tmp[k] = out[i]
+                    i += 1
+                k += 1
+            while i < m:
+                tmp[k] = out[i]
+                i += 1
+                k += 1
+            while j < e:
+                tmp[k] = out[j]
+                j += 1
+                k += 1
+            for i in range(r, e):
+                out[i] = tmp[i]
+            r = e
+        w *= 2
+
+
+def windows(res: np.ndarray, s: np.ndarray, e: np.ndarray, b: np.ndarray, c: np.ndarray,
+            perm: np.ndarray, eps: float, rel: float) -> tuple[np.ndarray, ...]:
+    """The connected windows of intervals ``(res, s, e, b, c)`` (resource, start, end, busy,
+    count) taken in the order ``perm`` (by resource, then start): a window opens at a
+    resource's first interval and where a start lies beyond the resource's running maximum
+    end ``m`` by more than ``eps + rel * |m|``. Returns ``(resource, start, end, busy,
+    count)`` per window, in that order."""
+    n = len(perm)
+    w_r = np.empty(n, dtype=np.int64)
+    w_s = np.empty(n)
+    w_e = np.empty(n)
+    w_b = np.empty(n)
+    w_c = np.empty(n, dtype=np.int64)
+    m = _windows(res, s, e, b, c, perm, eps, rel, w_r, w_s, w_e, w_b, w_c)
+    return w_r[:m], w_s[:m], w_e[:m], w_b[:m], w_c[:m]
+
+
+def _windows(res: np.ndarray, s: np.ndarray, e: np.ndarray, b: np.ndarray, c: np.ndarray,
+             perm: np.ndarray, eps: float, rel: float, w_r: np.ndarray, w_s: np.ndarray,
+             w_e: np.ndarray, w_b: np.ndarray, w_c: np.ndarray) -> int:
+    n = perm.shape[0]
+    m = -1
+    run = 0.0
+    r0 = 0
+    for i in range(n):
+        k = perm[i]
+        r = res[k]
+        x = e[k]
+        if m < 0 or r != r0:                # a resource's first interval
+            r0 = r
+            run = x
+        elif s[k] > run + (eps + rel * abs(run)):  # beyond the running end: a new window
+            if x > run:
+                run = x
+        else:                               # in the window
+            if x > w_e[m]:
+                w_e[m] = x
+            w_b[m] += b[k]
+            w_c[m] += c[k]
+            if x > run:
+                run = x
+            continue
+        m += 1
+        w_r[m] = r
+        w_s[m] = s[k]
+        w_e[m] = x
+        w_b[m] = b[k]
+        w_c[m] = c[k]
+    return m + 1
