@@ -246,16 +246,18 @@ def book_plan(link_flows: list, f: Flow, pl: Any, k: int, h: float, t: float) ->
     own = f.fab.node_own
     for i in range(k):
         _iv, lr, S, A, B, bz = res[i]
+        jj = j0 + hop[i]
         if lr is None:      # a node's overhead, served as its head arrives: it may move
-            if j0 + hop[i] < n_links:
-                own[nodes[j0 + hop[i]]][h + S] = (f, j0 + hop[i], h + S)
+            if jj < n_links:        # (its head arrives as it starts: the flow alone)
+                n = nodes[jj]
+                own[n][h + S] = f
             continue
         s = h + S
         e = t + A
         x = h + B
         if x > e:
             e = x
-        book(link_flows, f, j0 + hop[i], s, e, bz, None, e)
+        book(link_flows, f, jj, s, e, bz, None, e)
 
 
 def _not_before(arr: list, t: float) -> list:

@@ -219,9 +219,11 @@ class FastFabric(Fabric):
         self.link_flows: list[list[Booked]] = [[] for _ in topo.links]
         self.live: dict[int, Flow] = {}     # flows not yet complete (fair)
         self._f: Flow | None = None         # the flow being booked, if it is one
-        #: per node, the reservations of flows' heads (start -> (flow, hop, head's arrival)):
-        #: a head arriving before one goes first and the flow moves (``fair.serve_head``)
-        self.node_own: list[dict[float, tuple[Flow, int, float]]] = [{} for _ in topo.nodes]
+        #: per node, the reservations of flows' heads (start -> (flow, hop, head's arrival),
+        #: or the flow alone where its head arrives as it starts, as most do):
+        #: a head arriving before one goes first and the flow moves (``heads.serve_head``)
+        self.node_own: list[dict[float, Flow | tuple[Flow, int, float]]] = [
+            {} for _ in topo.nodes]
         self.push_depth = 0
         self.head_at = head_at              # (``fair._push`` moves a flow's head through it)
 
@@ -414,7 +416,7 @@ class FastFabric(Fabric):
             rows.append((op_id, tile, rt.stage[j], rt.node[j], rt.links[j], h + H0,
                          x if x > e else e, rt.busy[j], 0.0, nb))
             if niv is not None and self._f is not None:
-                self.node_own[rt.nodes[j]][h + H0] = (self._f, j, h + H0)
+                self.node_own[rt.nodes[j]][h + H0] = self._f
             j += 1
         else:
             H0, A0, B0 = H, A, B

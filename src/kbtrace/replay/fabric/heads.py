@@ -3,7 +3,8 @@
 Fast mode books a transfer when it starts (``fast.FastFabric``), so a node's overhead
 reservations are in start order, while flit mode's node serves heads in the order they
 arrive. ``FastFabric.node_own`` notes, per node, the reservations a flow's head (``fair.Flow``)
-took as it arrived: ``start -> (flow, hop, arrival)``. A head served at a node
+took as it arrived: ``start -> (flow, hop, arrival)``, or the flow alone where its head arrived
+at the start (most do; its hop is where the node is on its route). A head served at a node
 (``serve_head``, from ``FastFabric._hop``) goes before every such reservation of a head that
 arrives after it: those flows are served after it, and each moves (``_delay``): its head
 leaves the node later, ``fair._push`` carries the delay along its path, and at each further
@@ -55,12 +56,19 @@ def serve_head(fab: Any, n: int, iv: list, now: float, h: float, ov: float, j: i
             e_r = iv[i + 1]
             hz += e_r - s_r
             o = own.get(s_r)
-            if o is not None and not o[0].fin and o[2] > h + TIME_EPS:
-                del own[s_r]
-                pushed.append((o[0], o[1], o[2], e_r, e_r - s_r))
-                del iv[i:i + 2]
-            else:
-                i += 2
+            if o is not None:
+                if type(o) is tuple:
+                    g, jg, a = o
+                else:                   # (a flow alone: its head arrived at s_r)
+                    g, jg, a = o, -1, s_r
+                if not g.fin and a > h + TIME_EPS:
+                    del own[s_r]
+                    if jg < 0:          # (a route passes a node once: where it is on it)
+                        jg = g.rt.nodes.index(n)
+                    pushed.append((g, jg, a, e_r, e_r - s_r))
+                    del iv[i:i + 2]
+                    continue
+            i += 2
     e = _reserve(fab, n, iv, f, j, h, ov) if f is not None else serve(iv, now, h, ov)
     if pushed:
         fab.push_depth += 1
@@ -81,7 +89,7 @@ def _reserve(fab: Any, n: int, iv: list, g: Flow, j: int, a: float, w: float) ->
     if k & 1 and k < len(iv):
         s0 = iv[k - 1]
         if s0 >= e - w - TIME_EPS:
-            fab.node_own[n][s0] = (g, j, a)
+            fab.node_own[n][s0] = g if a == s0 else (g, j, a)
             if g.nres is None:
                 g.nres = {}
             g.nres[j] = s0
@@ -124,7 +132,7 @@ def head_at(fab: Any, g: Flow, j: int, old: float, ha: float) -> float:
     own = fab.node_own[n]
     s0 = g.nres.get(j, old) if g.nres is not None else old
     o = own.get(s0)
-    if o is not None and o[0] is g:
+    if o is not None and (o is g or type(o) is tuple and o[0] is g):
         del own[s0]
         i = bisect_right(niv, s0) - 1
         if i >= 0 and not i & 1 and niv[i] == s0:
