@@ -201,3 +201,30 @@ def test_rerun_hands_points_out_by_their_last_cpu_time(tmp_path, monkeypatch):
     assert [j.index for j in again.cpu.jobs] == [2, 1, 0]      # 32 (3 s), 16 (2 s), 8 (1 s)
     assert [p for p in submitted if p is not None] == [2, 1, 0]
     assert files(tmp_path / "s") == before
+
+
+def test_sweep_table_prints_without_polars(tmp_path):
+    """render_strings gives render's text, md, csv and json of string columns; `kbtrace
+    sweep` prints its text table without importing polars (a serial ~0.1 s of the command)."""
+    import os
+    import subprocess
+    import sys
+
+    import polars as pl
+
+    from kbtrace._tables import render, render_strings
+    cols = {"point": ["0", "10"], "trace": ["a|b", "c"], "makespan_ns": ["1,234.5", "error"]}
+    for f in ("text", "table", "md", "csv", "json"):
+        assert render_strings(cols, f) == render(pl.DataFrame(cols), f), f
+    from kbtrace.capture import capture
+    capture(GEMM, SMALL, {"M": 64, "N": 64, "K": 64}, tmp_path / "t")
+    (tmp_path / "s.yaml").write_text(f"traces: [{tmp_path / 't'}]\ntopologies: [{SMALL}]\n"
+                                     f"grid: {{{BW}: [8, 16]}}\n")
+    code = ("import sys; from kbtrace.cli import main; "
+            f"rc = main(['sweep', {str(tmp_path / 's.yaml')!r}, '-o', {str(tmp_path / 'o')!r}]); "
+            "print('polars' in sys.modules, rc)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, check=True).stdout
+    assert out.splitlines()[-1] == "False 0"
+    assert out.splitlines()[0].split() == ["point", "trace", "topology", "fidelity", BW,
+                                           "makespan_ns", "vs", "workload's", "first"]

@@ -103,9 +103,7 @@ def _sweep(args: argparse.Namespace) -> int:
         res = run_sweep(cfg, out, jobs=args.jobs, executor=args.executor, resume=args.resume,
                         on_point=shown)
         task.done()
-    import polars as pl
-
-    from kbtrace._tables import render
+    from kbtrace._tables import render_strings
     keys = [k for k, _ in cfg.grid] + list(cfg.workload_grid_keys)
     rows = res.points.to_pylist()
     # per workload (a trace, or all the traces of one gridded workload entry): the makespan
@@ -122,7 +120,7 @@ def _sweep(args: argparse.Namespace) -> int:
     table["vs workload's first"] = [f"{r['makespan_ns'] / base[group[r['trace']]]:.3f}x"
                                     if r["makespan_ns"] is not None
                                     and group[r["trace"]] in base else "-" for r in rows]
-    print(render(pl.DataFrame(table), args.format), end="")
+    print(render_strings(table, args.format), end="")
     if args.format != "text":          # the table alone: a file or another program reads it
         return _sweep_exit(res, rows, out)
     reused = f", {res.reused} reused" if res.reused else ""
