@@ -143,6 +143,10 @@ def test_piped_captures_write_the_serial_files_and_account_cpu(tmp_path, monkeyp
     assert serial.cpu.workers_s == 0 and set(serial.cpu.phases) == {
         "config", "plan", "capture", "prepare", "run", "write", "close"}
     assert par.cpu.workers_s > 0 and "capture" not in par.cpu.phases
+    monkeypatch.setattr(_sweepsafe, "free_cores", lambda: 0)      # every core busy: no worker
+    alone = run_sweep(_two_workloads(), tmp_path / "alone", jobs=2)
+    assert alone.ok and alone.cpu.workers_s == 0 and all(j.here for j in alone.cpu.jobs)
+    assert files(tmp_path / "serial") == files(tmp_path / "alone")
     pj = json.loads(next((tmp_path / "par").rglob("point.json")).read_text())
     assert pj["cpu_s"] > 0
     assert "cpu_s" not in pq.read_schema(tmp_path / "par" / "points.parquet").names
