@@ -168,3 +168,58 @@ def test_a_tile_of_a_wide_matrix_is_indexed_by_its_rows(row_elems: int) -> None:
     again = mem.cached_read(BASE, (32, 64), "i32", (row_elems, 1))
     assert again is not entry and again[0][5, 63] == -7
     assert np.array_equal(again[0], mem.read(BASE, (32, 64), "i32", (row_elems, 1)))
+
+
+# --- strided tiles across 1 MiB pages: gathered and scattered page by page, never by span ---
+_PAGE = 1 << 20
+
+
+@pytest.mark.parametrize(("rows", "cols", "row_stride", "offset"), [
+    (32, 64, 15_616, 0),               # a (BM, BK) tile of a (2,048, 15,616) i32 matrix
+    (32, 64, 15_616, _PAGE - 3 * 4),   # its first row straddles a page boundary
+    (64, 32, 2_048, _PAGE - 40_000),   # a (BK, BN) tile across one boundary
+    (3, 5, 300_000, 12),               # every row on its own page
+    (8, 8, 1, 0),                      # rows interleave (row stride < row span): the span path
+])
+def test_strided_tiles_across_pages_match_numpy(rows: int, cols: int, row_stride: int,
+                                                offset: int) -> None:
+    col_stride = 1 if row_stride > 1 else 8
+    span = (rows - 1) * row_stride + (cols - 1) * col_stride + 1
+    backing = np.arange(span + 64, dtype=np.int32) * 7 - 5
+    mem = MemoryImage()
+    addr = BASE + offset
+    mem.write(addr, backing)
+    view = np.lib.stride_tricks.as_strided(backing, shape=(rows, cols),
+                                           strides=(row_stride * 4, col_stride * 4))
+    got = mem.read(addr, (rows, cols), "i32", (row_stride, col_stride))
+    assert np.array_equal(got, view)
+    cached = mem.cached_read(addr, (rows, cols), "i32", (row_stride, col_stride))
+    assert np.array_equal(cached[0], view)
+    tile = -np.arange(rows * cols, dtype=np.int32).reshape(rows, cols) - 1
+    mem.write(addr, tile, (row_stride, col_stride))
+    expect = backing.copy()
+    np.lib.stride_tricks.as_strided(expect, shape=(rows, cols),
+                                    strides=(row_stride * 4, col_stride * 4))[...] = tile
+    assert np.array_equal(mem.read(addr, (span + 64,), "i32"), expect)   # nothing else moved
+    again = mem.cached_read(addr, (rows, cols), "i32", (row_stride, col_stride))
+    assert again is not cached and np.array_equal(again[0], tile)        # the write invalidated
+
+
+def test_strided_read_of_unwritten_pages_is_zeros() -> None:
+    mem = MemoryImage()
+    mem.write(BASE, np.ones(4, dtype=np.int32))
+    got = mem.read(BASE + 3 * _PAGE, (4, 4), "i32", (300_000, 1))
+    assert got.dtype == np.int32 and not got.any() and got.shape == (4, 4)
+
+
+def test_strided_tile_across_pages_copies_rows_not_its_span(monkeypatch) -> None:
+    mem = MemoryImage()
+    mem.write(BASE, np.zeros(32 * 15_616, dtype=np.int32))      # ~1.9 MiB: two pages and more
+    copied: list[int] = []
+    real = MemoryImage.read_bytes
+    monkeypatch.setattr(MemoryImage, "read_bytes",
+                        lambda self, a, n: copied.append(n) or real(self, a, n))
+    for offset in (0, _PAGE - 12):
+        mem.read(BASE + offset, (32, 64), "i32", (15_616, 1))
+        mem.write(BASE + offset, np.ones((32, 64), dtype=np.int32), (15_616, 1))
+    assert copied and max(copied) <= 64 * 4     # a straddling row, never the 1.9 MiB span

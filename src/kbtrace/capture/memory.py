@@ -95,9 +95,10 @@ class MemoryImage:
         self._dig: dict[tuple[Any, ...], int] = {}
         self._gen = 0
 
-    def _invalidate(self, addr: int, nbytes: int) -> None:
+    def _invalidate(self, chunks: Iterable[int]) -> None:
+        """Drop the cached entries (and noted digests) indexed under any of ``chunks``."""
         idx, cache, dig = self._idx, self._cache, self._dig
-        for c in range(addr >> _CHUNK_BITS, ((addr + max(nbytes, 1) - 1) >> _CHUNK_BITS) + 1):
+        for c in chunks:
             keys = idx.pop(c, None)
             if keys:
                 for k in keys:
@@ -194,7 +195,8 @@ class MemoryImage:
         buf = data.ravel().view(np.uint8)     # (a view when data is contiguous, else a copy)
         nbytes = buf.size
         if self._idx:
-            self._invalidate(addr, nbytes)
+            lo, hi = addr >> _CHUNK_BITS, (addr + max(nbytes, 1) - 1) >> _CHUNK_BITS
+            self._invalidate(range(lo, hi + 1))
         off = addr & _MASK
         if off + nbytes <= _PAGE:  # within one page (the common case)
             page = self._pages.get(addr >> _PAGE_BITS)
@@ -218,16 +220,25 @@ class MemoryImage:
         if not strides:
             n = math.prod(shape) * sdt.itemsize
             return self.read_bytes(addr, n).view(sdt).reshape(shape)
-        span = span_elems(shape, strides)
-        nbytes = span * sdt.itemsize
+        isz = sdt.itemsize
+        nbytes = span_elems(shape, strides) * isz
         off = addr & _MASK
-        page = self._pages.get(addr >> _PAGE_BITS)
-        if off + nbytes <= _PAGE and page is not None and off % sdt.itemsize == 0:
+        if off + nbytes <= _PAGE and off % isz == 0:
+            page = self._pages.get(addr >> _PAGE_BITS)
+            if page is None:
+                return np.zeros(shape, dtype=sdt)
             flat = page[off:off + nbytes].view(sdt)   # no copy of the span: gather the tile only
         else:
+            groups = _page_rows(addr, shape, strides, isz)
+            if groups is not None:        # rows gathered page by page, never the whole span
+                out = np.empty(shape, dtype=sdt)
+                step = strides[0] * isz
+                for r0, r1 in groups:
+                    out[r0:r1] = self.read(addr + r0 * step, (r1 - r0, *shape[1:]), dtype, strides)
+                return out
             flat = self.read_bytes(addr, nbytes).view(sdt)
         view = np.lib.stride_tricks.as_strided(
-            flat, shape=shape, strides=tuple(s * sdt.itemsize for s in strides), writeable=False)
+            flat, shape=shape, strides=tuple(s * isz for s in strides), writeable=False)
         return view.copy()  # always a copy (a contiguous view would alias the page)
 
     def write(self, addr: int, stored: np.ndarray, strides: Sequence[int] | None = None) -> None:
@@ -235,20 +246,59 @@ class MemoryImage:
         if not strides:
             self.write_bytes(addr, stored)
             return
-        sdt = stored.dtype
-        span = span_elems(stored.shape, strides)
-        nbytes = span * sdt.itemsize
+        isz = stored.dtype.itemsize
         if self._idx:
-            self._invalidate(addr, nbytes)
+            nbytes = span_elems(stored.shape, strides) * isz
+            self._invalidate(_chunks(addr, nbytes, stored.shape, tuple(strides), isz))
+        self._scatter(addr, stored, strides, isz)
+
+    def _scatter(self, addr: int, stored: np.ndarray, strides: Sequence[int], isz: int) -> None:
+        """``write``'s strided stores once the cache was told: in place on the page when the
+        span lies in one, else page by page over the rows (a row across pages alone, through
+        a copy of its span); only a tile whose rows interleave copies its whole span."""
+        shape = stored.shape
+        nbytes = span_elems(shape, strides) * isz
         off = addr & _MASK
-        in_page = off + nbytes <= _PAGE and off % sdt.itemsize == 0
+        in_page = off + nbytes <= _PAGE and off % isz == 0
+        if not in_page:
+            groups = _page_rows(addr, shape, strides, isz)
+            if groups is not None:
+                step = strides[0] * isz
+                for r0, r1 in groups:
+                    self._scatter(addr + r0 * step, stored[r0:r1], strides, isz)
+                return
         flat = (self._page(addr >> _PAGE_BITS)[off:off + nbytes] if in_page
-                else self.read_bytes(addr, nbytes)).view(sdt)
+                else self.read_bytes(addr, nbytes)).view(stored.dtype)
         view = np.lib.stride_tricks.as_strided(
-            flat, shape=stored.shape, strides=tuple(s * sdt.itemsize for s in strides))
+            flat, shape=shape, strides=tuple(s * isz for s in strides))
         view[...] = stored
         if not in_page:
             self.write_bytes(addr, flat)
+
+
+def _page_rows(addr: int, shape: tuple[int, ...], strides: Sequence[int],
+               isz: int) -> list[tuple[int, int]] | None:
+    """Runs ``(r0, r1)`` of a strided view's leading rows that each lie within one page (a
+    run of one row may cross a page boundary), or None where that does not help: one row,
+    an unaligned address, or rows that interleave (a transposed tile), which copy their span.
+
+    A (BM, BK) tile of a (M, K) matrix spans ~BM x K elements: copying the span to gather
+    the tile made each such read and write O(K) once the span outgrew a page."""
+    if len(shape) < 2 or shape[0] < 2 or addr % isz or min(strides) < 0:
+        return None
+    step = strides[0] * isz
+    ext = span_elems(shape[1:], strides[1:]) * isz
+    if ext == 0 or step < ext:
+        return None
+    runs: list[tuple[int, int]] = []
+    r0, n = 0, shape[0]
+    while r0 < n:
+        a = addr + r0 * step
+        page_end = ((a >> _PAGE_BITS) + 1) << _PAGE_BITS
+        r1 = min(n, (page_end - ext - addr) // step + 1) if a + ext <= page_end else r0 + 1
+        runs.append((r0, r1))
+        r0 = r1
+    return runs
 
 
 class Allocator:
