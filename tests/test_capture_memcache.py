@@ -7,7 +7,7 @@ import pytest
 
 from kbtrace.capture.dtypes import digest
 from kbtrace.capture.executor import Machine, Op
-from kbtrace.capture.memory import MemoryImage
+from kbtrace.capture.image import MemoryImage
 
 BASE = 0x4000_0000
 
@@ -74,14 +74,14 @@ def test_noted_digest_outlives_the_cache_until_a_write_touches_its_span() -> Non
     """note_digest: a re-read after the cache dropped the entry starts with the digest of
     the same bytes; after a write into the span (or the memo's own reset) it starts with
     none, and a digest computed then is of the new bytes."""
-    from kbtrace.capture import memory
+    from kbtrace.capture import image
     mem = MemoryImage()
     mem.write(BASE, np.arange(256, dtype=np.int32))
     key = (BASE, (4, 4), "i32", (16, 1))
     e = mem.cached_read(BASE, (4, 4), "i32", (16, 1))
     e[1] = digest(e[0])
     mem.note_digest(key, e)
-    for i in range(memory._CACHE_CAP):          # fill the cache: it starts over
+    for i in range(image._CACHE_CAP):          # fill the cache: it starts over
         mem.remember(BASE + (1 << 24) + 64 * i, "i32", [np.zeros(4, np.int32), None, None])
     again = mem.cached_read(BASE, (4, 4), "i32", (16, 1))
     assert again is not e and again[1] == e[1] == digest(again[0])

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from kbtrace.capture.dtypes import STORAGE, check_dtype, itemsize, promote, promote_scalar
-from kbtrace.capture.memory import span_elems
+from kbtrace.capture.image import span_elems
 from kbtrace.errors import CaptureError, SanitizerError
 
 __all__ = ["norm_shape", "norm_strides", "broadcast", "norm_axis", "result_dtype", "ACC_DEFAULT",

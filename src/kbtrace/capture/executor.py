@@ -35,7 +35,7 @@ import pyarrow as pa
 from kbtrace import schema
 from kbtrace._io import column_pylist
 from kbtrace.capture.dtypes import COMPUTE, STORAGE, digest, from_bytes, to_compute, to_storage
-from kbtrace.capture.memory import MemoryImage
+from kbtrace.capture.image import MemoryImage
 from kbtrace.errors import VerifyError
 
 __all__ = ["Op", "ExecOp", "EXEC_FIELDS", "exec_ops_from_table", "Machine", "ExecResult",

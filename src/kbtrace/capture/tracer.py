@@ -34,7 +34,8 @@ from kbtrace import schema
 from kbtrace._io import BatchWriter
 from kbtrace.capture._drain import Drainer, _basename
 from kbtrace.capture.executor import OP_FIELDS, Machine, Op
-from kbtrace.capture.memory import MemoryImage, RegionMap
+from kbtrace.capture.image import MemoryImage
+from kbtrace.capture.memory import RegionMap
 
 __all__ = ["Tracer", "OpSink", "addresses", "expand", "STRICT"]
 

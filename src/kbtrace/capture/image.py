@@ -1,0 +1,315 @@
+"""The memory image: a sparse, byte-addressable store keyed by 51-bit physical address.
+
+Shared by capture (where ``tl.load`` reads real values from it) and the data
+executor (which replays every op against it). Memory is paged (1 MiB pages,
+created zero-filled on first write; ``np.zeros`` maps them lazily, so resident
+memory follows the bytes actually written), so HBM slices, TCM and SRAM of any
+topology fit without reserving their capacity.
+
+Strided tiles (a (BM, BK) tile of a (M, K) matrix) are gathered and scattered through
+views of the pages, a page's run of rows at a time, so a tile costs its own bytes and
+not its span's (which grows with K). A bounded read cache (``cached_read``) serves
+repeated reads without re-reading, re-converting or re-hashing; writes invalidate it
+at 8 KiB granularity, by the chunks a strided access's rows actually touch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from kbtrace.capture.dtypes import STORAGE
+
+__all__ = ["MemoryImage", "span_elems"]
+
+_PAGE_BITS = 20
+_PAGE = 1 << _PAGE_BITS
+_MASK = _PAGE - 1
+
+
+def span_elems(shape: Sequence[int], strides: Sequence[int] | None) -> int:
+    """Elements spanned by a strided view (1 + max offset); prod(shape) when contiguous."""
+    if not strides:
+        return math.prod(shape) if len(shape) else 1
+    if len(shape) == 2 and len(strides) == 2:     # a tile (the common case), without a loop
+        d0, d1 = shape
+        return 0 if d0 == 0 or d1 == 0 else 1 + (d0 - 1) * strides[0] + (d1 - 1) * strides[1]
+    if any(s == 0 for s in shape):
+        return 0
+    return 1 + sum((d - 1) * s for d, s in zip(shape, strides, strict=True))
+
+
+_CHUNK_BITS = 13   # read-cache invalidation granularity (8 KiB)
+_CACHE_CAP = 4096  # cached reads kept at most (then the cache starts over)
+_DIG_GENS = 16     # cache generations a noted digest outlives its entry for, at most
+
+
+def _chunks(addr: int, nbytes: int, shape: tuple[int, ...], strides: tuple[int, ...] | None,
+            isz: int) -> Iterable[int]:
+    """Read-cache chunks a read of ``nbytes`` spanned at ``addr`` touches: the whole span, or
+    for a 2-d tile whose span holds over 4 chunks per row, each row's chunks only (a
+    (BM, BK) tile of a (M, K) matrix spans ~BM x K elements: indexing the span made every
+    cached load cost O(K); bytes between its rows never change what it read)."""
+    lo, hi = addr >> _CHUNK_BITS, (addr + max(nbytes, 1) - 1) >> _CHUNK_BITS
+    if strides is None or len(shape) != 2 or hi - lo < 4 * shape[0] or min(strides) < 0:
+        return range(lo, hi + 1)
+    step, ext = strides[0] * isz, ((shape[1] - 1) * strides[1] + 1) * isz
+    starts = range(addr, addr + shape[0] * step, step)
+    if ext <= 1 << _CHUNK_BITS:    # each row touches the chunk it starts in and its last byte's
+        out = {a >> _CHUNK_BITS for a in starts}
+        out.update({(a + ext - 1) >> _CHUNK_BITS for a in starts})
+        return out
+    out = set()
+    for a in starts:
+        out.update(range(a >> _CHUNK_BITS, ((a + ext - 1) >> _CHUNK_BITS) + 1))
+    return out
+
+
+class MemoryImage:
+    """Sparse paged bytes. ``read``/``write`` take element strides for tiles of larger tensors.
+
+    ``cached_read`` / ``remember`` keep a bounded cache of recent reads and writes as
+    read-only arrays with a slot for their digest (``[stored, digest, compute]`` entries),
+    so the executor does not re-read, re-convert or re-hash bytes that are already resident.
+    Every ``write`` drops the cached entries whose span it touches (8 KiB granularity), so
+    a cached read always returns what the pages hold.
+    """
+
+    __slots__ = ("_pages", "_cache", "_idx", "_dig", "_gen")
+
+    def __init__(self) -> None:
+        self._pages: dict[int, np.ndarray] = {}
+        #: (addr, shape, dtype, strides) -> [stored (read-only), digest | None, compute | None]
+        self._cache: dict[tuple[Any, ...], list[Any]] = {}
+        #: chunk number -> keys of cached entries (and noted digests) whose span touches it
+        self._idx: dict[int, set[tuple[Any, ...]]] = {}
+        #: (addr, shape, dtype, strides) -> digest of what a read there returns (``note_digest``);
+        #: outlives the cache for ``_DIG_GENS`` of its generations, dropped by writes as it is
+        self._dig: dict[tuple[Any, ...], int] = {}
+        self._gen = 0
+
+    def _invalidate(self, chunks: Iterable[int]) -> None:
+        """Drop the cached entries (and noted digests) indexed under any of ``chunks``."""
+        idx, cache, dig = self._idx, self._cache, self._dig
+        for c in chunks:
+            keys = idx.pop(c, None)
+            if keys:
+                for k in keys:
+                    cache.pop(k, None)
+                    if dig:
+                        dig.pop(k, None)
+
+    def _keep(self, key: tuple[Any, ...], nbytes: int, entry: list[Any],
+              isz: int = 1) -> None:
+        """Cache ``entry`` for ``key`` = (addr, shape, dtype, element strides | None), indexed
+        by the chunks its read touches (``isz``: bytes per element, for strided keys)."""
+        cache = self._cache
+        if len(cache) >= _CACHE_CAP:
+            cache.clear()
+            self._gen += 1
+            if self._gen >= _DIG_GENS:      # the index serves the digests too: reset both
+                self._gen = 0
+                self._idx.clear()
+                self._dig.clear()
+        cache[key] = entry
+        addr = key[0]
+        idx = self._idx
+        for c in _chunks(addr, nbytes, key[1], key[3], isz):
+            keys = idx.get(c)
+            if keys is None:
+                idx[c] = {key}
+            else:
+                keys.add(key)
+
+    def cached_read(self, addr: int, shape: Sequence[int], dtype: str,
+                    strides: Sequence[int] | None = None) -> list[Any]:
+        """``[stored, digest, compute]`` of ``read(addr, shape, dtype, strides)``; ``stored`` is
+        read-only and shared with later identical reads (fill the digest/compute slots in place)."""
+        shape = tuple(shape)
+        st = tuple(strides) if strides else None
+        key = (addr, shape, dtype, st)
+        entry = self._cache.get(key)
+        if entry is None:
+            stored = self.read(addr, shape, dtype, st)
+            stored.flags.writeable = False
+            entry = [stored, self._dig.get(key) if self._dig else None, None]
+            isz = stored.itemsize
+            self._keep(key, span_elems(shape, st) * isz, entry, isz)
+        return entry
+
+    def note_digest(self, key: tuple[Any, ...], entry: list[Any]) -> None:
+        """Remember ``entry``'s digest (slot 1) for reads at ``key`` (``cached_read``'s key)
+        after the cache dropped the entry, if ``entry`` is still what a read there returns."""
+        if self._cache.get(key) is entry and entry[1] is not None:
+            self._dig[key] = entry[1]
+
+    def remember(self, addr: int, dtype: str, entry: list[Any]) -> None:
+        """Record that ``entry[0]`` (storage array of ``dtype``) was just written contiguously at
+        ``addr``: a later contiguous read of the same shape and dtype returns ``entry``."""
+        stored = entry[0]
+        assert isinstance(stored, np.ndarray)
+        stored.flags.writeable = False
+        self._keep((addr, stored.shape, dtype, None), stored.nbytes, entry)
+
+    def clear(self) -> None:
+        """Forget every page and cached read (the image reads as zeros again): a capture
+        frees its images this way once the kernels ran and the outputs were gathered."""
+        self._pages.clear()
+        self._cache.clear()
+        self._idx.clear()
+        self._dig.clear()
+        self._gen = 0
+
+    def _page(self, no: int) -> np.ndarray:
+        page = self._pages.get(no)
+        if page is None:
+            page = self._pages[no] = np.zeros(_PAGE, dtype=np.uint8)
+        return page
+
+    def read_bytes(self, addr: int, nbytes: int) -> np.ndarray:
+        off = addr & _MASK
+        if off + nbytes <= _PAGE:
+            page = self._pages.get(addr >> _PAGE_BITS)
+            if page is None:
+                return np.zeros(nbytes, dtype=np.uint8)
+            return page[off:off + nbytes].copy()
+        out = np.empty(nbytes, dtype=np.uint8)
+        pos = 0
+        while pos < nbytes:
+            a = addr + pos
+            off = a & _MASK
+            n = min(_PAGE - off, nbytes - pos)
+            page = self._pages.get(a >> _PAGE_BITS)
+            out[pos:pos + n] = 0 if page is None else page[off:off + n]
+            pos += n
+        return out
+
+    def write_bytes(self, addr: int, data: np.ndarray) -> None:
+        buf = data.ravel().view(np.uint8)     # (a view when data is contiguous, else a copy)
+        nbytes = buf.size
+        if self._idx:
+            lo, hi = addr >> _CHUNK_BITS, (addr + max(nbytes, 1) - 1) >> _CHUNK_BITS
+            self._invalidate(range(lo, hi + 1))
+        off = addr & _MASK
+        if off + nbytes <= _PAGE:  # within one page (the common case)
+            page = self._pages.get(addr >> _PAGE_BITS)
+            if page is None:
+                page = self._page(addr >> _PAGE_BITS)
+            page[off:off + nbytes] = buf
+            return
+        pos = 0
+        while pos < nbytes:
+            a = addr + pos
+            off = a & _MASK
+            n = min(_PAGE - off, nbytes - pos)
+            self._page(a >> _PAGE_BITS)[off:off + n] = buf[pos:pos + n]
+            pos += n
+
+    def read(self, addr: int, shape: Sequence[int], dtype: str,
+             strides: Sequence[int] | None = None) -> np.ndarray:
+        """Storage-dtype array of ``shape`` (a copy) read at ``addr`` with optional element strides."""
+        sdt = STORAGE[dtype]
+        shape = tuple(shape)
+        if not strides:
+            n = math.prod(shape) * sdt.itemsize
+            return self.read_bytes(addr, n).view(sdt).reshape(shape)
+        isz = sdt.itemsize
+        nbytes = span_elems(shape, strides) * isz
+        off = addr & _MASK
+        bstrides = tuple(s * isz for s in strides)
+        if off + nbytes <= _PAGE and off % isz == 0:
+            page = self._pages.get(addr >> _PAGE_BITS)
+            if page is None:
+                return np.zeros(shape, dtype=sdt)
+            # a view of the page (no copy of the span: the ndarray constructor, ~7x cheaper
+            # than as_strided), then the tile gathered; always a copy: a view would alias
+            return np.ndarray(shape, sdt, page, off, bstrides).copy()
+        runs = _page_rows(addr, shape, strides, isz)
+        if runs is not None:              # rows gathered page by page, never the whole span
+            return self._gather(addr, shape, sdt, bstrides, runs)
+        return np.ndarray(shape, sdt, self.read_bytes(addr, nbytes), 0, bstrides).copy()
+
+    def _gather(self, addr: int, shape: tuple[int, ...], sdt: np.dtype, bstrides: tuple[int, ...],
+                runs: list[tuple[int, int, int]]) -> np.ndarray:
+        """``read``'s strided tile over ``_page_rows``' runs: a view of each run's page
+        copied into its rows (a row across a boundary through a copy of its own span)."""
+        out = np.empty(shape, dtype=sdt)
+        pages, step, rest = self._pages, bstrides[0], shape[1:]
+        for r0, r1, ext in runs:
+            a = addr + r0 * step
+            if ext:
+                out[r0] = np.ndarray(rest, sdt, self.read_bytes(a, ext), 0, bstrides[1:])
+                continue
+            page = pages.get(a >> _PAGE_BITS)
+            if page is None:
+                out[r0:r1] = 0
+            else:
+                out[r0:r1] = np.ndarray((r1 - r0, *rest), sdt, page, a & _MASK, bstrides)
+        return out
+
+    def write(self, addr: int, stored: np.ndarray, strides: Sequence[int] | None = None) -> None:
+        """Write a storage-dtype array at ``addr`` (contiguous, or scattered with element strides)."""
+        if not strides:
+            self.write_bytes(addr, stored)
+            return
+        isz = stored.dtype.itemsize
+        if self._idx:
+            nbytes = span_elems(stored.shape, strides) * isz
+            self._invalidate(_chunks(addr, nbytes, stored.shape, tuple(strides), isz))
+        self._scatter(addr, stored, strides, isz)
+
+    def _scatter(self, addr: int, stored: np.ndarray, strides: Sequence[int], isz: int) -> None:
+        """``write``'s strided stores once the cache was told: in place on the page when the
+        span lies in one, else page by page over the rows (a row across pages alone, through
+        a copy of its span); only a tile whose rows interleave copies its whole span."""
+        shape = stored.shape
+        nbytes = span_elems(shape, strides) * isz
+        off = addr & _MASK
+        in_page = off + nbytes <= _PAGE and off % isz == 0
+        if not in_page:
+            runs = _page_rows(addr, shape, strides, isz)
+            if runs is not None:
+                step = strides[0] * isz
+                for r0, r1, _ in runs:
+                    self._scatter(addr + r0 * step, stored[r0:r1], strides, isz)
+                return
+        bstrides = tuple(s * isz for s in strides)
+        if in_page:
+            np.ndarray(shape, stored.dtype, self._page(addr >> _PAGE_BITS), off, bstrides)[...] = stored
+            return
+        flat = self.read_bytes(addr, nbytes)
+        np.ndarray(shape, stored.dtype, flat, 0, bstrides)[...] = stored
+        self.write_bytes(addr, flat)
+
+
+def _page_rows(addr: int, shape: tuple[int, ...], strides: Sequence[int],
+               isz: int) -> list[tuple[int, int, int]] | None:
+    """Runs ``(r0, r1, ext)`` of a strided view's leading rows: ``ext`` 0 for rows that all lie
+    within one page, else a single row across a page boundary and the bytes its span takes.
+    None where runs do not help: one row, an unaligned address, or rows that interleave (a
+    transposed tile), which copy their whole span.
+
+    A (BM, BK) tile of a (M, K) matrix spans ~BM x K elements: copying the span to gather
+    the tile made each such read and write O(K) once the span outgrew a page."""
+    if len(shape) < 2 or shape[0] < 2 or addr % isz or min(strides) < 0:
+        return None
+    step = strides[0] * isz
+    ext = span_elems(shape[1:], strides[1:]) * isz
+    if ext == 0 or step < ext:
+        return None
+    runs: list[tuple[int, int, int]] = []
+    r0, n = 0, shape[0]
+    while r0 < n:
+        a = addr + r0 * step
+        page_end = ((a >> _PAGE_BITS) + 1) << _PAGE_BITS
+        if a + ext <= page_end:
+            r1 = min(n, (page_end - ext - addr) // step + 1)
+            runs.append((r0, r1, 0))
+        else:
+            r1 = r0 + 1
+            runs.append((r0, r1, ext))
+        r0 = r1
+    return runs
