@@ -223,3 +223,30 @@ def test_strided_tile_across_pages_copies_rows_not_its_span(monkeypatch) -> None
         mem.read(BASE + offset, (32, 64), "i32", (15_616, 1))
         mem.write(BASE + offset, np.ones((32, 64), dtype=np.int32), (15_616, 1))
     assert copied and max(copied) <= 64 * 4     # a straddling row, never the 1.9 MiB span
+
+
+def test_read_cache_evicts_the_least_recently_used(monkeypatch) -> None:
+    from kbtrace.capture import image
+    monkeypatch.setattr(image, "_CACHE_CAP", 4)
+    mem = MemoryImage()
+    mem.write(BASE, np.arange(1024, dtype=np.int32))
+    first = mem.cached_read(BASE, (4,), "i32")
+    for i in range(1, 4):                                   # fills the cache: 4 entries
+        mem.cached_read(BASE + 16 * i, (4,), "i32")
+    assert mem.cached_read(BASE, (4,), "i32") is first       # a hit: now the most recent
+    mem.cached_read(BASE + 64, (4,), "i32")                  # evicts BASE + 16, not BASE
+    assert mem.cached_read(BASE, (4,), "i32") is first
+    assert mem.cached_read(BASE + 16, (4,), "i32")[0].tolist() == [4, 5, 6, 7]
+    assert len(mem._cache) == 4
+
+
+def test_read_cache_is_bounded_by_bytes(monkeypatch) -> None:
+    from kbtrace.capture import image
+    monkeypatch.setattr(image, "_CACHE_BYTES", 10 * 4096)
+    mem = MemoryImage()
+    mem.write(BASE, np.arange(64 * 1024, dtype=np.int32))
+    tiles = [mem.cached_read(BASE + 4096 * i, (1024,), "i32") for i in range(30)]
+    assert mem._bytes == sum(e[0].nbytes for e in mem._cache.values()) == 10 * 4096
+    assert list(mem._cache.values()) == tiles[-10:]
+    mem.write(BASE + 4096 * 29, np.zeros(1, np.int32))      # drops 28 and 29 (one 8 KiB chunk)
+    assert mem._bytes == 8 * 4096 and len(mem._cache) == 8
