@@ -201,3 +201,21 @@ def test_batch_size_changes_nothing_but_row_groups(tmp_path, workload, fid):
         assert r.run_id == ref.run_id
         assert r.op_timing().equals(ref.op_timing())
         assert r.hops_table().equals(ref.hops_table())
+
+
+def test_memory_ops_below_their_lower_bound_are_caught_in_op_order():
+    """Invariant 5, checked ``_CHECK_ROWS`` memory ops at a time: the first op (by op_id) that
+    took less than its bound is the error; otherwise the latest issue + bound comes back, an
+    undefined one passed over."""
+    from types import SimpleNamespace
+
+    from kbtrace.replay.invariants import _above_bounds
+    rec = SimpleNamespace(t_issue=np.array([0.0, 10.0, 20.0, np.nan, 5.0]),
+                          t_end=np.array([8.0, 13.0, 30.0, np.nan, 6.0]))
+    what = [("load", 64), ("store", 128), ("load", 256), ("load", 8), ("load", 8)]
+    assert _above_bounds(rec, [0, 1, 2, 3], [8.0, 3.0, 9.0, 1.0], what, 0.0, "fast") == 29.0
+    assert _above_bounds(rec, [0, 1], [1.0, 1.0], what, 50.0, "fast") == 50.0
+    assert _above_bounds(rec, [], [], [], 7.0, "fast") == 7.0
+    with pytest.raises(InvariantError, match=r"op 1 \(store, 128 B\) took 3\.000 ns, below its "
+                       r"analytical lower bound 3\.500 ns \(fast-fcfs mode\)"):
+        _above_bounds(rec, [0, 1, 4], [8.0, 3.5, 2.0], what, 0.0, "fast-fcfs")

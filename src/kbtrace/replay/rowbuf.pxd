@@ -14,6 +14,7 @@ cdef class HopRows(_Rows):
     @cython.locals(b=cython.double[::1], i=cython.Py_ssize_t)
     cpdef add(self, double op, double tile, double stage, double node, double link,
               double enter, double leave, double busy, double queue, double nbytes)
+    cpdef extend(self, rows)
 
 cdef class CompactRows(_Rows):
     @cython.locals(b=cython.double[::1], i=cython.Py_ssize_t)
