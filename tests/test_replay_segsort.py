@@ -96,3 +96,44 @@ def test_windows_of_three_intervals():
     w = segsort.windows(res, s, e, b, c, np.arange(4, dtype=np.int64), EPS_NS, REL_EPS)
     assert [x.tolist() for x in w] == [[1, 1, 2], [0.0, 20.0, 0.0], [12.0, 30.0, 1.0],
                                        [17.0, 10.0, 1.0], [2, 1, 1]]
+
+
+def _recorder(tmp_path, name, kernels):
+    from kbtrace.replay.recorder import Recorder
+    return Recorder(tmp_path / name, 100, 8, 1 << 20, None, kernels=kernels)
+
+
+@pytest.mark.parametrize(("impl", "n"), IMPLS)
+def test_expand_gives_the_pending_rows_numpy_gives(tmp_path, impl, n):
+    """Compact transfers and explicit rows interleaved (several transfers at one position,
+    explicit rows before, between and after them): the compiled expansion gives
+    ``Recorder._pending``'s numpy columns, value for value."""
+    rng = np.random.default_rng(n)
+    recs = [_recorder(tmp_path, "a", None), _recorder(tmp_path, "b", impl)]
+    plans: list[int] = []
+    for _ in range(5):
+        k = int(rng.integers(1, 6))
+        rows = [(int(rng.integers(0, 8)), int(rng.integers(0, 50)), int(rng.integers(-1, 8)),
+                 float(rng.random()), float(rng.random() * 9), float(rng.choice([-np.inf, 1.5])),
+                 float(rng.random() * 9), False) for _ in range(k - 1)]
+        rows.append((3, 7, -1, 2.5, float(rng.random()), 0.0, 0.0, True))
+        for rec in recs:
+            rec.add_plan(rows, 64 * k)
+        plans.append(k)
+    for _ in range(n // 10):
+        if rng.random() < 0.5:
+            row = (int(rng.integers(0, 100)), -1, 2, 5, -1, float(rng.random()),
+                   float(rng.random()), 0.0, 0.25, 0)
+            for rec in recs:
+                rec.rows([row])
+        else:
+            pid = int(rng.integers(0, len(plans)))
+            h0, t0 = float(rng.random() * 100), float(rng.random() * 100)
+            args = (int(rng.integers(0, 100)), int(rng.integers(-1, 4)), pid, h0, t0,
+                    h0 + 50.0, int(rng.integers(1, plans[pid] + 1)))
+            for rec in recs:
+                rec.transfer(*args)
+    want, got = (rec._pending() for rec in recs)
+    assert list(want) == list(got)
+    for c in want:
+        assert want[c].tobytes() == np.ascontiguousarray(got[c]).tobytes(), c

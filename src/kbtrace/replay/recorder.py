@@ -260,6 +260,12 @@ class Recorder:
             X = self._x.take()
         if not nc:
             new = {c: X[:, i] for i, c in enumerate(_COLS)}
+        elif self._kernels is not None:         # the same columns, one compiled pass
+            C = self._c.take()
+            tot = int(C[:, 7].sum())
+            out = self._kernels.expand(C, X if nx else np.empty((0, 10)), *self._plans_np(),
+                                       nx + tot)
+            new = {c: out[i] for i, c in enumerate(_COLS)}
         else:
             C = self._c.take()
             off, pnb, pst, pnd, plk, pbusy, pen, pla, plb, pterm = self._plans_np()

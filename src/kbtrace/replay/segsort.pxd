@@ -22,3 +22,12 @@ cpdef Py_ssize_t _windows(long[::1] res, double[::1] s, double[::1] e, double[::
                           long[::1] c, long[::1] perm, double eps, double rel,
                           long[::1] w_r, double[::1] w_s, double[::1] w_e, double[::1] w_b,
                           long[::1] w_c) except -1
+
+@cython.locals(nc=cython.Py_ssize_t, nx=cython.Py_ssize_t, r=cython.Py_ssize_t,
+               ix=cython.Py_ssize_t, t=cython.Py_ssize_t, pos=cython.Py_ssize_t,
+               f=cython.Py_ssize_t, pid=cython.Py_ssize_t, base=cython.Py_ssize_t,
+               j=cython.Py_ssize_t, i=cython.Py_ssize_t, h0=cython.double, t0=cython.double,
+               a=cython.double, b=cython.double)
+cpdef _expand(double[:, ::1] C, double[:, ::1] X, long[::1] off, long[::1] pnb, long[::1] pst,
+              long[::1] pnd, long[::1] plk, double[::1] pbusy, double[::1] pen,
+              double[::1] pla, double[::1] plb, unsigned char[::1] pterm, double[:, ::1] out)

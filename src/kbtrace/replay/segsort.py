@@ -1,4 +1,5 @@
-"""The recorder's batch sorts and the busy-window sweep as plain loops, for the compiled core.
+"""The recorder's batch kernels as plain loops, for the compiled core: sorts, the busy-window
+sweep, and the expansion of compact transfers.
 
 Each hop batch is put in (op rank, time) order twice (``Recorder.flush``: hop order and
 ``crit_ns`` order) and its busy intervals, with the windows carried from earlier batches, in
@@ -9,21 +10,24 @@ to find each resource's running maximum), which is what runs interpreted. Compil
 (``setup.py``: ``_segsort_c``, typed by ``segsort.pxd``), these loops do the same in one
 or two passes: ``order`` places the rows by their integer key (a counting sort: stable)
 and sorts each key's rows by time in place (insertion sort for a few rows, a stable merge
-sort for more), ``windows`` walks the sorted intervals once. ``fabric.core.seg_kernels()``
-gives the compiled module, or None where the core is pure Python.
+sort for more), ``windows`` walks the sorted intervals once, ``expand`` writes the pending
+rows (``Recorder._pending``: compact transfers expanded by their plans, explicit rows
+between them) in one pass instead of numpy's repeat / gather / scatter passes.
+``fabric.core.seg_kernels()`` gives the compiled module, or None where the core is pure
+Python.
 
 Both give the same results as the numpy passes: ``order`` the permutation ``np.lexsort``
 gives (ties by position; times must not be NaN: the callers check), ``windows`` the same
-windows (starts, ends, counts); a window's busy time is summed in row order here and
-pairwise by ``np.add.reduceat`` there, so it may differ in its last bits (it is compared
-with a tolerance and written nowhere).
+windows (starts, ends, counts; a window's busy time is summed in row order here and
+pairwise by ``np.add.reduceat`` there, so it may differ in its last bits: it is compared
+with a tolerance and written nowhere), ``expand`` the same values bit for bit.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["order", "windows", "SMALL"]
+__all__ = ["order", "windows", "expand", "SMALL"]
 
 #: a key's rows sorted by insertion up to this many, by merging beyond
 SMALL = 24
@@ -166,3 +170,57 @@ def _windows(res: np.ndarray, s: np.ndarray, e: np.ndarray, b: np.ndarray, c: np
         w_b[m] = b[k]
         w_c[m] = c[k]
     return m + 1
+
+
+def expand(C: np.ndarray, X: np.ndarray, off: np.ndarray, pnb: np.ndarray, pst: np.ndarray,
+           pnd: np.ndarray, plk: np.ndarray, pbusy: np.ndarray, pen: np.ndarray,
+           pla: np.ndarray, plb: np.ndarray, pterm: np.ndarray, m: int) -> np.ndarray:
+    """``Recorder._pending``'s columns (``(10, m)``: op, tile, stage, node, link, enter,
+    leave, busy, queue, nbytes) of compact transfers ``C`` (``(position, op, tile, plan, h0,
+    t0, done, n)`` rows) and explicit rows ``X`` in creation order: explicit row ``i`` after
+    the rows of every transfer recorded at position ``<= i``. A transfer's ``j``-th row is
+    its plan's (row ``off[plan] + j``): enter ``h0 + EN``, leave ``max(t0 + LA, h0 + LB)``
+    (as ``np.maximum``: a NaN first operand wins) or ``done`` for the terminal row, queue 0."""
+    out = np.empty((10, m))
+    _expand(C, X, off, pnb, pst, pnd, plk, pbusy, pen, pla, plb, pterm.view(np.uint8), out)
+    return out
+
+
+def _expand(C: np.ndarray, X: np.ndarray, off: np.ndarray, pnb: np.ndarray, pst: np.ndarray,
+            pnd: np.ndarray, plk: np.ndarray, pbusy: np.ndarray, pen: np.ndarray,
+            pla: np.ndarray, plb: np.ndarray, pterm: np.ndarray, out: np.ndarray) -> None:
+    nc = C.shape[0]
+    nx = X.shape[0]
+    r = 0                                   # the next output row
+    ix = 0                                  # the next explicit row
+    for t in range(nc + 1):
+        pos = int(C[t, 0]) if t < nc else nx
+        while ix < pos:                     # explicit rows created before this transfer
+            for f in range(10):
+                out[f, r] = X[ix, f]
+            ix += 1
+            r += 1
+        if t == nc:
+            break
+        pid = int(C[t, 3])
+        h0 = C[t, 4]
+        t0 = C[t, 5]
+        base = off[pid]
+        for j in range(int(C[t, 7])):
+            i = base + j
+            out[0, r] = C[t, 1]
+            out[1, r] = C[t, 2]
+            out[2, r] = pst[i]
+            out[3, r] = pnd[i]
+            out[4, r] = plk[i]
+            out[5, r] = h0 + pen[i]
+            if pterm[i]:
+                out[6, r] = C[t, 6]
+            else:
+                a = t0 + pla[i]
+                b = h0 + plb[i]
+                out[6, r] = a if (a >= b or a != a) else b
+            out[7, r] = pbusy[i]
+            out[8, r] = 0.0
+            out[9, r] = pnb[pid]
+            r += 1
