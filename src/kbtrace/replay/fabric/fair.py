@@ -1,8 +1,8 @@
 """Fast mode's fair share: streams that meet on a link share it, the earlier ones slowed.
 
-Fast mode books a transfer when it starts (``fast.FastFabric``). A multi-flit transfer to
-a node without an HBM commit (a read's data, an IPCQ payload) is also a ``Flow``: what it
-booked on each link is kept (``Flow.links``: per hop a ``Booked`` record: start, lone
+Fast mode books a transfer when it starts (``fast.FastFabric``). A transfer to a node
+without an HBM commit (a read's data, an IPCQ payload or credit) is also a ``Flow``: what it
+booked on each link (a stream's; a single flit's is not) is kept (``Flow.links``: per hop a ``Booked`` record: start, lone
 end, share, pieces, tail, arrival), registered with the link (``FastFabric.link_flows``), and its hop rows
 wait for its completion (``Flow.segs``), which is one event that can move (``Flow.ev``).
 
@@ -252,6 +252,8 @@ def book_plan(link_flows: list, f: Flow, pl: Any, k: int, h: float, t: float) ->
                 n = nodes[jj]
                 own[n][h + S] = f
             continue
+        if f.rt.hops[j0 + hop[i]][4] == 1:     # a single flit's link: no stream to share
+            continue
         s = h + S
         e = t + A
         x = h + B
@@ -485,10 +487,12 @@ def _push(fab: Any, g: Flow, j0: int, tail: float, t_from: float, hs: float = -1
                             rec.arrive(_not_before(rec.arrival(), hs))
                     else:
                         hs = -1.0
-        if rec is None or mode != 2:            # (a link without bandwidth)
+        if rec is None or mode != 2:            # (a link without bandwidth, a single flit)
             x = en[j]
             if x < tcur:
                 x = tcur
+            if mode == 1 and hs >= 0.0 and hs + hp[5] > tcur:
+                tcur = hs + hp[5]
             tcur = x + p if mode == 0 else tcur + p
             x = lv[j]
             if tcur < x:

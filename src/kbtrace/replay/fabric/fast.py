@@ -75,8 +75,9 @@ class _Route:
         # a full flit's time on the path's slowest link
         self.flit_max = max((fab.flit_bytes / fab.link_bw[li] for li in links
                              if fab.link_bw[li] > 0), default=0.0)
-        # a stream to a node without an HBM commit: a flow others may slow (``fair``)
-        self.movable = self.hbm is None and any(hp[4] == 2 for hp in self.hops)
+        # a transfer to a node without an HBM commit (a stream, or a single flit whose head a
+        # head arriving first at a node may push): a flow others may slow (``fair``)
+        self.movable = self.hbm is None and any(hp[4] for hp in self.hops)
 
     def build(self, fab: FastFabric, j0: int) -> _Plan:
         pl = self.plans[j0] = _Plan(self, fab.rec, j0)

@@ -9,9 +9,11 @@ at the start (most do; its hop is where the node is on its route). A head served
 arrives after it: those flows are served after it, and each moves (``_delay``): its head
 leaves the node later, ``fair._push`` carries the delay along its path, and at each further
 node its overhead moves (``head_at``, first come, first served again), which may push the
-flows of later heads there in turn, at most ``PUSH_DEPTH`` deep. Reservations of transfers
-that cannot move (HBM writes, single flits, control) keep their times, and a head takes the
-gaps between them (``booking.serve``: preemptive resume).
+flows of later heads there in turn, at most ``PUSH_DEPTH`` deep (never the flow being booked:
+its rows are not all there yet). A single flit to a node without an HBM commit (an IPCQ
+credit) is a flow too: its tail is its head, unless it queued for the link after the node.
+Reservations of transfers that cannot move (HBM writes) keep their times, and a head takes
+the gaps between them (``booking.serve``: preemptive resume).
 
 Imports ``booking`` and ``fair``; ``fast`` imports this (``fair._push`` reaches ``head_at``
 through ``FastFabric.head_at``, so there is no cycle).
@@ -23,7 +25,7 @@ from bisect import bisect_right
 from typing import Any
 
 from kbtrace.replay.fabric.booking import serve
-from kbtrace.replay.fabric.fair import Flow, _push
+from kbtrace.replay.fabric.fair import Flow, _push, _times
 from kbtrace.replay.intervals import TIME_EPS
 
 __all__ = ["PUSH_DEPTH", "serve_head", "head_at", "prune_owners"]
@@ -61,7 +63,7 @@ def serve_head(fab: Any, n: int, iv: list, now: float, h: float, ov: float, j: i
                     g, jg, a = o
                 else:                   # (a flow alone: its head arrived at s_r)
                     g, jg, a = o, -1, s_r
-                if not g.fin and a > h + TIME_EPS:
+                if not g.fin and a > h + TIME_EPS and g is not fab._f:
                     del own[s_r]
                     if jg < 0:          # (a route passes a node once: where it is on it)
                         jg = g.rt.nodes.index(n)
@@ -99,11 +101,13 @@ def _reserve(fab: Any, n: int, iv: list, g: Flow, j: int, a: float, w: float) ->
 def _delay(fab: Any, g: Flow, j: int, e2: float) -> None:
     """Flow ``g``'s head leaves node ``j`` at ``e2`` now, later than booked: its tail leaves
     hop ``j``'s link no earlier than the whole transfer after it (``_push`` carries it on)."""
-    b = g.links[j] if g.links else None
-    if b is None:
+    _niv, _ov, _liv, _lr, mode, hd, body, last_d, p = g.rt.hops[j]
+    if mode == 1:               # a single flit, its tail its head (unless it queued for the link)
+        if e2 + hd + p > _times(g)[1][j] + TIME_EPS:
+            _push(fab, g, j, e2 + hd, e2, e2)
         return
-    _niv, _ov, _liv, _lr, mode, _hd, body, last_d, _p = g.rt.hops[j]
-    if mode != 2:
+    b = g.links[j] if g.links else None
+    if b is None or mode != 2:
         return
     tail = e2 + body + last_d
     if tail < b.tail:
