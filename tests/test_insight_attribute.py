@@ -173,9 +173,10 @@ def test_estimated_attribution_agrees_on_the_top_resource(runs, tmp_path):
             assert abs(e[0]["faster_gain_pct"] - r[0]["faster_gain_pct"]) < 10
         flags[name] = sorted(est.flagged)
     # the memory-bound gemm: 8 readers queue on PE0's pseudo-channels, so twice the HBM
-    # rate reorders them; on the ring, mesh, IPCQ credits (half the credit size), dispatch
-    # and dma move its hops past each other (node overheads were flagged instead of dispatch
+    # rate reorders them; on the ring, mesh and IPCQ credits (half the credit size) move its
+    # hops past each other (dispatch and dma were flagged too until single flits, the
+    # credits, moved as flows at the nodes; node overheads were flagged instead of dispatch
     # and dma while fast mode served heads at a node in the order they were booked; dispatch
     # and dma were flagged too while fast mode's HBM writes took the gaps between reads)
     assert flags == {"memgemm": ["gemm", "hbm", "mesh", "overheads"],
-                     "allreduce": ["dispatch", "dma", "ipcq", "mesh"]}
+                     "allreduce": ["ipcq", "mesh"]}

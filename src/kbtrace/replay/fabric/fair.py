@@ -488,9 +488,7 @@ def _push(fab: Any, g: Flow, j0: int, tail: float, t_from: float, hs: float = -1
                     else:
                         hs = -1.0
         if rec is None or mode != 2:            # (a link without bandwidth, a single flit)
-            x = en[j]
-            if x < tcur:
-                x = tcur
+            x = tcur if tcur > en[j] else en[j]
             if mode == 1 and hs >= 0.0 and hs + hp[5] > tcur:
                 tcur = hs + hp[5]
             tcur = x + p if mode == 0 else tcur + p
