@@ -1,7 +1,7 @@
 """Fast mode's fair share (``replay/fabric/fair.py``): streams that meet on a link are served
 first come, first served together, the one booked first slowed and its completion moved.
 
-The link arithmetic (``booking.share_fifo``, ``unbook``, ``fair.coarse``) with concrete
+The link arithmetic (``fifo.share_fifo``, ``booking.unbook``, ``fair.coarse``) with concrete
 values, then the fabric: a read alone is booked as before; a second read on the same path
 0.5 ns later interleaves with it, so both finish together where the first used to keep its
 full rate (flit mode's interleaving). The scenario set (``test_replay_contention_set``) and
@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import pytest
 
-from kbtrace.replay.fabric.booking import share_fifo, take_rate, unbook
+from kbtrace.replay.fabric.booking import take_rate, unbook
 from kbtrace.replay.fabric.fair import coarse
+from kbtrace.replay.fabric.fifo import share_fifo
 
 
 def test_fifo_shares_in_proportion_to_arrival_after_the_backlog():

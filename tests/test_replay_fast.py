@@ -469,6 +469,6 @@ def test_fast_stretch_equals_hop_by_hop_two_identical_reads_meeting(tmp_path):
     the fair share split the first read's piece there at 372.79999999999995 / 372.8 in one
     and not in the other; the next link spreads the work that reached it before its head
     over the first piece, so the split moved 1.2 units of work and 0.9 ns downstream. Pieces
-    either side of such a sliver are one piece now (``booking.share_fifo``)."""
+    either side of such a sliver are one piece now (``fifo.share_fifo``)."""
     test_fast_stretch_booking_equals_hop_by_hop.hypothesis.inner_test(
         tmp_path, [(8, 0, True, 4096, 0.0, 300.0, 64.0)] * 2, None)

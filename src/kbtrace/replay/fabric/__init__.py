@@ -45,7 +45,10 @@ Modules (one-way imports: ``flit`` and ``fast`` import ``base``; ``fast`` import
              ``_Plan``), booking in stretches.
 ``booking``  fast mode's reservation arithmetic on plain lists (node busy intervals,
              link bandwidth shares): pure functions, no SimPy.
-``fair``     fast mode's fair share: flows that meet on a link served together, moved.
+``fifo``     streams that meet on a link served together, first come, first served
+             (``share_fifo``; imports ``booking``).
+``fair``     fast mode's fair share: flows that meet on a link served together, moved
+             (imports ``booking`` and ``fifo``).
 ``heads``    node overheads serving heads in arrival order, moving flows' heads
              (imports ``booking`` and ``fair``; ``fast`` imports all three).
 ``core``     which ``FastFabric`` runs: the compiled twin of ``fast`` + ``booking``

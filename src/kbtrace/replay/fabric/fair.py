@@ -10,7 +10,7 @@ When a stream reaches a link that has not the bandwidth it needs (``FastFabric._
 and flows booked earlier are still arriving there, they are served again together from that
 moment (``fair_hop``): their pieces from then on are given back (``booking.unbook``) and the
 link serves all of them first come, first served with the bandwidth it spares
-(``booking.share_fifo``), as its flit FIFO does in flit mode: what arrived earlier leaves
+(``fifo.share_fifo``), as its flit FIFO does in flit mode: what arrived earlier leaves
 first, streams arriving together share in proportion to their arrival rates. An earlier
 flow whose tail now leaves later carries the delay along its path (``_push``, max-plus as
 the closed form), its rows are rewritten and its completion event moved (a SimPy event
@@ -34,7 +34,8 @@ from typing import Any
 from simpy.events import NORMAL  # the priority of a Timeout
 
 from kbtrace.replay.fabric.base import after
-from kbtrace.replay.fabric.booking import share_fifo, unbook
+from kbtrace.replay.fabric.booking import unbook
+from kbtrace.replay.fabric.fifo import share_fifo
 from kbtrace.replay.intervals import TIME_EPS
 
 __all__ = ["Flow", "Booked", "HbmWrite", "book", "book_plan", "fair_hop", "incumbents", "prune_flows", "expand", "coarse",

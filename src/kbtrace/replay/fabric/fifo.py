@@ -1,0 +1,276 @@
+"""Fast mode's fair share on one link: streams served together, first come, first served.
+
+``share_fifo`` serves several streams that meet on a link from one moment on, as flit mode's
+link FIFO serves their flits, with the bandwidth the link's step function (``booking``: the
+breakpoints ``lt``, the shares ``lr``) has to spare, and books what each is served
+(``booking.add_shares``). ``fair.fair_hop`` calls it after giving back what the streams had
+booked there (``booking.unbook``). Pure functions on plain lists, no SimPy; compiled with the
+rest of fast mode's core (``fifo.pxd``).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from math import nextafter
+
+from kbtrace.replay.fabric.booking import RATE_EPS, add_shares
+from kbtrace.replay.intervals import TIME_EPS
+
+__all__ = ["share_fifo"]
+
+_INF = float("inf")
+
+
+def _when(arr: list, w: float, x: float) -> float:
+    """When ``x`` of the work of arrival pieces ``arr`` has arrived."""
+    got = 0.0
+    for a, b, r in arr:
+        y = got + r * (b - a)
+        if y >= x and r > 0.0:
+            return a + (x - got) / r
+        got = y
+    return arr[-1][1] if arr else 0.0
+
+
+def _unserved(arr: list, w: float, d: float) -> list:
+    """The pieces of arrival ``arr`` (``w`` in all) after its first ``d`` of work."""
+    out = []
+    got = 0.0
+    for a, b, r in arr:
+        x = r * (b - a)
+        if got + x <= d:
+            got += x
+            continue
+        if got < d and r > 0.0:
+            a = a + (d - got) / r
+        got += x
+        if got > w:                     # (rounding: never more than w)
+            b = b - (got - w) / r if r > 0.0 else b
+            if b > a:
+                out.append((a, b, r))
+            break
+        if b > a:
+            out.append((a, b, r))
+    return out
+
+
+def _cum_at(pcs: list, taus: list) -> list:
+    """The work of pieces ``pcs`` (in order) arrived by each of the sorted times ``taus``."""
+    out = []
+    k = 0
+    n = len(pcs)
+    acc = 0.0
+    for x in taus:
+        while k < n:
+            a, b, r = pcs[k]
+            if b > x:
+                break
+            acc += r * (b - a)
+            k += 1
+        if k < n:
+            a, b, r = pcs[k]
+            if a < x:
+                out.append(acc + r * (x - a))
+                continue
+        out.append(acc)
+    return out
+
+
+def share_fifo(lt: list[float], lr: list[float], t0: float, streams: list) -> list:
+    """Serve several streams on one link together from ``t0``, first come, first served, as
+    flit mode's link FIFO serves flits: each stream is ``[arrival, work, done, head_work]``,
+    its work arriving as the pieces ``arrival`` (``(start, end, share)``, in order), ``done``
+    of it served before ``t0``. The link serves what has arrived in arrival order at the
+    bandwidth it has to spare (``1 - booked``): a stream's backlog leaves before what others
+    sent later, and streams arriving together share in proportion to their arrival rates.
+    Books the pieces; returns per stream ``(pieces, end, head)``: its booked ``(start, end,
+    share)`` pieces, when all its work has been served, and when ``head_work`` of it had
+    (-1.0 if ``head_work`` is 0)."""
+    m = len(streams)
+    ups = []
+    for st in streams:
+        ups.append(_unserved(st[0], st[1], st[2]))
+    pts = {t0}
+    for up in ups:
+        for a, b, _r in up:
+            pts.add(a)
+            pts.add(b)
+    taus = sorted(pts)
+    nt = len(taus)
+    # U(tau): the unserved work of all streams arrived by tau, at the breakpoints
+    us = [0.0] * nt
+    for up in ups:
+        cum = _cum_at(up, taus)
+        for k in range(nt):
+            us[k] += cum[k]
+    total = us[-1]
+    tiny = 1e-12 * (total if total > 1.0 else 1.0)
+    # S(t): work served from t0 on, at the spare bandwidth, no faster than it arrives; of a
+    # run of steps serving nothing (the link full), only its first and last moments are kept
+    # (S is flat between them: the other moments would change no result)
+    ts = [t0]
+    ss = [0.0]
+    flat = -1.0                 # the last moment of a run serving nothing, not kept yet
+    n = len(lt)
+    k = bisect_right(lt, t0) - 1
+    t = t0
+    s = 0.0
+    guard = 0
+    j = 0                       # bisect_right(taus, t), moved on as t grows
+    while s < total - tiny:
+        guard += 1
+        if guard > 1000000:
+            raise RuntimeError("share_fifo: no progress")
+        while k + 1 < n and lt[k + 1] <= t:
+            k += 1
+        c = 1.0 - (lr[k] if k >= 0 else 0.0)
+        if c <= RATE_EPS:
+            c = 0.0
+        nxt = lt[k + 1] if k + 1 < n else _INF
+        while j < nt:
+            x = taus[j]
+            if x > t:
+                break
+            j += 1
+        if j < nt and taus[j] < nxt:
+            nxt = taus[j]
+        if j == 0 or j >= nt:   # U(t) (as ``_big_u``) and its slope rr
+            rr = 0.0
+            u = 0.0 if j == 0 else total
+        else:
+            u0 = us[j - 1]
+            u1 = us[j]
+            ta = taus[j - 1]
+            tb = taus[j]
+            rr = (u1 - u0) / (tb - ta)
+            u = u0 + (u1 - u0) * (t - ta) / (tb - ta)
+        q = u - s
+        if c == 0.0:
+            rate = 0.0
+        elif q > tiny:
+            rate = c
+            if rr < c and t + q / (c - rr) < nxt:
+                nxt = t + q / (c - rr)        # the backlog clears
+            if t + (total - s) / c < nxt:
+                nxt = t + (total - s) / c
+        else:
+            rate = rr if rr < c else c
+        if nxt == _INF:
+            raise RuntimeError("share_fifo: a stream can never be served")
+        if nxt <= t:                # below the clock's resolution at t: the next tick
+            nxt = nextafter(t, _INF)
+        if rate == 0.0:
+            t = nxt
+            flat = t
+            continue
+        if flat >= 0.0:
+            ts.append(flat)
+            ss.append(s)
+            flat = -1.0
+        s += rate * (nxt - t)
+        if s > total:
+            s = total
+        t = nxt
+        ts.append(t)
+        ss.append(s)
+    if flat >= 0.0:
+        ts.append(flat)
+        ss.append(s)
+    # pieces are linear between the moments the served work passes a breakpoint of U
+    gs = set(ts)
+    for x in us:
+        if 0.0 < x < total:
+            gs.add(_t_of(ts, ss, tiny, x))
+    grid = sorted(gs)
+    ng = len(grid)
+    tau_g = []
+    for x in grid:
+        tau_g.append(_tau_of(taus, us, _s_at(ts, ss, x)))
+    order = sorted(range(ng), key=tau_g.__getitem__)
+    tau_o = []
+    for g in order:
+        tau_o.append(tau_g[g])
+    out = []
+    for i in range(m):
+        arr, w, d, hw = streams[i]
+        up = ups[i]
+        srt = _cum_at(up, tau_o)
+        cum = [0.0] * ng
+        for g in range(ng):
+            cum[order[g]] = srt[g]
+        pcs: list = []
+        for g in range(1, ng):
+            ta = grid[g - 1]
+            tb = grid[g]
+            u0 = cum[g - 1]
+            u1 = cum[g]
+            dt = tb - ta
+            dw = u1 - u0
+            if dw > tiny and dt > 0.0:
+                r = dw / dt
+                # one piece on either side of a sliver of grid (two breakpoints an ulp or so
+                # apart): whether a piece is split there must not depend on rounding, as
+                # ``fair._not_before`` spreads work over a flow's first arrival piece
+                if pcs and grid[g - 1] - pcs[-1][1] <= TIME_EPS and abs(pcs[-1][2] - r) <= 1e-12:
+                    pcs[-1] = (pcs[-1][0], grid[g], pcs[-1][2])
+                else:
+                    pcs.append((grid[g - 1], grid[g], r))
+        if up:
+            end = _t_of(ts, ss, tiny, _big_u(taus, us, total, up[-1][1]))
+            head = (_t_of(ts, ss, tiny, _big_u(taus, us, total, _when(arr, w, d + hw)))
+                    if hw > 0.0 else -1.0)
+        else:
+            end, head = t0, -1.0
+        out.append((pcs, end, head))
+    for pcs, _e, _h in out:
+        for a, b, r in pcs:
+            if b > a:
+                add_shares(lt, lr, a, b, (r,))
+    return out
+
+
+def _big_u(taus: list[float], us: list[float], total: float, tau: float) -> float:
+    """``share_fifo``'s U(tau): the unserved work arrived by ``tau`` (``us`` at ``taus``)."""
+    k = bisect_right(taus, tau) - 1
+    if k < 0:
+        return 0.0
+    if k + 1 >= len(taus):
+        return total
+    return us[k] + (us[k + 1] - us[k]) * (tau - taus[k]) / (taus[k + 1] - taus[k])
+
+
+def _tau_of(taus: list[float], us: list[float], u: float) -> float:
+    """The earliest tau with U(tau) >= ``u``."""
+    nt = len(taus)
+    k = bisect_left(us, u)
+    if k == 0:
+        return taus[0]
+    if k >= nt:
+        return taus[-1]
+    u0 = us[k - 1]
+    u1 = us[k]
+    return taus[k - 1] + (taus[k] - taus[k - 1]) * (u - u0) / (u1 - u0)
+
+
+def _t_of(ts: list[float], ss: list[float], tiny: float, u: float) -> float:
+    """When the work at position ``u`` was served (S(t) as ``ts`` / ``ss``)."""
+    i = bisect_left(ss, u - tiny)
+    if i == 0:
+        return ts[0]
+    if i >= len(ss):
+        return ts[-1]
+    s0 = ss[i - 1]
+    s1 = ss[i]
+    if s1 <= s0:
+        return ts[i]
+    x = ts[i - 1] + (ts[i] - ts[i - 1]) * (u - s0) / (s1 - s0)
+    return x if x < ts[i] else ts[i]
+
+
+def _s_at(ts: list[float], ss: list[float], t: float) -> float:
+    i = bisect_right(ts, t) - 1
+    if i < 0:
+        return 0.0
+    if i + 1 >= len(ts):
+        return ss[-1]
+    return ss[i] + (ss[i + 1] - ss[i]) * (t - ts[i]) / (ts[i + 1] - ts[i])
