@@ -239,9 +239,7 @@ def book(link_flows: list, f: Flow, j: int, s: float, e: float, busy: float,
 def book_plan(link_flows: list, f: Flow, pl: Any, k: int, h: float, t: float) -> None:
     """Flow ``f`` reserved the first ``k`` resources of free-path plan ``pl`` from head / tail
     times ``h`` / ``t`` (``booking.take_plan``): ``book`` its links among them."""
-    res = pl.res
-    hop = pl.res_hop
-    j0 = pl.j0
+    res, hop, j0 = pl.res, pl.res_hop, pl.j0
     nodes = f.rt.nodes
     n_links = len(nodes) - 1
     own = f.fab.node_own
@@ -253,7 +251,7 @@ def book_plan(link_flows: list, f: Flow, pl: Any, k: int, h: float, t: float) ->
                 n = nodes[jj]
                 own[n][h + S] = f
             continue
-        if f.rt.hops[j0 + hop[i]][4] == 1:     # a single flit's link: no stream to share
+        if f.rt.hops[jj][4] == 1:     # a single flit's link: no stream to share
             continue
         s = h + S
         e = t + A
