@@ -10,6 +10,9 @@ import cython
 cpdef _order(double[::1] minor, long[::1] major, long lo, long[::1] cnt, long[::1] out,
              long[::1] tmp)
 
+@cython.locals(i=cython.Py_ssize_t, j=cython.Py_ssize_t, x=cython.long, v=cython.double)
+cdef int _insertion(double[::1] minor, long[::1] out, Py_ssize_t a, Py_ssize_t b) except -1
+
 @cython.locals(r=cython.Py_ssize_t, e=cython.Py_ssize_t, i=cython.Py_ssize_t,
                j=cython.Py_ssize_t, k=cython.Py_ssize_t, m=cython.Py_ssize_t,
                w=cython.Py_ssize_t, x=cython.long, v=cython.double, small=cython.Py_ssize_t)

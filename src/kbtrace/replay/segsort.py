@@ -61,17 +61,22 @@ def _order(minor: np.ndarray, major: np.ndarray, lo: int, cnt: np.ndarray, out: 
     for k in range(span):                   # each key's rows [a, b) by minor (stable)
         b = cnt[k]
         if b - a <= small:
-            for i in range(a + 1, b):
-                x = out[i]
-                v = minor[x]
-                j = i - 1
-                while j >= a and minor[out[j]] > v:
-                    out[j + 1] = out[j]
-                    j -= 1
-                out[j + 1] = x
+            _insertion(minor, out, a, b)
         else:
             _merge_sort(minor, out, tmp, a, b)
         a = b
+
+
+def _insertion(minor: np.ndarray, out: np.ndarray, a: int, b: int) -> None:
+    """``out[a:b]`` stably by ``minor``, in place (insertion sort: for short runs)."""
+    for i in range(a + 1, b):
+        x = out[i]
+        v = minor[x]
+        j = i - 1
+        while j >= a and minor[out[j]] > v:
+            out[j + 1] = out[j]
+            j -= 1
+        out[j + 1] = x
 
 
 def _merge_sort(minor: np.ndarray, out: np.ndarray, tmp: np.ndarray, a: int, b: int) -> None:
@@ -81,14 +86,7 @@ def _merge_sort(minor: np.ndarray, out: np.ndarray, tmp: np.ndarray, a: int, b: 
     r = a
     while r < b:
         e = r + small if r + small < b else b
-        for i in range(r + 1, e):
-            x = out[i]
-            v = minor[x]
-            j = i - 1
-            while j >= r and minor[out[j]] > v:
-                out[j + 1] = out[j]
-                j -= 1
-            out[j + 1] = x
+        _insertion(minor, out, r, e)
         r = e
     w = small
     while w < b - a:
