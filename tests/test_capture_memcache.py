@@ -250,3 +250,25 @@ def test_read_cache_is_bounded_by_bytes(monkeypatch) -> None:
     assert list(mem._cache.values()) == tiles[-10:]
     mem.write(BASE + 4096 * 29, np.zeros(1, np.int32))      # drops 28 and 29 (one 8 KiB chunk)
     assert mem._bytes == 8 * 4096 and len(mem._cache) == 8
+
+
+def test_read_cache_counts_an_entry_under_two_keys_once(monkeypatch) -> None:
+    """A load's entry is cached under its source and its TCM copy: its bytes count once,
+    and come back when the last of its keys leaves."""
+    from kbtrace.capture import image
+    monkeypatch.setattr(image, "_CACHE_BYTES", 3 * 4096)
+    mem = MemoryImage()
+    mem.write(BASE, np.arange(8 * 1024, dtype=np.int32))
+    tcm = BASE + (1 << 24)
+    entries = []
+    for i in range(3):                               # three loads: source + TCM copy each
+        e = mem.cached_read(BASE + 8192 * i, (1024,), "i32")
+        mem.write(tcm + 8192 * i, e[0])
+        mem.remember(tcm + 8192 * i, "i32", e)
+        entries.append(e)
+    assert mem._bytes == 3 * 4096 and len(mem._cache) == 6     # all kept: 3 arrays, 6 keys
+    mem.write(BASE + 8192, np.zeros(1, np.int32))               # drops load 1's source key
+    assert mem._bytes == 3 * 4096 and len(mem._cache) == 5      # its TCM key still holds it
+    mem.write(tcm + 8192, np.zeros(1, np.int32))
+    assert mem._bytes == 2 * 4096 and len(mem._cache) == 4
+    assert set(map(id, mem._cache.values())) == {id(entries[0]), id(entries[2])}

@@ -45,7 +45,7 @@ def span_elems(shape: Sequence[int], strides: Sequence[int] | None) -> int:
 
 _CHUNK_BITS = 13   # read-cache invalidation granularity (8 KiB)
 # The read cache keeps at most _CACHE_CAP entries and _CACHE_BYTES of stored arrays (an
-# array cached under two keys, a load's source and its TCM copy, counts twice); the least
+# entry cached under two keys, a load's source and its TCM copy, counts once); the least
 # recently used entry leaves first. A gemm's tile comes back when the next program sharing
 # its row of A or column of B reaches it, some 5 entries per K step later: ~20 k entries
 # at K = 52,032. (A cache that started over every 4,096 entries missed 28% of the loads
@@ -86,7 +86,7 @@ class MemoryImage:
     a cached read always returns what the pages hold.
     """
 
-    __slots__ = ("_pages", "_cache", "_idx", "_dig", "_evicted", "_bytes")
+    __slots__ = ("_pages", "_cache", "_idx", "_dig", "_evicted", "_bytes", "_keys")
 
     def __init__(self) -> None:
         self._pages: dict[int, np.ndarray] = {}
@@ -100,7 +100,10 @@ class MemoryImage:
         #: the entry is
         self._dig: dict[tuple[Any, ...], int] = {}
         self._evicted = 0
-        self._bytes = 0     # stored bytes of the cached entries, one count per key
+        self._bytes = 0     # stored bytes of the cached entries, once per entry
+        #: id of a cached entry -> how many keys it is cached under (while cached, an entry's
+        #: id cannot be reused: the cache holds it)
+        self._keys: dict[int, int] = {}
 
     def _invalidate(self, chunks: Iterable[int]) -> None:
         """Drop the cached entries (and noted digests) indexed under any of ``chunks``."""
@@ -111,9 +114,25 @@ class MemoryImage:
                 for k in keys:
                     e = cache.pop(k, None)
                     if e is not None:
-                        self._bytes -= e[0].nbytes
+                        self._release(e)
                     if dig:
                         dig.pop(k, None)
+
+    def _hold(self, entry: list[Any]) -> None:
+        """Count ``entry`` cached under one more key (its bytes on the first)."""
+        n = self._keys.get(id(entry), 0)
+        if not n:
+            self._bytes += entry[0].nbytes
+        self._keys[id(entry)] = n + 1
+
+    def _release(self, entry: list[Any]) -> None:
+        """Count ``entry`` cached under one key fewer (its bytes back on the last)."""
+        n = self._keys[id(entry)] - 1
+        if n:
+            self._keys[id(entry)] = n
+        else:
+            del self._keys[id(entry)]
+            self._bytes -= entry[0].nbytes
 
     def _keep(self, key: tuple[Any, ...], nbytes: int, entry: list[Any],
               isz: int = 1) -> None:
@@ -122,17 +141,19 @@ class MemoryImage:
         cache = self._cache
         old = cache.pop(key, None)
         if old is not None:
-            self._bytes -= old[0].nbytes
-        self._bytes += entry[0].nbytes
+            self._release(old)
+        self._hold(entry)
         while len(cache) >= _CACHE_CAP or (self._bytes > _CACHE_BYTES and cache):
-            self._bytes -= cache.popitem(last=False)[1][0].nbytes
+            self._release(cache.popitem(last=False)[1])
             self._evicted += 1
         if self._evicted >= _DIG_SPAN:
             # the index still lists evicted keys (harmless: popping them is a no-op) and
             # serves the digest memo: both start over, and with them the cache
             self._evicted = 0
             cache.clear()
-            self._bytes = entry[0].nbytes
+            self._keys.clear()
+            self._bytes = 0
+            self._hold(entry)
             self._idx.clear()
             self._dig.clear()
         cache[key] = entry
@@ -187,6 +208,7 @@ class MemoryImage:
         self._dig.clear()
         self._evicted = 0
         self._bytes = 0
+        self._keys.clear()
 
     def _page(self, no: int) -> np.ndarray:
         page = self._pages.get(no)
