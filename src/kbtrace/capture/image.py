@@ -47,9 +47,11 @@ _CHUNK_BITS = 13   # read-cache invalidation granularity (8 KiB)
 # The read cache keeps at most _CACHE_CAP entries and _CACHE_BYTES of stored arrays (an
 # entry cached under two keys, a load's source and its TCM copy, counts once); the least
 # recently used entry leaves first. A gemm's tile comes back when the next program sharing
-# its row of A or column of B reaches it, some 5 entries per K step later: ~20 k entries
-# at K = 52,032. (A cache that started over every 4,096 entries missed 28% of the loads
-# at K = 15,616, against 5% at K = 5,184: that made capture's cost per op grow with K.)
+# its row of A or column of B reaches it, a number of entries later that grows with K: at
+# K = 15,616 (244 K steps) between 4,096 and 8,192 (a least-recently-used cache of 4,096
+# entries still missed 1.07 M of 4.0 M reads, one of 8,192 80 k). (A cache that started
+# over every 4,096 entries missed 28% of the reads at K = 15,616, against 5% at K = 5,184:
+# that made capture's cost per op grow with K.)
 _CACHE_CAP = 65_536
 _CACHE_BYTES = 256 << 20
 _DIG_SPAN = 65_536    # evictions after which the index and the digest memo start over
@@ -149,13 +151,8 @@ class MemoryImage:
         if self._evicted >= _DIG_SPAN:
             # the index still lists evicted keys (harmless: popping them is a no-op) and
             # serves the digest memo: both start over, and with them the cache
-            self._evicted = 0
-            cache.clear()
-            self._keys.clear()
-            self._bytes = 0
+            self._forget()
             self._hold(entry)
-            self._idx.clear()
-            self._dig.clear()
         cache[key] = entry
         addr = key[0]
         idx = self._idx
@@ -203,6 +200,10 @@ class MemoryImage:
         """Forget every page and cached read (the image reads as zeros again): a capture
         frees its images this way once the kernels ran and the outputs were gathered."""
         self._pages.clear()
+        self._forget()
+
+    def _forget(self) -> None:
+        """Start the read cache, its index and the digest memo over (the pages stay)."""
         self._cache.clear()
         self._idx.clear()
         self._dig.clear()
