@@ -4,7 +4,7 @@ goes; not part of the default test run.
 Run:  python benchmarks/bench_sweep.py [--repeats 2] [--force-workers]
       pytest benchmarks/bench_sweep.py -m benchmark
 
-Three sweeps over ``small.yaml`` (4 points each: ``cube.hbm.pc_bw_gbps`` in 8, 16, 32, 64),
+Sweeps over ``small.yaml`` (4 points, ``cube.hbm.pc_bw_gbps`` in 8, 16, 32, 64, unless said),
 each run with ``jobs=1`` and ``jobs=2``, alternating, best wall time of ``--repeats``:
 
 * ``tiny``: gemm M = N = K = 128 (128 ops per point): worker start-up would dominate, so
@@ -13,6 +13,9 @@ each run with ``jobs=1`` and ``jobs=2``, alternating, best wall time of ``--repe
 * ``10k re-run``: the same sweep re-run into its directory: the points go out largest
   first by the CPU seconds each took in the earlier run (``point.json``), not by trace ops
   (which are equal);
+* ``10k x 8``: the same trace at 8 points (``pc_bw_gbps`` 8 to 96), a first run: with more
+  points than processes the pool balances unequal points better than with 4, one of which
+  costs 2.5x each other one;
 * ``capture``: two gemm workloads (BM 16 / 32, M = N = 512, K = 1024) captured by the
   sweep (2 points each: 8, 32): captures and points are one set of jobs, each point
   starting once its trace is captured.
@@ -56,6 +59,7 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = str(ROOT / "topologies" / "small.yaml")
 GRID = {"cube.hbm.pc_bw_gbps": [8, 16, 32, 64]}
+GRID8 = {"cube.hbm.pc_bw_gbps": [8, 12, 16, 24, 32, 48, 64, 96]}
 
 
 def configs(tmp: Path) -> dict[str, dict]:
@@ -67,6 +71,7 @@ def configs(tmp: Path) -> dict[str, dict]:
         capture(ROOT / "capture" / "gemm.py", SMALL, params, d)
         out[name] = {"traces": [str(d)], "topologies": [SMALL], "grid": GRID}
     out["10k re-run"] = out["10k"]
+    out["10k x 8"] = dict(out["10k"], grid=GRID8)
     out["capture"] = {"workloads": [{"path": str(ROOT / "capture" / "gemm.py"),
                                      "params": {"M": 512, "N": 512, "K": 1024},
                                      "grid": {"BM": [16, 32]}}],
@@ -178,7 +183,7 @@ def test_sweep_jobs(tmp_path):
     rows = measure(1, tmp_path, force_workers=True)
     print(table(rows))
     print(cpu_table(rows))
-    assert len(rows) == 4
+    assert len(rows) == 5
     assert all(r.prof[1].serial_s < 0.2 * r.prof[1].total_s for r in rows[1:])
 
 
