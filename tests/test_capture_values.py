@@ -135,6 +135,43 @@ def test_gc_state_restored(tiny, tmp_path, fail):
     assert gc.isenabled()
 
 
+@pytest.mark.parametrize("young, collected", [(1, True), (10**9, False)])
+def test_drains_collect_cyclic_garbage_past_the_young_threshold(tiny, tmp_path, monkeypatch,
+                                                                 young, collected):
+    """While capture pauses automatic GC, a drain collects the young generation once it
+    grew by ``GC_YOUNG`` objects: a kernel's reference cycles do not pile up."""
+    import weakref
+
+    from kbtrace.capture import tracer
+    monkeypatch.setattr(tracer, "BATCH_ROWS", 4)
+    monkeypatch.setattr(tracer, "GC_YOUNG", young)
+    alive: list[int] = []
+
+    class Node:
+        pass
+
+    def kernel(tl, x):
+        refs = []
+        for _ in range(40):
+            n = Node()
+            n.me = n                     # a cycle only the cyclic GC frees
+            refs.append(weakref.ref(n))
+            del n
+            tl.load(x, (8,), "f32")      # a drain every 4 ops
+        alive.append(sum(r() is not None for r in refs))
+
+    def build(w, p):
+        w.launch(kernel, grid=(1, 1), args=(w.tensor("x", (8,), "f32"),))
+
+    gc.collect()
+    _run(tiny, tmp_path, build)
+    assert len(alive) == 1
+    if collected:
+        assert alive[0] < 8          # collected at the drains (the last few are still young)
+    else:
+        assert alive[0] == 40        # no automatic GC during the kernels, no collection
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.sampled_from([np.int32, np.int64]), st.integers(1, 9), st.integers(1, 70),
        st.integers(1, 9), st.sampled_from([1, 100, 1 << 15, 1 << 20, 1 << 31]),

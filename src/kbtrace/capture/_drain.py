@@ -74,6 +74,8 @@ class Drainer:
         self._by_dst: dict[int, tuple[int, tuple[int, ...]]] = {}
         self._lo, self._hi = 0, 0
         self._rows: list[Any] = []
+        #: operand signature -> a dot row's columns in_spaces .. k (``_dot_columns``)
+        self._dot_const: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         assert len(OP_FIELDS) == 44
 
     def run(self, recs: list[Any]) -> list[tuple[Any, ...]]:
@@ -164,14 +166,28 @@ class Drainer:
 
     def _dot(self, r: tuple[Any, ...], i: int) -> None:
         op_id, _, p, seq, file, line, a, b, acc, dst, nbytes, acc_dt = r
-        ins = (a, b) if acc is None else (a, b, acc)
-        m, k, n = a.shape[0], a.shape[1], b.shape[1]
+        ia, ib = a.op_id, b.op_id
+        if acc is None:
+            ins: tuple[Any, ...] = (a, b)
+            key: tuple[Any, ...] = (a.shape, a.dtype, a.space, b.shape, b.dtype, b.space, acc_dt)
+            addrs = [a.addr, b.addr]
+            deps = (sorted({ia, ib}) if ia is not None and ib is not None
+                    else sorted({d for h in ins for d in h.deps}))
+        else:
+            ins = (a, b, acc)
+            key = (a.shape, a.dtype, a.space, b.shape, b.dtype, b.space, acc_dt, acc.shape,
+                   acc.dtype, acc.space)
+            addrs = [a.addr, b.addr, acc.addr]
+            ic = acc.op_id
+            deps = (sorted({ia, ib, ic}) if ia is not None and ib is not None and ic is not None
+                    else sorted({d for h in ins for d in h.deps}))
+        const = self._dot_const.get(key)
+        if const is None:
+            const = self._dot_const[key] = self._dot_columns(ins, acc_dt)
+        m, n, k = const[7], const[8], const[9]
         head = ((op_id,) + _head(p) + (seq, "dot", "dot", False, None, None, "tcm", dst, nbytes,
-                                       [h.addr for h in ins], [h.space for h in ins],
-                                       [list(h.shape) for h in ins], [h.dtype for h in ins], (),
-                                       [m, n], acc_dt, acc_dt, m, n, k) + _N8
-                + (sorted({d for h in ins for d in h.deps}), None, None, _basename(file), line,
-                   None))
+                                       addrs) + const + _N8
+                + (deps, None, None, _basename(file), line, None))
         rows = self._rows
         if not self.golden:
             rows[i] = head + (None, ())
@@ -199,6 +215,17 @@ class Drainer:
             self._lo, self._hi = min(self._lo, dst), max(self._hi, dst + nbytes)
         self._by_dst[dst] = (len(pend), (m, n))
         pend.append((i, head, av, bv, cv, dst, acc_dt))
+
+    def _dot_columns(self, ins: tuple[Any, ...], acc_dt: str) -> tuple[Any, ...]:
+        """A dot row's columns from ``in_spaces`` to ``k`` that follow from its operands'
+        shapes, dtypes and spaces (shared by every dot of that signature: the Parquet
+        writer reads the lists, nothing modifies them)."""
+        if len(self._dot_const) > 4096:
+            self._dot_const.clear()
+        a, b = ins[0], ins[1]
+        m, k, n = a.shape[0], a.shape[1], b.shape[1]
+        return ([h.space for h in ins], [list(h.shape) for h in ins], [h.dtype for h in ins],
+                (), [m, n], acc_dt, acc_dt, m, n, k)
 
     def _chained(self, h: Any) -> int | None:
         """Index of the pending dot whose result ``h`` is exactly (same span, shape, dtype)."""

@@ -266,8 +266,9 @@ def _capture(workload_path: Any, topology: Any, params: Any, out_dir: Any, golde
             t_run0, c_run0 = time.perf_counter(), time.process_time()
             # Automatic GC is paused while kernels run: the recorder allocates a few small objects
             # per op and creates no reference cycles, so generational passes over the growing op
-            # log would only cost time (~30% of the kernel phase). Each log drain collects the
-            # young generation, which bounds garbage a kernel itself might leave in cycles.
+            # log would only cost time (~30% of the kernel phase). A log drain collects the
+            # young generation once it is large (``tracer.GC_YOUNG``), which bounds garbage a
+            # kernel itself might leave in cycles.
             gc_was_enabled = gc.isenabled()
             gc.disable()
             sink.collect_gc = gc_was_enabled
@@ -294,16 +295,18 @@ def _capture(workload_path: Any, topology: Any, params: Any, out_dir: Any, golde
                                      "programs": len(coords), "first_op": first,
                                      "n_ops": tracer.next_op - first})
                     li += 1
+                t_run, c_run = time.perf_counter() - t_run0, time.process_time() - c_run0
+                drained_in_run, drained_cpu_in_run = sink.seconds, sink.cpu_seconds
+                sink.drain(final=True)  # golden execution of the rest of the log (fills tracer.mem)
+                got = gather_outputs(_output_shards(w), tracer.mem) if w.outputs and golden else {}
+                tracer.release()    # the images are done with: freed before the references'
+                #                     and the memory.parquet writer's peaks (not stacked on them)
             finally:
+                # (GC resumes once the images and their read caches are freed: a collection
+                # while they are live walks every cached entry, ~1 CPU us per op at scale)
                 sink.collect_gc = False
                 if gc_was_enabled:
                     gc.enable()
-            t_run, c_run = time.perf_counter() - t_run0, time.process_time() - c_run0
-            drained_in_run, drained_cpu_in_run = sink.seconds, sink.cpu_seconds
-            sink.drain(final=True)  # golden execution of the rest of the log (fills tracer.mem)
-            got = gather_outputs(_output_shards(w), tracer.mem) if w.outputs and golden else {}
-            tracer.release()    # the images are done with: freed before the references' and
-            #                     the memory.parquet writer's peaks (which do not stack on them)
             # numpy references after the kernel phase (their BLAS threads would compete with it);
             # they see the initial values, which capture never modifies (Tensor.stored)
             inputs = {n: t.value for n, t in w.tensors.items()}
