@@ -272,3 +272,53 @@ def test_read_cache_counts_an_entry_under_two_keys_once(monkeypatch) -> None:
     mem.write(tcm + 8192, np.zeros(1, np.int32))
     assert mem._bytes == 2 * 4096 and len(mem._cache) == 4
     assert set(map(id, mem._cache.values())) == {id(entries[0]), id(entries[2])}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_dirty_writes_read_back_as_a_flat_memory_would(seed: int) -> None:
+    """``write_entry`` keeps its array dirty (no page bytes) until a read, a strided write
+    or a partial overwrite needs the pages: random mixes of every write and read path over
+    a span crossing a page boundary give what a flat byte array gives."""
+    rng = np.random.default_rng(seed)
+    base = BASE + (1 << 20) - 6 * 1024         # 6 KiB below a page boundary
+    n = 16 * 1024
+    flat = np.zeros(n, dtype=np.uint8)
+    mem = MemoryImage()
+    for step in range(400):
+        kind = rng.integers(6)
+        off = int(rng.integers(0, n // 4 - 64)) * 4
+        if kind <= 1:       # a dirty write (a load's TCM copy, a dot's result)
+            k = int(rng.integers(1, 64))
+            arr = rng.integers(-9, 9, size=k).astype(np.int32)
+            mem.write_entry(base + off, "i32", [arr, None, None])
+            flat[off:off + 4 * k] = arr.view(np.uint8)
+        elif kind == 2:     # a plain contiguous write, often over dirty spans
+            k = int(rng.integers(1, 64))
+            arr = rng.integers(-9, 9, size=k).astype(np.int32)
+            mem.write(base + off, arr)
+            flat[off:off + 4 * k] = arr.view(np.uint8)
+        elif kind == 3:     # a strided tile write (leaves its gaps as they were)
+            tile = rng.integers(-9, 9, size=(4, 3)).astype(np.int32)
+            mem.write(base + off, tile, strides=(7, 1))
+            view = np.ndarray((4, 3), np.int32, flat, off, (28, 4))
+            view[...] = tile
+        elif kind == 4:     # a strided tile read
+            got = mem.read(base + off, (4, 3), "i32", (7, 1))
+            assert np.array_equal(got, np.ndarray((4, 3), np.int32, flat, off, (28, 4))), step
+        else:               # a cached contiguous read
+            k = int(rng.integers(1, 64))
+            got = mem.cached_read(base + off, (k,), "i32")[0]
+            assert np.array_equal(got, flat[off:off + 4 * k].view(np.int32)), step
+    assert np.array_equal(mem.read_bytes(base, n), flat)
+    assert not mem._dirty           # read_bytes of the whole span wrote every dirty array
+
+
+def test_dirty_write_covered_whole_is_dropped_without_a_page() -> None:
+    mem = MemoryImage()
+    a, b = np.arange(8, dtype=np.int32), np.arange(8, 16, dtype=np.int32)
+    mem.write_entry(BASE, "i32", [a, None, None])
+    mem.write_entry(BASE, "i32", [b, None, None])     # the same span: a never reaches a page
+    assert not mem._pages
+    assert list(mem._dirty) == [BASE] and mem._dirty[BASE] is b
+    assert mem.read(BASE, (8,), "i32").tolist() == list(range(8, 16))
+    assert not mem._dirty and len(mem._pages) == 1

@@ -126,8 +126,7 @@ class Drainer:
         if dig is None:
             dig = e[1] = digest(e[0])
             mem.note_digest((src, geo[0], dtype, geo[6]), e)
-        mem.write(dst, e[0])
-        mem.remember(dst, dtype, e)
+        mem.write_entry(dst, dtype, e)
         return ((op_id,) + _head(p) + (seq, "load", "load", False, space, src, "tcm", dst,
                                        nbytes) + _EMPTY5 + (geo[4], dtype) + _N12
                 + (deps, None, None, _basename(file), line, None, dig, geo[5]))
@@ -154,9 +153,7 @@ class Drainer:
         if self._pend and self._touches(dst, geo[3]):
             self.flush()
         e = self.m.fill_entry(name, geo[4], dtype, scalars)
-        mem = self.mem
-        mem.write(dst, e[0])
-        mem.remember(dst, dtype, e)
+        self.mem.write_entry(dst, dtype, e)
         dig = e[1]
         if dig is None:
             dig = e[1] = digest(e[0])
@@ -280,8 +277,7 @@ class Drainer:
             if cv is not None:
                 out = out + (results[cv] if cv.__class__ is int else cv)
             results[j] = out
-            mem.write(dst, out)
             e = [out, None, None]
-            mem.remember(dst, acc_dt, e)
+            mem.write_entry(dst, acc_dt, e)
             dig = e[1] = digest(out)
             rows[i] = head + (dig, ())

@@ -281,16 +281,14 @@ class Machine:
             stored = values  # already the storage bytes (what to_storage would return)
         else:
             stored = to_storage(np.broadcast_to(values, shape), dt)
-        self.mem.write(op.dst_addr, stored)
         e = [stored, None, None]
-        self.mem.remember(op.dst_addr, op.out_dtype, e)
+        self.mem.write_entry(op.dst_addr, op.out_dtype, e)
         return e
 
     def _load(self, op: Op) -> list[Any]:
         mem = self.mem
         e = mem.cached_read(op.src_addr, op.out_shape, op.out_dtype, op.mem_strides or None)
-        mem.write(op.dst_addr, e[0])
-        mem.remember(op.dst_addr, op.out_dtype, e)
+        mem.write_entry(op.dst_addr, op.out_dtype, e)
         return e
 
     def _store(self, op: Op) -> list[Any]:
@@ -303,8 +301,7 @@ class Machine:
 
     def _fill(self, op: Op) -> list[Any]:
         e = self.fill_entry(op.name, op.out_shape, op.out_dtype, op.scalars)
-        self.mem.write(op.dst_addr, e[0])
-        self.mem.remember(op.dst_addr, op.out_dtype, e)
+        self.mem.write_entry(op.dst_addr, op.out_dtype, e)
         return e
 
     def fill_entry(self, name: str, shape: Sequence[int], dtype: str,
@@ -379,8 +376,7 @@ class Machine:
         if e is None:
             raise VerifyError(f"executor: recv op {op.op_id} ran before its send op "
                               f"{op.match_op_id}; the execution order must respect ops.deps")
-        self.mem.write(op.dst_addr, e[0])
-        self.mem.remember(op.dst_addr, op.out_dtype, e)
+        self.mem.write_entry(op.dst_addr, op.out_dtype, e)
         return e
 
 
