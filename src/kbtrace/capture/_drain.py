@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from kbtrace.capture.dtypes import COMPUTE, digest, to_compute
+from kbtrace.capture.dtypes import COMPUTE, ITEMSIZE, digest, to_compute
 from kbtrace.capture.executor import OP_FIELDS, Machine, matmul
 
 __all__ = ["Drainer"]
@@ -196,16 +196,23 @@ class Drainer:
             op = self._expand(r)
             rows[i] = head + (self.m.step(op)[1], ())
             return
-        if self._pend and (self._touches(dst, nbytes) or self._touches(a.addr, a.nbytes)
-                           or self._touches(b.addr, b.nbytes) or (
-                               acc is not None and self._touches(acc.addr, nbytes)
-                               and self._chained(acc) is None)):
-            self.flush()            # (only the accumulator may be a pending result)
-        acc_np = COMPUTE[acc_dt]
-        av = self._operand(a, acc_np)
-        bv = self._operand(b, acc_np)
-        cv = None if acc is None else self._operand(acc, acc_np)
         pend = self._pend
+        if pend:
+            lo, hi = self._lo, self._hi
+            aa, ba = a.addr, b.addr
+            if ((dst < hi and dst + nbytes > lo)
+                    or (aa < hi and aa + m * k * ITEMSIZE[a.dtype] > lo)
+                    or (ba < hi and ba + k * n * ITEMSIZE[b.dtype] > lo)
+                    or (acc is not None and acc.addr < hi and acc.addr + nbytes > lo
+                        and self._chained(acc) is None)):
+                self.flush()        # (only the accumulator may be a pending result)
+                pend = self._pend
+        acc_np = COMPUTE[acc_dt]
+        # a and b do not touch the pending results (else the batch was flushed just now),
+        # so neither is one of them
+        av = self._value(a, acc_np)
+        bv = self._value(b, acc_np)
+        cv = None if acc is None else self._operand(acc, acc_np)
         if not pend:
             self._lo, self._hi = dst, dst + nbytes
         else:
@@ -238,6 +245,10 @@ class Drainer:
             j = self._chained(h)
             if j is not None:
                 return j
+        return self._value(h, acc_np)
+
+    def _value(self, h: Any, acc_np: Any) -> Any:
+        """The compute value of ``h``, read from memory, as ``acc_np`` (``_operand``'s read)."""
         e = self.mem.cached_read(h.addr, h.shape, h.dtype)
         c = e[2]
         if c is None:

@@ -36,7 +36,7 @@ from kbtrace.errors import CaptureError
 
 __all__ = ["STORAGE", "COMPUTE", "TOLERANCE", "itemsize", "check_dtype", "to_storage",
            "to_compute", "from_bytes", "digest", "compare", "allclose", "promote", "promote_scalar",
-           "FLOATS"]
+           "FLOATS", "ITEMSIZE"]
 
 STORAGE: dict[str, np.dtype] = {
     "f32": np.dtype("<f4"), "f16": np.dtype("<f2"), "bf16": np.dtype("<u2"),
@@ -52,6 +52,8 @@ TOLERANCE: dict[str, tuple[float, float]] = {
     "i32": (0.0, 0.0), "i8": (0.0, 0.0), "bool": (0.0, 0.0),
 }
 _ITEMSIZE = {k: v.itemsize for k, v in STORAGE.items()}
+#: bytes per element of each dtype (``itemsize`` without a call, for hot paths)
+ITEMSIZE = _ITEMSIZE
 FLOATS = frozenset(("f32", "f16", "bf16"))
 #: rank in the promotion lattice (f16 and bf16 share a rank: they meet at f32)
 _RANK = {"bool": 0, "i8": 1, "i32": 2, "f16": 3, "bf16": 3, "f32": 4}

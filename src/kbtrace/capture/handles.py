@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kbtrace.capture.dtypes import itemsize
+from kbtrace.capture.dtypes import ITEMSIZE
 from kbtrace.errors import CaptureError
 
 if TYPE_CHECKING:
@@ -173,7 +173,7 @@ class TensorHandle:
 
     @property
     def nbytes(self) -> int:
-        return math.prod(self.shape) * itemsize(self.dtype)
+        return math.prod(self.shape) * ITEMSIZE[self.dtype]
 
     def __repr__(self) -> str:
         real = self._data is not None or self._lazy is not None or self._stored is not None

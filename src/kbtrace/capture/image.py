@@ -167,7 +167,8 @@ class MemoryImage:
         cache[key] = entry
         addr = key[0]
         idx = self._idx
-        for c in _chunks(addr, nbytes, key[1], key[3], isz):
+        for c in (range(addr >> _CHUNK_BITS, ((addr + max(nbytes, 1) - 1) >> _CHUNK_BITS) + 1)
+                  if key[3] is None else _chunks(addr, nbytes, key[1], key[3], isz)):
             keys = idx.get(c)
             if keys is None:
                 idx[c] = {key}
@@ -220,17 +221,25 @@ class MemoryImage:
         lo, hi = addr >> _CHUNK_BITS, (addr + nbytes - 1) >> _CHUNK_BITS
         if self._idx:
             self._invalidate(range(lo, hi + 1))
-        if self._dirty:
-            self._displace(addr, nbytes, lo, hi, True)
-        self._dirty[addr] = stored
-        dchunk = self._dchunk
-        for c in range(lo, hi + 1):
-            d = dchunk.get(c)
-            if d is None:
-                dchunk[c] = {addr}
-            else:
-                d.add(addr)
-        self.remember(addr, dtype, entry)
+        dirty = self._dirty
+        old = dirty.get(addr)
+        if old is not None and old.nbytes == nbytes:
+            # the same span again (a reused buffer): no other dirty array overlaps it, as
+            # none overlaps the one it replaces, and the span's chunks are indexed already
+            dirty[addr] = stored
+        else:
+            if dirty:
+                self._displace(addr, nbytes, lo, hi, True)
+            dirty[addr] = stored
+            dchunk = self._dchunk
+            for c in range(lo, hi + 1):
+                d = dchunk.get(c)
+                if d is None:
+                    dchunk[c] = {addr}
+                else:
+                    d.add(addr)
+        stored.flags.writeable = False      # (``remember``)
+        self._keep((addr, stored.shape, dtype, None), nbytes, entry)
 
     def _displace(self, addr: int, nbytes: int, lo: int, hi: int, covering: bool) -> None:
         """Dirty arrays overlapping ``[addr, addr + nbytes)`` (chunks ``lo..hi``) are written to

@@ -212,10 +212,14 @@ class Program(IpcqMixin):
             off = a.reclaim(nbytes)
         return None if off is None else a.base + off
 
-    def _alloc(self, a: Allocator, nbytes: int, what: str) -> int:
-        """``_place``, or a ``SanitizerError`` at the kernel's line naming what holds ``a``."""
+    def _alloc(self, a: Allocator, nbytes: int, what: str, shape: Any = None,
+               dtype: str | None = None) -> int:
+        """``_place``, or a ``SanitizerError`` at the kernel's line naming what holds ``a``
+        (``what``, then ``shape`` and ``dtype`` when given: formatted only for the error)."""
         addr = self._place(a, nbytes)
         if addr is None:
+            if dtype is not None:
+                what = f"{what} {shape} {dtype}"
             raise self.fail(SanitizerError, a.full(nbytes, what))
         return addr
 
@@ -276,7 +280,7 @@ class Program(IpcqMixin):
         a = self.tcm
         start = -(-a.cursor // a.align) * a.align
         if start + nbytes > a.capacity:
-            start = self._alloc(a, nbytes, f"tl.load of {geo[0]} {dtype}") - a.base
+            start = self._alloc(a, nbytes, "tl.load of", geo[0], dtype) - a.base
         else:
             a.cursor = start + nbytes
         dst = a.base + start
@@ -357,7 +361,7 @@ class Program(IpcqMixin):
         a = self.scratch
         start = -(-a.cursor // a.align) * a.align
         if start + nbytes > a.capacity:
-            start = self._alloc(a, nbytes, f"tl.{name} result {shp} {dtype}") - a.base
+            start = self._alloc(a, nbytes, f"tl.{name} result", shp, dtype) - a.base
         else:
             a.cursor = start + nbytes
         dst = a.base + start
@@ -456,7 +460,7 @@ class Program(IpcqMixin):
         sc = self.scratch
         start = -(-sc.cursor // sc.align) * sc.align
         if start + nbytes > sc.capacity:
-            start = self._alloc(sc, nbytes, f"tl.dot result {(m, n)} {acc_dt}") - sc.base
+            start = self._alloc(sc, nbytes, "tl.dot result", (m, n), acc_dt) - sc.base
         else:
             sc.cursor = start + nbytes
         dst = sc.base + start
