@@ -185,3 +185,27 @@ def test_counter_events_are_capped_at_one_time_for_every_counter(ring, tmp_path,
     last = max(_ns(e["ts"]) for e in kept)
     before = [e for e in ring["traceEvents"] if e["ph"] == "C" and _ns(e["ts"]) < last]
     assert len(before) < len(kept)     # every counter is whole up to the cut
+
+
+@pytest.mark.parametrize("cap", [1, 37, 71])
+def test_fabric_slices_under_the_cap_are_the_earliest_in_slice_order(gemm, tmp_path,
+                                                                     monkeypatch, cap):
+    """Past ``MAX_FABRIC_SLICES`` the slices are the first ones of the ORDER BY over every
+    fabric hop (the cut by entry time only narrows what is sorted), the rest counted."""
+    import kbtrace.analysis.perfetto as pf
+    from kbtrace.analysis.run import open_run
+
+    _, run_dir = gemm
+    monkeypatch.setattr(pf, "MAX_FABRIC_SLICES", cap)
+    export_perfetto(run_dir, tmp_path / "cap.json")
+    doc = json.loads((tmp_path / "cap.json").read_text())
+    got = [(e["args"]["op_id"], e["args"]["tile"], e["ts"]) for e in doc["traceEvents"]
+           if e["ph"] == "X" and e["cat"] == "fabric"]
+    with open_run(run_dir) as r:
+        fab = "WHERE link_idx >= 0 OR CAST(stage AS VARCHAR) = 'hbm'"
+        n = r.sql(f"SELECT count(*) FROM hops {fab}").item()
+        want = r.con.sql(f"SELECT op_id, tile, t_enter_ns FROM hops {fab} ORDER BY "
+                         f"t_enter_ns, op_id, tile, hop LIMIT {cap}").fetchall()
+    assert n > cap
+    assert got == [(o, t, us(round(s))) for o, t, s in want]
+    assert doc["otherData"]["fabric_slices_left_out"] == n - cap

@@ -192,6 +192,33 @@ class _Slots:
         return self.labels[int(self.a[op_id, 4])] if op_id in self else f"op {op_id}"
 
 
+def _fabric_cut(run: Any) -> tuple[int, str]:
+    """The number of fabric hops and, when there are more than ``MAX_FABRIC_SLICES``, a
+    filter keeping those entering no later than the ``MAX_FABRIC_SLICES``-th earliest (a
+    superset of the earliest ``MAX_FABRIC_SLICES`` in the slice order, ties at that time
+    included), so the sort is of those rows, not of every hop (1.0 M ops, 20 M fabric
+    hops: 16 -> 2 CPU s); the entry times are streamed, the earliest ``MAX_FABRIC_SLICES``
+    and one batch held at a time."""
+    import duckdb
+
+    k, n, low = MAX_FABRIC_SLICES, 0, np.empty(0)
+    try:
+        reader = run.con.sql("SELECT t_enter_ns FROM hops WHERE link_idx >= 0 OR "
+                             "CAST(stage AS VARCHAR) = 'hbm'"
+                             ).to_arrow_reader(1 << 20)
+        for b in reader:
+            t = b.column(0).to_numpy()
+            n += len(t)
+            low = np.concatenate([low, t])
+            if len(low) > k:
+                low = np.partition(low, k - 1)[:k]
+    except duckdb.Error as exc:  # surfaced like Run.sql's
+        raise run.error(exc) from exc
+    if n <= k or not np.isfinite(cut := float(low.max())):
+        return n, ""
+    return n, f" AND h.t_enter_ns <= CAST('{cut!r}' AS DOUBLE)"   # the exact double
+
+
 def _stream(run: Any, info: dict[str, Any], tracks: _Tracks):
     """The slice and flow events in order (the metadata, known only at the end, is
     ``tracks.meta()``); memory stays bounded by a batch of rows plus the per-op slots."""
@@ -212,8 +239,7 @@ def _stream(run: Any, info: dict[str, Any], tracks: _Tracks):
                "args": {"op_id": op_id, "launch": launch, "program": program,
                         "seq": seq, "queue_ns": q, "nbytes": nb}}
     # fabric: link hops and HBM accesses, each a slice on its link's / controller's track
-    n_fabric = run.sql("SELECT count(*) AS n FROM hops WHERE link_idx >= 0 OR "
-                       "CAST(stage AS VARCHAR) = 'hbm'").item()
+    n_fabric, cut = _fabric_cut(run)
     chains: dict[tuple[int, int], list[tuple[int, int, int, int]]] = defaultdict(list)
     steps = _Steps()
     link_track: dict[int, tuple[str, str]] = {}
@@ -226,7 +252,7 @@ def _stream(run: Any, info: dict[str, Any], tracks: _Tracks):
             "l.dst_id, l.kind AS link_kind FROM hops h "
             "LEFT JOIN links l ON l.link_idx = h.link_idx "
             "LEFT JOIN nodes n ON n.node_idx = h.node_idx "
-            "WHERE h.link_idx >= 0 OR CAST(h.stage AS VARCHAR) = 'hbm' "
+            f"WHERE (h.link_idx >= 0 OR CAST(h.stage AS VARCHAR) = 'hbm'){cut} "
             f"ORDER BY h.t_enter_ns, h.op_id, h.tile, h.hop LIMIT {MAX_FABRIC_SLICES}"):
         n_hops += 1
         s, e = round(t0), round(t1)
