@@ -13,7 +13,7 @@ resource; these tests pin what it does when others hold a resource then:
 * an HBM write, committed when its head arrives, books its later bursts ahead; each
   pseudo-channel serves in arrival order as flit mode's does, so a read or burst arriving
   before a burst booked ahead goes first and that burst (and its write's completion) moves
-  back (``HbmController.write_stream``, ``fair.HbmWrite``);
+  back (``HbmController.write_stream``, ``heads.HbmWrite``);
 * end to end: two PEs reading 64 KiB each across the same UCIe crossing finish exactly as in
   flit mode (serialised on the crossing before: 67% late), four within 30% (71% before).
 """
@@ -104,7 +104,7 @@ def _in_arrival_order(h: HbmController, reqs: list) -> list[float]:
 
 
 class _Write:
-    """What ``write_stream`` needs of a write's completion (``fair.HbmWrite``): its bursts
+    """What ``write_stream`` needs of a write's completion (``heads.HbmWrite``): its bursts
     booked ahead, and a call when they move."""
 
     def __init__(self) -> None:
@@ -276,3 +276,36 @@ def test_fast_fcfs_keeps_bookings_where_they_were_made(tmp_path):
     one = {f: replay(lone, small, ReplayOptions(fidelity=f, out_dir=str(tmp_path / f"1{f}")))
            .makespan_ns for f in ("flit", "fast", "fast-fcfs")}
     assert one["fast"] == one["fast-fcfs"] == pytest.approx(one["flit"], abs=1e-6)
+
+
+@pytest.mark.parametrize("read, at, done", [
+    (False, 14.0, {0: 35.7, 1: 31.7}),      # PE 4's store overtakes PE 7's at a mesh node
+    (True, 4.0, {0: 34.3, 1: 17.7}),        # a one-flit read crosses a store there
+    (True, 10.0, {0: 35.0, 1: 23.7}),
+    (True, 20.0, {0: 34.4, 1: 33.7})])
+def test_a_one_flit_store_whose_head_arrives_later_gives_way(tmp_path, read, at, done):
+    """A one-flit HBM write (PE 7's DMA to PE 0's slice, booked at 0) and a one-flit transfer
+    started ``at`` ns later (PE 4's store to the same slice, or a read of it into PE 4) meet
+    at mesh nodes; where the later one's head arrives first, flit mode's node serves it
+    first. Fast mode moves the store's head, its link booking after the node and its HBM
+    commit (``heads.HbmWrite.recommit``): as flit mode, to the 0.1 ns. Before, the store's
+    node overhead kept its time and the other waited behind it (PE 4's store done at 37.6
+    instead of 31.7, the read at 19.7 instead of 17.7)."""
+    from kbtrace.replay.fabric.fast import FastFabric
+    from kbtrace.replay.fabric.flit import FlitFabric
+    from kbtrace.topology.model import PeCoord
+    from test_replay_fast import _fabric
+    small = compile_topology(TOPO_DIR / "small.yaml")
+    pe7, pe4 = (small.pe_node(PeCoord(0, 0, p), "dma").idx for p in (7, 4))
+    mem = small.hbm_ctrl(PeCoord(0, 0, 0)).idx
+    for cls in (FlitFabric, FastFabric):
+        fab, _rec = _fabric(cls, small, tmp_path / cls.fidelity)
+        got: dict = {}
+        for op, src, dst, t in ((0, pe7, mem, 0.0), (1, *((mem, pe4) if read else (pe4, mem)),
+                                                     at)):
+            if t > fab.env.now:
+                fab.env.run(until=t)
+            fab.send(op, -1, src, dst, 128).callbacks.append(
+                lambda _e, op=op, fab=fab, got=got: got.__setitem__(op, fab.env.now))
+        fab.env.run()
+        assert got == pytest.approx(done, abs=1e-9), cls.fidelity

@@ -12,7 +12,7 @@ arrived are booked ahead (``write_stream``, with ``pc_iv`` set: per PC, the burs
 ahead in arrival order, ``pc_avail`` the end of what has arrived). Each PC still serves in
 arrival order, as flit mode's, which commits each flit as it arrives: a read, or a burst
 that arrives before bursts booked ahead, goes before them, and they move back one after
-another (``_rechain``), each moved write's completion with them (``fair.HbmWrite.push``).
+another (``_rechain``), each moved write's completion with them (``heads.HbmWrite.push``).
 (Four readers and three writers of one slice: fast 2.02% late, per-op p95 170%, when writes
 queued reads behind their bursts booked ahead; 1.61% and 65% when each took the earliest
 gap; 0.00% and 26% in arrival order.)
@@ -161,7 +161,7 @@ class HbmController:
         before it; one arriving later is booked ahead (``pc_iv[pc]``: ``[arrival, duration,
         finish, write, op, bytes]`` in arrival order) and moves back, with its write's
         completion (``w.push()``), when a read or an earlier-arriving burst is booked before
-        it later. ``w``: the write's ``fair.HbmWrite`` (its bursts booked ahead are added to
+        it later. ``w``: the write's ``heads.HbmWrite`` (its bursts booked ahead are added to
         ``w.pend``)."""
         burst, shift, mask, bw, pen = self.burst, self.shift, self.mask, self.bw, self.penalty
         avail, last_dir, ivs = self.pc_avail, self.last_dir, self.pc_iv

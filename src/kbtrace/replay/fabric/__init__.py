@@ -49,8 +49,9 @@ Modules (one-way imports: ``flit`` and ``fast`` import ``base``; ``fast`` import
              (``share_fifo``; imports ``booking``).
 ``fair``     fast mode's fair share: flows that meet on a link served together, moved
              (imports ``booking`` and ``fifo``).
-``heads``    node overheads serving heads in arrival order, moving flows' heads
-             (imports ``booking`` and ``fair``; ``fast`` imports all three).
+``heads``    node overheads serving heads in arrival order, moving flows' heads (a moved
+             single flit's link booking too); HBM writes' commits (``HbmWrite``)
+             (imports ``base``, ``booking`` and ``fair``; ``fast`` imports all of them).
 ``core``     which ``FastFabric`` runs: the compiled twin of ``fast`` + ``booking``
              (Cython, built by ``pip install -e .``) or this pure-Python reference.
 """

@@ -4,11 +4,11 @@
 import cython
 
 cdef class Flow:
-    cdef public object fab, rt, op_id, tile, ev, rows, nres
+    cdef public object fab, rt, op_id, tile, ev, rows, nres, sl
     cdef public double ack, tt
     cdef public list segs, links
     cdef public object en, lv
-    cdef public bint fin
+    cdef public bint fin, wr
 
 cdef class _Arrival:
     cdef public object src

@@ -31,14 +31,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from simpy.events import NORMAL  # the priority of a Timeout
-
 from kbtrace.replay.fabric.base import after
 from kbtrace.replay.fabric.booking import unbook
 from kbtrace.replay.fabric.fifo import share_fifo
 from kbtrace.replay.intervals import TIME_EPS
 
-__all__ = ["Flow", "Booked", "HbmWrite", "book", "book_plan", "fair_hop", "incumbents", "prune_flows", "expand", "coarse",
+__all__ = ["Flow", "Booked", "book", "book_plan", "fair_hop", "incumbents", "prune_flows", "expand", "coarse",
            "ARRIVAL_PIECES"]
 
 #: a flow's arrival at a link is described by at most this many pieces (``coarse``)
@@ -82,10 +80,14 @@ def coarse(pcs: list, k: int) -> list:
 class Flow:
     """A movable transfer (see the module docstring)."""
     __slots__ = ("rt", "op_id", "tile", "ack", "ev", "segs", "rows", "links", "fin", "tt",
-                 "fab", "en", "lv", "nres")
+                 "fab", "en", "lv", "nres", "wr", "sl")
 
-    def __init__(self, fab: Any, rt: Any, op_id: int, tile: int, ack: float) -> None:
+    def __init__(self, fab: Any, rt: Any, op_id: int, tile: int, ack: float,
+                 wr: bool = False) -> None:
         self.fab, self.rt, self.op_id, self.tile, self.ack = fab, rt, op_id, tile, ack
+        #: a single-flit HBM write: its head moves at nodes (``heads``) and ``ev`` is its
+        #: ``heads.HbmWrite``, whose commit moves with it (``_push``)
+        self.wr = wr
         self.ev: Any = None
         self.segs: list[tuple] = []       # ("P", plan, h, t, done, n) | ("R", row)
         self.rows: list[tuple] | None = None   # explicit rows, once evicted or complete
@@ -96,6 +98,8 @@ class Flow:
         self.tt = 0.0
         #: per hop, where its node overhead starts if not as its row says (``_reserve``)
         self.nres: dict[int, float] | None = None
+        #: per hop of a single flit, the pieces its link booking holds (``heads.relink``)
+        self.sl: dict[int, list] | None = None
 
     def done(self, _ev: Any) -> None:
         """The completion event fired: record the rows."""
@@ -251,9 +255,14 @@ def book_plan(link_flows: list, f: Flow, pl: Any, k: int, h: float, t: float) ->
                 n = nodes[jj]
                 own[n][h + S] = f
             continue
-        if f.rt.hops[jj][4] == 1:     # a single flit's link: no stream to share
-            continue
         s = h + S
+        if f.rt.hops[jj][4] == 1:     # a single flit's link: no stream to share
+            x = h + B
+            r = bz / (x - s)
+            if f.sl is None:
+                f.sl = {}
+            f.sl[jj] = [(s, x, r if r < 1.0 else 1.0)]
+            continue
         e = t + A
         x = h + B
         if x > e:
@@ -488,8 +497,10 @@ def _push(fab: Any, g: Flow, j0: int, tail: float, t_from: float, hs: float = -1
                         hs = -1.0
         if rec is None or mode != 2:            # (a link without bandwidth, a single flit)
             x = tcur if tcur > en[j] else en[j]
-            if mode == 1 and hs >= 0.0 and hs + hp[5] > tcur:
-                tcur = hs + hp[5]
+            if mode == 1 and hs >= 0.0:     # its link booking moves with its head
+                x = fab.relink(fab, g, j, hs)
+                if x > tcur:
+                    tcur = x
             tcur = x + p if mode == 0 else tcur + p
             x = lv[j]
             if tcur < x:
@@ -526,6 +537,13 @@ def _push(fab: Any, g: Flow, j0: int, tail: float, t_from: float, hs: float = -1
         rec.tail = tj
         tcur = tj + p
         lv[j] = tcur
+    if g.wr:            # its head and tail reach the controller: the commit moves with them
+        ha = -1.0
+        if hs >= 0.0:
+            pm = hops[n - 1]
+            ha = hs + (pm[5] if pm[4] else 0.0) + pm[8]
+        g.ev.recommit(ha, tcur)
+        return
     x = en[n]
     if x < tcur:
         x = tcur
@@ -552,48 +570,3 @@ def _moved(env: Any, old: Any, tt: float, ack: float) -> Any:
     ev.callbacks = old.callbacks
     old.callbacks = []
     return ev
-
-
-class HbmWrite:
-    """An HBM write's completion in fast mode: ``done`` (its last burst's finish) moves later
-    when a read, or a burst that arrives before one of its bursts booked ahead, is booked
-    before them (``HbmController.write_stream``, ``push``); its event then moves as a flow's
-    does. Its terminal hop row is recorded when the event fires, with the final time."""
-    __slots__ = ("fab", "ev", "ack", "pend", "done", "row")
-
-    def __init__(self, fab: Any, ev: Any, ack: float, row: tuple) -> None:
-        self.fab, self.ev, self.ack, self.row = fab, ev, ack, row
-        self.pend: list[list[Any]] = []     # its bursts booked ahead (``HbmController.pc_iv``)
-        self.done = -1.0
-
-    def _latest(self, done: float) -> float:
-        """``done`` or the finish of a burst booked ahead, whichever is later."""
-        for x in self.pend:
-            if x[2] > done:
-                done = x[2]
-        return done
-
-    def start(self, done: float) -> None:
-        """Committed: its completion ``done`` (+ ``ack``); the row is recorded when it fires."""
-        env = self.fab.env
-        done = self._latest(done)
-        self.done = done
-        ev = self.ev
-        ev._value = done
-        ev.callbacks.insert(0, self._record)
-        env.schedule(ev, NORMAL, done + self.ack - env.now)
-
-    def push(self) -> None:
-        """Some of its bursts booked ahead finish later now: so may it."""
-        if self.done < 0.0:             # (being committed: ``start`` takes them)
-            return
-        done = self._latest(self.done)
-        if done > self.done:
-            self.ev = _moved(self.fab.env, self.ev, done, self.ack)
-            self.done = done
-
-    def _record(self, _ev: Any) -> None:
-        op, tile, stage, node, h_in, busy, q, nb = self.row
-        self.fab.rec.rows([(op, tile, stage, node, -1, h_in, self.done, busy, q, nb)])
-
-

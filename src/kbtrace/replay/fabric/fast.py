@@ -21,7 +21,6 @@ from kbtrace.replay.fabric.booking import (
 from kbtrace.replay.fabric.fair import (
     Booked,
     Flow,
-    HbmWrite,
     book,
     book_plan,
     expand,
@@ -29,7 +28,14 @@ from kbtrace.replay.fabric.fair import (
     incumbents,
     prune_flows,
 )
-from kbtrace.replay.fabric.heads import head_at, prune_owners, serve_head
+from kbtrace.replay.fabric.heads import (
+    commit_later,
+    flit_booked,
+    head_at,
+    prune_owners,
+    relink,
+    serve_head,
+)
 from kbtrace.replay.hbm import HbmController
 from kbtrace.replay.intervals import prune as _prune
 from kbtrace.replay.recorder import STAGE_CODE, Recorder
@@ -76,8 +82,11 @@ class _Route:
         self.flit_max = max((fab.flit_bytes / fab.link_bw[li] for li in links
                              if fab.link_bw[li] > 0), default=0.0)
         # a transfer to a node without an HBM commit (a stream, or a single flit whose head a
-        # head arriving first at a node may push): a flow others may slow (``fair``)
-        self.movable = self.hbm is None and any(hp[4] for hp in self.hops)
+        # head arriving first at a node may push), or a one-flit HBM write through a node with
+        # an overhead (``heads``): a flow others may slow or push (``fair``)
+        self.movable = (any(hp[4] for hp in self.hops) if self.hbm is None
+                        else all(hp[4] < 2 for hp in self.hops)
+                        and any(hp[0] is not None for hp in self.hops))
 
     def build(self, fab: FastFabric, j0: int) -> _Plan:
         pl = self.plans[j0] = _Plan(self, fab.rec, j0)
@@ -166,7 +175,7 @@ class FastFabric(Fabric):
     booking that lies in the future: it takes a node's gaps (``serve``: preemptive
     resume, gaps of any length) and a link's spare bandwidth (``fit_rate``: while its
     share fits, it crosses as if alone; else it gets what is left, moment by moment). An
-    HBM write's pseudo-channel commits run when its head arrives (``_commit_later``); its
+    HBM write's pseudo-channel commits run when its head arrives (``heads.commit_later``); its
     bursts booked ahead give way to requests that arrive before them
     (``HbmController.write_stream``).
 
@@ -227,6 +236,7 @@ class FastFabric(Fabric):
             {} for _ in topo.nodes]
         self.push_depth = 0
         self.head_at = head_at              # (``fair._push`` moves a flow's head through it)
+        self.relink = relink                # (and a single flit's link booking)
 
     def hop_of(self, li: int, nb: int, first: bool, shape: int = 0) -> tuple[tuple, float]:
         """``(_Route.hops entry, busy ns)`` of ``nb`` bytes over link ``li`` (``first``: the
@@ -335,8 +345,11 @@ class FastFabric(Fabric):
                     if x > tt:
                         tt = x
                     if rt.hbm is not None:      # links now, the HBM commit when data arrives
-                        rec.transfer(op_id, tile, pl.pid, h, t, 0.0, pl.n_rows - 1)
-                        return self._commit_later(rt, op_id, tile, addr, h + pl.h_in, hh, tt,
+                        if f is not None:
+                            f.segs.append(("P", pl, h, t, 0.0, pl.n_rows - 1))
+                        else:
+                            rec.transfer(op_id, tile, pl.pid, h, t, 0.0, pl.n_rows - 1)
+                        return commit_later(self, rt, op_id, tile, addr, h + pl.h_in, hh, tt,
                                                   0.0, ack)
                     if f is not None:
                         f.segs.append(("P", pl, h, t, tt, pl.n_rows))
@@ -408,6 +421,10 @@ class FastFabric(Fabric):
                     if niv is not None:
                         unreserve(niv, h + H0)
                     break
+                if self._f is not None:        # (``take_rate``'s share)
+                    e = h + (H + hd_d)
+                    x = rt.busy[j] / (e - (h + H))
+                    flit_booked(self._f, j, [(h + H, e, x if x < 1.0 else 1.0)])
                 A, B, H = _NEG_INF, H + hd_d, H + hd_d
             else:
                 B = max(B, H)
@@ -432,8 +449,8 @@ class FastFabric(Fabric):
                 hh = h + H
                 if rt.hbm is not None:
                     if rows:
-                        self.rec.rows(rows)
-                    return -1, self._commit_later(rt, op_id, tile, addr, h + H0, hh, tt, 0.0,
+                        self._rows(rows)
+                    return -1, commit_later(self, rt, op_id, tile, addr, h + H0, hh, tt, 0.0,
                                                   ack), 0.0
                 rows.append((op_id, tile, rt.term_stage, rt.dst, -1, h + H0, tt, rt.term_busy,
                              0.0, nb))
@@ -470,7 +487,12 @@ class FastFabric(Fabric):
                 s, hd, td = fit_rate(liv, lr, now, h, hd_d, body, t, last_d, rt.busy[j])
             q += s - h
         elif mode == 1:
-            s, hd, td = fit_rate(liv, lr, now, h, hd_d, hd_d, 0.0, 0.0, rt.busy[j])
+            if self._f is not None:
+                pcs: list = []
+                s, hd, td = fit_rate(liv, lr, now, h, hd_d, hd_d, 0.0, 0.0, rt.busy[j], pcs)
+                flit_booked(self._f, j, pcs)
+            else:
+                s, hd, td = fit_rate(liv, lr, now, h, hd_d, hd_d, 0.0, 0.0, rt.busy[j])
             q += s - h
         else:
             hd = h
@@ -495,41 +517,16 @@ class FastFabric(Fabric):
         if t < h:
             t = h
         if rt.hbm is not None:
-            return self._commit_later(rt, op_id, tile, addr, h_in, h, t, q, ack)
+            return commit_later(self, rt, op_id, tile, addr, h_in, h, t, q, ack)
         self._rows([(op_id, tile, rt.term_stage, rt.dst, -1, h_in, t, rt.term_busy, q, rt.nb)])
         return self._complete(t, ack)
-
-    def _commit_later(self, rt: _Route, op_id: int, tile: int, addr: int, h_in: float,
-                      hh: float, tt: float, q: float, ack: float) -> _Ev:
-        """The HBM commit of a write whose head reaches the controller at ``hh`` and tail at
-        ``tt``: done at ``hh`` (a SimPy event then), not when the transfer is booked, so the
-        pseudo-channels serve requests in the order they arrive -- a read that reaches them
-        first is not queued behind a write still on its way (flit mode commits flit by flit
-        as they arrive). Returns the transfer's completion event, fired ``ack`` after the last
-        commit, which moves later if requests arriving before its bursts are booked before
-        them (``fair.HbmWrite``, which records the terminal row when it fires)."""
-        env = self.env
-        hbm = rt.hbm
-        assert hbm is not None          # (a transfer to a node with HBM)
-        ev = _Ev()
-        ev.callbacks = []
-        ev._ok = True
-        ev._value = None
-        w = HbmWrite(self, ev, ack, (op_id, tile, rt.term_stage, rt.dst, h_in, rt.term_busy, q,
-                                     rt.nb))
-
-        def commit(_e: Any) -> None:
-            w.start(hbm.write_stream(addr, rt.nb, hh, tt, env.now, op_id, w))
-
-        after(env, hh - env.now).callbacks.append(commit)
-        return ev
 
     # ------------------------------------------------------------------ fair share (``fair``)
     def begin(self, rt: _Route, op_id: int, tile: int, ack: float) -> Flow | None:
         """The ``Flow`` of a transfer about to be booked on ``rt``, if it is one."""
         if not rt.movable or not self.fair:
             return None
-        f = Flow(self, rt, op_id, tile, ack)
+        f = Flow(self, rt, op_id, tile, ack, rt.hbm is not None)
         self.live[id(f)] = f
         return f
 

@@ -12,8 +12,12 @@ node its overhead moves (``head_at``, first come, first served again), which may
 flows of later heads there in turn, at most ``PUSH_DEPTH`` deep (never the flow being booked:
 its rows are not all there yet). A single flit to a node without an HBM commit (an IPCQ
 credit) is a flow too: its tail is its head, unless it queued for the link after the node.
-Reservations of transfers that cannot move (HBM writes) keep their times, and a head takes
-the gaps between them (``booking.serve``: preemptive resume).
+A one-flit HBM write is a flow too: its HBM commit (``commit_later``: a SimPy event when its
+head reaches the controller, ``HbmWrite``) moves with its head (``HbmWrite.recommit``). A
+single flit whose head moves gives back its booking on the link after the node and books it
+again from its new time (``relink``). Reservations of transfers that cannot move (HBM writes
+of two flits or more) keep their times, and a head takes the gaps between them
+(``booking.serve``: preemptive resume).
 
 Imports ``booking`` and ``fair``; ``fast`` imports this (``fair._push`` reaches ``head_at``
 through ``FastFabric.head_at``, so there is no cycle).
@@ -24,11 +28,15 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import Any
 
-from kbtrace.replay.fabric.booking import serve
-from kbtrace.replay.fabric.fair import Flow, _push, _times
+from simpy.events import NORMAL  # the priority of a Timeout
+
+from kbtrace.replay.fabric.base import _Ev, after
+from kbtrace.replay.fabric.booking import fit_rate, serve, unbook
+from kbtrace.replay.fabric.fair import Flow, _moved, _push, _times
 from kbtrace.replay.intervals import TIME_EPS
 
-__all__ = ["PUSH_DEPTH", "serve_head", "head_at", "prune_owners"]
+__all__ = ["PUSH_DEPTH", "serve_head", "head_at", "prune_owners", "flit_booked", "relink", "HbmWrite",
+           "commit_later"]
 
 #: a head served first pushes flows booked before it, whose heads pushed further on may push
 #: others in turn, so deep (all_gather: 2.1% late with one level, 0.03% from six on)
@@ -102,9 +110,10 @@ def _delay(fab: Any, g: Flow, j: int, e2: float) -> None:
     """Flow ``g``'s head leaves node ``j`` at ``e2`` now, later than booked: its tail leaves
     hop ``j``'s link no earlier than the whole transfer after it (``_push`` carries it on)."""
     _niv, _ov, _liv, _lr, mode, hd, body, last_d, p = g.rt.hops[j]
-    if mode == 1:               # a single flit, its tail its head (unless it queued for the link)
-        if e2 + hd + p > _times(g)[1][j] + TIME_EPS:
-            _push(fab, g, j, e2 + hd, e2, e2)
+    if mode == 1:               # a single flit: its link booking moves with its head
+        tl = relink(fab, g, j, e2)
+        if tl + p > _times(g)[1][j] + TIME_EPS:
+            _push(fab, g, j, tl, e2, e2)
         return
     b = g.links[j] if g.links else None
     if b is None or mode != 2:
@@ -114,6 +123,32 @@ def _delay(fab: Any, g: Flow, j: int, e2: float) -> None:
         tail = b.tail
     b.tail = tail
     _push(fab, g, j, tail, e2, e2)
+
+
+def flit_booked(g: Flow, j: int, pcs: list) -> None:
+    """Flow ``g``'s single flit took hop ``j``'s link as ``pcs`` (``(start, end, share)``)."""
+    if g.sl is None:
+        g.sl = {j: pcs}
+    else:
+        g.sl[j] = pcs
+
+
+def relink(fab: Any, g: Flow, j: int, hs: float) -> float:
+    """Flow ``g``'s single flit now starts on hop ``j``'s link at ``hs`` (its head was pushed
+    at the node before): what it booked there from earlier is given back and booked again
+    from ``hs`` with what the link spares (``fit_rate``). Returns when it has crossed."""
+    hp = g.rt.hops[j]
+    hd = hp[5]
+    sl = g.sl
+    pcs = sl.get(j) if sl is not None else None
+    if sl is None or pcs is None or pcs[0][0] >= hs - TIME_EPS:
+        return hs + hd
+    liv, lr = hp[2], hp[3]
+    unbook(liv, lr, pcs, pcs[0][0])
+    new: list = []
+    _s, _hd, td = fit_rate(liv, lr, fab.env.now, hs, hd, hd, 0.0, 0.0, g.rt.busy[j], new)
+    sl[j] = new
+    return td
 
 
 def prune_owners(node_own: list, now: float) -> None:
@@ -143,3 +178,107 @@ def head_at(fab: Any, g: Flow, j: int, old: float, ha: float) -> float:
             del niv[i:i + 2]
             return serve_head(fab, n, niv, fab.env.now, ha, ov, j, g)
     return ha + ov
+
+
+class HbmWrite:
+    """An HBM write's completion in fast mode: ``done`` (its last burst's finish) moves later
+    when a read, or a burst that arrives before one of its bursts booked ahead, is booked
+    before them (``HbmController.write_stream``, ``push``); its event then moves as a flow's
+    does. Its terminal hop row is recorded when the event fires, with the final time.
+    Its pseudo-channel commits run in the event ``cev`` when its head reaches the controller
+    (at ``hh``; its tail at ``tt``); where the write is a ``Flow`` (``flow``: its head moves at
+    nodes, ``serve_head``) the commit moves with it (``recommit``) and the flow's rows are
+    recorded with the terminal row."""
+    __slots__ = ("fab", "ev", "ack", "pend", "done", "row", "flow", "hh", "tt", "cev")
+
+    def __init__(self, fab: Any, ev: Any, ack: float, row: tuple, flow: Flow | None = None,
+                 hh: float = 0.0, tt: float = 0.0) -> None:
+        self.fab, self.ev, self.ack, self.row = fab, ev, ack, row
+        self.pend: list[list[Any]] = []     # its bursts booked ahead (``HbmController.pc_iv``)
+        self.done = -1.0
+        self.flow = flow
+        self.hh, self.tt = hh, tt
+        self.cev: Any = None
+
+    def recommit(self, ha: float, tt: float) -> None:
+        """Its flow's head now reaches the controller's node at ``ha`` (if not negative) and
+        its tail at ``tt``, later than booked (``fair._push``): the commit moves with them
+        (still ahead: the head was pushed at a node before the controller)."""
+        if self.done >= 0.0:            # (committed already: nothing moves)
+            return
+        op, tile, stage, node, h_in, busy, q, nb = self.row
+        hh = self.hh
+        if ha > h_in + TIME_EPS:        # its overhead there (and queue) after the new head
+            ov = hh - h_in - q
+            if ha + ov > hh:
+                hh = ha + ov
+            self.row = (op, tile, stage, node, ha, busy, hh - ha - ov, nb)
+        if tt < hh:
+            tt = hh
+        if tt > self.tt:
+            self.tt = tt
+        if hh > self.hh + TIME_EPS:
+            self.hh = hh
+            self.cev = _moved(self.fab.env, self.cev, hh, 0.0)
+
+    def _latest(self, done: float) -> float:
+        """``done`` or the finish of a burst booked ahead, whichever is later."""
+        for x in self.pend:
+            if x[2] > done:
+                done = x[2]
+        return done
+
+    def start(self, done: float) -> None:
+        """Committed: its completion ``done`` (+ ``ack``); the row is recorded when it fires."""
+        env = self.fab.env
+        done = self._latest(done)
+        self.done = done
+        ev = self.ev
+        ev._value = done
+        ev.callbacks.insert(0, self._record)
+        env.schedule(ev, NORMAL, done + self.ack - env.now)
+
+    def push(self) -> None:
+        """Some of its bursts booked ahead finish later now: so may it."""
+        if self.done < 0.0:             # (being committed: ``start`` takes them)
+            return
+        done = self._latest(self.done)
+        if done > self.done:
+            self.ev = _moved(self.fab.env, self.ev, done, self.ack)
+            self.done = done
+
+    def _record(self, _ev: Any) -> None:
+        if self.flow is not None:       # its link rows first (their order is path order)
+            self.flow.done(None)
+        op, tile, stage, node, h_in, busy, q, nb = self.row
+        self.fab.rec.rows([(op, tile, stage, node, -1, h_in, self.done, busy, q, nb)])
+
+
+def commit_later(fab: Any, rt: Any, op_id: int, tile: int, addr: int, h_in: float, hh: float,
+                 tt: float, q: float, ack: float) -> Any:
+    """The HBM commit of a write whose head reaches the controller at ``hh`` and tail at
+    ``tt``: done at ``hh`` (a SimPy event then), not when the transfer is booked, so the
+    pseudo-channels serve requests in the order they arrive -- a read that reaches them
+    first is not queued behind a write still on its way (flit mode commits flit by flit
+    as they arrive). Returns the transfer's completion event, fired ``ack`` after the last
+    commit, which moves later if requests arriving before its bursts are booked before
+    them (``HbmWrite``, which records the terminal row when it fires)."""
+    env = fab.env
+    hbm = rt.hbm
+    assert hbm is not None          # (a transfer to a node with HBM)
+    ev = _Ev()
+    ev.callbacks = []
+    ev._ok = True
+    ev._value = None
+    f = fab._f
+    w = HbmWrite(fab, ev, ack, (op_id, tile, rt.term_stage, rt.dst, h_in, rt.term_busy, q,
+                                 rt.nb), f, hh, tt)
+    if f is not None:       # its head may move at a node still (``heads``): so may this
+        f.ev = w
+
+    def commit(_e: Any) -> None:
+        w.start(hbm.write_stream(addr, rt.nb, w.hh, w.tt, env.now, op_id, w))
+
+    w.cev = after(env, hh - env.now)
+    w.cev.callbacks.append(commit)
+    return ev
