@@ -228,10 +228,11 @@ class MemoryImage:
             # none overlaps the one it replaces, and the span's chunks are indexed already
             dirty[addr] = stored
         else:
-            if dirty:
+            dchunk = self._dchunk
+            if dchunk and (lo in dchunk or hi in dchunk or any(
+                    c in dchunk for c in range(lo + 1, hi))):
                 self._displace(addr, nbytes, lo, hi, True)
             dirty[addr] = stored
-            dchunk = self._dchunk
             for c in range(lo, hi + 1):
                 d = dchunk.get(c)
                 if d is None:
