@@ -205,7 +205,9 @@ class MemoryImage:
         ``addr``: a later contiguous read of the same shape and dtype returns ``entry``."""
         stored = entry[0]
         assert isinstance(stored, np.ndarray)
-        stored.flags.writeable = False
+        flags = stored.flags
+        if flags.writeable:
+            flags.writeable = False
         self._keep((addr, stored.shape, dtype, None), stored.nbytes, entry)
 
     def write_entry(self, addr: int, dtype: str, entry: list[Any]) -> None:
@@ -214,7 +216,8 @@ class MemoryImage:
         overwrite through the pages needs them."""
         stored = entry[0]
         nbytes = stored.nbytes
-        if not nbytes or not stored.flags.c_contiguous:
+        flags = stored.flags
+        if not nbytes or not flags.c_contiguous:
             self.write(addr, stored)
             self.remember(addr, dtype, entry)
             return
@@ -239,7 +242,8 @@ class MemoryImage:
                     dchunk[c] = {addr}
                 else:
                     d.add(addr)
-        stored.flags.writeable = False      # (``remember``)
+        if flags.writeable:     # (``remember``; setting the flag costs ~4x reading it)
+            flags.writeable = False
         self._keep((addr, stored.shape, dtype, None), nbytes, entry)
 
     def _displace(self, addr: int, nbytes: int, lo: int, hi: int, covering: bool) -> None:
