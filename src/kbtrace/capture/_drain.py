@@ -290,6 +290,8 @@ class Drainer:
             out = prods[j]
             if cv is not None:
                 out = out + (results[cv] if cv.__class__ is int else cv)
+            elif out.base is not None:  # a view of the stacked product: kept (dirty, cached)
+                out = out.copy()        # alone, it would keep the whole batch alive
             results[j] = out
             e = [out, None, None]
             mem.write_entry(dst, acc_dt, e)
