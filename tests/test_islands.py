@@ -3,6 +3,8 @@ same rows in the same order as the SQL views, on real runs of several shapes."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -40,15 +42,21 @@ def run_dir(request, tmp_path_factory):
     return s.run_dir
 
 
-@pytest.mark.parametrize("stream_rows", [islands.STREAM_ROWS, 97])
+@pytest.mark.parametrize("stream_rows,sort_rows,parts", [
+    (islands.STREAM_ROWS, islands.SORT_ROWS, islands.PARTS), (97, 50, 7), (97, 1, 256)])
 @pytest.mark.parametrize("view", sorted(islands.TWINS))
-def test_twin_rows_equal_the_sql_view_in_order(run_dir, view, stream_rows, monkeypatch):
-    """Also with the sorted hops streamed in small batches (islands and PEs cut across
-    batch boundaries)."""
+def test_twin_rows_equal_the_sql_view_in_order(run_dir, view, stream_rows, sort_rows, parts,
+                                               monkeypatch):
+    """Also with the hops streamed in small batches, spilled to files and sorted a few
+    parts (resources, PEs) at a time, or one at a time."""
     monkeypatch.setattr(islands, "STREAM_ROWS", stream_rows)
+    monkeypatch.setattr(islands, "SORT_ROWS", sort_rows)
+    monkeypatch.setattr(islands, "PARTS", parts)
     with open_run(run_dir) as r:
         ref = r.con.sql(f"SELECT * FROM {view} ORDER BY ALL").to_arrow_table()
         got = pa.concat_tables(islands.TWINS[view](r.con))
+        spill = r.con.sql("SELECT current_setting('temp_directory')").fetchall()[0][0]
+    assert not list(Path(spill).glob("islands-*"))      # the sort files are gone
     assert ref.num_rows > 0
     assert got.schema == ref.schema
     assert got.equals(ref)

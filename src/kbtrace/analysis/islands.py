@@ -14,19 +14,25 @@ stage segments one more sort of the island bounds: a cumulative sum over all PEs
 each PE's active-category mask, since every PE's bits add back to 0 at its last bound. Both
 return their rows in ``ORDER BY ALL`` order (what materialising sorts the SQL's rows into).
 
-Memory: the hops are not held. DuckDB sorts them (within the run's memory budget, spilling
-beyond it: ``_memory``) and they arrive ``STREAM_ROWS`` at a time; each batch's islands are
-computed with the open island of the previous batch prepended as one interval (its start and
-the latest end so far, which is that island's union), and a PE's segments are cut once all
-its islands are in (PEs arrive in order). On gemm at 1.0 M ops (29.4 M hops) holding them
-all in numpy peaked at 3.6 GiB.
+Memory: the hops are not held. They arrive from DuckDB unsorted, ``STREAM_ROWS`` at a
+time, and are dealt to ``PARTS`` parts by resource (by PE for the segments); past
+``SORT_ROWS`` held, the parts go to files in the run's temporary directory. Consecutive
+parts are then sorted in numpy ``SORT_ROWS`` or more rows at a time, each chunk holding
+every hop of its resources (PEs), so its islands and segments are final. On gemm at 1.0 M
+ops (29.4 M hops) holding them all in numpy peaked at 3.6 GiB; sorting them in DuckDB
+instead (streamed in order, under the run's 1 GB budget) took 16.2 + 21.3 CPU s for the
+two views, this 7.0-8.7 + 7.5-7.9 s with the same rows, the materialisation's peak RSS
+1,302 -> 1,272 MiB (2026-11-26).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,10 +40,15 @@ import pyarrow as pa
 
 from kbtrace import schema
 
-__all__ = ["busy_islands", "pe_segments", "islands", "TWINS", "STREAM_ROWS"]
+__all__ = ["busy_islands", "pe_segments", "islands", "TWINS", "STREAM_ROWS", "SORT_ROWS",
+           "PARTS"]
 
-#: sorted hop rows taken from DuckDB at a time
+#: hop rows taken from DuckDB at a time
 STREAM_ROWS = 1 << 20
+#: rows held before they go to files, and sorted at a time (at least: whole parts)
+SORT_ROWS = 1 << 21
+#: the rows are dealt to this many parts, by key range (whole groups of keys each)
+PARTS = 256
 
 #: stages by priority (``schema.BREAKDOWN_STAGES``), the bit of each in the PE's active mask
 #: (as ``_pe_segments.sql`` numbers them: gemm = 1 ... other = 256)
@@ -87,30 +98,90 @@ def _arrays(con: Any, sql: str) -> dict[str, np.ndarray]:
     return {n: t.column(n).to_numpy() for n in t.column_names}
 
 
-def _stream_islands(con: Any, sql: str) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """The islands of the ``(key, s, e)`` rows of ``sql``, by key then start, a batch at a
-    time: the rows sorted by DuckDB (on every core: the order of rows equal in all three
-    columns does not change an island) and taken ``STREAM_ROWS`` at a time; the last island
-    of each batch is held back (the next batch may extend it) as one interval."""
-    cores = os.cpu_count() or 1
-    con.execute(f"SET threads TO {cores}")
-    try:        # (no other statement on ``con`` until the stream is drained)
-        reader = con.sql(f"SELECT key, s, e FROM ({sql}) ORDER BY key, s, e"
-                         ).to_arrow_reader(STREAM_ROWS)
-        held: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+def _temp_base(con: Any) -> str | None:
+    """DuckDB's temporary directory (the run's, ``open_run``'s), where the sort files go;
+    None for the system's."""
+    got = con.sql("SELECT current_setting('temp_directory')").fetchall()
+    base = got[0][0] if got and got[0][0] else None
+    return base if base and os.path.isdir(base) else None
+
+
+def _sorted_chunks(con: Any, sql: str, groups: np.ndarray, shift: int
+                   ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, int, int]]:
+    """The ``(key, s, e)`` rows of ``sql`` sorted by key, s, e, in chunks that each hold
+    every row of their groups (``key >> shift``): (key, s, e, p0, p1) per chunk, which
+    holds the parts ``[p0, p1)`` (``_part``). The rows are streamed from DuckDB unsorted,
+    ``STREAM_ROWS`` at a time, and dealt to ``PARTS`` parts by group (ranges of
+    ``groups``, the sorted distinct groups expected); past ``SORT_ROWS`` held, the parts
+    go to files (Arrow IPC, uncompressed) in DuckDB's temporary directory. Then
+    consecutive parts are read and sorted in numpy (``np.lexsort``) ``SORT_ROWS`` or
+    more at a time. One sort of each row in numpy, no sort in DuckDB (there, under the
+    run's 1 GB budget, the sort of 28 M hops spilled: 18.5 CPU s against 3 here)."""
+    held: list[list[pa.RecordBatch]] = [[] for _ in range(PARTS)]
+    files: list[Any] = []
+    n_held, tmp, spilled, base = 0, Path(), False, _temp_base(con)
+    con.execute(f"SET threads TO {os.cpu_count() or 1}")   # any row order: all is sorted
+    try:
+        reader = con.sql(f"SELECT key, s, e FROM ({sql})").to_arrow_reader(STREAM_ROWS)
         for batch in reader:
-            key, s, e = (batch.column(i).to_numpy() for i in range(3))
-            if held is not None:
-                key, s, e = (np.concatenate([h, x]) for h, x in zip(held, (key, s, e),
-                                                                     strict=True))
-            k, a, b = _islands_sorted(key, s, e)
-            if len(k):
-                held = (k[-1:], a[-1:], b[-1:])
-                yield k[:-1], a[:-1], b[:-1]
-        if held is not None:
-            yield held
+            if not batch.num_rows:
+                continue
+            p = _part(batch.column(0).to_numpy() >> shift, groups)
+            o = np.argsort(p, kind="stable")
+            cuts = np.searchsorted(p[o], np.arange(PARTS + 1))
+            batch = batch.take(pa.array(o))
+            for i in np.flatnonzero(np.diff(cuts)).tolist():
+                piece = batch.slice(int(cuts[i]), int(cuts[i + 1] - cuts[i]))
+                if files:
+                    files[i].write_batch(piece)
+                else:
+                    held[i].append(piece)
+            n_held += 0 if files else batch.num_rows
+            if not files and n_held > SORT_ROWS:         # spill from now on
+                tmp = Path(tempfile.mkdtemp(prefix="islands-", dir=base))
+                files = [pa.ipc.new_stream(str(tmp / f"{i}.arrow"), batch.schema)
+                         for i in range(PARTS)]
+                for i, pieces in enumerate(held):
+                    for piece in pieces:
+                        files[i].write_batch(piece)
+                held = [[] for _ in range(PARTS)]
+        spilled = bool(files)
+        while files:
+            files.pop().close()
+        del reader
+        con.execute("SET threads TO 1")
+        chunk: list[pa.RecordBatch] = []
+        p0 = 0
+        for i in range(PARTS):
+            if spilled:
+                with pa.OSFile(str(tmp / f"{i}.arrow")) as src:
+                    chunk.extend(pa.ipc.open_stream(src).read_all().to_batches())
+                os.unlink(tmp / f"{i}.arrow")
+            else:
+                chunk.extend(held[i])
+                held[i] = []
+            if sum(b.num_rows for b in chunk) >= SORT_ROWS or i == PARTS - 1:
+                cols = [np.concatenate([b.column(j).to_numpy() for b in chunk]) if chunk
+                        else np.empty(0, np.int64 if j == 0 else np.float64)
+                        for j in range(3)]
+                o = np.lexsort((cols[2], cols[1], cols[0]))
+                yield cols[0][o], cols[1][o], cols[2][o], p0, i + 1
+                chunk, p0 = [], i + 1
     finally:
         con.execute("SET threads TO 1")
+        for f in files:         # (an exception while spilling)
+            f.close()
+        if tmp != Path():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _part(group: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """The part (0 .. ``PARTS`` - 1) of each group: by its rank among ``groups``, so each
+    part holds about as many groups, and a larger group is never in an earlier part."""
+    if not len(groups):
+        return np.zeros(len(group), np.int64)
+    rank = np.minimum(np.searchsorted(groups, group), len(groups) - 1)
+    return rank * PARTS // len(groups)
 
 
 def busy_islands(con: Any) -> pa.Table:
@@ -120,16 +191,15 @@ def busy_islands(con: Any) -> pa.Table:
 
 def busy_island_parts(con: Any) -> Iterator[pa.Table]:
     """``busy_islands`` a batch of rows at a time (at least one table, maybe empty)."""
-    # link (0) < node (1); each batch's islands go to Arrow at once (no numpy copy of all)
-    n = 0
-    for k, t0, t1 in _stream_islands(
+    # link (0) < node (1); each chunk's islands go to Arrow at once (no numpy copy of all)
+    res = np.unique(np.concatenate([
+        _arrays(con, "SELECT CAST(link_idx AS BIGINT) AS k FROM links")["k"],
+        _arrays(con, "SELECT CAST(node_idx AS BIGINT) | (CAST(1 AS BIGINT) << 32) AS k FROM nodes")["k"]]))
+    for key, s, e, _, _ in _sorted_chunks(
         con, "SELECT (CAST(link_idx < 0 AS BIGINT) << 32) | CAST(CASE WHEN link_idx >= 0 "
              "THEN link_idx ELSE node_idx END AS BIGINT) AS key, t_busy_start_ns AS s, "
-             "t_leave_ns AS e FROM _hop_ctx WHERE busy_ns > 0"):
-        n += 1
-        yield _busy_rows(k, t0, t1)
-    if not n:
-        yield _busy_rows(np.empty(0, np.int64), np.empty(0), np.empty(0))
+             "t_leave_ns AS e FROM _hop_ctx WHERE busy_ns > 0", res, 0):
+        yield _busy_rows(*_islands_sorted(key, s, e))
 
 
 def _busy_rows(k: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> pa.Table:
@@ -165,23 +235,12 @@ def pe_segment_parts(con: Any) -> Iterator[pa.Table]:
             f"SELECT sip, cube, pe, {dict(_STAGE_BITS)['hbm_queue']}, t_enter_ns, "
             f"t_enter_ns + queue_ns FROM _hop_ctx "
             f"WHERE {not_null} AND stage = 'hbm' AND queue_ns > 0 AND category <> 'other')")
-    held: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    j0 = 0                                  # the spans of the PEs cut so far
-    for part in _stream_islands(con, rows):
-        held.append(part)
-        if not len(part[0]):
-            continue
-        k, a, b = (np.concatenate([h[i] for h in held]) for i in range(3))
-        last = int(k[-1] >> 9)              # PEs before it have all their islands in
-        cut = int(np.searchsorted(k >> 9, last))
-        j1 = int(np.searchsorted(span_k, last))
-        yield _segments(k[:cut], a[:cut], b[:cut], span_k[j0:j1], sp["t0_ns"][j0:j1],
-                        sp["t1_ns"][j0:j1])
-        held, j0 = [(k[cut:], a[cut:], b[cut:])], j1
-    k, a, b = ((np.concatenate([h[i] for h in held]) if held else np.empty(0, np.int64))
-               for i in range(3))
-    yield _segments(k.astype(np.int64), a.astype(np.float64), b.astype(np.float64),
-                    span_k[j0:], sp["t0_ns"][j0:], sp["t1_ns"][j0:])
+    span_p = _part(span_k, span_k)
+    for ck, cs, ce, p0, p1 in _sorted_chunks(con, rows, span_k, 9):
+        k, a, b = _islands_sorted(ck, cs, ce)       # a chunk holds whole PEs, and their spans:
+        j0, j1 = np.searchsorted(span_p, [p0, p1])  # those of the same parts
+        yield _segments(k.astype(np.int64), a.astype(np.float64), b.astype(np.float64),
+                        span_k[j0:j1], sp["t0_ns"][j0:j1], sp["t1_ns"][j0:j1])
 
 
 def _segments(k: np.ndarray, s: np.ndarray, e: np.ndarray, span_k: np.ndarray,
