@@ -38,6 +38,20 @@ def test_capture_twice_is_byte_identical(small, tmp_path, name):
     assert a.n_ops == b.n_ops > 0
 
 
+def test_gemm_reference_in_k_blocks_equals_the_whole_product():
+    """gemm's reference sums K blocks (bounded float64 copies); on integers it is exact."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gemm_wl", _wl("gemm"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rng = np.random.default_rng(3)
+    v = {"a": rng.integers(-99, 99, (8, 200)).astype(np.int32),
+         "b": rng.integers(-99, 99, (200, 5)).astype(np.int32)}
+    want = v["a"].astype(np.int64) @ v["b"].astype(np.int64)
+    for block in (7, 64, 200, 4096):
+        assert np.array_equal(mod.reference(v, block=block), want)
+
+
 def test_memory_parquet_keeps_no_statistics_of_tensor_bytes(small, tmp_path):
     """The writer would copy each tensor value several times to find its min and max (and
     drop them when large): +3 GB at the peak for one 426 MiB tensor. The data column has
