@@ -47,6 +47,7 @@ time); ``otherData`` says how many were left out.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from array import array
@@ -94,12 +95,13 @@ class _Tracks:
         if proc not in self.procs:
             self.procs[proc] = len(self.procs) + 1
         lanes = self.lane_end.setdefault((proc, track), [])
-        lane = next((i for i, end in enumerate(lanes) if end <= t0), None)
-        if lane is None:
+        for lane, end in enumerate(lanes):      # (a loop: no generator per slice)
+            if end <= t0:
+                lanes[lane] = t1
+                break
+        else:
             lanes.append(t1)
             lane = len(lanes) - 1
-        else:
-            lanes[lane] = t1
         key = (proc, track, lane)
         if key not in self.threads:
             self.threads[key] = len(self.threads) + 1
@@ -223,6 +225,7 @@ def _stream(run: Any, info: dict[str, Any], tracks: _Tracks):
     """The slice and flow events in order (the metadata, known only at the end, is
     ``tracks.meta()``); memory stays bounded by a batch of rows plus the per-op slots."""
     slot = _Slots()
+    split = functools.cache(_split)        # a few hundred engines and nodes, 1 M+ calls
     for (op_id, launch, program, seq, kind, name, engine, t0, t1, q, nb) in _batches(
             run, "SELECT t.op_id, t.launch, t.program, t.seq, CAST(t.kind AS VARCHAR) AS kind, "
                  "CAST(t.name AS VARCHAR) AS name, CAST(t.engine AS VARCHAR) AS engine, "
@@ -230,7 +233,7 @@ def _stream(run: Any, info: dict[str, Any], tracks: _Tracks):
                  "ORDER BY engine, t_start_ns, t_end_ns DESC, op_id"):
         s, e = round(t0), round(t1)
         e = max(s, e)
-        proc, local = _split(engine)
+        proc, local = split(engine)
         pid, tid = tracks.place(proc or "host/io", local, s, e)
         lab = f"{kind}/{name}"
         slot.put(op_id, pid, tid, s, e, lab)
@@ -257,10 +260,10 @@ def _stream(run: Any, info: dict[str, Any], tracks: _Tracks):
         n_hops += 1
         s, e = round(t0), round(t1)
         e = max(s, e)
-        cube, src_local = _split(node)
+        cube, src_local = split(node)
         proc = f"{cube} fabric" if cube else "fabric"
         if link_idx >= 0:
-            dst_local = _split(dst)[1] if _split(dst)[0] == cube else dst
+            dst_local = split(dst)[1] if split(dst)[0] == cube else dst
             track = f"link {src_local} -> {dst_local} ({lkind})"
         else:
             track = src_local
