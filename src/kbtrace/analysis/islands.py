@@ -164,9 +164,13 @@ def _sorted_chunks(con: Any, sql: str, groups: np.ndarray, shift: int
                 cols = [np.concatenate([b.column(j).to_numpy() for b in chunk]) if chunk
                         else np.empty(0, np.int64 if j == 0 else np.float64)
                         for j in range(3)]
+                chunk, p0, p_from = [], i + 1, p0
                 o = np.lexsort((cols[2], cols[1], cols[0]))
-                yield cols[0][o], cols[1][o], cols[2][o], p0, i + 1
-                chunk, p0 = [], i + 1
+                cols = [c[o] for c in cols]     # (one copy at a time, the unsorted freed)
+                del o
+                yield cols[0], cols[1], cols[2], p_from, i + 1
+                del cols
+                pa.default_memory_pool().release_unused()   # the batches' buffers
     finally:
         con.execute("SET threads TO 1")
         for f in files:         # (an exception while spilling)

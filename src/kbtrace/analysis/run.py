@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 from kbtrace import schema
 from kbtrace._integrity import check_digests, check_trace_files
-from kbtrace._io import json_type, read_json_object, trace_hash
+from kbtrace._io import json_type, read_json_object, release_memory, trace_hash
 from kbtrace._paths import resolve
 from kbtrace.analysis._memory import limit_memory
 from kbtrace.analysis._reproduce import recorded_trace_path, reproduce_commands
@@ -367,6 +367,7 @@ class Run:
         self.con.execute(f"CREATE OR REPLACE TEMP TABLE _m_{view} AS SELECT * FROM "
                          f"read_parquet('{path}')")
         path.unlink()
+        release_memory()    # the twin's numpy and Arrow buffers, before the next view
 
     def set_windows(self, n: int) -> None:
         """Number of equal windows used by ``utilisation_windows``."""
