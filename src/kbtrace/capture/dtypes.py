@@ -51,9 +51,8 @@ TOLERANCE: dict[str, tuple[float, float]] = {
     "f32": (1e-5, 1e-5), "f16": (1e-3, 1e-3), "bf16": (1e-2, 1e-2),
     "i32": (0.0, 0.0), "i8": (0.0, 0.0), "bool": (0.0, 0.0),
 }
-_ITEMSIZE = {k: v.itemsize for k, v in STORAGE.items()}
 #: bytes per element of each dtype (``itemsize`` without a call, for hot paths)
-ITEMSIZE = _ITEMSIZE
+ITEMSIZE = {k: v.itemsize for k, v in STORAGE.items()}
 FLOATS = frozenset(("f32", "f16", "bf16"))
 #: rank in the promotion lattice (f16 and bf16 share a rank: they meet at f32)
 _RANK = {"bool": 0, "i8": 1, "i32": 2, "f16": 3, "bf16": 3, "f32": 4}
@@ -79,7 +78,7 @@ def promote_scalar(dtype: str, is_float: bool) -> str:
 
 
 def itemsize(dtype: str) -> int:
-    return _ITEMSIZE[dtype]
+    return ITEMSIZE[dtype]
 
 
 def check_dtype(dtype: object, where: str) -> str:

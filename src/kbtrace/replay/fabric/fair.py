@@ -101,6 +101,14 @@ class Flow:
         #: per hop of a single flit, the pieces its link booking holds (``heads.relink``)
         self.sl: dict[int, list] | None = None
 
+    def booked_flit(self, j: int, pcs: list) -> None:
+        """Its single flit took hop ``j``'s link as ``pcs`` (``(start, end, share)``), what
+        ``heads.relink`` gives back if its head moves."""
+        if self.sl is None:
+            self.sl = {j: pcs}
+        else:
+            self.sl[j] = pcs
+
     def done(self, _ev: Any) -> None:
         """The completion event fired: record the rows."""
         self.fin = True
@@ -259,9 +267,7 @@ def book_plan(link_flows: list, f: Flow, pl: Any, k: int, h: float, t: float) ->
         if f.rt.hops[jj][4] == 1:     # a single flit's link: no stream to share
             x = h + B
             r = bz / (x - s)
-            if f.sl is None:
-                f.sl = {}
-            f.sl[jj] = [(s, x, r if r < 1.0 else 1.0)]
+            f.booked_flit(jj, [(s, x, r if r < 1.0 else 1.0)])
             continue
         e = t + A
         x = h + B

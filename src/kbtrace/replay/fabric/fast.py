@@ -30,7 +30,6 @@ from kbtrace.replay.fabric.fair import (
 )
 from kbtrace.replay.fabric.heads import (
     commit_later,
-    flit_booked,
     head_at,
     prune_owners,
     relink,
@@ -424,7 +423,7 @@ class FastFabric(Fabric):
                 if self._f is not None:        # (``take_rate``'s share)
                     e = h + (H + hd_d)
                     x = rt.busy[j] / (e - (h + H))
-                    flit_booked(self._f, j, [(h + H, e, x if x < 1.0 else 1.0)])
+                    self._f.booked_flit(j, [(h + H, e, x if x < 1.0 else 1.0)])
                 A, B, H = _NEG_INF, H + hd_d, H + hd_d
             else:
                 B = max(B, H)
@@ -490,7 +489,7 @@ class FastFabric(Fabric):
             if self._f is not None:
                 pcs: list = []
                 s, hd, td = fit_rate(liv, lr, now, h, hd_d, hd_d, 0.0, 0.0, rt.busy[j], pcs)
-                flit_booked(self._f, j, pcs)
+                self._f.booked_flit(j, pcs)
             else:
                 s, hd, td = fit_rate(liv, lr, now, h, hd_d, hd_d, 0.0, 0.0, rt.busy[j])
             q += s - h

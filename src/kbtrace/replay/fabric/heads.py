@@ -35,7 +35,7 @@ from kbtrace.replay.fabric.booking import fit_rate, serve, unbook
 from kbtrace.replay.fabric.fair import Flow, _moved, _push, _times
 from kbtrace.replay.intervals import TIME_EPS
 
-__all__ = ["PUSH_DEPTH", "serve_head", "head_at", "prune_owners", "flit_booked", "relink", "HbmWrite",
+__all__ = ["PUSH_DEPTH", "serve_head", "head_at", "prune_owners", "relink", "HbmWrite",
            "commit_later"]
 
 #: a head served first pushes flows booked before it, whose heads pushed further on may push
@@ -123,14 +123,6 @@ def _delay(fab: Any, g: Flow, j: int, e2: float) -> None:
         tail = b.tail
     b.tail = tail
     _push(fab, g, j, tail, e2, e2)
-
-
-def flit_booked(g: Flow, j: int, pcs: list) -> None:
-    """Flow ``g``'s single flit took hop ``j``'s link as ``pcs`` (``(start, end, share)``)."""
-    if g.sl is None:
-        g.sl = {j: pcs}
-    else:
-        g.sl[j] = pcs
 
 
 def relink(fab: Any, g: Flow, j: int, hs: float) -> float:
