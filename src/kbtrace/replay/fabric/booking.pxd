@@ -22,7 +22,12 @@ cpdef add_shares(list lt, list lr, double s, double e, shares)
 @cython.locals(e=cython.double, rho=cython.double, n=cython.Py_ssize_t, k=cython.Py_ssize_t,
                t0=cython.double, done=cython.double, head_work=cython.double,
                head=cython.double, start=cython.double, m=cython.double, t1=cython.double,
-               got=cython.double, end=cython.double, tail=cython.double)
+               got=cython.double, end=cython.double, tail=cython.double, r=cython.double,
+               e_in=cython.double, tiny=cython.double, c=cython.double,
+               arrived=cython.double, backlog=cython.double, rate=cython.double,
+               t_next=cython.double, clear=cython.double, a0=cython.double,
+               b0=cython.double, r0=cython.double, a=cython.double, b=cython.double,
+               finished=cython.bint, pieces=list)
 cpdef tuple fit_rate(list lt, list lr, double now, double h, double hd, double body,
                      double tail_at, double last, double busy, list out=*)
 
@@ -38,5 +43,6 @@ cpdef double unbook(list lt, list lr, list pieces, double t_from) except? -1.0
 
 @cython.locals(k=cython.Py_ssize_t, i=cython.Py_ssize_t, iv=list, lr=list, S=cython.double,
                A=cython.double, B=cython.double, bz=cython.double, s=cython.double,
-               e=cython.double, x=cython.double, r=cython.double)
+               e=cython.double, x=cython.double, r=cython.double, pe=cython.double,
+               y=cython.double, free=cython.bint, so=object, eo=object, po=object)
 cpdef Py_ssize_t take_plan(tuple res, double h, double t) except -1

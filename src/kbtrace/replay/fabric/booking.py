@@ -141,31 +141,49 @@ def take_plan(res: tuple, h: float, t: float) -> int:
     """Reserve a free-path plan's resources (``fast._Plan.res``, in path order) for a transfer
     whose head and tail reach its first hop at ``h`` / ``t``, each ``[h + S, max(t + A, h +
     B)]``, while each is free as the head reaches it (a node: ``take``; a link: ``take_rate``).
-    Returns how many were (``len(res)``: all); nothing of the next one is reserved."""
+    Returns how many were (``len(res)``: all); nothing of the next one is reserved.
+
+    Nearly every reservation is an append to a resource free from its start on, so what it
+    costs is the floats it makes (and pruning frees later): a start equal to the previous
+    resource's end (a node's overhead ends where its link starts) appends that end's float
+    again, and a full share appends the constant ``1.0`` (one float in four fewer; the
+    same values)."""
     k = 0
+    pe = -1.0           # the previous resource's end if it was appended, and its float
+    po: Any = None
     for iv, lr, S, A, B, bz in res:
         s = h + S
         e = t + A
         x = h + B
         if x > e:
             e = x
-        if lr is None:      # a node's overhead: exclusive
-            if not iv or iv[-1] <= s:
-                iv.append(s)
-                iv.append(e)
-            else:   # a gap that takes the whole overhead, or a stall
+        free = not iv
+        if not free:
+            y = iv[-1]
+            free = y <= s
+        if free:            # free from s on (a link: at the share bz / span)
+            so = po if s == pe and po is not None else s
+            eo = e
+            iv.append(so)
+            iv.append(eo)
+            if lr is not None:
+                r = bz / (e - s)
+                if r < 1.0:
+                    lr.append(r)
+                else:
+                    lr.append(1.0)
+                lr.append(0.0)
+            pe = e
+            po = eo
+        else:
+            po = None
+            if lr is None:      # a node's overhead: a gap that takes it whole, or a stall
                 i = bisect_right(iv, s)
                 if i & 1 or e > iv[i] + TIME_EPS:
                     break
                 iv[i:i] = (s, e if e < iv[i] else iv[i])
-        elif not iv or iv[-1] <= s:     # a link, free from s on: the share bz / span
-            r = bz / (e - s)
-            iv.append(s)
-            iv.append(e)
-            lr.append(r if r < 1.0 else 1.0)
-            lr.append(0.0)
-        elif not take_rate(iv, lr, s, e, bz):  # not enough bandwidth to spare
-            break
+            elif not take_rate(iv, lr, s, e, bz):  # not enough bandwidth to spare
+                break
         k += 1
     return k
 
