@@ -309,3 +309,24 @@ def test_a_one_flit_store_whose_head_arrives_later_gives_way(tmp_path, read, at,
                 lambda _e, op=op, fab=fab, got=got: got.__setitem__(op, fab.env.now))
         fab.env.run()
         assert got == pytest.approx(done, abs=1e-9), cls.fidelity
+
+
+def test_single_flits_cross_a_link_in_arrival_order(tmp_path):
+    """PEs 0..7 each read 256 B (one flit) twice from PE 0's slice, all at once: their reads
+    leave the HBM controller one after another, and a read booked later may arrive at the
+    controller's link before one booked earlier (which waited for a pseudo-channel). Flit
+    mode's link serves whole flits first come, first served; fast mode gives the later-booked
+    flit the link and books the other again behind it, its flow delayed (``heads.serve_flit``).
+    Every read as in flit mode: before, the flit booked first kept the link and the other took
+    what it spared (PE 1's second read done at 143.65 instead of 141.15, PE 5's first at
+    154.25 instead of 155.75)."""
+    small = compile_topology(TOPO_DIR / "small.yaml")
+    tr = SynthTrace([load(hbm(0, 0, 0, small, r * 256), 256, pe=p, program=p, seq=r)
+                     for r in range(2) for p in range(8)], "flits")
+    ends = {}
+    for f in ("flit", "fast"):
+        run = replay(tr, small, ReplayOptions(fidelity=f, out_dir=str(tmp_path / f)))
+        ends[f] = run.op_timing()["t_end_ns"].to_pylist()
+    assert ends["flit"][9] == pytest.approx(141.15, abs=1e-6)
+    assert ends["flit"][5] == pytest.approx(155.75, abs=1e-6)
+    assert ends["fast"] == pytest.approx(ends["flit"], abs=1e-6)

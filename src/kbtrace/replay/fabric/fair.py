@@ -101,13 +101,17 @@ class Flow:
         #: per hop of a single flit, the pieces its link booking holds (``heads.relink``)
         self.sl: dict[int, list] | None = None
 
-    def booked_flit(self, j: int, pcs: list) -> None:
-        """Its single flit took hop ``j``'s link as ``pcs`` (``(start, end, share)``), what
-        ``heads.relink`` gives back if its head moves."""
+    def booked_flit(self, j: int, pcs: list, a: float = -1.0) -> None:
+        """Its single flit took hop ``j``'s link as ``pcs`` (``(start, end, share)``), arriving
+        at ``a`` (negative: at the start): what ``heads.relink`` gives back if its head moves,
+        and a flit arriving there first goes before (``heads.serve_flit``)."""
         if self.sl is None:
             self.sl = {j: pcs}
         else:
             self.sl[j] = pcs
+        if pcs:
+            s = pcs[0][0]
+            self.fab.link_own[self.rt.links[j]][s] = (self, j, a if a >= 0.0 else s)
 
     def done(self, _ev: Any) -> None:
         """The completion event fired: record the rows."""

@@ -31,8 +31,10 @@ from kbtrace.replay.fabric.fair import (
 from kbtrace.replay.fabric.heads import (
     commit_later,
     head_at,
+    prune_links,
     prune_owners,
     relink,
+    serve_flit,
     serve_head,
 )
 from kbtrace.replay.hbm import HbmController
@@ -233,6 +235,9 @@ class FastFabric(Fabric):
         #: a head arriving before one goes first and the flow moves (``heads.serve_head``)
         self.node_own: list[dict[float, Flow | tuple[Flow, int, float]]] = [
             {} for _ in topo.nodes]
+        #: per link, the single flits of flows booked there (start -> (flow, hop, arrival)):
+        #: a flit arriving before one goes first and the flow moves (``heads.serve_flit``)
+        self.link_own: list[dict[float, tuple[Flow, int, float]]] = [{} for _ in topo.links]
         self.push_depth = 0
         self.head_at = head_at              # (``fair._push`` moves a flow's head through it)
         self.relink = relink                # (and a single flit's link booking)
@@ -486,10 +491,8 @@ class FastFabric(Fabric):
                 s, hd, td = fit_rate(liv, lr, now, h, hd_d, body, t, last_d, rt.busy[j])
             q += s - h
         elif mode == 1:
-            if self._f is not None:
-                pcs: list = []
-                s, hd, td = fit_rate(liv, lr, now, h, hd_d, hd_d, 0.0, 0.0, rt.busy[j], pcs)
-                self._f.booked_flit(j, pcs)
+            if self.fair:
+                s, hd, td = serve_flit(self, rt, j, now, h)
             else:
                 s, hd, td = fit_rate(liv, lr, now, h, hd_d, hd_d, 0.0, 0.0, rt.busy[j])
             q += s - h
@@ -577,6 +580,7 @@ class FastFabric(Fabric):
     def _prune_all(self, now: float) -> None:
         prune_flows(self.link_flows, now)
         prune_owners(self.node_own, now)
+        prune_links(self.link_own, now)
         for iv in self.node_iv:
             if len(iv) > 64:
                 _prune(iv, now)

@@ -15,7 +15,10 @@ credit) is a flow too: its tail is its head, unless it queued for the link after
 A one-flit HBM write is a flow too: its HBM commit (``commit_later``: a SimPy event when its
 head reaches the controller, ``HbmWrite``) moves with its head (``HbmWrite.recommit``). A
 single flit whose head moves gives back its booking on the link after the node and books it
-again from its new time (``relink``). Reservations of transfers that cannot move (HBM writes
+again from its new time (``relink``; kept where it would then wait behind bookings made after
+it). Single flits of flows cross a link in arrival order likewise (``serve_flit``: a flit
+arriving first takes the link from those booked before it, which are booked again behind it
+and their flows pushed, where that costs each no more than a flit time). Reservations of transfers that cannot move (HBM writes
 of two flits or more) keep their times, and a head takes the gaps between them
 (``booking.serve``: preemptive resume).
 
@@ -31,12 +34,12 @@ from typing import Any
 from simpy.events import NORMAL  # the priority of a Timeout
 
 from kbtrace.replay.fabric.base import _Ev, after
-from kbtrace.replay.fabric.booking import fit_rate, serve, unbook
+from kbtrace.replay.fabric.booking import add_shares, fit_rate, serve, unbook
 from kbtrace.replay.fabric.fair import Flow, _moved, _push, _times
 from kbtrace.replay.intervals import TIME_EPS
 
-__all__ = ["PUSH_DEPTH", "serve_head", "head_at", "prune_owners", "relink", "HbmWrite",
-           "commit_later"]
+__all__ = ["PUSH_DEPTH", "serve_head", "serve_flit", "head_at", "prune_owners", "prune_links",
+           "relink", "HbmWrite", "commit_later"]
 
 #: a head served first pushes flows booked before it, whose heads pushed further on may push
 #: others in turn, so deep (all_gather: 2.1% late with one level, 0.03% from six on)
@@ -136,11 +139,109 @@ def relink(fab: Any, g: Flow, j: int, hs: float) -> float:
     if sl is None or pcs is None or pcs[0][0] >= hs - TIME_EPS:
         return hs + hd
     liv, lr = hp[2], hp[3]
-    unbook(liv, lr, pcs, pcs[0][0])
+    s0 = pcs[0][0]
+    unbook(liv, lr, pcs, s0)
+    own = fab.link_own[g.rt.links[j]]
+    o = own.get(s0)
+    if o is not None and o[0] is g:
+        del own[s0]
     new: list = []
     _s, _hd, td = fit_rate(liv, lr, fab.env.now, hs, hd, hd, 0.0, 0.0, g.rt.busy[j], new)
-    sl[j] = new
+    e_old = pcs[-1][1]
+    x = hs + hd if hs + hd > e_old else e_old
+    if td > x + hd + TIME_EPS:          # behind bookings made after it: keep its booking, it
+        unbook(liv, lr, new, new[0][0])     # crosses as it comes (flit mode's FIFO would
+        for a0, b0, r0 in pcs:              # serve it before their later flits)
+            add_shares(liv, lr, a0, b0, (r0,))
+        g.booked_flit(j, pcs, hs)
+        return x
+    g.booked_flit(j, new, hs)
     return td
+
+
+def serve_flit(fab: Any, rt: Any, j: int, now: float, h: float) -> tuple[float, float, float]:
+    """Book the single flit of route ``rt`` on hop ``j``'s link, its head there at ``h``, as
+    flit mode's link serves whole flits, first come, first served: the single flits of
+    flows booked there before it but arriving after it (``FastFabric.link_own``) that hold
+    the link where it would cross are given back; it takes the link; each is booked again
+    from its arrival, in arrival order, its flow delayed (``fair._push``) if it now crosses
+    later (at most ``PUSH_DEPTH`` deep). Others keep their bookings and it takes what they
+    spare (``fit_rate``). Returns ``(start, head, tail)`` as ``fit_rate``; the flow being
+    booked (``fab._f``) notes its booking."""
+    hp = rt.hops[j]
+    liv, lr, hd = hp[2], hp[3], hp[5]
+    busy = rt.busy[j]
+    f = fab._f
+    own = fab.link_own[rt.links[j]]
+    pcs: list = []
+    s, hd2, td = fit_rate(liv, lr, now, h, hd, hd, 0.0, 0.0, busy, pcs)
+    if own and td > h + hd + TIME_EPS and fab.push_depth < PUSH_DEPTH:
+        hi = h + TIME_EPS
+        late = [(o[2], s_r, o[0], o[1]) for s_r, o in own.items()
+                if s_r < td - TIME_EPS and o[2] > hi and o[0] is not f and not o[0].fin]
+        if late:
+            late.sort(key=_by_arrival)
+            moved = _first(fab, liv, lr, now, h, hd, busy, pcs, late, own)
+            if moved is not None:
+                pcs, s, hd2, td = moved
+    if f is not None:
+        f.booked_flit(j, pcs, h)
+    return s, hd2, td
+
+
+def _first(fab: Any, liv: list, lr: list, now: float, h: float, hd: float, busy: float,
+           pcs: list, late: list, own: dict) -> tuple | None:
+    """``serve_flit``'s move: the flit booked as ``pcs`` takes the link first, the flits
+    ``late`` (``(arrival, start, flow, hop)``, in arrival order) are booked again after it and
+    their flows pushed. Not done (``None``, nothing changed) if one of them would then cross
+    more than the flit's time later than before: it would wait behind bookings made after
+    it (streams take what a link spares), where flit mode's FIFO would serve it first."""
+    olds = [g.sl[jg] for _a, _s, g, jg in late]
+    unbook(liv, lr, pcs, pcs[0][0])
+    for old in olds:
+        unbook(liv, lr, old, old[0][0])
+    mine: list = []
+    s, hd2, td = fit_rate(liv, lr, now, h, hd, hd, 0.0, 0.0, busy, mine)
+    news = []
+    ok = td <= h + hd + TIME_EPS        # (else others still hold it: as booked)
+    for (a, _s, g, jg), old in zip(late, olds, strict=True):
+        new: list = []
+        t2 = fit_rate(liv, lr, now, a, g.rt.hops[jg][5], g.rt.hops[jg][5], 0.0, 0.0,
+                      g.rt.busy[jg], new)[2]
+        news.append((new, t2))
+        if t2 > old[-1][1] + hd + TIME_EPS:
+            ok = False
+    if not ok:                          # as it was
+        unbook(liv, lr, mine, mine[0][0])
+        for new, _t2 in news:
+            unbook(liv, lr, new, new[0][0])
+        for old in olds:
+            for a0, b0, r0 in old:
+                add_shares(liv, lr, a0, b0, (r0,))
+        for pc in pcs:
+            add_shares(liv, lr, pc[0], pc[1], (pc[2],))
+        return None
+    for _a, s_r, _g, _jg in late:
+        del own[s_r]
+    fab.push_depth += 1
+    for (a, _s, g, jg), old, (new, t2) in zip(late, olds, news, strict=True):
+        g.booked_flit(jg, new, a)
+        if t2 > old[-1][1] + TIME_EPS:
+            _push(fab, g, jg, t2, h, t2 - g.rt.hops[jg][5])
+    fab.push_depth -= 1
+    return mine, s, hd2, td
+
+
+def _by_arrival(x: tuple) -> tuple:
+    return x[0], x[1]
+
+
+def prune_links(link_own: list, now: float) -> None:
+    """Forget the movable single-flit link bookings whose flits arrive by ``now``."""
+    for own in link_own:
+        if own:
+            for s in [s for s, o in own.items() if o[2] <= now]:
+                del own[s]
 
 
 def prune_owners(node_own: list, now: float) -> None:
