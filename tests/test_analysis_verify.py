@@ -304,3 +304,29 @@ def test_order_violations_match_the_dict_loop_on_random_tables():
                            "t_start_ns": pa.array(ts, pa.float64()),
                            "t_end_ns": pa.array(te, pa.float64())})
         assert _order_violations(ops, timing) == reference(ids, deps, tids, ts, te)
+
+
+@pytest.mark.parametrize("young, collections", [(0, 5), (10**9, 0)])
+def test_young_generation_collected_between_batches_past_the_threshold(run_dir, monkeypatch,
+                                                                      young, collections):
+    """Automatic GC is paused while the ops run; between two batches (2 ops each here: 5
+    batches of the 9 ops) the young generation is collected only once it grew by
+    ``GC_YOUNG`` objects, not after every batch."""
+    import gc
+
+    from kbtrace.analysis import verifier
+    monkeypatch.setattr(verifier, "OP_BATCH", 2)
+    monkeypatch.setattr(verifier, "GC_YOUNG", young)
+    seen: list[int] = []
+
+    def note(phase, info):
+        if phase == "start" and info["generation"] == 0:
+            seen.append(0)
+
+    gc.callbacks.append(note)
+    try:
+        res = verify(run_dir)
+    finally:
+        gc.callbacks.remove(note)
+    assert res.ok, res.text()
+    assert len(seen) == collections
