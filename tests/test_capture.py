@@ -49,7 +49,19 @@ def test_gemm_reference_in_k_blocks_equals_the_whole_product():
          "b": rng.integers(-99, 99, (200, 5)).astype(np.int32)}
     want = v["a"].astype(np.int64) @ v["b"].astype(np.int64)
     for block in (7, 64, 200, 4096):
-        assert np.array_equal(mod.reference(v, block=block), want)
+        assert np.array_equal(mod.reference(v, block=block), want)   # float32 blocks
+    big = {"a": rng.integers(-2**20, 2**20, (8, 200)).astype(np.int32),
+           "b": rng.integers(-2**20, 2**20, (200, 5)).astype(np.int32)}
+    want = big["a"].astype(np.int64) @ big["b"].astype(np.int64)     # sums past 2**24
+    for block in (7, 200):
+        got = mod.reference(big, block=block)
+        assert got.dtype == np.float64 and np.array_equal(got, want)
+    f = {"a": rng.standard_normal((8, 200)).astype(np.float32),
+         "b": rng.standard_normal((200, 5)).astype(np.float32)}
+    want = f["a"][:, :64].astype(np.float64) @ f["b"][:64].astype(np.float64)
+    for k0 in range(64, 200, 64):
+        want += f["a"][:, k0:k0 + 64].astype(np.float64) @ f["b"][k0:k0 + 64].astype(np.float64)
+    assert np.array_equal(mod.reference(f, block=64), want)          # floats: float64 blocks
 
 
 def test_memory_parquet_keeps_no_statistics_of_tensor_bytes(small, tmp_path):

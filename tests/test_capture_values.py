@@ -177,7 +177,7 @@ def test_drains_collect_cyclic_garbage_past_the_young_threshold(tiny, tmp_path, 
        st.integers(1, 9), st.sampled_from([1, 100, 1 << 15, 1 << 20, 1 << 31]),
        st.integers(0, 2**32 - 1))
 def test_integer_matmul_equals_numpy_including_wraparound(dt, m, k, n, hi, seed):
-    """``executor.matmul`` (float64 BLAS when every sum is exact) == numpy's integer matmul,
+    """``executor.matmul`` (float32 or float64 BLAS when every sum is exact) == numpy's integer matmul,
     bit for bit, also where int32 sums wrap or the operands hold the most negative int."""
     from kbtrace.capture.executor import matmul
     rng = np.random.default_rng(seed)
