@@ -26,7 +26,7 @@ def test_open_run_limits_duckdb_memory_and_cleans_its_spill_directory(run_dir, m
     (limit, tmp), = r.con.sql("SELECT current_setting('memory_limit'), "
                               "current_setting('temp_directory')").fetchall()
     spill = r._spill_dir
-    assert limit == "953.6 MiB" and tmp == str(spill) and spill.is_dir()
+    assert limit == "488.2 MiB" and tmp == str(spill) and spill.is_dir()
     r.close()
     assert not spill.exists()
     monkeypatch.setenv(MEMORY_ENV, "2GB")

@@ -80,6 +80,32 @@ def test_utilisation_windows_and_between(run):
                    ("sip0.cube0.pe0.gemm", 10.0, 0.166667),
                    ("sip0.cube0.hbm_ctrl.pe0", 45.0, 0.75)]  # [10,50] + [55,60]
 
+def test_materialised_utilisation_windows_follow_set_windows(tmp_path):
+    """utilisation_windows materialised (the report reads it twice) is kept per window count:
+    set_windows never leaves it at another count's rows."""
+    q = ("SELECT win, t0_ns, t1_ns, busy_ns, util FROM utilisation_windows "
+         "WHERE resource_id = 'sip0.cube0.hbm_ctrl.pe0' ORDER BY win")
+    four = [(0, 0.0, 45.0, 35.0, 0.777778), (1, 45.0, 90.0, 25.0, 0.555556),
+            (2, 90.0, 135.0, 0.0, 0.0), (3, 135.0, 180.0, 15.0, 0.333333)]
+    with open_run(write_synthetic_run(tmp_path)) as r:
+        twenty = rows(r, q)
+        assert len(twenty) == 20 and twenty[0] == (0, 0.0, 9.0, 0.0, 0.0)
+        r.materialize(("utilisation_windows",))
+        assert rows(r, q) == twenty
+        r.set_windows(4)                  # not cached: the view's SQL again
+        assert rows(r, q) == four
+        assert rows(r, "SELECT count(*) FROM utilisation_windows") == [(44,)]
+        r.materialize(("utilisation_windows",))
+        r.set_windows(20)                 # cached: its table
+        assert rows(r, q) == twenty
+        assert "_m_utilisation_windows_20" in r.con.sql(
+            "SELECT sql FROM duckdb_views() WHERE view_name = 'utilisation_windows'").fetchall()[0][0]
+        r.set_windows(4)
+        assert rows(r, q) == four
+        assert {t for t, in r.con.sql("SELECT table_name FROM duckdb_tables()").fetchall()
+                if t.startswith("_m_utilisation_windows")} == {
+            "_m_utilisation_windows_20", "_m_utilisation_windows_4"}
+
 
 def test_stage_breakdown_pe_adds_up(run):
     got = rows(run, "SELECT pe, stage, time_ns FROM stage_breakdown_pe WHERE time_ns > 0 "

@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from kbtrace.analysis import _materialize as run_mod
 from kbtrace.analysis import islands
-from kbtrace.analysis import run as run_mod
 from kbtrace.analysis.main import run_workload
 from kbtrace.analysis.run import open_run
 

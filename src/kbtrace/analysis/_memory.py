@@ -3,7 +3,11 @@
 Above ``DUCKDB_MEMORY`` (``KBTRACE_DUCKDB_MEMORY`` overrides, e.g. 4GB), views being
 materialised spill to a temporary directory of kbtrace's own instead of growing the
 process: on gemm, 300k ops / 8.8M hops, the materialisation peak fell 1.87 -> 1.17 GiB with
-the same rows; small runs never reach it. The spill directory is the caller's (``open_run``
+the same rows; small runs never reach it. 512 MB, not 1 GB: at a million ops (29 M hops)
+the budget is what the headline's peak grows to -- ``_crit_pred`` and ``utilisation_windows``
+peaked at ~1.28 GiB under 1 GB, 0.79 GiB under 512 MB (the 100 k-op run peaks at ~0.68 GiB
+either way: issue 22's target 3 is <= 1.3x per 10x ops), for ~3 CPU s more of spilling
+(``_crit_pred`` 9.1-10.9 -> 12.6 s; 2026-11-26). The spill directory is the caller's (``open_run``
 creates it and ``Run.close`` removes it), so DuckDB never writes its default ``.tmp`` into
 the user's directory.
 """
@@ -19,7 +23,7 @@ from kbtrace.errors import UsageError
 
 __all__ = ["DUCKDB_MEMORY", "MEMORY_ENV", "limit_memory"]
 
-DUCKDB_MEMORY = "1GB"
+DUCKDB_MEMORY = "512MB"
 MEMORY_ENV = "KBTRACE_DUCKDB_MEMORY"
 
 

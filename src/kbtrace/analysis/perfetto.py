@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 
 from kbtrace._io import atomic_path
+from kbtrace.analysis._perfetto_ops import Encoded, op_slices
 
 __all__ = ["export_perfetto", "trace_events", "us", "MAX_FABRIC_SLICES", "MAX_FLOWS",
            "MAX_COUNTER_EVENTS"]
@@ -133,19 +134,23 @@ def _clamp(t: int, lo: int, hi: int) -> int:
 _BATCH = 16_384      # rows fetched from DuckDB at a time, events encoded at a time
 
 
-def _batches(run: Any, query: str):
-    """The rows of ``query`` as tuples, ``_BATCH`` at a time (never the whole result)."""
+def _arrow_batches(run: Any, query: str, rows: int = _BATCH) -> Iterator[Any]:
+    """The rows of ``query`` as Arrow record batches of ``rows`` (never the whole result)."""
     rel = run._relation(query)
     try:
-        reader = rel.to_arrow_reader(_BATCH)
-        for b in reader:
-            cols = [c.to_pylist() for c in b.columns]
-            yield from zip(*cols, strict=True)
+        yield from rel.to_arrow_reader(rows)
     except Exception as exc:  # duckdb.Error, raised as the Run names it
         import duckdb
         if isinstance(exc, duckdb.Error):
             raise run.error(exc) from exc
         raise
+
+
+def _batches(run: Any, query: str):
+    """The rows of ``query`` as tuples, ``_BATCH`` at a time (never the whole result)."""
+    for b in _arrow_batches(run, query):
+        cols = [c.to_pylist() for c in b.columns]
+        yield from zip(*cols, strict=True)
 
 
 class _Slots:
@@ -173,6 +178,24 @@ class _Slots:
             li = self._lab[label] = len(self.labels)
             self.labels.append(label)
         self.a[op_id] = (pid, tid, s, e, li)
+        self.has[op_id] = True
+
+    def put_many(self, op_id: np.ndarray, pid: np.ndarray, tid: np.ndarray, s: np.ndarray,
+                 e: np.ndarray, label_i: np.ndarray, labels: list[str]) -> None:
+        """``put`` of many ops at once (``label_i`` indexes ``labels``)."""
+        if not len(op_id):
+            return
+        top = int(op_id.max())
+        if top >= len(self.has):
+            n = max(top + 1, 2 * len(self.has), 1024)
+            a = np.zeros((n, 5), dtype=np.int64)
+            a[:len(self.a)] = self.a
+            h = np.zeros(n, dtype=bool)
+            h[:len(self.has)] = self.has
+            self.a, self.has = a, h
+        glob = np.array([self._lab.setdefault(lab, len(self._lab)) for lab in labels], np.int64)
+        self.labels.extend(list(self._lab)[len(self.labels):])
+        self.a[op_id] = np.column_stack([pid, tid, s, e, glob[label_i]])
         self.has[op_id] = True
 
     def __contains__(self, op_id: object) -> bool:
@@ -226,21 +249,11 @@ def _stream(run: Any, info: dict[str, Any], tracks: _Tracks):
     ``tracks.meta()``); memory stays bounded by a batch of rows plus the per-op slots."""
     slot = _Slots()
     split = functools.cache(_split)        # a few hundred engines and nodes, 1 M+ calls
-    for (op_id, launch, program, seq, kind, name, engine, t0, t1, q, nb) in _batches(
-            run, "SELECT t.op_id, t.launch, t.program, t.seq, CAST(t.kind AS VARCHAR) AS kind, "
-                 "CAST(t.name AS VARCHAR) AS name, CAST(t.engine AS VARCHAR) AS engine, "
-                 "t.t_start_ns, t.t_end_ns, t.queue_ns, t.nbytes FROM op_timing t "
-                 "ORDER BY engine, t_start_ns, t_end_ns DESC, op_id"):
-        s, e = round(t0), round(t1)
-        e = max(s, e)
-        proc, local = split(engine)
-        pid, tid = tracks.place(proc or "host/io", local, s, e)
-        lab = f"{kind}/{name}"
-        slot.put(op_id, pid, tid, s, e, lab)
-        yield {"ph": "X", "pid": pid, "tid": tid, "ts": us(s), "dur": us(e - s),
-               "name": lab, "cat": kind,
-               "args": {"op_id": op_id, "launch": launch, "program": program,
-                        "seq": seq, "queue_ns": q, "nbytes": nb}}
+    yield from op_slices(_arrow_batches(
+        run, "SELECT t.op_id, t.launch, t.program, t.seq, CAST(t.kind AS VARCHAR) AS kind, "
+             "CAST(t.name AS VARCHAR) AS name, CAST(t.engine AS VARCHAR) AS engine, "
+             "t.t_start_ns, t.t_end_ns, t.queue_ns, t.nbytes FROM op_timing t "
+             "ORDER BY engine, t_start_ns, t_end_ns DESC, op_id", 1 << 16), tracks, slot, split)
     # fabric: link hops and HBM accesses, each a slice on its link's / controller's track
     n_fabric, cut = _fabric_cut(run)
     chains: dict[tuple[int, int], list[tuple[int, int, int, int]]] = defaultdict(list)
@@ -380,7 +393,12 @@ def trace_events(run: Any, info: dict[str, Any] | None = None) -> list[dict[str,
     same events to its file instead of holding them.)"""
     info = {} if info is None else info
     tracks = _Tracks()
-    events = list(_stream(run, info, tracks))
+    events: list[dict[str, Any]] = []
+    for ev in _stream(run, info, tracks):
+        if isinstance(ev, Encoded):
+            events.extend(ev.events())
+        else:
+            events.append(ev)
     return tracks.meta() + events
 
 
@@ -452,6 +470,15 @@ def _write(path: Path, events: Any, tracks: _Tracks, other: Any) -> int:
     with tempfile.TemporaryFile(dir=path.parent) as body:
         buf: list[dict[str, Any]] = []
         for ev in events:
+            if isinstance(ev, Encoded):     # a batch encoded already (_perfetto_ops)
+                if buf:
+                    body.write((b"," if n else b"") + enc(buf)[1:-1].encode())
+                    n += len(buf)
+                    buf = []
+                if ev.n:
+                    body.write((b"," if n else b"") + ev.data)
+                    n += ev.n
+                continue
             buf.append(ev)
             if len(buf) >= _BATCH:
                 body.write((b"," if n else b"") + enc(buf)[1:-1].encode())

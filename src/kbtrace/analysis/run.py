@@ -10,12 +10,9 @@ A directory holding several run directories opens as a run set: ``op_timing``,
 from __future__ import annotations
 
 import json
-import logging
 import os
-import re
 import shutil
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,29 +23,22 @@ import pyarrow.parquet as pq
 
 from kbtrace import schema
 from kbtrace._integrity import check_digests, check_trace_files
-from kbtrace._io import json_type, read_json_object, release_memory, trace_hash
+from kbtrace._io import json_type, read_json_object, trace_hash
 from kbtrace._paths import resolve
+from kbtrace.analysis import _materialize
+from kbtrace.analysis._materialize import IDENT as _IDENT
+from kbtrace.analysis._materialize import MATERIALIZE, PARALLEL_SAFE
 from kbtrace.analysis._memory import limit_memory
 from kbtrace.analysis._reproduce import recorded_trace_path, reproduce_commands
-from kbtrace.analysis.islands import TWINS
 from kbtrace.analysis.sqllib import load_views
 from kbtrace.errors import AnalysisError, KbtraceError, SchemaError, UsageError
 
-_log = logging.getLogger("kbtrace.analysis")
-
 __all__ = ["Run", "open_run", "find_trace_dir", "recorded_trace_path", "read_run_json",
            "run_trace_dir", "check_trace_hash", "read_parquet_schema",
-           "corrupt_parquet", "flat_info", "reproduce_commands", "DEFAULT_WINDOWS", "REPLAY_FIX"]
+           "corrupt_parquet", "flat_info", "reproduce_commands", "DEFAULT_WINDOWS", "REPLAY_FIX",
+           "MATERIALIZE", "PARALLEL_SAFE"]
 
 DEFAULT_WINDOWS = 20
-# views the report reads more than once, each costly on large runs (helpers first)
-MATERIALIZE = ("_pe_segments", "_busy_islands", "utilisation", "_crit_pred", "critical_path")
-# of those, the ones whose rows are exact whatever the evaluation order (min / max, integer
-# sums, windows over a total order; checked equal at 1 and 2 threads on 3.8M hops): they are
-# computed on every core and sorted (ORDER BY ALL), so what reads them sees the same rows in
-# the same order as single-threaded. Float sums (utilisation, critical_path) stay on one.
-PARALLEL_SAFE = frozenset({"_pe_segments", "_busy_islands", "_crit_pred"})
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RUN_FILES = {"op_timing": schema.OP_TIMING, "hops": schema.HOPS,
               "nodes": schema.NODES, "links": schema.LINKS}
 
@@ -254,6 +244,8 @@ class Run:
         self.con = con
         self.run_dirs = run_dirs
         self._spill_dir = spill_dir
+        self._n_twin = 0                  # twin files written (analysis._materialize)
+        self._windows: dict[int, str] = {}   # window count -> utilisation_windows table
 
     # -- queries
     def error(self, exc: Exception, what: str = "SQL failed") -> KbtraceError:
@@ -307,73 +299,23 @@ class Run:
         return [r[0] for r in rows]
 
     def materialize(self, views: tuple[str, ...] = MATERIALIZE) -> None:
-        """Compute ``views`` once and keep them as temporary tables, so later queries read the
-        result instead of re-running the view (each view of the SQL library is re-evaluated
-        by every query that uses it; on a run with a million hops ``utilisation`` or
-        ``_pe_segments`` take seconds). In order: a view materialised first speeds up those
-        after it. The views keep their names; the run's files do not change.
+        """Compute ``views`` once and keep them (``analysis._materialize``), so later queries
+        read the result instead of re-running the view (each view of the SQL library is
+        re-evaluated by every query that uses it; on a run with a million hops
+        ``utilisation`` or ``_pe_segments`` take seconds). In order: a view materialised
+        first speeds up those after it. The views keep their names; the run's files do not
+        change.
 
         ``PARALLEL_SAFE`` views use every core (the connection otherwise runs on one, so
         float sums and row orders are reproducible): 20 -> 12 s on 3.8M hops, 2 cores. Of a
         single run, ``_busy_islands`` and ``_pe_segments`` are computed by their numpy twins
-        (``analysis.islands``: the same rows in the same order, 3-4x faster)."""
-        cores = os.cpu_count() or 1
-        for v in views:
-            if not _IDENT.match(v):
-                raise AnalysisError(f"{v!r} is not a view name")
-            safe = v in PARALLEL_SAFE      # sorted on any machine: same rows, same order
-            twin = TWINS.get(v) if len(self.run_dirs) == 1 and not self.sandbox else None
-            par = safe and cores > 1 and not self.sandbox and twin is None   # (locked: 1 thread)
-            t0 = time.perf_counter()
-            try:
-                if par:
-                    self.con.execute(f"SET threads TO {cores}")
-                if twin is not None:    # its rows, computed in numpy, already in that order
-                    self._load_twin(v, twin)
-                else:
-                    self.con.execute(f"CREATE OR REPLACE TEMP TABLE _m_{v} AS SELECT * FROM {v}"
-                                     + (" ORDER BY ALL" if safe else ""))
-                self.con.execute(f"CREATE OR REPLACE VIEW {v} AS SELECT * FROM _m_{v}")
-                _log.debug(f"{self.path.name}: view {v} materialised in "
-                           f"{time.perf_counter() - t0:.2f} s"
-                           + (f" on {cores} threads" if par else "")
-                           + (" (numpy twin)" if twin is not None else ""))
-            except duckdb.Error as exc:
-                raise self.error(exc, f"materialising view {v!r} failed") from exc
-            finally:
-                if par:
-                    self.con.execute("SET threads TO 1")
-
-    def _load_twin(self, view: str, twin: Any) -> None:
-        """``_m_<view>`` from a numpy twin's rows (``islands.TWINS``): with a spill directory
-        (``open_run``'s), its batches go through a Parquet file there, so the process never
-        holds them all (DuckDB keeps the table within its budget)."""
-        if self._spill_dir is None:
-            self.con.register("_twin_rows", pa.concat_tables(list(twin(self.con))))
-            self.con.execute(f"CREATE OR REPLACE TEMP TABLE _m_{view} AS "
-                             "SELECT * FROM _twin_rows")
-            self.con.unregister("_twin_rows")
-            return
-        path = self._spill_dir / f"twin-{view}.parquet"
-        writer = None
-        try:
-            for part in twin(self.con):
-                if writer is None:
-                    writer = pq.ParquetWriter(path, part.schema, compression="none")
-                writer.write_table(part)
-        finally:
-            if writer is not None:
-                writer.close()
-        self.con.execute(f"CREATE OR REPLACE TEMP TABLE _m_{view} AS SELECT * FROM "
-                         f"read_parquet('{path}')")
-        path.unlink()
-        release_memory()    # the twin's numpy and Arrow buffers, before the next view
+        (``analysis.islands``: the same rows in the same order, 3-4x faster) and kept in
+        files; ``utilisation_windows`` is kept per window count (``set_windows``)."""
+        _materialize.materialize(self, views)
 
     def set_windows(self, n: int) -> None:
         """Number of equal windows used by ``utilisation_windows``."""
-        if n < 1:
-            raise AnalysisError(f"n_windows must be >= 1, got {n}")
-        self.con.execute(f"CREATE OR REPLACE TABLE _config AS SELECT {int(n)} AS n_windows")
+        _materialize.set_windows(self, n)
 
     @property
     def makespan_ns(self) -> float:

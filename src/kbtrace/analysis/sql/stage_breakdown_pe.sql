@@ -2,7 +2,8 @@
 --
 -- One row per PE and stage (hbm_queue, dma_read, fetch, gemm, math, store, dma_write, ipcq,
 -- other, idle: schema.BREAKDOWN_STAGES and idle), zeros included. Per PE, time_ns over all stages adds up to span_ns exactly
--- (overlapping work is attributed by the priority documented in _pe_segments).
+-- (overlapping work is attributed by the priority documented in _pe_segments). Rows come by
+-- PE, then in the stage order above (what the report's per-PE table and plot show).
 --
 -- Columns:
 --   sip, cube, pe (-)  PE coordinates
@@ -17,4 +18,5 @@ agg AS (SELECT sip, cube, pe, stage, sum(dur_ns) AS time_ns FROM _pe_segments GR
 SELECT p.sip, p.cube, p.pe, st.stage, coalesce(agg.time_ns, 0.0) AS time_ns, p.span_ns,
        coalesce(agg.time_ns, 0.0) / nullif(p.span_ns, 0) AS share
 FROM _pe_span p CROSS JOIN st
-LEFT JOIN agg ON agg.sip = p.sip AND agg.cube = p.cube AND agg.pe = p.pe AND agg.stage = st.stage;
+LEFT JOIN agg ON agg.sip = p.sip AND agg.cube = p.cube AND agg.pe = p.pe AND agg.stage = st.stage
+ORDER BY p.sip, p.cube, p.pe, st.ord;

@@ -1,0 +1,141 @@
+"""``Run.materialize`` and ``Run.set_windows``: views computed once and kept, on an open run.
+
+A materialised view ``v`` becomes ``CREATE VIEW v AS SELECT * FROM _m_v``, where ``_m_v`` is
+
+- a temporary table of the view's rows (``ORDER BY ALL`` for ``PARALLEL_SAFE`` views,
+  computed on every core);
+- for ``_busy_islands`` and ``_pe_segments`` of a single run, the rows of their numpy twins
+  (``analysis.islands``), written to a Parquet file in the run's spill directory, which
+  ``v`` reads instead of ``_m_v``: the rows grow with the hops (23 M islands, ~720 MB as a
+  DuckDB table at a million ops), and a file costs neither the process nor DuckDB's buffer
+  pool any memory while no query reads it (issue 22, target 3). A query decodes the pages it
+  reads in file order, so sums over it add up in the same order as over a table;
+- for ``utilisation_windows``, the only view reading the window setting (``_config``), a
+  temporary table per window count, ``_m_utilisation_windows_<n>``: ``set_windows(n)``
+  points the view at the table of ``n`` if there is one, else back at its SQL, so the view
+  is never stale (the report reads it twice: its plot and the timeline's counters).
+
+Every materialised view keeps its name; the run's files do not change.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kbtrace._io import release_memory
+from kbtrace.analysis.islands import TWINS
+from kbtrace.analysis.sqllib import view_docs
+from kbtrace.errors import AnalysisError
+
+__all__ = ["MATERIALIZE", "PARALLEL_SAFE", "WINDOWED", "materialize", "set_windows", "IDENT"]
+
+_log = logging.getLogger("kbtrace.analysis")
+
+# views the report reads more than once, each costly on large runs (helpers first)
+MATERIALIZE = ("_pe_segments", "_busy_islands", "utilisation", "_crit_pred", "critical_path",
+               "utilisation_windows")
+# of those, the ones whose rows are exact whatever the evaluation order (min / max, integer
+# sums, windows over a total order; checked equal at 1 and 2 threads on 3.8M hops): they are
+# computed on every core and sorted (ORDER BY ALL), so what reads them sees the same rows in
+# the same order as single-threaded. Float sums (utilisation, critical_path) stay on one.
+PARALLEL_SAFE = frozenset({"_pe_segments", "_busy_islands", "_crit_pred"})
+#: the view that depends on ``Run.set_windows`` (one materialisation per window count)
+WINDOWED = "utilisation_windows"
+IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _q(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def materialize(run: Any, views: tuple[str, ...]) -> None:
+    """``Run.materialize(views)`` (see the module docstring and ``Run.materialize``)."""
+    cores = os.cpu_count() or 1
+    for v in views:
+        if not IDENT.match(v):
+            raise AnalysisError(f"{v!r} is not a view name")
+        safe = v in PARALLEL_SAFE      # sorted on any machine: same rows, same order
+        twin = TWINS.get(v) if len(run.run_dirs) == 1 and not run.sandbox else None
+        par = safe and cores > 1 and not run.sandbox and twin is None   # (locked: 1 thread)
+        t0 = time.perf_counter()
+        try:
+            if par:
+                run.con.execute(f"SET threads TO {cores}")
+            src = f"_m_{v}"
+            if v == WINDOWED:
+                src = _windows(run)
+            elif twin is not None:    # its rows, computed in numpy, already in that order
+                src = _load_twin(run, v, twin)
+            else:
+                run.con.execute(f"CREATE OR REPLACE TEMP TABLE _m_{v} AS SELECT * FROM {v}"
+                                + (" ORDER BY ALL" if safe else ""))
+            run.con.execute(f"CREATE OR REPLACE VIEW {v} AS SELECT * FROM {src}")
+            _log.debug(f"{run.path.name}: view {v} materialised in "
+                       f"{time.perf_counter() - t0:.2f} s"
+                       + (f" on {cores} threads" if par else "")
+                       + (" (numpy twin)" if twin is not None else ""))
+        except duckdb.Error as exc:
+            raise run.error(exc, f"materialising view {v!r} failed") from exc
+        finally:
+            if par:
+                run.con.execute("SET threads TO 1")
+
+
+def _load_twin(run: Any, view: str, twin: Any) -> str:
+    """A numpy twin's rows (``islands.TWINS``) in a Parquet file in the spill directory
+    (``open_run``'s), or without one in the temporary table ``_m_<view>``: what to read."""
+    if run._spill_dir is None:
+        run.con.register("_twin_rows", pa.concat_tables(list(twin(run.con))))
+        run.con.execute(f"CREATE OR REPLACE TEMP TABLE _m_{view} AS SELECT * FROM _twin_rows")
+        run.con.unregister("_twin_rows")
+        return f"_m_{view}"
+    run._n_twin += 1      # a new file each time: the view may still read the last one
+    path = run._spill_dir / f"twin-{view}-{run._n_twin}.parquet"
+    writer = None
+    try:
+        for part in twin(run.con):
+            if writer is None:
+                writer = pq.ParquetWriter(path, part.schema, compression="none")
+            writer.write_table(part)
+    finally:
+        if writer is not None:
+            writer.close()
+    release_memory()    # the twin's numpy and Arrow buffers, before the next view
+    return f"read_parquet({_q(str(path))})"
+
+
+def _n_windows(con: duckdb.DuckDBPyConnection) -> int:
+    return int(con.sql("SELECT n_windows FROM _config").fetchall()[0][0])
+
+
+def _windows(run: Any) -> str:
+    """``utilisation_windows`` for the current window count, computed once per count: the
+    table holding it."""
+    n = _n_windows(run.con)
+    table = f"_m_{WINDOWED}_{n}"
+    if n not in run._windows:       # the view is its SQL now (set_windows keeps it so)
+        run.con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT * FROM {WINDOWED}")
+        run._windows[n] = table
+    return table
+
+
+def set_windows(run: Any, n: int) -> None:
+    """``Run.set_windows(n)``: the window count, and ``utilisation_windows`` pointed at its
+    materialisation for ``n`` if there is one, else at its SQL (never at another count's)."""
+    if n < 1:
+        raise AnalysisError(f"n_windows must be >= 1, got {n}")
+    run.con.execute(f"CREATE OR REPLACE TABLE _config AS SELECT {int(n)} AS n_windows")
+    if not run._windows:
+        return
+    if n in run._windows:
+        run.con.execute(f"CREATE OR REPLACE VIEW {WINDOWED} AS SELECT * FROM {run._windows[n]}")
+    else:
+        run.con.execute(next(d.sql for d in view_docs() if d.name == WINDOWED))
