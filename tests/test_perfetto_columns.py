@@ -11,7 +11,13 @@ import math
 import numpy as np
 import pyarrow as pa
 
-from kbtrace.analysis._perfetto_ops import json_floats, json_strings, op_slices, us_strings
+from kbtrace.analysis._perfetto_ops import (
+    counter_steps,
+    json_floats,
+    json_strings,
+    op_slices,
+    us_strings,
+)
 from kbtrace.analysis.perfetto import _Slots, _split, _Tracks, us
 
 ENC = json.JSONEncoder(separators=(",", ":")).encode
@@ -83,3 +89,24 @@ def test_op_slices_are_the_dict_encoding_byte_for_byte():
     assert {e["tid"] for e in want if e["cat"] == "dma"} == {1, 2, 3}     # three lanes
     for op in range(9):
         assert slot.get(op) == want_slot.get(op) and slot.label(op) == want_slot.label(op)
+
+
+def test_counter_steps_are_the_dict_encoding_byte_for_byte():
+    pids = {"sip0.cube0 fabric": 3, "fabric": 7}
+    series = [
+        (("fabric", "link a -> b (x)", "bytes in flight"), np.array([0, 5, 1500, 3000]),
+         np.array([64, 128, 0, -1])),
+        (("sip0.cube0 fabric", "hbm_ctrl.pe0", "waiting"), np.array([], np.int64),
+         np.array([], np.int64)),
+        (("sip0.cube0 fabric", 'l"nk é', "in service"), np.array([2, 2999, 3001]),
+         np.array([1, 0, 2**40])),
+    ]
+    for cut in (None, 3000, 1):
+        want = [{"ph": "C", "pid": pids[proc], "name": track, "ts": us(ts), "args": {name: v}}
+                for (proc, track, name), t, level in series
+                for ts, v in zip(t.tolist(), level.tolist(), strict=True)
+                if cut is None or ts <= cut]
+        got = counter_steps(series, pids.__getitem__, cut)
+        assert got.n == len(want) == {None: 7, 3000: 6, 1: 1}[cut]
+        assert got.data == ENC(want)[1:-1].encode() and got.events() == want
+    assert counter_steps(series[1:2], pids.__getitem__, None).n == 0

@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["Encoded", "us_strings", "json_floats", "json_strings", "op_slices"]
+__all__ = ["Encoded", "us_strings", "json_floats", "json_strings", "op_slices", "counter_steps"]
 
 
 class Encoded:
@@ -135,3 +135,28 @@ def op_slices(batches: Iterator[pa.RecordBatch], tracks: Any, slot: Any,
             _ints(c["seq"].to_numpy()), ',"queue_ns":', json_floats(c["queue_ns"].to_numpy()),
             ',"nbytes":', _ints(c["nbytes"].to_numpy()), "}}"])
         yield Encoded(data, n)
+
+
+def counter_steps(series: list[tuple[tuple[str, str, str], np.ndarray, np.ndarray]],
+                  pid: Callable[[str], int], cut: int | None) -> Encoded:
+    """The ``C`` events of counters' step functions, in order: per (process, track, series)
+    key, ``{"ph":"C","pid":..,"name":track,"ts":..,"args":{series:level}}`` at each of its
+    times (those <= ``cut`` when given)."""
+    heads, tails, idx, ts, vals = [], [], [], [], []
+    for i, ((proc, track, name), t, level) in enumerate(series):
+        if cut is not None:
+            keep = t <= cut
+            t, level = t[keep], level[keep]
+        heads.append(f'{{"ph":"C","pid":{pid(proc)},"name":{json.dumps(track)},"ts":"')
+        tails.append(f'","args":{{{json.dumps(name)}:')
+        idx.append(np.full(len(t), i, np.int64))
+        ts.append(t)
+        vals.append(level)
+    n = int(sum(len(t) for t in ts))
+    if not n:
+        return Encoded(b"", 0)
+    at = pa.array(np.concatenate(idx))
+    return Encoded(_joined([pa.array(heads, pa.string()).take(at),
+                            us_strings(np.concatenate(ts).astype(np.int64)),
+                            pa.array(tails, pa.string()).take(at),
+                            _ints(np.concatenate(vals).astype(np.int64)), "}}"]), n)

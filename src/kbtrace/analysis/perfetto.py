@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from kbtrace._io import atomic_path
-from kbtrace.analysis._perfetto_ops import Encoded, op_slices
+from kbtrace.analysis._perfetto_ops import Encoded, counter_steps, op_slices
 
 __all__ = ["export_perfetto", "trace_events", "us", "MAX_FABRIC_SLICES", "MAX_FLOWS",
            "MAX_COUNTER_EVENTS"]
@@ -354,7 +354,7 @@ class _Steps:
 
 
 def _counters(run: Any, tracks: _Tracks, steps: _Steps, link_track: dict[int, tuple[str, str]],
-              info: dict[str, Any]) -> Iterator[dict[str, Any]]:
+              info: dict[str, Any]) -> Iterator[dict[str, Any] | Encoded]:
     """``C`` events: each counter's step function (one event per distinct time), then each
     link's utilisation per window of ``utilisation_windows`` (ending at the makespan). At most
     ``MAX_COUNTER_EVENTS``: past that, every counter stops at the same time."""
@@ -377,11 +377,7 @@ def _counters(run: Any, tracks: _Tracks, steps: _Steps, link_track: dict[int, tu
         if int((times <= cut).sum()) > MAX_COUNTER_EVENTS:   # ties at the cut: stop before
             cut -= 1
         info["counter_events_left_out"] = int((times > cut).sum())
-    for (proc, track, name), t, level in series:
-        pid = tracks.pid(proc)
-        for ts, v in zip(t.tolist(), level.tolist(), strict=True):
-            if cut is None or ts <= cut:
-                yield {"ph": "C", "pid": pid, "name": track, "ts": us(ts), "args": {name: v}}
+    yield counter_steps(series, tracks.pid, cut)      # (encoded as columns)
     for pid, track, ts, u in util:
         if cut is None or ts <= cut:
             yield {"ph": "C", "pid": pid, "name": track, "ts": us(ts), "args": {"util": u}}
