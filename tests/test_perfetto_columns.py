@@ -106,7 +106,10 @@ def test_counter_steps_are_the_dict_encoding_byte_for_byte():
                 for (proc, track, name), t, level in series
                 for ts, v in zip(t.tolist(), level.tolist(), strict=True)
                 if cut is None or ts <= cut]
-        got = counter_steps(series, pids.__getitem__, cut)
-        assert got.n == len(want) == {None: 7, 3000: 6, 1: 1}[cut]
-        assert got.data == ENC(want)[1:-1].encode() and got.events() == want
-    assert counter_steps(series[1:2], pids.__getitem__, None).n == 0
+        for rows in (1 << 16, 2):       # one chunk, or events two at a time
+            got = list(counter_steps(series, pids.__getitem__, cut, rows))
+            assert sum(g.n for g in got) == len(want) == {None: 7, 3000: 6, 1: 1}[cut]
+            assert len(got) == (1 if rows > 2 else -(-len(want) // 2))
+            assert b",".join(g.data for g in got) == ENC(want)[1:-1].encode()
+            assert [e for g in got for e in g.events()] == want
+    assert list(counter_steps(series[1:2], pids.__getitem__, None)) == []

@@ -138,10 +138,11 @@ def op_slices(batches: Iterator[pa.RecordBatch], tracks: Any, slot: Any,
 
 
 def counter_steps(series: list[tuple[tuple[str, str, str], np.ndarray, np.ndarray]],
-                  pid: Callable[[str], int], cut: int | None) -> Encoded:
+                  pid: Callable[[str], int], cut: int | None,
+                  rows: int = 1 << 16) -> Iterator[Encoded]:
     """The ``C`` events of counters' step functions, in order: per (process, track, series)
     key, ``{"ph":"C","pid":..,"name":track,"ts":..,"args":{series:level}}`` at each of its
-    times (those <= ``cut`` when given)."""
+    times (those <= ``cut`` when given); encoded ``rows`` events at a time."""
     heads, tails, idx, ts, vals = [], [], [], [], []
     for i, ((proc, track, name), t, level) in enumerate(series):
         if cut is not None:
@@ -150,13 +151,13 @@ def counter_steps(series: list[tuple[tuple[str, str, str], np.ndarray, np.ndarra
         heads.append(f'{{"ph":"C","pid":{pid(proc)},"name":{json.dumps(track)},"ts":"')
         tails.append(f'","args":{{{json.dumps(name)}:')
         idx.append(np.full(len(t), i, np.int64))
-        ts.append(t)
-        vals.append(level)
-    n = int(sum(len(t) for t in ts))
-    if not n:
-        return Encoded(b"", 0)
-    at = pa.array(np.concatenate(idx))
-    return Encoded(_joined([pa.array(heads, pa.string()).take(at),
-                            us_strings(np.concatenate(ts).astype(np.int64)),
-                            pa.array(tails, pa.string()).take(at),
-                            _ints(np.concatenate(vals).astype(np.int64)), "}}"]), n)
+        ts.append(np.asarray(t, np.int64))
+        vals.append(np.asarray(level, np.int64))
+    if not idx:
+        return
+    at, t_all, v_all = np.concatenate(idx), np.concatenate(ts), np.concatenate(vals)
+    head, tail = pa.array(heads, pa.string()), pa.array(tails, pa.string())
+    for i in range(0, len(at), rows):
+        j = pa.array(at[i:i + rows])
+        yield Encoded(_joined([head.take(j), us_strings(t_all[i:i + rows]), tail.take(j),
+                               _ints(v_all[i:i + rows]), "}}"]), len(j))

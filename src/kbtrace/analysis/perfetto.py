@@ -377,7 +377,7 @@ def _counters(run: Any, tracks: _Tracks, steps: _Steps, link_track: dict[int, tu
         if int((times <= cut).sum()) > MAX_COUNTER_EVENTS:   # ties at the cut: stop before
             cut -= 1
         info["counter_events_left_out"] = int((times > cut).sum())
-    yield counter_steps(series, tracks.pid, cut)      # (encoded as columns)
+    yield from counter_steps(series, tracks.pid, cut)      # (encoded as columns)
     for pid, track, ts, u in util:
         if cut is None or ts <= cut:
             yield {"ph": "C", "pid": pid, "name": track, "ts": us(ts), "args": {"util": u}}
