@@ -44,5 +44,5 @@ cpdef double unbook(list lt, list lr, list pieces, double t_from) except? -1.0
 @cython.locals(k=cython.Py_ssize_t, i=cython.Py_ssize_t, iv=list, lr=list, S=cython.double,
                A=cython.double, B=cython.double, bz=cython.double, s=cython.double,
                e=cython.double, x=cython.double, r=cython.double, pe=cython.double,
-               y=cython.double, free=cython.bint, so=object, eo=object, po=object)
+               y=cython.double, po=object)
 cpdef Py_ssize_t take_plan(tuple res, double h, double t) except -1

@@ -21,6 +21,7 @@ __all__ = ["RATE_EPS", "serve", "take", "unreserve", "take_rate", "take_plan", "
            "fit_rate", "prune_rate", "unbook"]
 
 _INF = float("inf")
+_NEG_INF = float("-inf")
 
 
 def serve(iv: list[float], now: float, h: float, work: float) -> float:
@@ -144,12 +145,11 @@ def take_plan(res: tuple, h: float, t: float) -> int:
     Returns how many were (``len(res)``: all); nothing of the next one is reserved.
 
     Nearly every reservation is an append to a resource free from its start on, so what it
-    costs is the floats it makes (and pruning frees later): a start equal to the previous
-    resource's end (a node's overhead ends where its link starts) appends that end's float
-    again, and a full share appends the constant ``1.0`` (one float in four fewer; the
-    same values)."""
+    costs is the floats it makes (and pruning frees later): a link starting where a node's
+    overhead appended last ended (as its own node's does) appends that end's float again,
+    and a full share the constant ``1.0`` (a float in four fewer; the same values)."""
     k = 0
-    pe = -1.0           # the previous resource's end if it was appended, and its float
+    pe = -1.0           # the end of the last node overhead appended, and its float (``po``)
     po: Any = None
     for iv, lr, S, A, B, bz in res:
         s = h + S
@@ -157,33 +157,29 @@ def take_plan(res: tuple, h: float, t: float) -> int:
         x = h + B
         if x > e:
             e = x
-        free = not iv
-        if not free:
-            y = iv[-1]
-            free = y <= s
-        if free:            # free from s on (a link: at the share bz / span)
-            so = po if s == pe and po is not None else s
-            eo = e
-            iv.append(so)
-            iv.append(eo)
-            if lr is not None:
-                r = bz / (e - s)
-                if r < 1.0:
-                    lr.append(r)
-                else:
-                    lr.append(1.0)
-                lr.append(0.0)
-            pe = e
-            po = eo
-        else:
-            po = None
-            if lr is None:      # a node's overhead: a gap that takes it whole, or a stall
+        y = iv[-1] if iv else _NEG_INF      # (compiled: compared as a C double)
+        if lr is None:      # a node's overhead: exclusive
+            if y <= s:
+                po = e
+                pe = e
+                iv.append(s)
+                iv.append(po)
+            else:   # a gap that takes the whole overhead, or a stall
                 i = bisect_right(iv, s)
                 if i & 1 or e > iv[i] + TIME_EPS:
                     break
                 iv[i:i] = (s, e if e < iv[i] else iv[i])
-            elif not take_rate(iv, lr, s, e, bz):  # not enough bandwidth to spare
-                break
+        elif y <= s:        # a link, free from s on: the share bz / span
+            r = bz / (e - s)
+            iv.append(po if s == pe else s)
+            iv.append(e)
+            if r < 1.0:
+                lr.append(r)
+            else:
+                lr.append(1.0)
+            lr.append(0.0)
+        elif not take_rate(iv, lr, s, e, bz):  # not enough bandwidth to spare
+            break
         k += 1
     return k
 
