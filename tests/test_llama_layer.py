@@ -54,3 +54,23 @@ def test_dry_run_full_size(capsys):
     assert main(["capture", "gemm", "--dry-run"]) == 2
     assert "needs the workload to define op_counts" in capsys.readouterr().err
     assert main(["capture", "llama_layer", "-p", "heads=7", "--dry-run"]) == 2
+
+
+@pytest.mark.slow
+def test_llama_layer_default_is_stable(tmp_path):
+    """Fast mode on default.yaml (TP over 2 SIPs, the credits crossing PCIe) does not jump when
+    a parameter moves by a hair: with the PCIe switch overhead at 5.0, 5.000001 and 5.001 ns
+    flit mode gives 11,881.1, 11,881.1 and 11,881.5 ns; fast mode gave 11,996.4, 19,147.3 and
+    21,009.8 before a moved IPCQ credit stopped pushing other heads at further nodes
+    (``heads.head_at``), 11,989.8, 11,998.0 and 11,987.1 since."""
+    from kbtrace.capture import capture
+    from kbtrace.replay import ReplayOptions, replay
+    got = []
+    for i, v in enumerate((5.0, 5.000001, 5.001)):
+        topo = compile_topology(ROOT / "topologies" / "default.yaml",
+                                {"system.pcie.switch_overhead_ns": v})
+        tr = capture(ROOT / "capture" / "llama_layer.py", topo, [], tmp_path / f"t{i}")
+        run = replay(tr, topo, ReplayOptions(fidelity="fast", out_dir=str(tmp_path / f"r{i}")))
+        got.append(run.makespan_ns)
+    assert got == pytest.approx([11_989.8, 11_998.0, 11_987.1], abs=0.1)
+    assert max(abs(x / 11_881.1 - 1.0) for x in got) < 0.011    # flit mode, each within 1.1%

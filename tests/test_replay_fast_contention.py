@@ -330,3 +330,32 @@ def test_single_flits_cross_a_link_in_arrival_order(tmp_path):
     assert ends["flit"][9] == pytest.approx(141.15, abs=1e-6)
     assert ends["flit"][5] == pytest.approx(155.75, abs=1e-6)
     assert ends["fast"] == pytest.approx(ends["flit"], abs=1e-6)
+
+
+def _moved_flow(fab, rt, op):
+    from kbtrace.replay.fabric.fair import Flow
+    return Flow(fab, rt, op, -1, 0.0)
+
+
+def test_a_moved_credit_takes_the_gaps_and_pushes_no_one():
+    """``heads.head_at``: flow g, a single flit between PEs (an IPCQ credit), booked at node 0
+    for [10, 12], now arrives at 12.5; flow h's head (arrived at 13) holds the node for
+    [13, 15]. g takes the gaps (12.5-13, then 15-16.5) and h keeps its time. First come, first served (g first at [12.5, 14.5], h pushed to [14.5, 16.5], and on
+    along its path) made fast mode chaotic: llama_layer on default.yaml came out 11,996 ns
+    with the PCIe switch overhead at 5.0 ns and 19,147 ns at 5.000001 (flit mode 11,881 at
+    both), see ``test_llama_layer.test_llama_layer_default_is_stable``."""
+    from kbtrace.replay.fabric.heads import head_at
+    niv = [10.0, 12.0, 13.0, 15.0]
+    own: dict = {}
+    fab = SimpleNamespace(node_own=[own], env=SimpleNamespace(now=0.0), push_depth=0, _f=None,
+                          hbm={})                  # (g comes from no HBM controller)
+    g_rt = SimpleNamespace(links=(0,), nodes=(0, 1), hops=((niv, 2.0, [], [], 1, 0.25, 0.0, 0.0,
+                                                            0.0),))
+    h_rt = SimpleNamespace(links=(0,), nodes=(0, 1), hops=((niv, 2.0, [], [], 0, 0.0, 0.0, 0.0,
+                                                            0.0),))
+    g, h = _moved_flow(fab, g_rt, 1), _moved_flow(fab, h_rt, 2)
+    own[10.0] = g
+    own[13.0] = h
+    assert head_at(fab, g, 0, 10.0, 12.5) == 16.5
+    assert niv == [12.5, 13.0, 13.0, 15.0, 15.0, 16.5]
+    assert own == {13.0: h}                 # h's reservation stands, still movable
