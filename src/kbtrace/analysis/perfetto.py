@@ -165,14 +165,18 @@ class _Slots:
         self.labels: list[str] = []
         self._lab: dict[str, int] = {}
 
-    def put(self, op_id: int, pid: int, tid: int, s: int, e: int, label: str) -> None:
-        if op_id >= len(self.has):
-            n = max(op_id + 1, 2 * len(self.has), 1024)
+    def _grow(self, top: int) -> None:
+        """Room for op ids up to ``top`` (doubling)."""
+        if top >= len(self.has):
+            n = max(top + 1, 2 * len(self.has), 1024)
             a = self._np.zeros((n, 5), dtype=self._np.int64)
             a[:len(self.a)] = self.a
             h = self._np.zeros(n, dtype=bool)
             h[:len(self.has)] = self.has
             self.a, self.has = a, h
+
+    def put(self, op_id: int, pid: int, tid: int, s: int, e: int, label: str) -> None:
+        self._grow(op_id)
         li = self._lab.get(label)
         if li is None:
             li = self._lab[label] = len(self.labels)
@@ -185,14 +189,7 @@ class _Slots:
         """``put`` of many ops at once (``label_i`` indexes ``labels``)."""
         if not len(op_id):
             return
-        top = int(op_id.max())
-        if top >= len(self.has):
-            n = max(top + 1, 2 * len(self.has), 1024)
-            a = np.zeros((n, 5), dtype=np.int64)
-            a[:len(self.a)] = self.a
-            h = np.zeros(n, dtype=bool)
-            h[:len(self.has)] = self.has
-            self.a, self.has = a, h
+        self._grow(int(op_id.max()))
         glob = np.array([self._lab.setdefault(lab, len(self._lab)) for lab in labels], np.int64)
         self.labels.extend(list(self._lab)[len(self.labels):])
         self.a[op_id] = np.column_stack([pid, tid, s, e, glob[label_i]])

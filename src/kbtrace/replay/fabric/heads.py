@@ -152,8 +152,7 @@ def relink(fab: Any, g: Flow, j: int, hs: float) -> float:
     x = hs + hd if hs + hd > e_old else e_old
     if td > x + hd + TIME_EPS:          # behind bookings made after it: keep its booking, it
         unbook(liv, lr, new, new[0][0])     # crosses as it comes (flit mode's FIFO would
-        for a0, b0, r0 in pcs:              # serve it before their later flits)
-            add_shares(liv, lr, a0, b0, (r0,))
+        _rebook(liv, lr, pcs)               # serve it before their later flits)
         g.booked_flit(j, pcs, hs)
         return x
     g.booked_flit(j, new, hs)
@@ -217,10 +216,8 @@ def _first(fab: Any, liv: list, lr: list, now: float, h: float, hd: float, busy:
         for new, _t2 in news:
             unbook(liv, lr, new, new[0][0])
         for old in olds:
-            for a0, b0, r0 in old:
-                add_shares(liv, lr, a0, b0, (r0,))
-        for pc in pcs:
-            add_shares(liv, lr, pc[0], pc[1], (pc[2],))
+            _rebook(liv, lr, old)
+        _rebook(liv, lr, pcs)
         return None
     for _a, s_r, _g, _jg in late:
         del own[s_r]
@@ -231,6 +228,13 @@ def _first(fab: Any, liv: list, lr: list, now: float, h: float, hd: float, busy:
             _push(fab, g, jg, t2, h, t2 - g.rt.hops[jg][5])
     fab.push_depth -= 1
     return mine, s, hd2, td
+
+
+def _rebook(liv: list, lr: list, pcs: list) -> None:
+    """Book the pieces ``pcs`` (``(start, end, share)``) given back by ``unbook`` again as
+    they were."""
+    for a, b, r in pcs:
+        add_shares(liv, lr, a, b, (r,))
 
 
 def _by_arrival(x: tuple) -> tuple:
