@@ -234,6 +234,7 @@ def test_resource_predecessor_ties_and_own_hops(tmp_path):
     is its own: the releasers before it (ops 0 and 1 at 40 ns) count."""
     from kbtrace import schema
     from kbtrace._io import write_table
+    from kbtrace.analysis.critpred import crit_pred
     from kbtrace.analysis.synthetic import make_table
 
     run_dir = write_synthetic_run(tmp_path)
@@ -265,6 +266,10 @@ def test_resource_predecessor_ties_and_own_hops(tmp_path):
     with open_run(run_dir) as r:
         assert rows(r, "SELECT op_id, pred_op_id, edge, pred_end_ns FROM _crit_pred "
                        "ORDER BY op_id") == [(2, 1, "resource", 55.0), (4, 1, "resource", 55.0)]
+        # the numpy twin Run.materialize computes it with (analysis/critpred.py): the same
+        assert crit_pred(r.con).to_pylist() == [
+            {"op_id": 2, "pred_op_id": 1, "edge": "resource", "pred_end_ns": 55.0},
+            {"op_id": 4, "pred_op_id": 1, "edge": "resource", "pred_end_ns": 55.0}]
 
 
 def test_roofline_without_and_with_peaks(run, tmp_path):

@@ -1,5 +1,6 @@
-"""The numpy twins of ``_busy_islands`` and ``_pe_segments`` (``analysis/islands.py``): the
-same rows in the same order as the SQL views, on real runs of several shapes."""
+"""The numpy twins of ``_busy_islands`` and ``_pe_segments`` (``analysis/islands.py``) and of
+``_crit_pred`` (``analysis/critpred.py``): the same rows in the same order as the SQL views,
+on real runs of several shapes."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from kbtrace.analysis import _materialize as run_mod
-from kbtrace.analysis import islands
+from kbtrace.analysis import critpred, islands
 from kbtrace.analysis.main import run_workload
 from kbtrace.analysis.run import open_run
 
@@ -62,27 +63,46 @@ def test_twin_rows_equal_the_sql_view_in_order(run_dir, view, stream_rows, sort_
     assert got.equals(ref)
 
 
+@pytest.mark.parametrize("stream_rows", [critpred.STREAM_ROWS, 97])
+def test_crit_pred_twin_rows_equal_the_sql_view_in_order(run_dir, stream_rows, monkeypatch):
+    """Also with the queued-on resources' hops streamed in small batches."""
+    monkeypatch.setattr(critpred, "STREAM_ROWS", stream_rows)
+    with open_run(run_dir) as r:
+        ref = r.con.sql("SELECT * FROM _crit_pred ORDER BY ALL").to_arrow_table()
+        got = critpred.crit_pred(r.con)
+        edges = dict(r.con.sql("SELECT edge, count(*) FROM _crit_pred GROUP BY edge").fetchall())
+    assert ref.num_rows > 0 and got.schema == ref.schema
+    assert got.equals(ref)
+    if "gemm" in run_dir.name:      # gemm's loads wait for the same HBM controllers
+        assert edges.get("resource", 0) > 0
+
+
 def test_materialize_uses_the_twins_and_changes_no_query(run_dir, monkeypatch):
     queries = ("SELECT stage, sum(dur_ns) FROM _pe_segments GROUP BY ALL ORDER BY ALL",
                "SELECT resource_kind, resource_idx, util FROM utilisation ORDER BY ALL",
                "SELECT * FROM stage_breakdown_pe ORDER BY ALL",
-               "SELECT * FROM utilisation_windows ORDER BY ALL")
+               "SELECT * FROM utilisation_windows ORDER BY ALL",
+               "SELECT * FROM critical_path",            # (in the materialised table's order)
+               "SELECT count(*), sum(contrib_ns) FROM critical_path")
     called: list[str] = []
+    twins_before = dict(run_mod.TWINS)
 
     def counted(view):
         def fn(con):
             called.append(view)
-            return islands.TWINS[view](con)
+            return twins_before[view](con)
         return fn
 
     def materialized() -> list:
         with open_run(run_dir) as r:
             r.materialize()
+            tables = {t for (t,) in r.con.sql("SELECT table_name FROM duckdb_tables()").fetchall()}
+            assert ("_m__crit_pred" in tables) == bool(called)     # the twin's kept as a table
             return [r.con.sql(q).fetchall() for q in queries]
 
-    monkeypatch.setattr(run_mod, "TWINS", {v: counted(v) for v in islands.TWINS})
+    monkeypatch.setattr(run_mod, "TWINS", {v: counted(v) for v in twins_before})
     twins = materialized()
-    assert sorted(called) == ["_busy_islands", "_pe_segments"]
+    assert sorted(called) == ["_busy_islands", "_crit_pred", "_pe_segments"]
     monkeypatch.setattr(run_mod, "TWINS", {})       # the SQL views, as before the twins
     sql = materialized()
     assert twins == sql and all(sql)

@@ -10,6 +10,9 @@ A materialised view ``v`` becomes ``CREATE VIEW v AS SELECT * FROM _m_v``, where
   DuckDB table at a million ops), and a file costs neither the process nor DuckDB's buffer
   pool any memory while no query reads it (issue 22, target 3). A query decodes the pages it
   reads in file order, so sums over it add up in the same order as over a table;
+- for ``_crit_pred`` of a single run, a temporary table of its numpy twin's rows
+  (``analysis.critpred``): the same table the SQL's materialisation was, so
+  ``critical_path`` reads the same rows in the same order;
 - for ``utilisation_windows``, the only view reading the window setting (``_config``), a
   temporary table per window count, ``_m_utilisation_windows_<n>``: ``set_windows(n)``
   points the view at the table of ``n`` if there is one, else back at its SQL, so the view
@@ -31,7 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kbtrace._io import release_memory
-from kbtrace.analysis.islands import TWINS
+from kbtrace.analysis import critpred, islands
 from kbtrace.analysis.sqllib import view_docs
 from kbtrace.errors import AnalysisError
 
@@ -50,6 +53,11 @@ PARALLEL_SAFE = frozenset({"_pe_segments", "_busy_islands", "_crit_pred"})
 #: the view that depends on ``Run.set_windows`` (one materialisation per window count)
 WINDOWED = "utilisation_windows"
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: view -> the function computing its rows in numpy, a table at a time (single runs)
+TWINS = {**islands.TWINS, "_crit_pred": critpred.crit_pred_parts}
+#: of those, the ones kept as a temporary table, not a file: ``_crit_pred`` (a row per op),
+#: so ``critical_path`` reads the same table the SQL view's materialisation was
+AS_TABLE = frozenset({"_crit_pred"})
 
 
 def _q(text: str) -> str:
@@ -92,7 +100,7 @@ def materialize(run: Any, views: tuple[str, ...]) -> None:
 def _load_twin(run: Any, view: str, twin: Any) -> str:
     """A numpy twin's rows (``islands.TWINS``) in a Parquet file in the spill directory
     (``open_run``'s), or without one in the temporary table ``_m_<view>``: what to read."""
-    if run._spill_dir is None:
+    if run._spill_dir is None or view in AS_TABLE:
         run.con.register("_twin_rows", pa.concat_tables(list(twin(run.con))))
         run.con.execute(f"CREATE OR REPLACE TEMP TABLE _m_{view} AS SELECT * FROM _twin_rows")
         run.con.unregister("_twin_rows")

@@ -11,7 +11,8 @@
 -- ipcq > dep > resource > program (a recv's send is also in its deps), then op_id.
 -- Ops without a candidate are path starts. (Resources are one integer, link_idx or
 -- -1 - node_idx; who left which resource when is computed once; the winner is an arg_min
--- per op, not a sort of the candidates: 12.5 -> 9.8 CPU s on gemm at 1.0 M ops.)
+-- per op, not a sort of the candidates: 12.5 -> 9.8 CPU s on gemm at 1.0 M ops.
+-- Run.materialize computes the same rows in numpy: analysis/critpred.py, 2.9 CPU s there.)
 --
 -- Columns:
 --   op_id (-)          the op

@@ -1,0 +1,224 @@
+"""The critical path's predecessors in numpy: the materialised twin of ``_crit_pred``.
+
+``analysis/sql/_crit_pred.sql`` stays the definition (what a query over an unmaterialised
+run or a run set evaluates); ``Run.materialize`` computes the view's rows here instead, for
+a single run, and keeps them as the same temporary table (``_m__crit_pred``, in
+``ORDER BY ALL`` order), so ``critical_path`` reads the same rows in the same order. The
+rows are the same because nothing here adds floats in an order of its own: each candidate
+predecessor and the choice among them are comparisons of the run's doubles, and the one
+sum (an HBM or link wait's end, ``t_enter_ns + queue_ns``, plus 1e-9) is the SQL's, per
+row. ``tests/test_critpred.py`` checks the rows equal the SQL's on real runs.
+
+Why: DuckDB evaluates the view as a DISTINCT of the leaves of every resource someone queued
+on, two windows over them, an ASOF join, a union of ~3 candidates per op, two joins with
+``op_timing`` and an ``arg_min`` per op; at a million gemm ops (29.4 M hops, 4.3 M leaves
+on the 130 queued-on resources) 9.5 CPU s and DuckDB spilled ~1.4 GB under its 512 MB
+budget. Here DuckDB reads only the hops of the queued-on resources (one scan, after a
+scan of ``queue_ns`` that Parquet statistics mostly skip); the leaves are sorted once in
+numpy and the windows are running maxima over that order; the candidates are chosen by
+one ``lexsort``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = ["crit_pred", "crit_pred_parts", "EDGES", "STREAM_ROWS"]
+
+#: hop rows taken from DuckDB at a time
+STREAM_ROWS = 1 << 20
+#: the candidates' edges, by priority on equal predecessor ends (as the SQL's ``prio``)
+EDGES = ("ipcq", "dep", "resource", "program")
+_IPCQ, _DEP, _RESOURCE, _PROGRAM = range(4)
+#: a resource as one integer: link_idx for a link, -1 - node_idx for a node (as the SQL's ri)
+_RI = "CASE WHEN link_idx >= 0 THEN link_idx ELSE -1 - node_idx END"
+
+
+def _np(t: pa.Table, name: str, dtype: Any) -> np.ndarray:
+    col = t.column(name)
+    return (col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)).to_numpy(
+        zero_copy_only=False).astype(dtype, copy=False)
+
+
+def crit_pred(con: Any) -> pa.Table:
+    """The rows of ``_crit_pred`` (op_id, pred_op_id, edge, pred_end_ns), by op_id."""
+    return pa.concat_tables(crit_pred_parts(con))
+
+
+def crit_pred_parts(con: Any) -> Iterator[pa.Table]:
+    """``crit_pred`` as one table (the twins' interface: tables, one here)."""
+    ot = con.sql("SELECT op_id, t_end_ns, launch, program, seq FROM op_timing").to_arrow_table()
+    ids = _np(ot, "op_id", np.int64)
+    o = np.argsort(ids, kind="stable")
+    ids_s, t_end_s = ids[o], _np(ot, "t_end_ns", np.float64)[o]
+    cands = [_program(ot, ids), *_trace(con), _resource(con)]
+    del ot, o
+    x = np.concatenate([c[0] for c in cands])
+    p = np.concatenate([c[1] for c in cands])
+    prio = np.concatenate([np.full(len(c[0]), c[2], np.int8) for c in cands])
+    del cands
+    xi, x_ok = _lookup(ids_s, x)          # both ends are ops of op_timing (the SQL's joins)
+    pi, p_ok = _lookup(ids_s, p)
+    keep = x_ok & p_ok
+    xi, pi, x, p, prio = xi[keep], pi[keep], x[keep], p[keep], prio[keep]
+    tx, tp = t_end_s[xi], t_end_s[pi]
+    keep = (tp < tx) | ((tp == tx) & (p < x))        # ends no later (ties: lower op_id)
+    x, p, prio, tp = x[keep], p[keep], prio[keep], tp[keep]
+    # the latest-ending candidate of each op; ties by edge priority, then op_id
+    o = np.lexsort((p, prio, -tp, x))
+    x, p, prio, tp = x[o], p[o], prio[o], tp[o]
+    first = np.r_[True, x[1:] != x[:-1]] if len(x) else np.zeros(0, bool)
+    x, p, prio, tp = x[first], p[first], prio[first], tp[first]
+    edge = pa.DictionaryArray.from_arrays(pa.array(prio.astype(np.int32)),
+                                          pa.array(EDGES)).cast(pa.string())
+    yield pa.table({"op_id": pa.array(x, pa.int64()), "pred_op_id": pa.array(p, pa.int64()),
+                    "edge": edge, "pred_end_ns": pa.array(tp, pa.float64())})
+
+
+def _lookup(ids_s: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of ``q`` in the sorted ids, and whether each is there (a join)."""
+    if not len(ids_s):
+        return np.zeros(len(q), np.int64), np.zeros(len(q), bool)
+    if int(ids_s[-1]) - int(ids_s[0]) == len(ids_s) - 1:      # consecutive ids (replay's)
+        i = q - ids_s[0]
+        ok = (i >= 0) & (i < len(ids_s))
+        return np.where(ok, i, 0), ok
+    i = np.minimum(np.searchsorted(ids_s, q), len(ids_s) - 1)
+    return i, ids_s[i] == q
+
+
+def _program(ot: pa.Table, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """The previous op of each op's program (``lag(op_id) OVER (PARTITION BY launch,
+    program ORDER BY seq)``)."""
+    launch, prog = _np(ot, "launch", np.int64), _np(ot, "program", np.int64)
+    o = np.lexsort((_np(ot, "seq", np.int64), prog, launch))
+    launch, prog, s_ids = launch[o], prog[o], ids[o]
+    same = (launch[1:] == launch[:-1]) & (prog[1:] == prog[:-1])
+    return s_ids[1:][same], s_ids[:-1][same], _PROGRAM
+
+
+def _trace(con: Any) -> list[tuple[np.ndarray, np.ndarray, int]]:
+    """The trace's candidates: each op's deps, and a recv's matching send."""
+    deps = con.sql("SELECT op_id, deps FROM ops").to_arrow_table()
+    lists = deps.column("deps").combine_chunks()
+    vals = pc.list_flatten(lists)
+    parent = pc.list_parent_indices(lists).to_numpy()
+    ok = vals.is_valid().to_numpy(zero_copy_only=False)
+    dep_x = _np(deps, "op_id", np.int64)[parent[ok]]
+    dep_p = vals.filter(pa.array(ok)).to_numpy(zero_copy_only=False).astype(np.int64)
+    recv = con.sql("SELECT op_id, match_op_id FROM ops WHERE kind = 'recv' "
+                   "AND match_op_id IS NOT NULL").to_arrow_table()
+    return [(dep_x, dep_p, _DEP), (_np(recv, "op_id", np.int64),
+                                   _np(recv, "match_op_id", np.int64), _IPCQ)]
+
+
+def _resource(con: Any) -> tuple[np.ndarray, np.ndarray, int]:
+    """For each op's hops that queued: every other op leaving that resource last by the
+    end of the wait (``t_enter_ns + queue_ns`` + 1e-9), the op's own consecutive leaves
+    skipped (see ``_crit_pred.sql``)."""
+    ri_q = con.sql(f"SELECT DISTINCT {_RI} AS ri FROM hops WHERE queue_ns > 0").to_arrow_table()
+    empty = np.zeros(0, np.int64)
+    if not ri_q.num_rows:
+        return empty, empty, _RESOURCE
+    con.register("_crit_ri", ri_q)
+    try:
+        reader = con.sql(
+            f"SELECT op_id, ri, t_enter_ns, t_leave_ns, queue_ns FROM (SELECT op_id, {_RI} AS "
+            "ri, t_enter_ns, t_leave_ns, queue_ns FROM hops) SEMI JOIN _crit_ri USING (ri)"
+        ).to_arrow_reader(STREAM_ROWS)
+        qs: list[tuple[np.ndarray, ...]] = []
+        ls: list[tuple[np.ndarray, ...]] = []
+        for b in reader:       # (copies: no batch is held by a view of one of its columns)
+            op = b.column(0).to_numpy()
+            ri = b.column(1).to_numpy().astype(np.int32)
+            t_enter, t_leave, queue = (b.column(i).to_numpy() for i in (2, 3, 4))
+            w = queue > 0
+            qs.append((op[w], ri[w], t_enter[w], t_enter[w] + queue[w]))
+            ls.append((ri, t_leave.copy(), op.copy()))
+            del b, op, ri, t_enter, t_leave, queue, w
+        del reader
+    finally:
+        con.unregister("_crit_ri")
+    q_op, q_ri, q_free = _queued(*(np.concatenate(c) for c in zip(*qs, strict=True)))
+    del qs
+    l_ri, l_t, l_op = (np.concatenate(c) for c in zip(*ls, strict=True))
+    del ls
+    o = np.lexsort((l_op, l_t, l_ri))
+    l_ri = l_ri[o]          # (one column at a time: the unsorted one is freed)
+    l_t = l_t[o]
+    l_op = l_op[o]
+    del o
+    # leave_t: one group per resource and leave time (a leave listed twice changes
+    # neither the group's sole op nor the candidates, which are only compared)
+    g0 = np.flatnonzero(np.r_[True, (l_ri[1:] != l_ri[:-1]) | (l_t[1:] != l_t[:-1])]
+                        ).astype(np.int32)
+    g_ri = l_ri[g0]
+    del l_ri
+    g_t = l_t[g0]
+    del l_t
+    return _released_by(q_op, q_ri, q_free, g0, g_ri, g_t, l_op)
+
+
+def _queued(op: np.ndarray, ri: np.ndarray, t_enter: np.ndarray, t_end: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One query per op, resource and entry: ``max(t_enter_ns + queue_ns) + 1e-9``."""
+    o = np.lexsort((t_end, t_enter, ri, op))
+    op, ri, t_enter, t_end = op[o], ri[o], t_enter[o], t_end[o]
+    last = np.r_[(op[1:] != op[:-1]) | (ri[1:] != ri[:-1]) | (t_enter[1:] != t_enter[:-1]),
+                 True] if len(op) else np.zeros(0, bool)
+    return op[last], ri[last], t_end[last] + 1e-9
+
+
+def _released_by(q_op: np.ndarray, q_ri: np.ndarray, q_free: np.ndarray, g0: np.ndarray,
+                 g_ri: np.ndarray, g_t: np.ndarray, l_op: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, int]:
+    """The resource candidates, from the queries (op, resource, time free) and the leaves'
+    ops ``l_op`` sorted by resource, time, op, in groups by resource and time (group
+    ``i``: rows ``g0[i]`` up to the next group's, of resource ``g_ri[i]`` at ``g_t[i]``)."""
+    ng = len(g0)
+    g_end = np.r_[g0[1:], np.int32(len(l_op))].astype(np.int32)
+    sole = l_op[g0]                             # its op if only one op left then
+    has = sole == l_op[g_end - 1]
+    # the latest leave time before the run of consecutive leave times of one op that
+    # group i is in: the time before the latest run start j <= i of its resource
+    ri_first = np.r_[True, g_ri[1:] != g_ri[:-1]]
+    valid = ~ri_first
+    valid[1:] &= ~(has[1:] & has[:-1] & (sole[1:] == sole[:-1]))
+    ar = np.arange(ng, dtype=np.int32)
+    last_start = np.maximum.accumulate(np.where(valid, ar, np.int32(-1)))
+    del valid
+    ri_start = np.maximum.accumulate(np.where(ri_first, ar, np.int32(0)))
+    del ar, ri_first
+    before = np.where(last_start >= ri_start, last_start - 1, np.int32(-1))
+    del last_start, ri_start
+    # ASOF: the last group of the query's resource leaving by its time free
+    o = np.lexsort((q_free, q_ri))
+    q_op, q_ri, q_free = q_op[o], q_ri[o], q_free[o]
+    g = np.full(len(q_op), -1, np.int64)
+    ri_u, q_a = np.unique(q_ri, return_index=True)
+    q_b = np.r_[q_a[1:], len(q_ri)]
+    lo = np.searchsorted(g_ri, ri_u, "left")
+    hi = np.searchsorted(g_ri, ri_u, "right")
+    for a, b, c, d in zip(q_a.tolist(), q_b.tolist(), lo.tolist(), hi.tolist(), strict=True):
+        pos = c + np.searchsorted(g_t[c:d], q_free[a:b], "right") - 1
+        g[a:b] = np.where(pos >= c, pos, -1)
+    found = g >= 0
+    q_op, g = q_op[found], g[found]
+    # the op itself left last: the leave time before its run (none in the first run)
+    own = has[g] & (sole[g] == q_op)
+    tg = np.where(own, before[g], g)
+    ok = tg >= 0
+    q_op, tg = q_op[ok], tg[ok]
+    # every op leaving at that time, but the op itself
+    start = g0[tg].astype(np.int64)
+    cnt = g_end[tg].astype(np.int64) - start
+    x = np.repeat(q_op, cnt)
+    row = np.repeat(start - np.cumsum(cnt) + cnt, cnt) + np.arange(int(cnt.sum()))
+    p = l_op[row]
+    other = p != x
+    return x[other], p[other], _RESOURCE
