@@ -348,7 +348,7 @@ def test_a_moved_credit_takes_the_gaps_and_pushes_no_one():
     niv = [10.0, 12.0, 13.0, 15.0]
     own: dict = {}
     fab = SimpleNamespace(node_own=[own], env=SimpleNamespace(now=0.0), push_depth=0, _f=None,
-                          hbm={})                  # (g comes from no HBM controller)
+                          hbm={}, node_kind=["ucie"])   # (g comes from no HBM controller)
     g_rt = SimpleNamespace(links=(0,), nodes=(0, 1), hops=((niv, 2.0, [], [], 1, 0.25, 0.0, 0.0,
                                                             0.0),))
     h_rt = SimpleNamespace(links=(0,), nodes=(0, 1), hops=((niv, 2.0, [], [], 0, 0.0, 0.0, 0.0,
@@ -359,3 +359,32 @@ def test_a_moved_credit_takes_the_gaps_and_pushes_no_one():
     assert head_at(fab, g, 0, 10.0, 12.5) == 16.5
     assert niv == [12.5, 13.0, 13.0, 15.0, 15.0, 16.5]
     assert own == {13.0: h}                 # h's reservation stands, still movable
+
+
+@pytest.mark.parametrize("at, done", [(8.25, {0: 25.4125, 1: 16.5}), (8.5, {0: 25.6625, 1: 16.75}),
+                                      (9.0, {0: 26.1625, 1: 17.25})])
+def test_a_moved_credit_is_still_served_after_a_head_that_arrives_first(tmp_path, at, done):
+    """An IPCQ credit (16 B, PE 0 -> PE 7 of cube 0, sent at 0) and a 512 B payload (PE 2 ->
+    PE 3, sent ``at`` ns later) meet at two mesh routers. The payload's head arrives first at
+    both; booked later, it pushes the credit at the first (``heads.serve_head``), and the
+    credit's head then reaches the second after it (``heads.head_at``). As in flit mode, the
+    payload goes first there too: the credit's moved reservation at a mesh router is noted as
+    its, so the payload's head pushes it again. Before, the moved credit took the gap at its
+    new time and the payload waited behind it (at 8.5: payload done at 18.75, credit at
+    24.725, against 16.75 and 25.6625)."""
+    from kbtrace.replay.fabric.fast import FastFabric
+    from kbtrace.replay.fabric.flit import FlitFabric
+    from kbtrace.topology.model import PeCoord
+    from test_replay_fast import _fabric
+    small = compile_topology(TOPO_DIR / "small.yaml")
+    dma = [small.pe_node(PeCoord(0, 0, p), "dma").idx for p in range(8)]
+    for cls in (FlitFabric, FastFabric):
+        fab, _rec = _fabric(cls, small, tmp_path / cls.fidelity)
+        got: dict = {}
+        for op, src, dst, nb, t in ((0, dma[0], dma[7], 16, 0.0), (1, dma[2], dma[3], 512, at)):
+            if t > fab.env.now:
+                fab.env.run(until=t)
+            fab.send(op, -1, src, dst, nb).callbacks.append(
+                lambda _e, op=op, fab=fab, got=got: got.__setitem__(op, fab.env.now))
+        fab.env.run()
+        assert got == pytest.approx(done, abs=1e-9), cls.fidelity

@@ -74,7 +74,7 @@ class Fabric:
         self.link_prop = [float(lk.latency_ns) for lk in topo.links]
         self.link_stage = ["pcie" if lk.kind == "pcie" else "fabric" for lk in topo.links]
         self.node_ov = [float(nd.overhead_ns) for nd in topo.nodes]
-        kinds = [nd.kind for nd in topo.nodes]
+        kinds = self.node_kind = [nd.kind for nd in topo.nodes]
         self.term_stage = ["hbm" if k == "hbm_ctrl" else "sram" if k == "sram"
                            else "pcie" if k in ("host", "pcie_ep") else "fabric" for k in kinds]
         self._routes: dict[tuple[int, int], tuple[tuple[int, ...], tuple[int, ...]]] = {}

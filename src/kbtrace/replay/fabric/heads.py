@@ -265,7 +265,12 @@ def head_at(fab: Any, g: Flow, j: int, old: float, ha: float) -> float:
     moved here takes the node's gaps (``booking.serve``) and pushes no flow in turn: pushes carried
     on from credit to credit made fast mode chaotic (llama_layer on default.yaml 11,996 ns
     with the PCIe switch overhead at 5.0 ns, 19,147 ns at 5.000001, flit mode 11,881 at
-    both; one level of them still did)."""
+    both; one level of them still did). At a mesh router its new reservation is noted as its
+    (``_reserve``), so a head booked later that arrives before it still goes first and pushes
+    it (ring_allreduce: a payload that pushed a credit at one router was then served after
+    it at the next, where it arrives first); at UCIe, IO and PCIe nodes (overheads of 5-10
+    ns) it is not: noted there too, llama_layer on default.yaml came out 12,119-14,531 ns
+    under 1e-6 nudges of the router and switch overheads (flit 11,881)."""
     niv, ov = g.rt.hops[j][0], g.rt.hops[j][1]
     if niv is None:
         return ha + ov
@@ -279,7 +284,9 @@ def head_at(fab: Any, g: Flow, j: int, old: float, ha: float) -> float:
         if i >= 0 and not i & 1 and niv[i] == s0:
             del niv[i:i + 2]
             if g.rt.hops[j][4] == 1 and not g.wr and g.rt.nodes[0] not in fab.hbm:
-                return serve(niv, fab.env.now, ha, ov)      # (a credit: see above)
+                if fab.node_kind[n] == "router":            # (a credit: see above)
+                    return _reserve(fab, n, niv, g, j, ha, ov)
+                return serve(niv, fab.env.now, ha, ov)
             return serve_head(fab, n, niv, fab.env.now, ha, ov, j, g)
     return ha + ov
 
