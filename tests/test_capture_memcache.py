@@ -322,3 +322,69 @@ def test_dirty_write_covered_whole_is_dropped_without_a_page() -> None:
     assert list(mem._dirty) == [BASE] and mem._dirty[BASE] is b
     assert mem.read(BASE, (8,), "i32").tolist() == list(range(8, 16))
     assert not mem._dirty and len(mem._pages) == 1
+
+
+def test_drop_forgets_a_dead_span_without_a_page_and_keeps_the_rest() -> None:
+    """``drop`` of a span written whole (a dead buffer): its array leaves the dirty set and
+    the read cache without reaching a page; the next write there takes the same-span path;
+    a span written in part or not exactly as given is kept."""
+    mem = MemoryImage()
+    other = BASE + 8192                                 # (another 8 KiB chunk of the cache)
+    a = np.arange(8, dtype=np.int32)                   # [BASE, BASE + 32)
+    b = np.arange(100, 104, dtype=np.int32)            # [other, other + 16)
+    mem.write_entry(BASE, "i32", [a, 7, None])
+    mem.write_entry(other, "i32", [b, None, None])
+    assert mem._bytes == 48 and len(mem._cache) == 2
+    mem.drop([(BASE, 32), (other, 8), (BASE + 4096, 32)])    # exact, partial, unwritten
+    assert mem._bytes == 16 and list(mem._cache) == [(other, (4,), "i32", None)]
+    assert mem._dirty[other] is b and mem._dirty[BASE].nbytes == 32
+    assert mem._dirty[BASE] is not a and not mem._pages
+    assert all((BASE, (8,), "i32", None) not in ks for ks in mem._idx.values())
+    c = np.arange(8, 16, dtype=np.int32)
+    mem.write_entry(BASE, "i32", [c, None, None])     # the buffer's next owner
+    assert mem._dirty[BASE] is c and not mem._pages
+    assert mem.read(BASE, (8,), "i32").tolist() == list(range(8, 16))
+    assert mem.read(other, (4,), "i32").tolist() == [100, 101, 102, 103]
+    # a dropped span read through the pages (never done by the executor) gives the page's
+    # older bytes, not the forgotten ones: here the zeros it had
+    mem.write_entry(BASE + 4096, "i32", [a, None, None])
+    mem.drop([(BASE + 4096, 32)])
+    assert mem.read(BASE + 4096, (8,), "i32").tolist() == [0] * 8
+    assert BASE + 4096 not in mem._dirty
+
+
+def test_capture_forgets_dead_tcm_buffers_with_the_same_trace(tmp_path, monkeypatch) -> None:
+    """The golden image drops a TCM buffer's bytes once its owner died (``Tracer.dead``):
+    after the kernels of gemm on small.yaml (tight TCM, so buffers are reused) it holds the
+    arrays of a few live buffers, not every buffer the TCM held; the trace is byte for byte
+    the one written when nothing is dropped."""
+    import hashlib
+    from pathlib import Path
+
+    from kbtrace.capture import capture, tracer
+    from kbtrace.capture.image import _Dead
+    from kbtrace.topology import compile_topology
+
+    root = Path(__file__).resolve().parents[1]
+    topo = compile_topology(root / "topologies" / "small.yaml",
+                            overrides={"pe.tcm.size_kb": 64, "pe.tcm.scratch_kb": 32})
+    held: list[tuple[int, int]] = []
+    release = tracer.Tracer.release
+
+    def spy(self):                  # type: ignore[no-untyped-def]
+        d = self.mem._dirty
+        held.append((sum(1 for v in d.values() if v.__class__ is not _Dead),
+                     sum(v.nbytes for v in d.values() if v.__class__ is not _Dead)))
+        release(self)
+
+    def sha(d: Path) -> list[str]:
+        return [hashlib.sha256((d / f).read_bytes()).hexdigest()
+                for f in ("ops.parquet", "memory.parquet", "trace.json")]
+
+    monkeypatch.setattr(tracer.Tracer, "release", spy)
+    params = {"M": 256, "N": 256, "K": 512}
+    capture(root / "capture" / "gemm.py", topo, params, out_dir=tmp_path / "dropped")
+    monkeypatch.setattr(MemoryImage, "drop", lambda self, spans: None)
+    capture(root / "capture" / "gemm.py", topo, params, out_dir=tmp_path / "kept")
+    assert held == [(7, 45_056), (384, 2_097_152)]  # (32 PEs x 64 KiB: all TCM)
+    assert sha(tmp_path / "dropped") == sha(tmp_path / "kept")

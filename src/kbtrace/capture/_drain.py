@@ -77,16 +77,28 @@ class Drainer:
         self._by_dst: dict[int, tuple[int, tuple[int, ...]]] = {}
         self._lo, self._hi = 0, 0
         self._rows: list[Any] = []
+        self._dead: list[tuple[int, int, int]] = []
+        self._first = self._di = 0
         #: operand signature -> a dot row's columns in_spaces .. k (``_dot_columns``)
         self._dot_const: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         assert len(OP_FIELDS) == 44
 
-    def run(self, recs: list[Any]) -> list[tuple[Any, ...]]:
+    def run(self, recs: list[Any], dead: list[tuple[int, int, int]] | None = None
+            ) -> list[tuple[Any, ...]]:
+        """Row tuples of ``recs`` (consecutive op_ids). ``dead``: (op_id, addr, nbytes) of
+        buffers nothing reads from that op on before writing them, in op_id order (none
+        before the first record's): the image forgets each one's bytes right before that
+        op (``MemoryImage.drop``), and the entries used are removed from the list."""
         rows: list[Any] = [None] * len(recs)
         self._rows = rows
         load, store, fill, dot = self._load, self._store, self._fill, self._dot
+        first = (recs[0][0] if recs[0].__class__ is tuple else recs[0].op_id) if recs else 0
+        self._dead, self._first, self._di = dead or [], first, 0
+        nxt = self._drop_due(first)
         with np.errstate(all="ignore"):
             for i, r in enumerate(recs):
+                if i == nxt:
+                    nxt = self._drop_due(first + i)
                 if r.__class__ is tuple:
                     kind = r[1]
                     if kind == "load":
@@ -103,8 +115,28 @@ class Drainer:
                     rows[i] = self._other(r)
             if self._pend:
                 self.flush()
-        self._rows = []
+            self._drop_due(first + len(recs))
+        del self._dead[:self._di]
+        self._rows, self._dead = [], []
         return rows
+
+    def _drop_due(self, op_id: int) -> int:
+        """Forget the dead buffers due at ``op_id`` (before it runs); the record index of the
+        next one due (-1: none in this drain)."""
+        dead, i = self._dead, self._di
+        n = len(dead)
+        j = i
+        while j < n and dead[j][0] <= op_id:
+            j += 1
+        if j > i:
+            # (due earlier than ``op_id`` never happens, ``run``'s docstring; kept then, as is
+            # safe: a later op may have written the span again)
+            spans = [(a, nb) for at, a, nb in dead[i:j] if at == op_id]
+            if self._pend and any(self._touches(a, nb) for a, nb in spans):
+                self.flush()
+            self.mem.drop(spans)
+        self._di = j
+        return dead[j][0] - self._first if j < n else -1
 
     # ------------------------------------------------------------------ hazards
     def _touches(self, addr: int, nbytes: int) -> bool:

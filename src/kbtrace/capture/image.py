@@ -33,6 +33,8 @@ from kbtrace.capture.dtypes import STORAGE
 __all__ = ["MemoryImage", "span_elems"]
 
 _PAGE_BITS = 20
+#: storage dtype -> the kbtrace dtype stored as it (one each)
+_NAME = {v: k for k, v in STORAGE.items()}
 _PAGE = 1 << _PAGE_BITS
 _MASK = _PAGE - 1
 
@@ -84,6 +86,19 @@ def _chunks(addr: int, nbytes: int, shape: tuple[int, ...], strides: tuple[int, 
     return out
 
 
+class _Dead:
+    """A dirty span's forgotten bytes (``MemoryImage.drop``): the pages never get them."""
+
+    __slots__ = ("nbytes",)
+
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes = nbytes
+
+
+#: one marker per size
+_DEAD: dict[int, _Dead] = {}
+
+
 class MemoryImage:
     """Sparse paged bytes. ``read``/``write`` take element strides for tiles of larger tensors.
 
@@ -114,8 +129,9 @@ class MemoryImage:
         #: id cannot be reused: the cache holds it)
         self._keys: dict[int, int] = {}
         #: address -> contiguous read-only array whose bytes the pages do not hold yet (dirty
-        #: spans never overlap one another), and chunk number -> addresses of those touching it
-        self._dirty: dict[int, np.ndarray] = {}
+        #: spans never overlap one another) or the ``_Dead`` marker of bytes forgotten there
+        #: (``drop``), and chunk number -> addresses of those touching it
+        self._dirty: dict[int, Any] = {}
         self._dchunk: dict[int, set[int]] = {}
 
     def _invalidate(self, chunks: Iterable[int]) -> None:
@@ -269,8 +285,48 @@ class MemoryImage:
                             s2.discard(d)
                             if not s2:
                                 del dchunk[c2]
-                    if not (covering and addr <= d and dend <= end):
+                    if not (covering and addr <= d and dend <= end) and arr.__class__ is not _Dead:
                         self._put(d, arr.reshape(-1).view(np.uint8))
+
+    def drop(self, spans: Iterable[tuple[int, int]]) -> None:
+        """Forget what was written to each ``(addr, nbytes)`` span: the caller knows nothing
+        reads those bytes before a later write covers them (a buffer whose owner died). A
+        dirty array spanning exactly such a span is replaced by a ``_Dead`` marker of its
+        size (never written to the pages: the next write there takes ``write_entry``'s
+        same-span path), and the cached read it was written as is dropped, with its key in
+        the chunk index (other cached reads of the span age out of the cache). Anything
+        else stays:
+        keeping bytes is always correct. Without it every PE's TCM stays resident as dirty
+        arrays once the allocators cycled through it (512 MiB on default.yaml at 1.0 M gemm
+        ops)."""
+        dirty, cache, keys, dead = self._dirty, self._cache, self._keys, _DEAD
+        idx, dig = self._idx, self._dig
+        for addr, nbytes in spans:
+            arr = dirty.get(addr)
+            if arr is None or arr.nbytes != nbytes or arr.__class__ is _Dead:
+                continue
+            mark = dead.get(nbytes)
+            if mark is None:
+                mark = dead[nbytes] = _Dead(nbytes)
+            dirty[addr] = mark
+            key = (addr, arr.shape, _NAME.get(arr.dtype), None)
+            e = cache.pop(key, None)
+            if e is None:
+                continue
+            n = keys[id(e)] - 1         # (``_release``, inlined)
+            if n:
+                keys[id(e)] = n
+            else:
+                del keys[id(e)]
+                self._bytes -= e[0].nbytes
+            if dig:
+                dig.pop(key, None)
+            for c in range(addr >> _CHUNK_BITS, ((addr + nbytes - 1) >> _CHUNK_BITS) + 1):
+                ks = idx.get(c)
+                if ks is not None:
+                    ks.discard(key)
+                    if not ks:
+                        del idx[c]
 
     def _settle(self, addr: int, nbytes: int) -> None:
         """Write the dirty arrays overlapping ``[addr, addr + nbytes)`` to the pages."""

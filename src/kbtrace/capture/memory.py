@@ -19,9 +19,19 @@ from typing import Any
 
 from kbtrace.errors import SanitizerError
 
-__all__ = ["Allocator", "FreeList", "Region", "RegionMap"]
+__all__ = ["Allocator", "FreeList", "Owner", "Region", "RegionMap"]
 
 _START = itemgetter(0)
+
+
+class Owner(weakref.ref):
+    """The weak reference an ``Allocator`` notes a buffer's owning handle by, carrying the
+    buffer's span (``addr``, ``nbytes``: set by whoever makes it) for ``Allocator.died``,
+    which runs when the handle is gone."""
+
+    __slots__ = ("addr", "nbytes")
+    addr: int
+    nbytes: int
 
 
 class Allocator:
@@ -51,10 +61,15 @@ class Allocator:
     """
 
     __slots__ = ("base", "capacity", "align", "cursor", "name", "owned", "pinned", "_spans",
-                 "_off", "_scan_i", "_scan_pos", "_scan_gap", "died")
+                 "_off", "_scan_i", "_scan_pos", "_scan_gap", "died", "tracer")
 
-    def __init__(self, base: int, capacity: int, name: str, align: int = 16) -> None:
+    def __init__(self, base: int, capacity: int, name: str, align: int = 16,
+                 tracer: Any = None) -> None:
         self.base, self.capacity, self.align, self.name = base, capacity, align, name
+        #: told of every noted buffer whose owner died (``died``): its ``dead`` list gets
+        #: (``next_op``, addr, nbytes), the op from which on nothing reads the buffer's bytes
+        #: before writing them (``Drainer``: the executor's image drops them there)
+        self.tracer = tracer
         self.cursor = 0
         #: weak references to the handles owning buffers noted here since the last
         #: ``reclaim`` (each spans its handle's ``addr`` .. ``addr + nbytes``); the hot
@@ -77,6 +92,9 @@ class Allocator:
         self._scan_i, self._scan_pos, self._scan_gap = 0, 0, -1
 
     def _died(self, r: Any) -> None:
+        t = self.tracer
+        if t is not None and r.__class__ is Owner:
+            t.dead.append((t.next_op, r.addr, r.nbytes))
         s = self._off.pop(id(r), None)
         if s is not None and s < self._scan_pos:
             self._rescan()
@@ -111,7 +129,8 @@ class Allocator:
             h = r()
             if h is not None:
                 if r.__callback__ is not died:      # (a reference made without it)
-                    r = weakref.ref(h, died)
+                    r = Owner(h, died)
+                    r.addr, r.nbytes = h.addr, h.nbytes
                 s = h.addr - base
                 bisect.insort(spans, (s, s + h.nbytes, r), key=_START)
                 off[id(r)] = s

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import math
 import sys
-import weakref
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -40,7 +39,7 @@ from kbtrace.capture.handles import (
     TensorHandle,
     caller_line,
 )
-from kbtrace.capture.memory import Allocator, Region
+from kbtrace.capture.memory import Allocator, Owner, Region
 from kbtrace.errors import CaptureError, SanitizerError
 
 if TYPE_CHECKING:
@@ -51,7 +50,7 @@ if TYPE_CHECKING:
 __all__ = ["Program", "caller_line"]
 
 _getframe = sys._getframe
-_wref = weakref.ref
+_Own = Owner
 _TH = TensorHandle
 
 _NO_DEPS: tuple[int, ...] = ()
@@ -87,8 +86,8 @@ class Program(IpcqMixin):
         size, scratch = tcm.size_kb * 1024, tcm.scratch_kb * 1024
         base = t.addr.pe_tcm_addr(self.sip, self.cube, self.pe, 0)
         node = f"sip{self.sip}.cube{self.cube}.pe{self.pe}"
-        self.tcm = Allocator(base, size - scratch, f"TCM of {node}")
-        self.scratch = Allocator(base + size - scratch, scratch, f"scratch of {node}")
+        self.tcm = Allocator(base, size - scratch, f"TCM of {node}", tracer=t)
+        self.scratch = Allocator(base + size - scratch, scratch, f"scratch of {node}", tracer=t)
         self.seq = 0
         self.n_async = 0
         self.outstanding: list[CompletionHandle] = []
@@ -286,7 +285,8 @@ class Program(IpcqMixin):
         dst = a.base + start
         op_id, line = self._emit("load", reg.space, ptr, dst, nbytes, geo, dtype, deps)
         h = _TH(geo[0], dtype, "tcm", dst, op_id, "load", line, pending)
-        r = _wref(h, a.died)
+        r = _Own(h, a.died)
+        r.addr, r.nbytes = dst, nbytes
         a.owned.append(r)
         if not pending:
             t = self.tracer
@@ -368,7 +368,9 @@ class Program(IpcqMixin):
         op_id, line = self._emit("fill", name, dst, geo, dtype, scalars)
         h = _TH(shp, dtype, "tcm", dst, op_id, name, line, False)
         h._lazy = (1, name, scalars)
-        a.owned.append(_wref(h, a.died))
+        r = _Own(h, a.died)
+        r.addr, r.nbytes = dst, nbytes
+        a.owned.append(r)
         return h
 
     def math(self, name: str, args: list[Any], *, axis: int | None = None,
@@ -425,7 +427,9 @@ class Program(IpcqMixin):
                              out_shape=list(shape), out_dtype=out_dt, axis=ax, deps=deps,
                              extra_json=extra)
         h = TensorHandle(shape, out_dt, "tcm", dst, op.op_id, name, op.src_line, True)
-        self.scratch.owned.append(_wref(h, self.scratch.died))
+        r = _Own(h, self.scratch.died)
+        r.addr, r.nbytes = dst, nbytes
+        self.scratch.owned.append(r)
         return h
 
     def dot(self, a: Any, b: Any, acc: Any, acc_dtype: str | None,
@@ -466,7 +470,9 @@ class Program(IpcqMixin):
         dst = sc.base + start
         op_id, line = self._emit("dot", a, b, acc, dst, nbytes, acc_dt)
         h = _TH((m, n), acc_dt, "tcm", dst, op_id, "dot", line, True)
-        sc.owned.append(_wref(h, sc.died))
+        r = _Own(h, sc.died)
+        r.addr, r.nbytes = dst, nbytes
+        sc.owned.append(r)
         return h
 
     def composite(self, op: str, a: Any, b: Any, out_ptr: Any, math_op: str | None,

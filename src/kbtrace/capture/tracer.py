@@ -124,6 +124,11 @@ class OpSink:
         self.collect_gc = False
         #: the tracer's registry of lazily read handles (weak references), pruned at each drain
         self.lazy: list[Any] = []
+        #: (op_id, addr, nbytes) of TCM buffers whose owning handle died, in death order: from
+        #: that op on nothing reads the buffer before writing it (``memory.Allocator.died``),
+        #: so the golden image forgets its bytes there (``Drainer``); at 1.0 M gemm ops the
+        #: image otherwise held every PE's whole TCM (512 MiB on default.yaml) as dead arrays
+        self.dead: list[tuple[int, int, int]] = []
 
     def unmatched(self, send: Op) -> None:
         self._unmatched.add(send.op_id)
@@ -148,7 +153,7 @@ class OpSink:
         if self._bw is not None and machine is not None:   # row tuples, dots batched
             if self._drainer is None or self._drainer.m is not machine:
                 self._drainer = Drainer(machine, golden, expand, _ROW)
-            tuples = self._drainer.run(recs)
+            tuples = self._drainer.run(recs, self.dead)
             self.counts.update(r[1] if r.__class__ is tuple else r.kind for r in recs)
             self.rows += len(tuples)
             cols = self._bw.columns
@@ -157,6 +162,7 @@ class OpSink:
             self._bw.commit(len(tuples))
             del tuples
         else:
+            self.dead.clear()     # (the image keeps dead bytes: always correct)
             rows = [expand(r) for r in recs]
             if machine is not None:
                 for op, dig in zip(rows, machine.run(rows, frozenset() if golden else _COMPUTE),
@@ -218,6 +224,8 @@ class Tracer:
         self.launches: list[SimpleNamespace] = []
         #: weak references to handles whose values are still to be read from ``kmem``
         self.lazy: list[weakref.ref[Any]] = sink.lazy
+        #: buffers whose owners died (``OpSink.dead``), appended to by the allocators
+        self.dead = sink.dead
 
     def release(self) -> None:
         """Free both memory images and the executor's caches once the log is drained and the
