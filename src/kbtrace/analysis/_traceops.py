@@ -97,7 +97,9 @@ class TraceOps:
     verify checks before numpy executes a trace) and read back in execution order; a
     context manager (``close`` drops the spill)."""
 
-    def __init__(self, path: str | os.PathLike[str], fields: frozenset[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], fields: frozenset[str],
+                 access: bool = False) -> None:
+        from kbtrace.capture import _liveness as liveness
         from kbtrace.capture.executor import OP_FIELDS
         from kbtrace.replay import validate
 
@@ -113,6 +115,7 @@ class TraceOps:
             used: set[str] = set()
             pairs = validate.IpcqPairs()
             sizes: list[int] = []
+            acc: list[dict[str, np.ndarray]] = []
             for batch in _dataset(path).to_batches(batch_size=READ_ROWS, batch_readahead=0,
                                                    fragment_readahead=0, use_threads=False,
                                                    memory_pool=pa.system_memory_pool()):
@@ -126,10 +129,17 @@ class TraceOps:
                 kinds.append(lut[c])
                 graph.append(pa.RecordBatch.from_arrays(
                     [batch.column(n) for n in GRAPH_COLUMNS], names=list(GRAPH_COLUMNS)))
+                if access:
+                    acc.append(liveness.accesses(t))
                 mine = [n for n in OP_FIELDS if n in fields and n in t.column_names]
                 used.update(n for n in mine if n not in used and _set(t.column(n)))
                 self._spill.write(self._coded(t.select(mine)).combine_chunks().to_batches()[0])
                 sizes.append(batch.num_rows)
+            #: every op's memory accesses (``capture._liveness.accesses``), when asked for; the
+            #: caller may drop it (None) once it has what it needs
+            self.accesses: dict[str, np.ndarray] | None = liveness.concat(acc) if access \
+                else None
+            del acc
             self.kind_values = list(codes)
             self.kinds = np.concatenate(kinds) if kinds else np.zeros(0, np.uint8)
             pairs.check(self)

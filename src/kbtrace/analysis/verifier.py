@@ -201,7 +201,7 @@ def _trace_ops(path: Path) -> TraceOps:
 
     _check_file(path, schema.OPS, _TRACE_FIX)
     try:
-        return TraceOps(path, EXEC_FIELDS)
+        return TraceOps(path, EXEC_FIELDS, access=True)
     except KbtraceError as exc:
         raise SchemaError(str(exc).replace("ops.parquet: ", f"{path}: ", 1)) from None
     except (pa.ArrowException, OSError) as exc:
@@ -374,7 +374,8 @@ def _verify(run_dir: Path, trace_dir: Path, ops: TraceOps,
     from kbtrace.analysis.run import REPLAY_FIX
     from kbtrace.capture import executor as ex
 
-    memory = _read(trace_dir / "memory.parquet", schema.MEMORY, _TRACE_FIX)
+    mem_path = trace_dir / "memory.parquet"
+    _check_file(mem_path, schema.MEMORY, _TRACE_FIX)
     timing = _read(run_dir / "op_timing.parquet", schema.OP_TIMING, REPLAY_FIX, list(_TIMED))
     check_timing(timing, run_dir / "op_timing.parquet")
     graph, ops.graph = ops.graph, None
@@ -382,7 +383,10 @@ def _verify(run_dir: Path, trace_dir: Path, ops: TraceOps,
     order = _order(graph, timing)
     result = VerifyResult(run_dir, len(order), order_violations=_order_violations(graph, timing))
     del graph, timing           # what the ops run with is the order: the rest is freed
+    # (each step's temporaries before the next one's: the tensors' bytes are read last)
+    dead = _dead(ops, order, _read(mem_path, schema.MEMORY, _TRACE_FIX, ["role", "addr", "nbytes"]))
     release_memory()
+    memory = _read(mem_path, schema.MEMORY, _TRACE_FIX)
 
     machine = ex.Machine()
     ex.load_memory(memory, machine.mem)
@@ -391,7 +395,7 @@ def _verify(run_dir: Path, trace_dir: Path, ops: TraceOps,
     memory = memory.filter(pc.is_in(memory.column("role").cast(pa.string()),
                                     pa.array(["output", "reference"])))
     with _gc_paused():
-        _execute(machine, ops, order, result, progress)
+        _execute(machine, ops, order, result, progress, dead)
     if result.error is None:
         outputs = ex.gather_outputs(memory, machine.mem)
         dtypes = {r["tensor"]: r["dtype"] for r in memory.select(["tensor", "role", "dtype"]).to_pylist()
@@ -420,12 +424,42 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+def _dead(ops: TraceOps, order: np.ndarray, memory: pa.Table
+          ) -> tuple[list[int], list[list[tuple[int, int]]]]:
+    """(positions, the spans dead after the op at each) in ``order``: written buffers whose
+    bytes nothing reads again before they are written anew (``capture._liveness``), for the
+    image to forget; at 1.0 M gemm ops it otherwise held every PE's whole TCM (512 MiB on
+    default.yaml) once the replay had cycled through it. Never an output's span."""
+    from kbtrace.capture import _liveness as liveness
+
+    acc, ops.accesses = ops.accesses, None
+    assert acc is not None
+    pos = np.empty(ops.n, dtype=np.int64)
+    pos[order] = np.arange(len(order), dtype=np.int64)
+    out = memory.filter(pc.equal(memory.column("role").cast(pa.string()), "output"))
+    keep = list(zip(out.column("addr").to_pylist(), out.column("nbytes").to_pylist(),
+                    strict=True))
+    at, addr, nbytes = liveness.drops(acc, pos, keep)
+    del acc, pos
+    if not len(at):
+        return [], []
+    starts = np.flatnonzero(np.diff(at, prepend=-1)).tolist()
+    spans = list(zip(addr.tolist(), nbytes.tolist(), strict=True))
+    return at[starts].tolist(), [spans[a:b] for a, b in zip(starts, [*starts[1:], len(at)],
+                                                            strict=True)]
+
+
 def _execute(machine: Any, ops: TraceOps, order: np.ndarray, result: VerifyResult,
-             progress: Callable[[int, int], Any] | None) -> None:
+             progress: Callable[[int, int], Any] | None,
+             dead: tuple[list[int], list[list[tuple[int, int]]]] = ([], [])) -> None:
     """Step ``machine`` through ``order``; the first digest divergence or execution error
     goes into ``result``. One ``np.errstate`` around all ops (``Machine.digest_of``), as
-    ``Machine.step`` holds around each."""
+    ``Machine.step`` holds around each. ``dead``: positions, and the spans whose bytes the
+    image forgets once the op there ran (``_dead``)."""
     step = machine.digest_of
+    drop = machine.mem.drop
+    at, spans = dead
+    k, nxt = 0, (at[0] if at else -1)
     with np.errstate(all="ignore"):
         for pos, op in enumerate(_ops_in_order(ops, order)):
             if progress is not None and not pos % PROGRESS_EVERY:
@@ -443,6 +477,10 @@ def _execute(machine: Any, ops: TraceOps, order: np.ndarray, result: VerifyResul
                     and dig != want):
                 result.first_divergence = _div(ops, op_id, pos, f"result digest {dig:016x} != "
                                                                 f"capture {want:016x}")
+            if pos == nxt:
+                drop(spans[k])
+                k += 1
+                nxt = at[k] if k < len(at) else -1
 
 
 def _ops_in_order(ops: TraceOps, order: np.ndarray) -> Iterator[Any]:
