@@ -388,3 +388,30 @@ def test_capture_forgets_dead_tcm_buffers_with_the_same_trace(tmp_path, monkeypa
     capture(root / "capture" / "gemm.py", topo, params, out_dir=tmp_path / "kept")
     assert held == [(7, 45_056), (384, 2_097_152)]  # (32 PEs x 64 KiB: all TCM)
     assert sha(tmp_path / "dropped") == sha(tmp_path / "kept")
+
+
+def test_write_shared_keeps_a_page_once_until_either_image_writes_it() -> None:
+    """Capture's two images get the initial tensors through ``write_shared``: a page both
+    would hold alike is one array, copied by whichever image writes into it first; a page
+    the other image had of its own gets a plain write there."""
+    mem, kmem = MemoryImage(), MemoryImage()
+    page = 1 << 20
+    a = np.arange(page // 4 + 8, dtype=np.int32)             # one page and 32 B
+    mem.write_shared(kmem, BASE, a)
+    mem.write_shared(kmem, BASE + a.nbytes, np.full(8, 7, dtype=np.int32))
+    assert sorted(mem._pages) == sorted(kmem._pages) == [BASE >> 20, (BASE >> 20) + 1]
+    assert all(mem._pages[n] is kmem._pages[n] for n in mem._pages)
+    kmem.write(BASE + 16, np.array([-1], dtype=np.int32))   # kmem's own copy of page 0
+    assert mem._pages[BASE >> 20] is not kmem._pages[BASE >> 20]
+    assert kmem.read(BASE, (6,), "i32").tolist() == [0, 1, 2, 3, -1, 5]
+    assert mem.read(BASE, (6,), "i32").tolist() == [0, 1, 2, 3, 4, 5]
+    mem.write(BASE + page + 32, np.array([9], dtype=np.int32))    # mem's own copy of page 1
+    assert mem.read(BASE + page, (10,), "i32").tolist() == [262144 + i for i in range(8)] + [9, 7]
+    assert kmem.read(BASE + page, (10,), "i32").tolist() == [262144 + i for i in range(8)] + [7, 7]
+    # pages each holds its own copy of: written in both, not shared again
+    mem.write_shared(kmem, BASE + 8, np.array([5, 5], dtype=np.int32))
+    assert mem._pages[BASE >> 20] is not kmem._pages[BASE >> 20]
+    assert kmem.read(BASE, (6,), "i32").tolist() == [0, 1, 5, 5, -1, 5]
+    assert mem.read(BASE, (6,), "i32").tolist() == [0, 1, 5, 5, 4, 5]
+    mem.clear()
+    assert not mem._shared and kmem.read(BASE, (2,), "i32").tolist() == [0, 1]

@@ -110,7 +110,7 @@ class MemoryImage:
     """
 
     __slots__ = ("_pages", "_cache", "_idx", "_dig", "_evicted", "_bytes", "_keys", "_dirty",
-                 "_dchunk")
+                 "_dchunk", "_shared")
 
     def __init__(self) -> None:
         self._pages: dict[int, np.ndarray] = {}
@@ -133,6 +133,9 @@ class MemoryImage:
         #: (``drop``), and chunk number -> addresses of those touching it
         self._dirty: dict[int, Any] = {}
         self._dchunk: dict[int, set[int]] = {}
+        #: numbers of the pages this image holds the same array of as another image
+        #: (``write_shared``): copied before a write into them
+        self._shared: set[int] = set()
 
     def _invalidate(self, chunks: Iterable[int]) -> None:
         """Drop the cached entries (and noted digests) indexed under any of ``chunks``."""
@@ -338,6 +341,7 @@ class MemoryImage:
         """Forget every page and cached read (the image reads as zeros again): a capture
         frees its images this way once the kernels ran and the outputs were gathered."""
         self._pages.clear()
+        self._shared.clear()
         self._dirty.clear()
         self._dchunk.clear()
         self._forget()
@@ -352,10 +356,45 @@ class MemoryImage:
         self._keys.clear()
 
     def _page(self, no: int) -> np.ndarray:
+        """Page ``no`` to write into: made (zeros) if missing, copied first if shared."""
         page = self._pages.get(no)
         if page is None:
             page = self._pages[no] = np.zeros(_PAGE, dtype=np.uint8)
+        elif no in self._shared:
+            page = self._pages[no] = page.copy()
+            self._shared.discard(no)
         return page
+
+    def write_shared(self, other: MemoryImage, addr: int, stored: np.ndarray) -> None:
+        """``write(addr, stored)`` into this image and ``other`` (contiguous), the pages
+        both hold alike kept once: shared (each image copies a shared page before it writes
+        into it, ``_page``). Capture's two images start with the same tensors (``Tracer
+        .write_initial``): at 1.0 M gemm ops on default.yaml they held the inputs twice
+        (97 MiB each). Where either holds a page of its own there (or ``other`` reads it
+        through a cache or dirty arrays), ``other`` gets a plain ``write``."""
+        nbytes = stored.nbytes
+        if nbytes <= 0 or other._idx or other._dirty:
+            self.write(addr, stored)
+            other.write(addr, stored)
+            return
+        nos = range(addr >> _PAGE_BITS, ((addr + nbytes - 1) >> _PAGE_BITS) + 1)
+        mine, theirs = self._pages, other._pages
+        fresh = {no for no in nos if no not in mine and no not in theirs}
+        for no in nos:       # a page shared by the two takes this write once, in place
+            if no in self._shared and theirs.get(no) is mine.get(no):
+                self._shared.discard(no)
+        self.write(addr, stored)
+        rest = False
+        for no in nos:
+            page, op = mine[no], theirs.get(no)
+            if op is page or (op is None and no in fresh):
+                theirs[no] = page
+                self._shared.add(no)
+                other._shared.add(no)
+            else:
+                rest = True
+        if rest:                # (pages ``other`` had of its own: written there too)
+            other.write(addr, stored)
 
     def read_bytes(self, addr: int, nbytes: int) -> np.ndarray:
         if self._dirty:
@@ -394,7 +433,7 @@ class MemoryImage:
         off = addr & _MASK
         if off + nbytes <= _PAGE:  # within one page (the common case)
             page = self._pages.get(addr >> _PAGE_BITS)
-            if page is None:
+            if page is None or self._shared:
                 page = self._page(addr >> _PAGE_BITS)
             page[off:off + nbytes] = buf
             return

@@ -237,9 +237,9 @@ class Tracer:
         self.machine.clear()
 
     def write_initial(self, addr: int, stored: Any) -> None:
-        """Initial tensor contents go into both memory images."""
-        self.mem.write(addr, stored)
-        self.kmem.write(addr, stored)
+        """Initial tensor contents go into both memory images (their pages shared until
+        either writes into one: ``MemoryImage.write_shared``)."""
+        self.mem.write_shared(self.kmem, addr, stored)
 
     def kwrite(self, addr: int, stored: Any, strides: Any = None) -> None:
         """A real value written to memory during capture: first fix every pending lazy read."""
