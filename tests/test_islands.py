@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from kbtrace.analysis import _materialize as run_mod
-from kbtrace.analysis import critpred, islands
+from kbtrace.analysis import critpred, islands, utilwindows
 from kbtrace.analysis.main import run_workload
 from kbtrace.analysis.run import open_run
 
@@ -77,11 +77,34 @@ def test_crit_pred_twin_rows_equal_the_sql_view_in_order(run_dir, stream_rows, m
         assert edges.get("resource", 0) > 0
 
 
+@pytest.mark.parametrize("n_windows,stream_rows", [(20, utilwindows.STREAM_ROWS), (7, 97)])
+def test_utilisation_windows_twin_rows_equal_the_sql_view(run_dir, n_windows, stream_rows,
+                                                         monkeypatch):
+    """The same rows; the busy sums added in time order, so equal to the last bits."""
+    monkeypatch.setattr(utilwindows, "STREAM_ROWS", stream_rows)
+    order = "ORDER BY resource_kind, resource_idx, win"
+    with open_run(run_dir) as r:
+        r.set_windows(n_windows)
+        ref = r.con.sql(f"SELECT * FROM utilisation_windows {order}").to_arrow_table()
+        got = utilwindows.rows(r.con)
+        n_res = r.con.sql("SELECT count(DISTINCT (resource_kind, resource_idx)) "
+                          "FROM _busy_islands").fetchall()[0][0]
+    assert got.num_rows == ref.num_rows == n_res * n_windows > 0
+    assert got.schema == ref.schema
+    assert got.drop_columns(["busy_ns", "util"]).equals(ref.drop_columns(["busy_ns", "util"]))
+    for col in ("busy_ns", "util"):
+        a, b = got.column(col).to_numpy(), ref.column(col).to_numpy()
+        assert np.allclose(a, b, rtol=1e-12, atol=0.0)
+        assert ((a == 0) == (b == 0)).all()
+    assert (got.column("busy_ns").to_numpy() > 0).any()
+
+
 def test_materialize_uses_the_twins_and_changes_no_query(run_dir, monkeypatch):
     queries = ("SELECT stage, sum(dur_ns) FROM _pe_segments GROUP BY ALL ORDER BY ALL",
                "SELECT resource_kind, resource_idx, util FROM utilisation ORDER BY ALL",
                "SELECT * FROM stage_breakdown_pe ORDER BY ALL",
-               "SELECT * FROM utilisation_windows ORDER BY ALL",
+               "SELECT resource_kind, resource_idx, win, round(util, 9) FROM utilisation_windows "
+               "ORDER BY ALL",
                "SELECT * FROM critical_path",            # (in the materialised table's order)
                "SELECT count(*), sum(contrib_ns) FROM critical_path")
     called: list[str] = []
@@ -102,7 +125,8 @@ def test_materialize_uses_the_twins_and_changes_no_query(run_dir, monkeypatch):
 
     monkeypatch.setattr(run_mod, "TWINS", {v: counted(v) for v in twins_before})
     twins = materialized()
-    assert sorted(called) == ["_busy_islands", "_crit_pred", "_pe_segments"]
+    assert sorted(called) == ["_busy_islands", "_crit_pred", "_pe_segments",
+                              "utilisation_windows"]
     monkeypatch.setattr(run_mod, "TWINS", {})       # the SQL views, as before the twins
     sql = materialized()
     assert twins == sql and all(sql)

@@ -16,7 +16,9 @@ A materialised view ``v`` becomes ``CREATE VIEW v AS SELECT * FROM _m_v``, where
 - for ``utilisation_windows``, the only view reading the window setting (``_config``), a
   temporary table per window count, ``_m_utilisation_windows_<n>``: ``set_windows(n)``
   points the view at the table of ``n`` if there is one, else back at its SQL, so the view
-  is never stale (the report reads it twice: its plot and the timeline's counters).
+  is never stale (the report reads it twice: its plot and the timeline's counters). Of a
+  single run, the table holds its numpy twin's rows (``analysis.utilwindows``: the same
+  rows, each window's busy time added up in time order, not in DuckDB's join order).
 
 Every materialised view keeps its name; the run's files do not change.
 """
@@ -34,7 +36,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kbtrace._io import release_memory
-from kbtrace.analysis import critpred, islands
+from kbtrace.analysis import critpred, islands, utilwindows
 from kbtrace.analysis.sqllib import view_docs
 from kbtrace.errors import AnalysisError
 
@@ -54,7 +56,8 @@ PARALLEL_SAFE = frozenset({"_pe_segments", "_busy_islands", "_crit_pred"})
 WINDOWED = "utilisation_windows"
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: view -> the function computing its rows in numpy, a table at a time (single runs)
-TWINS = {**islands.TWINS, "_crit_pred": critpred.crit_pred_parts}
+TWINS = {**islands.TWINS, "_crit_pred": critpred.crit_pred_parts,
+         "utilisation_windows": utilwindows.rows_parts}
 #: of those, the ones kept as a temporary table, not a file: ``_crit_pred`` (a row per op),
 #: so ``critical_path`` reads the same table the SQL view's materialisation was
 AS_TABLE = frozenset({"_crit_pred"})
@@ -79,7 +82,7 @@ def materialize(run: Any, views: tuple[str, ...]) -> None:
                 run.con.execute(f"SET threads TO {cores}")
             src = f"_m_{v}"
             if v == WINDOWED:
-                src = _windows(run)
+                src = _windows(run, twin)
             elif twin is not None:    # its rows, computed in numpy, already in that order
                 src = _load_twin(run, v, twin)
             else:
@@ -124,13 +127,18 @@ def _n_windows(con: duckdb.DuckDBPyConnection) -> int:
     return int(con.sql("SELECT n_windows FROM _config").fetchall()[0][0])
 
 
-def _windows(run: Any) -> str:
-    """``utilisation_windows`` for the current window count, computed once per count: the
-    table holding it."""
+def _windows(run: Any, twin: Any) -> str:
+    """``utilisation_windows`` for the current window count, computed once per count (by
+    its numpy ``twin`` if there is one): the table holding it."""
     n = _n_windows(run.con)
     table = f"_m_{WINDOWED}_{n}"
     if n not in run._windows:       # the view is its SQL now (set_windows keeps it so)
-        run.con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT * FROM {WINDOWED}")
+        if twin is not None:
+            run.con.register("_twin_rows", pa.concat_tables(list(twin(run.con))))
+            run.con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT * FROM _twin_rows")
+            run.con.unregister("_twin_rows")
+        else:
+            run.con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT * FROM {WINDOWED}")
         run._windows[n] = table
     return table
 

@@ -1,0 +1,110 @@
+"""Each used resource's busy time per equal window in numpy: the materialised twin of
+``utilisation_windows``.
+
+``analysis/sql/utilisation_windows.sql`` stays the definition (unmaterialised runs, run
+sets, a window count set after materialising). ``Run.materialize`` computes the view's
+busy times here instead: the busy islands are read once in their order (by resource, then
+time), each island's windows found by ``searchsorted`` over the window bounds DuckDB
+computes (the SQL's own ``w``), its clipped length the SQL's ``least(...) - greatest(...)``
+of the same doubles, and the lengths added into their window in island order
+(``np.add.at``, one after the other; 0.0 in a window without any). The rest -- the
+resources' names and kinds, the window bounds, ``util`` -- is the view's SQL over those sums.
+
+Not bit for bit the SQL's sums: DuckDB adds a window's islands in the order its hash join
+happens to emit them (which moves with its memory budget), here in time order; the two
+differ in the last bits (on gemm at a million ops, 128 of 71,740 windows, by up to 119 ulps,
+1.8e-14 relative; the report and timeline, which print util to 6 decimals, byte-identical).
+``tests/test_islands.py`` compares them on real runs.
+
+Why: DuckDB evaluates the view as a hash join of every window with every island of its
+resource (build side: the islands, 23 M at a million gemm ops, ~350 MB spilled under the
+run's 512 MB budget), 4.2 CPU s and the headline's peak; here one pass over the islands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+__all__ = ["busy_by_window", "rows", "rows_parts", "STREAM_ROWS", "WINDOWS_SQL", "VIEW_SQL"]
+
+#: islands read at a time
+STREAM_ROWS = 1 << 19
+
+#: the view's windows (as ``utilisation_windows.sql`` computes them)
+WINDOWS_SQL = """SELECT g.w AS win, g.w * s.makespan_ns / c.n_windows AS t0_ns,
+         (g.w + 1) * s.makespan_ns / c.n_windows AS t1_ns
+  FROM _span s CROSS JOIN _config c
+  CROSS JOIN (SELECT unnest(range(CAST((SELECT n_windows FROM _config) AS BIGINT))) AS w) g"""
+
+#: the view's rows over ``_uw_busy`` (resource_kind, resource_idx, win, busy_ns: every
+#: used resource's busy time in every window, 0.0 where none of its islands is)
+VIEW_SQL = f"""WITH w AS ({WINDOWS_SQL})
+SELECT b.resource_kind, b.resource_idx, r.resource_id, r.kind, w.win, w.t0_ns, w.t1_ns,
+       b.busy_ns, least(1.0, b.busy_ns / nullif(w.t1_ns - w.t0_ns, 0)) AS util
+FROM _uw_busy b JOIN w USING (win)
+JOIN _resources r USING (resource_kind, resource_idx)
+ORDER BY b.resource_kind, b.resource_idx, w.win"""
+
+_KINDS = ("link", "node")
+
+
+def busy_by_window(con: Any) -> pa.Table:
+    """Every used resource's busy time in each window (resource_kind, resource_idx, win,
+    busy_ns), from ``_busy_islands`` and the current window count, by resource and window."""
+    w = con.sql(f"SELECT win, t0_ns, t1_ns FROM ({WINDOWS_SQL}) ORDER BY win").to_arrow_table()
+    win_t0 = w.column("t0_ns").to_numpy()
+    win_t1 = w.column("t1_ns").to_numpy()
+    n = len(win_t0)
+    rank_of: dict[int, int] = {}                # resource key -> rank, in order met
+    acc = np.zeros(0, np.float64)               # busy time per (resource rank, window)
+    reader = con.sql("SELECT CASE resource_kind WHEN 'link' THEN 0 ELSE 1 END AS k, "
+                     "resource_idx, t0_ns, t1_ns FROM _busy_islands").to_arrow_reader(STREAM_ROWS)
+    for b in reader:
+        key = ((b.column(0).to_numpy().astype(np.int64) << 32)
+               | b.column(1).to_numpy().astype(np.int64))
+        t0, t1 = b.column(2).to_numpy(), b.column(3).to_numpy()
+        uniq, inv = np.unique(key, return_inverse=True)
+        for k in uniq.tolist():
+            rank_of.setdefault(k, len(rank_of))
+        acc = np.concatenate([acc, np.zeros(len(rank_of) * n - len(acc))])
+        rank = np.array([rank_of[k] for k in uniq.tolist()], np.int64)[inv]
+        # the windows each island overlaps: w.t1_ns > b.t0_ns and w.t0_ns < b.t1_ns
+        first = np.searchsorted(win_t1, t0, "right")
+        cnt = np.maximum(np.searchsorted(win_t0, t1, "left") - first, 0)
+        isl = np.repeat(np.arange(len(t0)), cnt)
+        win = np.repeat(first - np.cumsum(cnt) + cnt, cnt) + np.arange(int(cnt.sum()))
+        part = np.minimum(win_t1[win], t1[isl]) - np.maximum(win_t0[win], t0[isl])
+        np.add.at(acc, rank[isl] * n + win, part)       # in island order, one at a time
+    del reader
+    keys = np.array(sorted(rank_of), np.int64)
+    ranks = np.array([rank_of[k] for k in keys.tolist()], np.int64)
+    at = (ranks[:, None] * n + np.arange(n)[None, :]).ravel()
+    t = _key_table(np.repeat(keys, n))
+    t = t.append_column("win", pa.array(np.tile(np.arange(n, dtype=np.int64), len(keys))))
+    return t.append_column("busy_ns", pa.array(acc[at], pa.float64()))
+
+
+def _key_table(k: np.ndarray) -> pa.Table:
+    kind = pa.DictionaryArray.from_arrays(pa.array((k >> 32).astype(np.int32)),
+                                          pa.array(_KINDS)).cast(pa.string())
+    return pa.table({"resource_kind": kind,
+                     "resource_idx": pa.array((k & 0xFFFFFFFF).astype(np.int32))})
+
+
+def rows(con: Any) -> pa.Table:
+    """The rows of ``utilisation_windows`` for the current window count, by resource and
+    window."""
+    con.register("_uw_busy", busy_by_window(con))
+    try:
+        return con.sql(VIEW_SQL).to_arrow_table()
+    finally:
+        con.unregister("_uw_busy")
+
+
+def rows_parts(con: Any) -> Iterator[pa.Table]:
+    """``rows`` as one table (the twins' interface)."""
+    yield rows(con)
