@@ -56,28 +56,49 @@ def crit_pred_parts(con: Any) -> Iterator[pa.Table]:
     ids = _np(ot, "op_id", np.int64)
     o = np.argsort(ids, kind="stable")
     ids_s, t_end_s = ids[o], _np(ot, "t_end_ns", np.float64)[o]
-    cands = [_program(ot, ids), *_trace(con), _resource(con)]
-    del ot, o
-    x = np.concatenate([c[0] for c in cands])
-    p = np.concatenate([c[1] for c in cands])
-    prio = np.concatenate([np.full(len(c[0]), c[2], np.int8) for c in cands])
-    del cands
-    xi, x_ok = _lookup(ids_s, x)          # both ends are ops of op_timing (the SQL's joins)
-    pi, p_ok = _lookup(ids_s, p)
-    keep = x_ok & p_ok
-    xi, pi, x, p, prio = xi[keep], pi[keep], x[keep], p[keep], prio[keep]
+    del o
+    # each candidate as (op, predecessor) positions in op_timing by op_id (both ends must
+    # be there: the SQL's joins), so a position order is the op_id order
+    pos = np.int32 if len(ids_s) < 1 << 31 else np.int64
+    xs, ps, prios = [], [], []
+    for x, p, edge_prio in _candidates(con, ot, ids):     # (one set at a time)
+        xi, x_ok = _lookup(ids_s, x)
+        pi, p_ok = _lookup(ids_s, p)
+        keep = x_ok & p_ok
+        xs.append(xi[keep].astype(pos))
+        ps.append(pi[keep].astype(pos))
+        prios.append(np.full(len(xs[-1]), edge_prio, np.int8))
+        del x, p, xi, pi, x_ok, p_ok, keep
+    del ot
+    xi = np.concatenate(xs)
+    del xs
+    pi = np.concatenate(ps)
+    del ps
+    prio = np.concatenate(prios)
+    del prios
     tx, tp = t_end_s[xi], t_end_s[pi]
-    keep = (tp < tx) | ((tp == tx) & (p < x))        # ends no later (ties: lower op_id)
-    x, p, prio, tp = x[keep], p[keep], prio[keep], tp[keep]
+    keep = (tp < tx) | ((tp == tx) & (pi < xi))      # ends no later (ties: lower op_id)
+    del tx
+    xi, pi, prio, tp = xi[keep], pi[keep], prio[keep], tp[keep]
+    del keep
     # the latest-ending candidate of each op; ties by edge priority, then op_id
-    o = np.lexsort((p, prio, -tp, x))
-    x, p, prio, tp = x[o], p[o], prio[o], tp[o]
-    first = np.r_[True, x[1:] != x[:-1]] if len(x) else np.zeros(0, bool)
-    x, p, prio, tp = x[first], p[first], prio[first], tp[first]
+    o = np.lexsort((pi, prio, -tp, xi))
+    xi, pi, prio, tp = xi[o], pi[o], prio[o], tp[o]
+    del o
+    first = np.r_[True, xi[1:] != xi[:-1]] if len(xi) else np.zeros(0, bool)
+    x, p, prio, tp = ids_s[xi[first]], ids_s[pi[first]], prio[first], tp[first]
     edge = pa.DictionaryArray.from_arrays(pa.array(prio.astype(np.int32)),
                                           pa.array(EDGES)).cast(pa.string())
     yield pa.table({"op_id": pa.array(x, pa.int64()), "pred_op_id": pa.array(p, pa.int64()),
                     "edge": edge, "pred_end_ns": pa.array(tp, pa.float64())})
+
+
+def _candidates(con: Any, ot: pa.Table, ids: np.ndarray
+                ) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
+    """The candidate (op ids, predecessor ids, edge) sets, one at a time."""
+    yield _program(ot, ids)
+    yield from _trace(con)
+    yield _resource(con)
 
 
 def _lookup(ids_s: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
