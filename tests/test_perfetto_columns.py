@@ -113,3 +113,82 @@ def test_counter_steps_are_the_dict_encoding_byte_for_byte():
             assert b",".join(g.data for g in got) == ENC(want)[1:-1].encode()
             assert [e for g in got for e in g.events()] == want
     assert list(counter_steps(series[1:2], pids.__getitem__, None)) == []
+
+
+def _fabric_reference(rows, tracks, slot, steps, chains, link_track):
+    """The fabric slices as ``perfetto._stream`` built them before: a dict per row."""
+    split = functools.cache(_split)
+    out = []
+    for (op_id, tile, hop, link_idx, t0, t1, nb, q, busy, node, dst, lkind) in rows:
+        s, e = round(t0), round(t1)
+        e = max(s, e)
+        cube, src_local = split(node)
+        proc = f"{cube} fabric" if cube else "fabric"
+        if link_idx >= 0:
+            dst_local = split(dst)[1] if split(dst)[0] == cube else dst
+            track = f"link {src_local} -> {dst_local} ({lkind})"
+        else:
+            track = src_local
+        pid, tid = tracks.place(proc, track, s, e)
+        out.append({"ph": "X", "pid": pid, "tid": tid, "ts": us(s), "dur": us(e - s),
+                    "name": slot.label(op_id), "cat": "fabric",
+                    "args": {"op_id": op_id, "tile": tile, "nbytes": nb, "queue_ns": q}})
+        if link_idx >= 0:
+            chains[(op_id, tile)].append((hop, pid, tid, s))
+            link_track[link_idx] = (proc, track)
+            for name in (track, "links"):
+                steps.add((proc, name, "bytes in flight"), s, nb, e, -nb)
+        else:
+            qe = max(s, min(round(t0 + q), e))
+            steps.add((proc, track, "waiting"), s, 1, qe, -1)
+            steps.add((proc, track, "in service"), max(qe, round(t1 - busy)), 1, e, -1)
+    return out
+
+
+def test_fabric_slices_are_the_dict_encoding_byte_for_byte():
+    from collections import defaultdict
+
+    from kbtrace.analysis._perfetto_fabric import fabric_slices
+    from kbtrace.analysis.perfetto import _Steps
+
+    # by entry time (the export's order): link 3 carries two overlapping hops (two lanes),
+    # link 4 leaves the cube, node 9 is an HBM controller (queued, then served); op 77 has
+    # no op slice ("op 77"); times at .5 round half to even, as Python's round
+    a, b = "sip0.cube0.pe0.router", "sip0.cube0.pe1.router"
+    rows = [
+        (1, 0, 0, 3, 0.5, 10.0, 64, 0.0, 9.5, a, b, "mesh"),
+        (2, 0, 0, 3, 2.0, 12.5, 64, 1.5, 9.0, a, b, "mesh"),
+        (1, 0, 1, 4, 10.0, 20.0, 64, 0.0, 10.0, b, "sip0.cube1.pe0.router", "d2d"),
+        (77, -1, 0, -1, 11.0, 30.0, 128, 4.4, 10.0, "sip0.cube0.hbm_ctrl.pe0", None, None),
+        (2, 1, 1, 3, 12.5, 13.5, 32, -0.0, 1.0, a, b, "mesh"),
+        (5, 0, 0, -1, 13.0, 13.0, 8, 0.1 + 0.2, 0.0, "sip0.cube0.hbm_ctrl.pe0", None, None),
+    ]
+    names = ["op_id", "tile", "hop", "link_idx", "t_enter_ns", "t_leave_ns", "nbytes",
+             "queue_ns", "busy_ns", "node", "dst_id", "link_kind"]
+    types = [pa.int64(), pa.int32(), pa.int32(), pa.int32(), pa.float64(), pa.float64(),
+             pa.int64(), pa.float64(), pa.float64(), pa.string(), pa.string(), pa.string()]
+    cols = list(zip(*rows, strict=True))
+    batch = pa.record_batch([pa.array(c, t) for c, t in zip(cols, types, strict=True)],
+                            names=names)
+
+    def setup():
+        tracks, slot = _Tracks(), _Slots()
+        for op, lab in ((1, "load/ld"), (2, 'store/"st"'), (5, "load/ld")):
+            slot.put(op, *tracks.place("sip0.cube0", "pe0.dma", op, op + 1), op, op + 1, lab)
+        return tracks, slot, _Steps(), defaultdict(list), {}
+
+    wt, ws, wsteps, wchains, wlinks = setup()
+    want = _fabric_reference(rows, wt, ws, wsteps, wchains, wlinks)
+    tracks, slot, steps, chains, links = setup()
+    got = list(fabric_slices(iter([batch.slice(0, 4), batch.slice(4)]), tracks, slot,
+                             functools.cache(_split), steps, chains, links))
+    assert got[-1] == len(rows)
+    assert b",".join(g.data for g in got[:-1]) == ENC(want)[1:-1].encode()
+    assert [e for g in got[:-1] for e in g.events()] == want
+    assert tracks.meta() == wt.meta()
+    assert [e["name"] for e in want] == ["load/ld", 'store/"st"', "load/ld", "op 77",
+                                         'store/"st"', "load/ld"]
+    assert [e["tid"] for e in want[:2]] == [2, 3]          # two lanes on link 3
+    assert dict(chains) == dict(wchains) and links == wlinks
+    assert [(k, t.tolist(), v.tolist()) for k, t, v in steps.levels()] == [
+        (k, t.tolist(), v.tolist()) for k, t, v in wsteps.levels()]

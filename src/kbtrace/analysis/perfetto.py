@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 
 from kbtrace._io import atomic_path
+from kbtrace.analysis._perfetto_fabric import fabric_slices
 from kbtrace.analysis._perfetto_ops import Encoded, counter_steps, op_slices
 
 __all__ = ["export_perfetto", "trace_events", "us", "MAX_FABRIC_SLICES", "MAX_FLOWS",
@@ -257,7 +258,7 @@ def _stream(run: Any, info: dict[str, Any], tracks: _Tracks):
     steps = _Steps()
     link_track: dict[int, tuple[str, str]] = {}
     n_hops = 0
-    for (op_id, tile, _hop, link_idx, t0, t1, nb, q, busy, node, dst, lkind) in _batches(
+    for ev in fabric_slices(_arrow_batches(
             run,
             "SELECT h.op_id, h.tile, h.hop, h.link_idx, h.t_enter_ns, h.t_leave_ns, h.nbytes, "
             "h.queue_ns, h.busy_ns, "
@@ -266,30 +267,12 @@ def _stream(run: Any, info: dict[str, Any], tracks: _Tracks):
             "LEFT JOIN links l ON l.link_idx = h.link_idx "
             "LEFT JOIN nodes n ON n.node_idx = h.node_idx "
             f"WHERE (h.link_idx >= 0 OR CAST(h.stage AS VARCHAR) = 'hbm'){cut} "
-            f"ORDER BY h.t_enter_ns, h.op_id, h.tile, h.hop LIMIT {MAX_FABRIC_SLICES}"):
-        n_hops += 1
-        s, e = round(t0), round(t1)
-        e = max(s, e)
-        cube, src_local = split(node)
-        proc = f"{cube} fabric" if cube else "fabric"
-        if link_idx >= 0:
-            dst_local = split(dst)[1] if split(dst)[0] == cube else dst
-            track = f"link {src_local} -> {dst_local} ({lkind})"
+            f"ORDER BY h.t_enter_ns, h.op_id, h.tile, h.hop LIMIT {MAX_FABRIC_SLICES}",
+            1 << 16), tracks, slot, split, steps, chains, link_track):
+        if isinstance(ev, int):         # (the number of slices, last)
+            n_hops = ev
         else:
-            track = src_local
-        pid, tid = tracks.place(proc, track, s, e)
-        yield {"ph": "X", "pid": pid, "tid": tid, "ts": us(s), "dur": us(e - s),
-               "name": slot.label(op_id), "cat": "fabric",
-               "args": {"op_id": op_id, "tile": tile, "nbytes": nb, "queue_ns": q}}
-        if link_idx >= 0:
-            chains[(op_id, tile)].append((_hop, pid, tid, s))
-            link_track[link_idx] = (proc, track)
-            for name in (track, "links"):
-                steps.add((proc, name, "bytes in flight"), s, nb, e, -nb)
-        else:           # an HBM access: queued for a pseudo-channel, then served
-            qe = _clamp(round(t0 + q), s, e)
-            steps.add((proc, track, "waiting"), s, 1, qe, -1)
-            steps.add((proc, track, "in service"), max(qe, round(t1 - busy)), 1, e, -1)
+            yield ev
     info["fabric_slices_left_out"] = int(n_fabric) - n_hops
     yield from _pc_slices(run, slot, tracks, info)
     yield from _counters(run, tracks, steps, link_track, info)
@@ -338,6 +321,14 @@ class _Steps:
             self.t[key], self.d[key] = array("q"), array("q")
         self.t[key].extend((t0, t1))
         self.d[key].extend((d0, d1))
+
+    def add_many(self, key: tuple[str, str, str], t0: np.ndarray, d0: np.ndarray,
+                 t1: np.ndarray, d1: np.ndarray) -> None:
+        """``add`` of each (t0, d0, t1, d1) row of the arrays."""
+        if key not in self.t:
+            self.t[key], self.d[key] = array("q"), array("q")
+        self.t[key].frombytes(np.column_stack([t0, t1]).astype(np.int64).tobytes())
+        self.d[key].frombytes(np.column_stack([d0, d1]).astype(np.int64).tobytes())
 
     def levels(self) -> Iterator[tuple[tuple[str, str, str], np.ndarray, np.ndarray]]:
         """Per counter, in key order: the distinct step times and the value after each."""
