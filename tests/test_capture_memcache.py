@@ -415,3 +415,37 @@ def test_write_shared_keeps_a_page_once_until_either_image_writes_it() -> None:
     assert mem.read(BASE, (6,), "i32").tolist() == [0, 1, 5, 5, 4, 5]
     mem.clear()
     assert not mem._shared and kmem.read(BASE, (2,), "i32").tolist() == [0, 1]
+
+
+def test_an_integer_dot_scans_each_cached_operand_tile_once(monkeypatch) -> None:
+    """``max|x|`` of an integer dot's operands (is float32 BLAS exact?) is kept with the
+    tile's cache entry: two dots of the same tiles scan each tile once; a write there
+    makes a new entry, scanned anew; the products are numpy's."""
+    from kbtrace.capture import executor
+
+    scanned: list[int] = []
+    real = executor.absmax
+
+    def spy(x):                     # type: ignore[no-untyped-def]
+        scanned.append(real(x))
+        return real(x)
+
+    monkeypatch.setattr(executor, "absmax", spy)
+    m = Machine()
+    a = np.array([[1, -7], [3, 2]], dtype=np.int32)
+    b = np.array([[5, 0], [-2, 4]], dtype=np.int32)
+    m.mem.write(BASE, a)
+    m.mem.write(BASE + 65536, b)          # (another chunk: not invalidated with a)
+
+    def dot(i: int) -> Op:
+        return Op(op_id=i, kind="dot", in_addrs=[BASE, BASE + 65536], in_shapes=[[2, 2], [2, 2]],
+                  in_dtypes=["i32", "i32"], out_shape=[2, 2], out_dtype="i32", acc_dtype="i32",
+                  dst_addr=BASE + 8192 * (i + 1), m=2, n=2, k=2)
+
+    outs = [m.step(dot(i))[0].tolist() for i in range(2)]
+    assert outs == [(a @ b).tolist()] * 2 == [[[19, -28], [11, 8]]] * 2
+    assert scanned == [7, 5]
+    assert m.mem.cached_read(BASE, (2, 2), "i32")[3] == 7
+    m.mem.write(BASE, np.array([[100, 0], [0, 1]], dtype=np.int32))
+    assert m.step(dot(2))[0].tolist() == [[500, 0], [-2, 4]]
+    assert scanned == [7, 5, 100]

@@ -184,17 +184,36 @@ _EXACT_F32 = 1 << 24
 _EXACT_F64 = 1 << 53
 
 
-def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def absmax(x: np.ndarray) -> int:
+    """``max|x|`` of an integer array as a Python int (``np.abs`` of the most negative int
+    wraps); 0 when empty."""
+    return max(-int(x.min()), int(x.max())) if x.size else 0
+
+
+def _entry_absmax(e: list[Any]) -> int:
+    """``absmax`` of a cache entry's compute value (slot 2, filled), kept as a fourth slot:
+    a tile read by many dots (a gemm's A and B tiles) is scanned once."""
+    if len(e) > 3:
+        return int(e[3])
+    m = absmax(e[2])
+    e.append(m)
+    return m
+
+
+def matmul(a: np.ndarray, b: np.ndarray, am: int | None = None,
+           bm: int | None = None) -> np.ndarray:
     """``a @ b`` in ``a``'s dtype. Integer operands go through BLAS in float64 when no sum
     can leave float64's exact integers (``k * max|a| * max|b| < 2**53``: every partial sum is
     then exact, in any order), in float32 below 2**24 (exact there too: a (32, 64) @ (64, 32)
     tile ~1.3 us faster, ~0.4 CPU s of verify at 1.0 M gemm ops), and come back through
     int64, so an int32 result wraps as numpy's int32 matmul does; numpy's own integer
     matmul has no BLAS and was most of a gemm capture's golden execution. Otherwise, and
-    for floats, plain ``a @ b``."""
+    for floats, plain ``a @ b``. ``am`` / ``bm``: ``absmax`` of ``a`` / ``b`` when known."""
     if a.dtype.kind in "iu" and a.size and b.size:
-        am = max(-int(a.min()), int(a.max()))     # (np.abs of the most negative int wraps)
-        bm = max(-int(b.min()), int(b.max()))
+        if am is None:
+            am = absmax(a)
+        if bm is None:
+            bm = absmax(b)
         bound = am * bm * a.shape[-1]
         if bound < _EXACT_F64:
             f = np.float32 if bound < _EXACT_F32 else np.float64
@@ -270,13 +289,17 @@ class Machine:
         return out
 
     def _operand(self, op: Op, i: int) -> np.ndarray:
+        c: np.ndarray = self._operand_entry(op, i)[2]
+        return c
+
+    def _operand_entry(self, op: Op, i: int) -> list[Any]:
+        """The cache entry of operand ``i``, its compute value (slot 2) filled."""
         dt = op.in_dtypes[i]
         e = self.mem.cached_read(op.in_addrs[i], op.in_shapes[i], dt)
-        c = e[2]
-        if c is None:
+        if e[2] is None:
             c = e[2] = to_compute(e[0], dt)
             c.flags.writeable = False
-        return c
+        return e
 
     def _write_result(self, op: Op, values: np.ndarray) -> list[Any]:
         shape, dt = tuple(op.out_shape), op.out_dtype
@@ -340,9 +363,12 @@ class Machine:
 
     def _dot(self, op: Op) -> list[Any]:
         acc_np = COMPUTE[op.acc_dtype]
-        a = self._operand(op, 0).astype(acc_np, copy=False)
-        b = self._operand(op, 1).astype(acc_np, copy=False)
-        out = matmul(a, b)
+        ea, eb = self._operand_entry(op, 0), self._operand_entry(op, 1)
+        a, b = ea[2].astype(acc_np, copy=False), eb[2].astype(acc_np, copy=False)
+        if a.dtype.kind in "iu" and a is ea[2] and b is eb[2]:     # (values as cached)
+            out = matmul(a, b, _entry_absmax(ea), _entry_absmax(eb))
+        else:
+            out = matmul(a, b)
         if len(op.in_addrs) > 2:
             out = out + self._operand(op, 2).astype(acc_np, copy=False)
         return self._write_result(op, out)
