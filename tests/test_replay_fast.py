@@ -330,6 +330,7 @@ def test_an_emptied_route_cache_is_freed_without_the_cyclic_gc(tmp_path):
     import gc
 
     from kbtrace.replay.fabric.fast import FastFabric, _Plan
+    from kbtrace.replay.fabric.heads import prune_all
     from kbtrace.topology.model import PeCoord
     topo = _small()
     fab, _rec = _fabric(FastFabric, topo, tmp_path)
@@ -346,7 +347,7 @@ def test_an_emptied_route_cache_is_freed_without_the_cyclic_gc(tmp_path):
         fab.env.run(until=10_000.0)
         fab.send(1, -1, mem, dma, 4096)
         fab.env.run()
-        fab._prune_all(fab.env.now)     # (the links drop the completed reads' bookings,
+        prune_all(fab, fab.env.now)     # (the links drop the completed reads' bookings,
         fab._f = None                   # and the fabric the last flow it booked)
         assert plans() == 1
         fab.evict()

@@ -388,3 +388,34 @@ def test_a_moved_credit_is_still_served_after_a_head_that_arrives_first(tmp_path
                 lambda _e, op=op, fab=fab, got=got: got.__setitem__(op, fab.env.now))
         fab.env.run()
         assert got == pytest.approx(done, abs=1e-9), cls.fidelity
+
+
+@pytest.mark.parametrize("first, second, at, done", [
+    ((0, 7, 16), (2, 3, 512), 9.25, {0: 26.4125, 1: 18.5}),
+    ((0, 7, 16), (2, 3, 512), 9.75, {0: 26.9125, 1: 19.0}),
+    ((2, 3, 512), (3, 2, 16), 4.5, {0: 9.25, 1: 10.525})])
+def test_a_payloads_second_flit_waits_behind_heads_that_arrived_before_it(tmp_path, first,
+                                                                          second, at, done):
+    """A 512 B IPCQ payload (two flits) meets an IPCQ credit (16 B) at a mesh router, the credit's
+    head arriving between the payload's two flits: flit mode's node is one FIFO, so the
+    payload's second flit waits until the credit's 2 ns overhead is done. Fast mode holds the
+    payload's tail there too: booked before the payload (the credit sent at 0, the payload
+    ``at`` ns later: ``heads.body_hold``) and after it (the payload PE 2 -> PE 3 at 0, the
+    credit PE 3 -> PE 2 at 4.5 ns: ``heads._hold_bodies``). Before, the second flit passed: the
+    payload 1 ns early (17.5, 18.0 and 8.25 ns)."""
+    from kbtrace.replay.fabric.fast import FastFabric
+    from kbtrace.replay.fabric.flit import FlitFabric
+    from kbtrace.topology.model import PeCoord
+    from test_replay_fast import _fabric
+    small = compile_topology(TOPO_DIR / "small.yaml")
+    dma = [small.pe_node(PeCoord(0, 0, p), "dma").idx for p in range(8)]
+    for cls in (FlitFabric, FastFabric):
+        fab, _rec = _fabric(cls, small, tmp_path / cls.fidelity)
+        got: dict = {}
+        for op, (a, b, nb), t in ((0, first, 0.0), (1, second, at)):
+            if t > fab.env.now:
+                fab.env.run(until=t)
+            fab.send(op, -1, dma[a], dma[b], nb).callbacks.append(
+                lambda _e, op=op, fab=fab, got=got: got.__setitem__(op, fab.env.now))
+        fab.env.run()
+        assert got == pytest.approx(done, abs=1e-9), cls.fidelity

@@ -266,6 +266,12 @@ def book_plan(link_flows: list, f: Flow, pl: Any, k: int, h: float, t: float) ->
             if jj < n_links:        # (its head arrives as it starts: the flow alone)
                 n = nodes[jj]
                 own[n][h + S] = f
+                if f.rt.hops[jj][4] == 2:   # a stream: heads arriving as its body does hold it
+                    _H, A, B = pl.start[hop[i]]     # (``heads.note_body``, inline: no cycle)
+                    x = t + A if t + A > h + B else h + B
+                    if (h + S + TIME_EPS < x <= h + S + f.fab.node_ov[n] + TIME_EPS
+                            and f.fab.node_kind[n] == "router"):
+                        f.fab.node_body.setdefault(n, []).append((h + S, x, f, jj))
             continue
         s = h + S
         if f.rt.hops[jj][4] == 1:     # a single flit's link: no stream to share

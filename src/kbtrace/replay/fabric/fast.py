@@ -11,7 +11,6 @@ import simpy
 from kbtrace.replay.fabric.base import Fabric, _Ev, after
 from kbtrace.replay.fabric.booking import (
     fit_rate,
-    prune_rate,
     serve,
     take,
     take_plan,
@@ -26,19 +25,18 @@ from kbtrace.replay.fabric.fair import (
     expand,
     fair_hop,
     incumbents,
-    prune_flows,
 )
 from kbtrace.replay.fabric.heads import (
+    body_hold,
     commit_later,
     head_at,
-    prune_links,
-    prune_owners,
+    note_body,
+    prune_all,
     relink,
     serve_flit,
     serve_head,
 )
 from kbtrace.replay.hbm import HbmController
-from kbtrace.replay.intervals import prune as _prune
 from kbtrace.replay.recorder import STAGE_CODE, Recorder
 
 __all__ = ["FastFabric"]
@@ -239,6 +237,8 @@ class FastFabric(Fabric):
         #: a flit arriving before one goes first and the flow moves (``heads.serve_flit``)
         self.link_own: list[dict[float, tuple[Flow, int, float]]] = [{} for _ in topo.links]
         self.push_depth = 0
+        #: per mesh router, the streams whose flits still arrive after their head (``heads``)
+        self.node_body: dict[int, list[tuple[float, float, Flow, int]]] = {}
         self.head_at = head_at              # (``fair._push`` moves a flow's head through it)
         self.relink = relink                # (and a single flit's link booking)
 
@@ -326,7 +326,7 @@ class FastFabric(Fabric):
             h, t = min(ready), max(ready)
         self._sends += 1
         if self._sends % self.PRUNE_EVERY == 0:
-            self._prune_all(now)
+            prune_all(self, now)
         f = self._f = self.begin(rt, op_id, tile, ack)
         j = 0
         while True:
@@ -439,6 +439,8 @@ class FastFabric(Fabric):
                          x if x > e else e, rt.busy[j], 0.0, nb))
             if niv is not None and self._f is not None:
                 self.node_own[rt.nodes[j]][h + H0] = self._f
+                if mode == 2:               # (a later head arriving as its body does holds it)
+                    note_body(self, rt.nodes[j], h + H0, max(t + A0, h + B0), self._f, j)
             j += 1
         else:
             H0, A0, B0 = H, A, B
@@ -477,9 +479,12 @@ class FastFabric(Fabric):
             s = (serve_head(self, rt.nodes[j], niv, now, h, ov, j, self._f) if self.fair
                  else serve(niv, now, h, ov))
             q = s - (h + ov)
+            t_in = t
             h = s
             if t < h:
                 t = h
+            if mode == 2 and self.fair:     # (its body waits for heads that arrived before)
+                t = body_hold(self, rt, j, enter, t_in, t)
         elif ov > 0:
             h += ov
             if t < h:
@@ -576,15 +581,3 @@ class FastFabric(Fabric):
         s, hd, td = fit_rate(liv, lr, now, h, hd_d, body, t, last_d, busy, pcs)
         book(self.link_flows, f, j, h, e, busy, pcs, td)
         return s, hd, td
-
-    def _prune_all(self, now: float) -> None:
-        prune_flows(self.link_flows, now)
-        prune_owners(self.node_own, now)
-        prune_links(self.link_own, now)
-        for iv in self.node_iv:
-            if len(iv) > 64:
-                _prune(iv, now)
-        for iv, lr in zip(self.link_iv, self.link_rate, strict=True):
-            if len(iv) > 64:
-                prune_rate(iv, lr, now)
-

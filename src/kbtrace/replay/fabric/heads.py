@@ -21,7 +21,12 @@ it). Single flits of flows cross a link in arrival order likewise (``serve_flit`
 arriving first takes the link from those booked before it, which are booked again behind it
 and their flows pushed, where that costs each no more than a flit time). Reservations of transfers that cannot move (HBM writes
 of two flits or more) keep their times, and a head takes the gaps between them
-(``booking.serve``: preemptive resume).
+(``booking.serve``: preemptive resume). At a mesh router, a stream's flits after its head
+wait behind every head that arrived there before them (flit mode's node is one FIFO), where
+its body arrives within its head's overhead there (a 512 B IPCQ payload: two flits): heads
+booked before it hold its tail (``body_hold``), heads booked later push it (``note_body``,
+``_hold_bodies``). Longer bodies are not held: a head arriving after the stream's overhead
+finds the node free and is booked by the closed form, which does not look for them.
 
 Imports ``booking`` and ``fair``; ``fast`` imports this (``fair._push`` reaches ``head_at``
 through ``FastFabric.head_at``, so there is no cycle).
@@ -35,12 +40,13 @@ from typing import Any
 from simpy.events import NORMAL  # the priority of a Timeout
 
 from kbtrace.replay.fabric.base import _Ev, after
-from kbtrace.replay.fabric.booking import add_shares, fit_rate, serve, unbook
-from kbtrace.replay.fabric.fair import Flow, _moved, _push, _times
+from kbtrace.replay.fabric.booking import add_shares, fit_rate, prune_rate, serve, unbook
+from kbtrace.replay.fabric.fair import Flow, _moved, _push, _times, prune_flows
 from kbtrace.replay.intervals import TIME_EPS
+from kbtrace.replay.intervals import prune as _prune
 
 __all__ = ["PUSH_DEPTH", "serve_head", "serve_flit", "head_at", "prune_owners", "prune_links",
-           "relink", "HbmWrite", "commit_later"]
+           "prune_all", "relink", "body_hold", "note_body", "HbmWrite", "commit_later"]
 
 #: a head served first pushes flows booked before it, whose heads pushed further on may push
 #: others in turn, so deep (all_gather: 2.1% late with one level, 0.03% from six on)
@@ -84,6 +90,8 @@ def serve_head(fab: Any, n: int, iv: list, now: float, h: float, ov: float, j: i
                     continue
             i += 2
     e = _reserve(fab, n, iv, f, j, h, ov) if f is not None else serve(iv, now, h, ov)
+    if n in fab.node_body and fab.push_depth < PUSH_DEPTH:
+        _hold_bodies(fab, n, h, e, f)
     if pushed:
         fab.push_depth += 1
         for g, jg, a, e_r, w in pushed:
@@ -92,6 +100,111 @@ def serve_head(fab: Any, n: int, iv: list, now: float, h: float, ov: float, j: i
                 _delay(fab, g, jg, e2)
         fab.push_depth -= 1
     return e
+
+
+def body_hold(fab: Any, rt: Any, j: int, a: float, t_in: float, t: float) -> float:
+    """The stream of route ``rt`` has its head at hop ``j``'s node at ``a`` (served there) and
+    its tail there at ``t_in``; ``t``: its tail ready at the link after. At a mesh router its
+    flits after the head wait behind every head that arrived there before them, as flit mode's
+    node serves one FIFO: returns ``t``, no earlier than the end of each overhead there of a
+    head that arrived after ``a`` (its arrival noted in ``FastFabric.node_own``) plus the
+    flit times of the flits that arrived after that head (its flits arrive evenly until
+    ``t_in``). The flow being booked is noted for heads booked later (``note_body``)."""
+    n = rt.nodes[j]
+    nf = -(-rt.nb // fab.flit_bytes)
+    if (nf < 2 or t_in <= a + TIME_EPS or t_in > a + fab.node_ov[n] + TIME_EPS
+            or fab.node_kind[n] != "router"):
+        return t
+    if fab._f is not None:
+        note_body(fab, n, a, t_in, fab._f, j)
+    iv = rt.hops[j][0]
+    ft = rt.hops[j][5]
+    dt = (t_in - a) / (nf - 1)
+    own = fab.node_own[n]
+    i = bisect_right(iv, a)
+    if i & 1:
+        i -= 1
+    cur = a
+    while i < len(iv):
+        s_r = iv[i]
+        e_r = iv[i + 1]
+        if s_r >= t_in and s_r > cur + TIME_EPS:
+            break
+        o = own.get(s_r)
+        if o is not None:
+            ar = o[2] if type(o) is tuple else s_r
+            if a + TIME_EPS < ar < t_in - TIME_EPS:
+                x = e_r + (nf - 2 - int((ar - a) / dt)) * ft
+                if x > t:
+                    t = x
+        if e_r > cur:
+            cur = e_r
+        i += 2
+    return t
+
+
+def note_body(fab: Any, n: int, a: float, t_in: float, g: Flow, j: int) -> None:
+    """Stream flow ``g``'s head reached node ``n`` (hop ``j``) at ``a`` and its tail arrives
+    at ``t_in``: at a mesh router, a head booked later that arrives in between holds its later
+    flits (``_hold_bodies``)."""
+    if a + TIME_EPS < t_in <= a + fab.node_ov[n] + TIME_EPS and fab.node_kind[n] == "router":
+        lst = fab.node_body.get(n)
+        if lst is None:
+            fab.node_body[n] = [(a, t_in, g, j)]
+        else:
+            lst.append((a, t_in, g, j))
+
+
+def _hold_bodies(fab: Any, n: int, h: float, e: float, f: Flow | None) -> None:
+    """A head arrived at node ``n`` at ``h`` and is served until ``e``: the flits of streams
+    noted there (``note_body``) whose heads arrived before it but which arrive after it wait
+    for it; each such stream's tail leaves the link after the node later (``fair._push``).
+    Notes of streams complete or all arrived are dropped."""
+    lst = fab.node_body[n]
+    now = fab.env.now
+    fb = fab.flit_bytes
+    keep = []
+    for it in lst:
+        a, t_in, g, j = it
+        if g.lv is not None and g.lv[j - 1] > t_in:     # (its tail was moved since)
+            t_in = g.lv[j - 1]
+        if g.fin or t_in <= now:
+            continue
+        keep.append(it)
+        if not a + TIME_EPS < h < t_in - TIME_EPS or g is f or g is fab._f:
+            continue
+        nf = -(-g.rt.nb // fb)
+        hp = g.rt.hops[j]
+        tail = e + (nf - 2 - int((h - a) / ((t_in - a) / (nf - 1)))) * hp[5] + hp[7]
+        b = g.links[j]
+        if b is not None and tail > b.tail + TIME_EPS:
+            b.tail = tail
+            fab.push_depth += 1
+            _push(fab, g, j, tail, h)
+            fab.push_depth -= 1
+    if len(keep) < len(lst):
+        fab.node_body[n] = keep
+
+
+def prune_all(fab: Any, now: float) -> None:
+    """Drop what can no longer meet a transfer starting at ``now`` or later: flows' link
+    bookings, movable reservations, stream notes, and nodes' and links' past intervals."""
+    prune_flows(fab.link_flows, now)
+    prune_owners(fab.node_own, now)
+    prune_links(fab.link_own, now)
+    for n in list(fab.node_body):
+        lst = [it for it in fab.node_body[n] if not it[2].fin and (
+            it[1] > now or it[2].lv is not None and it[2].lv[it[3] - 1] > now)]
+        if lst:
+            fab.node_body[n] = lst
+        else:
+            del fab.node_body[n]
+    for iv in fab.node_iv:
+        if len(iv) > 64:
+            _prune(iv, now)
+    for iv, lr in zip(fab.link_iv, fab.link_rate, strict=True):
+        if len(iv) > 64:
+            prune_rate(iv, lr, now)
 
 
 def _reserve(fab: Any, n: int, iv: list, g: Flow, j: int, a: float, w: float) -> float:
