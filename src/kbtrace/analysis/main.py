@@ -261,6 +261,7 @@ def run_workload(workload: str | os.PathLike[str] | None = None, *,
             stage("report")
             t = time.perf_counter()
             summary.report_dir = report(r)
+            release_memory()    # what the report freed, before the timeline's own peak
             summary.perfetto = summary.report_dir / "timeline.perfetto.json"
             export_perfetto(r, summary.perfetto)
             summary.seconds["report"] = time.perf_counter() - t
