@@ -18,6 +18,7 @@ its producer fails verification even when the kernel is right.
 
 from __future__ import annotations
 
+import array
 import contextlib
 import gc
 import json
@@ -211,7 +212,7 @@ def _trace_ops(path: Path) -> TraceOps:
 def _depth(ops: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     """(op_ids, dependency depth) per row (deps + recv->send); ops in a cycle get a large
     depth. The edges are built with Arrow / numpy, then one Kahn walk over row numbers in
-    Python lists (the walk over dicts of op_ids cost ~5 us per op)."""
+    Python lists and machine-int arrays (the walk over dicts of op_ids cost ~5 us per op)."""
     ids = np.asarray(ops.column("op_id").to_numpy(), dtype=np.int64)
     n = len(ids)
     by_id = np.argsort(ids, kind="stable")
@@ -239,13 +240,19 @@ def _depth(ops: pa.Table) -> tuple[np.ndarray, np.ndarray]:
                                    dtype=np.int64)[rr])
     src = np.concatenate([src, msrc])
     dst = np.concatenate([dst, rr[mok]])
-    indeg = np.bincount(dst, minlength=n).tolist()
+    indeg_a = np.bincount(dst, minlength=n)
+    indeg = indeg_a.tolist()
     off = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(src, minlength=n), out=off[1:])
-    succ = dst[np.argsort(src, kind="stable")].tolist()
-    offs = off.tolist()
+    # successors, offsets and the queue as machine ints (array.array: 8 B each, an int
+    # object made per read), not lists of int objects (~36 B each: at 1.0 M gemm ops the
+    # lists raised verify's peak by ~235 MB, the arrays by ~80, in about the same time)
+    succ = array.array("q", dst[np.argsort(src, kind="stable")].astype(np.int64).tobytes())
+    offs = array.array("q", off.tobytes())
+    del off, src, dst
     depth = [0] * n
-    queue = [i for i in range(n) if not indeg[i]]
+    queue = array.array("q", np.flatnonzero(indeg_a == 0).astype(np.int64).tobytes())
+    del indeg_a
     for i in queue:                     # (the queue grows while it is walked)
         d = depth[i] + 1
         for s in succ[offs[i]:offs[i + 1]]:
@@ -383,6 +390,7 @@ def _verify(run_dir: Path, trace_dir: Path, ops: TraceOps,
     order = _order(graph, timing)
     result = VerifyResult(run_dir, len(order), order_violations=_order_violations(graph, timing))
     del graph, timing           # what the ops run with is the order: the rest is freed
+    release_memory()
     # (each step's temporaries before the next one's: the tensors' bytes are read last)
     dead = _dead(ops, order, _read(mem_path, schema.MEMORY, _TRACE_FIX, ["role", "addr", "nbytes"]))
     release_memory()
@@ -424,9 +432,15 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _dead(ops: TraceOps, order: np.ndarray, memory: pa.Table
-          ) -> tuple[list[int], list[list[tuple[int, int]]]]:
-    """(positions, the spans dead after the op at each) in ``order``: written buffers whose
+#: ``_dead``'s positions, each one's first span (one more entry: the end), spans' addresses
+#: and bytes; machine ints (``array.array``): as lists of tuples they took ~130 B per span
+_Dead = tuple[array.array, array.array, array.array, array.array]
+_NO_DEAD: _Dead = (array.array("q"), array.array("q", [0]), array.array("q"),
+                   array.array("q"))
+
+
+def _dead(ops: TraceOps, order: np.ndarray, memory: pa.Table) -> _Dead:
+    """Positions in ``order`` and the spans dead after the op at each: written buffers whose
     bytes nothing reads again before they are written anew (``capture._liveness``), for the
     image to forget; at 1.0 M gemm ops it otherwise held every PE's whole TCM (512 MiB on
     default.yaml) once the replay had cycled through it. Never an output's span."""
@@ -442,23 +456,24 @@ def _dead(ops: TraceOps, order: np.ndarray, memory: pa.Table
     at, addr, nbytes = liveness.drops(acc, pos, keep)
     del acc, pos
     if not len(at):
-        return [], []
-    starts = np.flatnonzero(np.diff(at, prepend=-1)).tolist()
-    spans = list(zip(addr.tolist(), nbytes.tolist(), strict=True))
-    return at[starts].tolist(), [spans[a:b] for a, b in zip(starts, [*starts[1:], len(at)],
-                                                            strict=True)]
+        return _NO_DEAD
+    starts = np.append(np.flatnonzero(np.diff(at, prepend=-1)), len(at)).astype(np.int64)
+
+    def q(x: np.ndarray) -> array.array:
+        return array.array("q", np.ascontiguousarray(x, dtype=np.int64).tobytes())
+
+    return q(at[starts[:-1]]), q(starts), q(addr), q(nbytes)
 
 
 def _execute(machine: Any, ops: TraceOps, order: np.ndarray, result: VerifyResult,
-             progress: Callable[[int, int], Any] | None,
-             dead: tuple[list[int], list[list[tuple[int, int]]]] = ([], [])) -> None:
+             progress: Callable[[int, int], Any] | None, dead: _Dead = _NO_DEAD) -> None:
     """Step ``machine`` through ``order``; the first digest divergence or execution error
     goes into ``result``. One ``np.errstate`` around all ops (``Machine.digest_of``), as
     ``Machine.step`` holds around each. ``dead``: positions, and the spans whose bytes the
     image forgets once the op there ran (``_dead``)."""
     step = machine.digest_of
     drop = machine.mem.drop
-    at, spans = dead
+    at, starts, addrs, sizes = dead
     k, nxt = 0, (at[0] if at else -1)
     with np.errstate(all="ignore"):
         for pos, op in enumerate(_ops_in_order(ops, order)):
@@ -478,7 +493,8 @@ def _execute(machine: Any, ops: TraceOps, order: np.ndarray, result: VerifyResul
                 result.first_divergence = _div(ops, op_id, pos, f"result digest {dig:016x} != "
                                                                 f"capture {want:016x}")
             if pos == nxt:
-                drop(spans[k])
+                a, b = starts[k], starts[k + 1]
+                drop(zip(addrs[a:b], sizes[a:b], strict=True))
                 k += 1
                 nxt = at[k] if k < len(at) else -1
 
