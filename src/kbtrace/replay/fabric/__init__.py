@@ -41,8 +41,10 @@ Modules (one-way imports: ``flit`` and ``fast`` import ``base``; ``fast`` import
 ``base``     ``Transfer``, the ``Fabric`` base (routes, per-link / per-node constants,
              control messages) and bare events (``after``).
 ``flit``     ``FlitFabric``: standing link / node processes, per-flit FIFOs.
-``fast``     ``FastFabric``: routes and their free-path closed forms (``_Route``,
-             ``_Plan``), booking in stretches.
+``fast``     ``FastFabric``: closed-form timing per transfer, booked in stretches.
+``routes``   routes and their free-path closed forms (``_Route``, ``_Plan``), and the
+             walk booking a transfer along them (``book_route``; imports ``base``,
+             ``booking``, ``fair`` and ``heads``; ``fast`` imports it).
 ``booking``  fast mode's reservation arithmetic on plain lists (node busy intervals,
              link bandwidth shares): pure functions, no SimPy.
 ``fifo``     streams that meet on a link served together, first come, first served

@@ -3,7 +3,8 @@
 # runs interpreted). setup.py copies it beside the generated _booking_c.py.
 import cython
 
-@cython.locals(i=cython.Py_ssize_t, t=cython.double, nxt=cython.double, e=cython.double)
+@cython.locals(i=cython.Py_ssize_t, t=cython.double, nxt=cython.double, e=cython.double,
+               eps=cython.double)
 cpdef double serve(list iv, double now, double h, double work) except? -1.0
 
 @cython.locals(i=cython.Py_ssize_t)
@@ -27,7 +28,8 @@ cpdef add_shares(list lt, list lr, double s, double e, shares)
                arrived=cython.double, backlog=cython.double, rate=cython.double,
                t_next=cython.double, clear=cython.double, a0=cython.double,
                b0=cython.double, r0=cython.double, a=cython.double, b=cython.double,
-               finished=cython.bint, pieces=list)
+               finished=cython.bint, pieces=list, booked=cython.double,
+               rate_eps=cython.double, time_eps=cython.double, inf=cython.double)
 cpdef tuple fit_rate(list lt, list lr, double now, double h, double hd, double body,
                      double tail_at, double last, double busy, list out=*)
 
@@ -41,8 +43,6 @@ cpdef double _snap(list lt, double x)
                a2=cython.double, b2=cython.double)
 cpdef double unbook(list lt, list lr, list pieces, double t_from) except? -1.0
 
-@cython.locals(k=cython.Py_ssize_t, i=cython.Py_ssize_t, iv=list, lr=list, S=cython.double,
-               A=cython.double, B=cython.double, bz=cython.double, s=cython.double,
-               e=cython.double, x=cython.double, r=cython.double, pe=cython.double,
-               y=cython.double, po=object)
-cpdef Py_ssize_t take_plan(tuple res, double h, double t) except -1
+@cython.locals(i=cython.Py_ssize_t, j=cython.Py_ssize_t, k=cython.Py_ssize_t, x=cython.double,
+               gap=cython.double, reps=cython.double, teps=cython.double)
+cpdef _tidy(list lt, list lr, double a, double b)

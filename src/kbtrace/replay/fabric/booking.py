@@ -17,11 +17,10 @@ from typing import Any
 from kbtrace.replay.intervals import TIME_EPS
 from kbtrace.replay.intervals import prune as _prune
 
-__all__ = ["RATE_EPS", "serve", "take", "unreserve", "take_rate", "take_plan", "add_shares",
+__all__ = ["RATE_EPS", "serve", "take", "unreserve", "take_rate", "add_shares",
            "fit_rate", "prune_rate", "unbook"]
 
 _INF = float("inf")
-_NEG_INF = float("-inf")
 
 
 def serve(iv: list[float], now: float, h: float, work: float) -> float:
@@ -40,17 +39,18 @@ def serve(iv: list[float], now: float, h: float, work: float) -> float:
     if i & 1:             # inside a reservation: from its end
         t = iv[i]
         i += 1
+    eps = TIME_EPS          # (compiled: a C double in the loop)
     while True:
         if i == len(iv):
             iv.append(t)
             iv.append(t + work)
             return t + work
         nxt = iv[i]
-        if nxt - t >= work - TIME_EPS:
+        if nxt - t >= work - eps:
             e = t + work
             iv[i:i] = (t, e if e < nxt else nxt)
             return e
-        if nxt - t > TIME_EPS:      # (a sliver left by rounding serves nothing)
+        if nxt - t > eps:           # (a sliver left by rounding serves nothing)
             iv[i:i] = (t, nxt)
             work -= nxt - t
             i += 2
@@ -132,56 +132,11 @@ def take_rate(lt: list[float], lr: list[float], s: float, e: float, busy: float)
             lr[j:j] = (x + r, x)
         return True
     for q in range(k, j):
-        if lr[q] > lim:
+        x = lr[q]           # (compiled: unboxed, compared as a C double)
+        if x > lim:
             return False
     add_shares(lt, lr, s, e, (r,))
     return True
-
-
-def take_plan(res: tuple, h: float, t: float) -> int:
-    """Reserve a free-path plan's resources (``fast._Plan.res``, in path order) for a transfer
-    whose head and tail reach its first hop at ``h`` / ``t``, each ``[h + S, max(t + A, h +
-    B)]``, while each is free as the head reaches it (a node: ``take``; a link: ``take_rate``).
-    Returns how many were (``len(res)``: all); nothing of the next one is reserved.
-
-    Nearly every reservation is an append to a resource free from its start on, so what it
-    costs is the floats it makes (and pruning frees later): a link starting where a node's
-    overhead appended last ended (as its own node's does) appends that end's float again,
-    and a full share the constant ``1.0`` (a float in four fewer; the same values)."""
-    k = 0
-    pe = -1.0           # the end of the last node overhead appended, and its float (``po``)
-    po: Any = None
-    for iv, lr, S, A, B, bz in res:
-        s = h + S
-        e = t + A
-        x = h + B
-        if x > e:
-            e = x
-        y = iv[-1] if iv else _NEG_INF      # (compiled: compared as a C double)
-        if lr is None:      # a node's overhead: exclusive
-            if y <= s:
-                po = e
-                pe = e
-                iv.append(s)
-                iv.append(po)
-            else:   # a gap that takes the whole overhead, or a stall
-                i = bisect_right(iv, s)
-                if i & 1 or e > iv[i] + TIME_EPS:
-                    break
-                iv[i:i] = (s, e if e < iv[i] else iv[i])
-        elif y <= s:        # a link, free from s on: the share bz / span
-            r = bz / (e - s)
-            iv.append(po if s == pe else s)
-            iv.append(e)
-            if r < 1.0:
-                lr.append(r)
-            else:
-                lr.append(1.0)
-            lr.append(0.0)
-        elif not take_rate(iv, lr, s, e, bz):  # not enough bandwidth to spare
-            break
-        k += 1
-    return k
 
 
 def add_shares(lt: list[float], lr: list[float], s: float, e: float,
@@ -251,11 +206,15 @@ def fit_rate(lt: list[float], lr: list[float], now: float, h: float, hd: float, 
     end = h
     pieces: list[tuple[float, float, float]] = []
     finished = False
+    rate_eps, time_eps, inf = RATE_EPS, TIME_EPS, _INF  # (compiled: C doubles in the loop)
     while not finished:
-        c = 1.0 - (lr[k] if k >= 0 else 0.0)
-        if c <= RATE_EPS:
+        c = 1.0
+        if k >= 0:
+            booked = lr[k]      # (compiled: unboxed once, no float made per segment)
+            c = 1.0 - booked
+        if c <= rate_eps:
             c = 0.0
-        t1 = lt[k + 1] if k + 1 < n else _INF
+        t1 = lt[k + 1] if k + 1 < n else inf
         while c > 0.0 and t0 < t1:
             arrived = busy if t0 >= e_in else rho * (t0 - h)
             backlog = arrived - done
@@ -280,7 +239,7 @@ def fit_rate(lt: list[float], lr: list[float], now: float, h: float, hd: float, 
                 if t_next <= t0:        # (all of it arrived and served)
                     t_next = t0 + (busy - done) / rate if busy > done else t0
             got = done + rate * (t_next - t0)
-            if start < 0.0 and t_next - t0 > TIME_EPS:
+            if start < 0.0 and t_next - t0 > time_eps:
                 start = t0
             if head < 0.0 and got >= head_work:
                 head = t0 + (head_work - done) / rate
@@ -361,14 +320,19 @@ def _tidy(lt: list[float], lr: list[float], a: float, b: float) -> None:
     if j > len(lt):
         j = len(lt)
     k = i
+    reps, teps = RATE_EPS, TIME_EPS     # (compiled: C doubles in the loop, items unboxed)
     while k < j:
-        if -RATE_EPS < lr[k] < RATE_EPS:
+        x = lr[k]
+        if -reps < x < reps:
             lr[k] = 0.0
-        if k > 0 and (lt[k] - lt[k - 1] <= TIME_EPS or lr[k] == lr[k - 1]):
-            if lt[k] - lt[k - 1] <= TIME_EPS:
-                lr[k - 1] = lr[k]        # the sliver before goes; this share holds from there
-            del lt[k]
-            del lr[k]
-            j -= 1
-            continue
+            x = 0.0
+        if k > 0:
+            gap = lt[k] - lt[k - 1]
+            if gap <= teps or x == lr[k - 1]:
+                if gap <= teps:
+                    lr[k - 1] = lr[k]    # the sliver before goes; this share holds from there
+                del lt[k]
+                del lr[k]
+                j -= 1
+                continue
         k += 1

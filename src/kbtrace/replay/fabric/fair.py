@@ -254,7 +254,7 @@ def book(link_flows: list, f: Flow, j: int, s: float, e: float, busy: float,
 
 def book_plan(link_flows: list, f: Flow, pl: Any, k: int, h: float, t: float) -> None:
     """Flow ``f`` reserved the first ``k`` resources of free-path plan ``pl`` from head / tail
-    times ``h`` / ``t`` (``booking.take_plan``): ``book`` its links among them."""
+    times ``h`` / ``t`` (``routes._Plan.take``): ``book`` its links among them."""
     res, hop, j0 = pl.res, pl.res_hop, pl.j0
     nodes = f.rt.nodes
     n_links = len(nodes) - 1

@@ -1,0 +1,32 @@
+# Types for the compiled twin of routes.py (Cython's pure-Python mode: this augmenting .pxd
+# makes routes and plans extension types and the booking walk's times C doubles; routes.py
+# itself stays plain Python and is what runs interpreted). setup.py copies it beside the
+# generated _routes_c.py.
+import cython
+
+cdef class _Route:
+    cdef public tuple nodes, links, hops, stage, node, busy
+    cdef public object dst, dst_iv, hbm, term_stage, nb
+    cdef public double dst_ov, term_busy, flit_max
+    cdef public list plans
+    cdef public bint movable
+    cpdef _Plan build(self, fab, Py_ssize_t j0)
+
+cdef class _Plan:
+    cdef public Py_ssize_t j0, n_hops, n_rows
+    cdef public object pid
+    cdef public tuple res
+    cdef public list res_hop, first, start, rows
+    cdef public double h_in, h_end, t_a, t_b
+
+    @cython.locals(k=cython.Py_ssize_t, pe=cython.double, po=object, iv=list, lr=list,
+                   S=cython.double, A=cython.double, B=cython.double, bz=cython.double,
+                   s=cython.double, e=cython.double, x=cython.double, y=cython.double,
+                   r=cython.double, i=cython.Py_ssize_t)
+    cpdef Py_ssize_t take(self, double h, double t) except -1
+
+@cython.locals(j=cython.Py_ssize_t, k=cython.Py_ssize_t, jr=cython.Py_ssize_t, pl=_Plan,
+               hh=cython.double, tt=cython.double, x=cython.double, H=cython.double,
+               A=cython.double, B=cython.double, S=cython.double)
+cpdef book_route(fab, _Route rt, f, op_id, tile, addr, double h, double t, double ack,
+                 double now)

@@ -1,0 +1,256 @@
+"""Fast mode's routes and their free-path closed forms (``_Route``, ``_Plan``), and the walk
+that books a transfer along a route in stretches (``book_route``, the heart of
+``FastFabric.send``).
+
+Compiled with the fast-mode core (``setup.py``: ``_routes_c``, typed by ``routes.pxd``: the
+route and plan are extension types read without attribute look-ups, the booking loop and a
+plan's reservations run on C doubles); this file is the reference and
+what runs where nothing was compiled. Both do the same floating-point operations in the
+same order, so the outputs are byte-identical.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from typing import Any, Literal
+
+from kbtrace.replay.fabric.base import _Ev, after
+from kbtrace.replay.fabric.booking import take_rate, unreserve
+from kbtrace.replay.fabric.fair import book_plan
+from kbtrace.replay.fabric.heads import commit_later
+from kbtrace.replay.intervals import TIME_EPS
+from kbtrace.replay.recorder import STAGE_CODE, Recorder
+
+__all__ = ["book_route"]
+
+_NEG_INF = float("-inf")
+
+
+class _Route:
+    """Everything about (route, nbytes) that does not depend on time, computed once.
+
+    ``hops``: per link, ``(node_iv | None, node_ov, link_iv, link_rate, mode, head, body,
+    last, prop)`` with ``mode`` 0 = no serialisation, 1 = single flit, 2 = stream;
+    ``head`` / ``body`` / ``last`` are ``first / bw``, ``(nbytes - last) / bw``,
+    ``last / bw``. ``plans[j]``: the free-path closed form from hop ``j`` on, built the
+    second time a transfer reaches hop ``j`` (``None``: never reached, ``False``: reached
+    once). The first time, ``FastFabric._walk`` books it with the same arithmetic, keeping
+    nothing. A route used once (e.g. all-to-all traffic) so holds no plans, and no result
+    depends on what the cache holds.
+    """
+    __slots__ = ("nodes", "links", "hops", "stage", "node", "busy", "dst", "dst_iv", "dst_ov",
+                 "hbm", "term_stage", "term_busy", "nb", "plans", "flit_max", "movable")
+
+    def __init__(self, fab: Any, src: int, dst: int, nb: int, shape: int = 0) -> None:
+        nodes, links = fab.route(src, dst)
+        hop_of = fab.hop_of
+        per_hop = [hop_of(li, nb, j == 0, shape) for j, li in enumerate(links)]
+        self.nodes, self.links = nodes, links
+        self.hops = tuple(h for h, _b in per_hop)
+        self.stage = tuple(fab.link_stage_code[li] for li in links)
+        self.node = nodes[:-1]
+        self.busy = tuple(b for _h, b in per_hop)
+        self.dst = dst
+        self.dst_ov = fab.node_ov[dst]
+        self.dst_iv = fab.node_iv[dst] if self.dst_ov > 0 else None
+        self.hbm = fab.hbm.get(dst)
+        self.term_stage = STAGE_CODE[fab.term_stage[dst]]
+        h = self.hbm
+        self.term_busy = nb / (h.bw * h.n_pcs) if h is not None else 0.0
+        self.nb = nb
+        self.plans: list[_Plan | Literal[False] | None] = [None] * (len(links) + 1)
+        # a full flit's time on the path's slowest link
+        self.flit_max = max((fab.flit_bytes / fab.link_bw[li] for li in links
+                             if fab.link_bw[li] > 0), default=0.0)
+        # a transfer to a node without an HBM commit (a stream, or a single flit whose head a
+        # head arriving first at a node may push), or a one-flit HBM write through a node with
+        # an overhead (``heads``): a flow others may slow or push (``fair``)
+        self.movable = (any(hp[4] for hp in self.hops) if self.hbm is None
+                        else all(hp[4] < 2 for hp in self.hops)
+                        and any(hp[0] is not None for hp in self.hops))
+
+    def build(self, fab: Any, j0: int) -> _Plan:
+        pl = self.plans[j0] = _Plan(self, fab.rec, j0)
+        fab.held += len(pl.res) + pl.n_rows
+        return pl
+
+
+class _Plan:
+    """The free-path closed form of a route from hop ``j0`` on.
+
+    The sequential recursion (``FastFabric._hop``) solved symbolically for a
+    transfer that finds every resource free: from head / tail times ``h0 <= t0``
+    at hop ``j0``, the head is at ``h0 + H`` and the tail at ``max(t0 + A, h0 +
+    B)`` everywhere further on (max-plus linear). ``res``: per resource in path
+    order (node overhead, link, destination overhead) ``(intervals, shares, S, A, B,
+    busy)``: the reservation is ``[h0 + S, max(t0 + A, h0 + B)]``, a node's exclusive
+    (``shares`` None), a link's at the share ``busy / length``; ``res_hop``: the hop (relative
+    to ``j0``, ``n_hops`` = the destination) each belongs to; ``first``: each hop's
+    first resource; ``start``: ``(H, A, B)`` at each hop's start; ``h_end`` /
+    ``t_a`` / ``t_b``: head and tail at the destination; ``pid``: the recorder
+    plan of the matching hop rows (terminal row last).
+    """
+    __slots__ = ("j0", "n_hops", "res", "res_hop", "first", "start", "h_in", "h_end",
+                 "t_a", "t_b", "pid", "n_rows", "rows")
+
+    def __init__(self, rt: _Route, rec: Recorder, j0: int) -> None:
+        self.j0 = j0   # (not the route: a route holds its plans, and no cycle is left
+                       # for the garbage collector when the cache is emptied)
+        hops = rt.hops[j0:]
+        self.n_hops = len(hops)
+        H, A, B = 0.0, 0.0, _NEG_INF
+        res: list[tuple[list[float], list[float] | None, float, float, float, float]] = []
+        res_hop: list[int] = []
+        first: list[int] = []
+        start: list[tuple[float, float, float]] = []
+        rows = []
+        for jr, (niv, ov, liv, lr, mode, hd_d, body, last_d, p) in enumerate(hops):
+            j = j0 + jr
+            bz = rt.busy[j]
+            first.append(len(res))
+            start.append((H, A, B))
+            en = H
+            if niv is not None:
+                res.append((niv, None, H, _NEG_INF, H + ov, 0.0))
+                res_hop.append(jr)
+                H += ov
+                B = max(B, H)
+            elif ov > 0:
+                H += ov
+                B = max(B, H)
+            if mode == 2:
+                res.append((liv, lr, H, A + last_d, max(H + body, B) + last_d, bz))
+                res_hop.append(jr)
+                A, B, H = A + last_d, max(B, H + body) + last_d, H + hd_d
+            elif mode == 1:
+                res.append((liv, lr, H, _NEG_INF, H + hd_d, bz))
+                res_hop.append(jr)
+                A, B, H = _NEG_INF, H + hd_d, H + hd_d
+            else:
+                B = max(B, H)
+            H, A, B = H + p, A + p, B + p
+            rows.append((rt.stage[j], rt.node[j], rt.links[j], rt.busy[j], en, A, B, False))
+        first.append(len(res))
+        start.append((H, A, B))
+        h_in = H
+        if rt.dst_iv is not None:
+            res.append((rt.dst_iv, None, H, _NEG_INF, H + rt.dst_ov, 0.0))
+            res_hop.append(self.n_hops)
+            H += rt.dst_ov
+        B = max(B, H)
+        rows.append((rt.term_stage, rt.dst, -1, rt.term_busy, h_in, 0.0, 0.0, True))
+        self.res, self.res_hop, self.first, self.start = tuple(res), res_hop, first, start
+        self.h_in, self.h_end, self.t_a, self.t_b = h_in, H, A, B
+        self.n_rows = len(rows)
+        self.rows = rows
+        self.pid = rec.add_plan(rows, rt.nb)
+
+    def take(self, h: float, t: float) -> int:
+        """Reserve the plan's resources (``res``, in path order) for a transfer whose head and
+        tail reach its first hop at ``h`` / ``t``, each ``[h + S, max(t + A, h + B)]``,
+        while each is free as the head reaches it (a node: ``booking.take``; a link:
+        ``booking.take_rate``). Returns how many were (``len(res)``: all); nothing of the
+        next one is reserved.
+
+        Nearly every reservation is an append to a resource free from its start on, so what
+        it costs is the floats it makes (and pruning frees later): a link starting where a
+        node's overhead appended last ended (as its own node's does) appends that end's float
+        again, and a full share the constant ``1.0`` (a float in four fewer; the same
+        values)."""
+        k = 0
+        pe = -1.0           # the end of the last node overhead appended, and its float (``po``)
+        po: Any = None
+        for iv, lr, S, A, B, bz in self.res:
+            s = h + S
+            e = t + A
+            x = h + B
+            if x > e:
+                e = x
+            y = iv[-1] if iv else _NEG_INF      # (compiled: compared as a C double)
+            if lr is None:      # a node's overhead: exclusive
+                if y <= s:
+                    po = e
+                    pe = e
+                    iv.append(s)
+                    iv.append(po)
+                else:   # a gap that takes the whole overhead, or a stall
+                    i = bisect_right(iv, s)
+                    if i & 1 or e > iv[i] + TIME_EPS:
+                        break
+                    iv[i:i] = (s, e if e < iv[i] else iv[i])
+            elif y <= s:        # a link, free from s on: the share busy / span
+                r = bz / (e - s)
+                iv.append(po if s == pe else s)
+                iv.append(e)
+                if r < 1.0:
+                    lr.append(r)
+                else:
+                    lr.append(1.0)
+                lr.append(0.0)
+            elif not take_rate(iv, lr, s, e, bz):   # not enough bandwidth to spare
+                break
+            k += 1
+        return k
+
+
+def book_route(fab: Any, rt: _Route, f: Any, op_id: int, tile: int, addr: int, h: float,
+               t: float, ack: float, now: float) -> _Ev:
+    """Book a transfer on ``rt`` whose head and tail are ready at ``h`` / ``t`` (``f``: its
+    ``fair.Flow``, or None) for ``FastFabric.send`` (see there): plan by plan where the
+    resources are free, hop by hop (``FastFabric._hop``) where one is not. Returns the
+    completion event."""
+    env = fab.env
+    rec = fab.rec
+    j = 0
+    while True:
+        plo = rt.plans[j]
+        if plo is None:      # first reach: book by the plan's arithmetic, keep nothing
+            rt.plans[j] = False
+            j, got, t = fab._walk(rt, j, op_id, tile, h, t, addr, ack)
+            if j < 0:
+                return got  # the completion event
+            h = got
+        else:
+            pl = rt.build(fab, j) if plo is False else plo
+            k = pl.take(h, t)       # the resources free as the head reaches them
+            if f is not None and k:
+                book_plan(fab.link_flows, f, pl, k, h, t)
+            if k == len(pl.res):
+                hh = h + pl.h_end
+                tt = t + pl.t_a
+                x = h + pl.t_b
+                if x > tt:
+                    tt = x
+                if rt.hbm is not None:      # links now, the HBM commit when data arrives
+                    if f is not None:
+                        f.segs.append(("P", pl, h, t, 0.0, pl.n_rows - 1))
+                    else:
+                        rec.transfer(op_id, tile, pl.pid, h, t, 0.0, pl.n_rows - 1)
+                    return commit_later(fab, rt, op_id, tile, addr, h + pl.h_in, hh, tt, 0.0,
+                                        ack)
+                if f is not None:
+                    f.segs.append(("P", pl, h, t, tt, pl.n_rows))
+                    return fab._complete(tt, ack)
+                rec.transfer(op_id, tile, pl.pid, h, t, tt, pl.n_rows)
+                return after(env, tt + ack - now, tt)
+            # resource k is not free: undo its hop's earlier reservations
+            jr = pl.res_hop[k]
+            for iv, _lr, S, _A, _B, _bz in pl.res[pl.first[jr]:k]:
+                unreserve(iv, h + S)       # a node's (a hop's link is its last resource)
+                if f is not None:
+                    fab.node_own[rt.nodes[pl.j0 + jr]].pop(h + S, None)
+            if jr:
+                if f is not None:
+                    f.segs.append(("P", pl, h, t, 0.0, jr))
+                else:
+                    rec.transfer(op_id, tile, pl.pid, h, t, 0.0, jr)
+            H, A, B = pl.start[jr]
+            tt = t + A
+            x = h + B
+            h, t = h + H, (tt if tt > x else x)
+            j = pl.j0 + jr
+        # hop j (or the destination) is not free: book it sequentially, go on after it
+        if j == len(rt.links):
+            return fab._arrive(rt, op_id, tile, addr, h, t, now, ack)
+        h, t = fab._hop(rt, j, op_id, tile, h, t, now)
+        j += 1
