@@ -383,6 +383,7 @@ def _verify(run_dir: Path, trace_dir: Path, ops: TraceOps,
 
     mem_path = trace_dir / "memory.parquet"
     _check_file(mem_path, schema.MEMORY, _TRACE_FIX)
+    release_memory()            # (what validating the ops in batches freed)
     timing = _read(run_dir / "op_timing.parquet", schema.OP_TIMING, REPLAY_FIX, list(_TIMED))
     check_timing(timing, run_dir / "op_timing.parquet")
     graph, ops.graph = ops.graph, None
