@@ -227,12 +227,9 @@ class FastFabric(Fabric):
         while j < n:
             niv, ov, liv, lr, mode, hd_d, body, last_d, p = hops[j]
             H0, A0, B0 = H, A, B
-            if niv is not None:
-                if not take(niv, h + H, h + (H + ov)):
-                    break
-                H += ov
-                B = max(B, H)
-            elif ov > 0:
+            if niv is not None and not take(niv, h + H, h + (H + ov)):
+                break
+            if niv is not None or ov > 0:       # the node's overhead, reserved or not
                 H += ov
                 B = max(B, H)
             if mode == 2:

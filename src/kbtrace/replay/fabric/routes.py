@@ -113,9 +113,7 @@ class _Plan:
             if niv is not None:
                 res.append((niv, None, H, _NEG_INF, H + ov, 0.0))
                 res_hop.append(jr)
-                H += ov
-                B = max(B, H)
-            elif ov > 0:
+            if niv is not None or ov > 0:       # the node's overhead, reserved or not
                 H += ov
                 B = max(B, H)
             if mode == 2:
