@@ -36,7 +36,7 @@ from kbtrace.replay.fabric.booking import unbook
 from kbtrace.replay.fabric.fifo import share_fifo
 from kbtrace.replay.intervals import TIME_EPS
 
-__all__ = ["Flow", "Booked", "book", "book_plan", "fair_hop", "incumbents", "prune_flows", "expand", "coarse",
+__all__ = ["Flow", "Booked", "book", "book_plan", "note_body", "fair_hop", "incumbents", "prune_flows", "expand", "coarse",
            "ARRIVAL_PIECES"]
 
 #: a flow's arrival at a link is described by at most this many pieces (``coarse``)
@@ -252,6 +252,18 @@ def book(link_flows: list, f: Flow, j: int, s: float, e: float, busy: float,
     link_flows[f.rt.links[j]].append(b)
 
 
+def note_body(fab: Any, n: int, a: float, t_in: float, g: Flow, j: int) -> None:
+    """Stream flow ``g``'s head reached node ``n`` (hop ``j``) at ``a`` and its tail arrives
+    at ``t_in``: at a mesh router, a head booked later that arrives in between holds its later
+    flits (``heads._hold_bodies``)."""
+    if a + TIME_EPS < t_in <= a + fab.node_ov[n] + TIME_EPS and fab.node_kind[n] == "router":
+        lst = fab.node_body.get(n)
+        if lst is None:
+            fab.node_body[n] = [(a, t_in, g, j)]
+        else:
+            lst.append((a, t_in, g, j))
+
+
 def book_plan(link_flows: list, f: Flow, pl: Any, k: int, h: float, t: float) -> None:
     """Flow ``f`` reserved the first ``k`` resources of free-path plan ``pl`` from head / tail
     times ``h`` / ``t`` (``routes._Plan.take``): ``book`` its links among them."""
@@ -267,11 +279,8 @@ def book_plan(link_flows: list, f: Flow, pl: Any, k: int, h: float, t: float) ->
                 n = nodes[jj]
                 own[n][h + S] = f
                 if f.rt.hops[jj][4] == 2:   # a stream: heads arriving as its body does hold it
-                    _H, A, B = pl.start[hop[i]]     # (``heads.note_body``, inline: no cycle)
-                    x = t + A if t + A > h + B else h + B
-                    if (h + S + TIME_EPS < x <= h + S + f.fab.node_ov[n] + TIME_EPS
-                            and f.fab.node_kind[n] == "router"):
-                        f.fab.node_body.setdefault(n, []).append((h + S, x, f, jj))
+                    _H, A, B = pl.start[hop[i]]
+                    note_body(f.fab, n, h + S, t + A if t + A > h + B else h + B, f, jj)
             continue
         s = h + S
         if f.rt.hops[jj][4] == 1:     # a single flit's link: no stream to share

@@ -23,12 +23,12 @@ from kbtrace.replay.fabric.fair import (
     expand,
     fair_hop,
     incumbents,
+    note_body,
 )
 from kbtrace.replay.fabric.heads import (
     body_hold,
     commit_later,
     head_at,
-    note_body,
     prune_all,
     relink,
     serve_flit,

@@ -24,7 +24,7 @@ of two flits or more) keep their times, and a head takes the gaps between them
 (``booking.serve``: preemptive resume). At a mesh router, a stream's flits after its head
 wait behind every head that arrived there before them (flit mode's node is one FIFO), where
 its body arrives within its head's overhead there (a 512 B IPCQ payload: two flits): heads
-booked before it hold its tail (``body_hold``), heads booked later push it (``note_body``,
+booked before it hold its tail (``body_hold``), heads booked later push it (``fair.note_body``,
 ``_hold_bodies``). Longer bodies are not held: a head arriving after the stream's overhead
 finds the node free and is booked by the closed form, which does not look for them.
 
@@ -41,12 +41,12 @@ from simpy.events import NORMAL  # the priority of a Timeout
 
 from kbtrace.replay.fabric.base import _Ev, after
 from kbtrace.replay.fabric.booking import add_shares, fit_rate, prune_rate, serve, unbook
-from kbtrace.replay.fabric.fair import Flow, _moved, _push, _times, prune_flows
+from kbtrace.replay.fabric.fair import Flow, _moved, _push, _times, note_body, prune_flows
 from kbtrace.replay.intervals import TIME_EPS
 from kbtrace.replay.intervals import prune as _prune
 
 __all__ = ["PUSH_DEPTH", "serve_head", "serve_flit", "head_at", "prune_owners", "prune_links",
-           "prune_all", "relink", "body_hold", "note_body", "HbmWrite", "commit_later"]
+           "prune_all", "relink", "body_hold", "HbmWrite", "commit_later"]
 
 #: a head served first pushes flows booked before it, whose heads pushed further on may push
 #: others in turn, so deep (all_gather: 2.1% late with one level, 0.03% from six on)
@@ -143,21 +143,9 @@ def body_hold(fab: Any, rt: Any, j: int, a: float, t_in: float, t: float) -> flo
     return t
 
 
-def note_body(fab: Any, n: int, a: float, t_in: float, g: Flow, j: int) -> None:
-    """Stream flow ``g``'s head reached node ``n`` (hop ``j``) at ``a`` and its tail arrives
-    at ``t_in``: at a mesh router, a head booked later that arrives in between holds its later
-    flits (``_hold_bodies``)."""
-    if a + TIME_EPS < t_in <= a + fab.node_ov[n] + TIME_EPS and fab.node_kind[n] == "router":
-        lst = fab.node_body.get(n)
-        if lst is None:
-            fab.node_body[n] = [(a, t_in, g, j)]
-        else:
-            lst.append((a, t_in, g, j))
-
-
 def _hold_bodies(fab: Any, n: int, h: float, e: float, f: Flow | None) -> None:
     """A head arrived at node ``n`` at ``h`` and is served until ``e``: the flits of streams
-    noted there (``note_body``) whose heads arrived before it but which arrive after it wait
+    noted there (``fair.note_body``) whose heads arrived before it but which arrive after it wait
     for it; each such stream's tail leaves the link after the node later (``fair._push``).
     Notes of streams complete or all arrived are dropped."""
     lst = fab.node_body[n]
