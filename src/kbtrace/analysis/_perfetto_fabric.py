@@ -20,16 +20,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kbtrace.analysis._perfetto_ops import Encoded, _ints, _joined, json_floats, us_strings
+from kbtrace.analysis._perfetto_ops import Encoded, _codes, _ints, _joined, json_floats, us_strings
 
 __all__ = ["fabric_slices"]
-
-
-def _codes(col: pa.Array) -> tuple[np.ndarray, list[Any]]:
-    """Dictionary indices (-1 for nulls) and the distinct values of a string column."""
-    d = pc.dictionary_encode(col.cast(pa.string()) if pa.types.is_dictionary(col.type)
-                             else col)
-    return d.indices.fill_null(-1).to_numpy(), d.dictionary.to_pylist()
 
 
 def _labels(slot: Any, op_id: np.ndarray) -> pa.Array:

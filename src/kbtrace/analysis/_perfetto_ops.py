@@ -77,6 +77,13 @@ def json_strings(col: pa.Array) -> tuple[pa.Array, pa.Array, list[str]]:
     return text.take(d.indices), d.indices, values
 
 
+def _codes(col: pa.Array) -> tuple[np.ndarray, list[Any]]:
+    """Dictionary indices (-1 for nulls) and the distinct values of a string column."""
+    d = pc.dictionary_encode(col.cast(pa.string()) if pa.types.is_dictionary(col.type)
+                             else col)
+    return d.indices.fill_null(-1).to_numpy(), d.dictionary.to_pylist()
+
+
 def _joined(parts: list[Any]) -> bytes:
     """The element-wise concatenation of ``parts`` (columns and constant strings), each row
     followed by a comma; the rows as one text without the last comma."""
@@ -112,9 +119,7 @@ def op_slices(batches: Iterator[pa.RecordBatch], tracks: Any, slot: Any,
         c = {name: b.column(i) for i, name in enumerate(b.schema.names)}
         s = np.rint(c["t_start_ns"].to_numpy()).astype(np.int64)
         e = np.maximum(s, np.rint(c["t_end_ns"].to_numpy()).astype(np.int64))
-        eng = pc.dictionary_encode(c["engine"])
-        eng_i = eng.indices.to_numpy()
-        engines = eng.dictionary.to_pylist()
+        eng_i, engines = _codes(c["engine"])
         pid = np.empty(n, np.int64)
         tid = np.empty(n, np.int64)
         starts = np.flatnonzero(np.r_[True, eng_i[1:] != eng_i[:-1]]).tolist() + [n]
