@@ -319,7 +319,12 @@ def test_dirty_write_covered_whole_is_dropped_without_a_page() -> None:
     mem.write_entry(BASE, "i32", [a, None, None])
     mem.write_entry(BASE, "i32", [b, None, None])     # the same span: a never reaches a page
     assert not mem._pages
-    assert list(mem._dirty) == [BASE] and mem._dirty[BASE] is b
+    assert list(mem._dirty) == [BASE] and mem._dirty[BASE][0] is b
+    assert not mem._cache       # (a dirty entry is read from the dirty map, not the cache)
+    assert mem.cached_read(BASE, (8,), "i32")[0] is b
+    assert mem.cached_read(BASE, (2, 4), "i32")[0].tolist() == [[8, 9, 10, 11], [12, 13, 14, 15]]
+    assert not mem._dirty and len(mem._pages) == 1      # (another shape: through the pages)
+    mem.write_entry(BASE, "i32", [b, None, None])
     assert mem.read(BASE, (8,), "i32").tolist() == list(range(8, 16))
     assert not mem._dirty and len(mem._pages) == 1
 
@@ -334,15 +339,14 @@ def test_drop_forgets_a_dead_span_without_a_page_and_keeps_the_rest() -> None:
     b = np.arange(100, 104, dtype=np.int32)            # [other, other + 16)
     mem.write_entry(BASE, "i32", [a, 7, None])
     mem.write_entry(other, "i32", [b, None, None])
-    assert mem._bytes == 48 and len(mem._cache) == 2
+    assert mem._bytes == 0 and not mem._cache       # (dirty entries: not in the cache)
+    assert mem.cached_read(BASE, (8,), "i32")[1] == 7
     mem.drop([(BASE, 32), (other, 8), (BASE + 4096, 32)])    # exact, partial, unwritten
-    assert mem._bytes == 16 and list(mem._cache) == [(other, (4,), "i32", None)]
-    assert mem._dirty[other] is b and mem._dirty[BASE].nbytes == 32
-    assert mem._dirty[BASE] is not a and not mem._pages
-    assert all((BASE, (8,), "i32", None) not in ks for ks in mem._idx.values())
+    assert mem._dirty[other][0] is b and mem._dirty[BASE].nbytes == 32
+    assert mem._dirty[BASE].__class__ is not list and not mem._pages
     c = np.arange(8, 16, dtype=np.int32)
     mem.write_entry(BASE, "i32", [c, None, None])     # the buffer's next owner
-    assert mem._dirty[BASE] is c and not mem._pages
+    assert mem._dirty[BASE][0] is c and not mem._pages
     assert mem.read(BASE, (8,), "i32").tolist() == list(range(8, 16))
     assert mem.read(other, (4,), "i32").tolist() == [100, 101, 102, 103]
     # a dropped span read through the pages (never done by the executor) gives the page's
@@ -374,7 +378,7 @@ def test_capture_forgets_dead_tcm_buffers_with_the_same_trace(tmp_path, monkeypa
     def spy(self):                  # type: ignore[no-untyped-def]
         d = self.mem._dirty
         held.append((sum(1 for v in d.values() if v.__class__ is not _Dead),
-                     sum(v.nbytes for v in d.values() if v.__class__ is not _Dead)))
+                     sum(v[0].nbytes for v in d.values() if v.__class__ is not _Dead)))
         release(self)
 
     def sha(d: Path) -> list[str]:

@@ -7,10 +7,13 @@ memory follows the bytes actually written), so HBM slices, TCM and SRAM of any
 topology fit without reserving their capacity.
 
 A write that is also cached (``write_entry``: a load's TCM copy, a dot's result) is kept
-*dirty*: its array stands in for the page bytes until something reads or partly overwrites
+*dirty*: its entry stands in for the page bytes until something reads or partly overwrites
 them through the pages (``_settle``), or a later write covers it whole and it is dropped.
 Most never reach a page: at 100 k gemm ops the TCM and scratch pages were ~100 k page
-faults (~2.4 us each here, system time) and ~1 us of copying per op.
+faults (~2.4 us each here, system time) and ~1 us of copying per op. A contiguous read of
+a dirty span as written (same address, shape and dtype) returns its entry from the dirty
+map, so dirty entries are not in the read cache (no LRU order, chunk index or byte count
+kept for them: that bookkeeping was ~30% of verify's CPU at 1.0 M gemm ops).
 
 Strided tiles (a (BM, BK) tile of a (M, K) matrix) are gathered and scattered through
 views of the pages, a page's run of rows at a time, so a tile costs its own bytes and
@@ -33,8 +36,6 @@ from kbtrace.capture.dtypes import STORAGE
 __all__ = ["MemoryImage", "span_elems"]
 
 _PAGE_BITS = 20
-#: storage dtype -> the kbtrace dtype stored as it (one each)
-_NAME = {v: k for k, v in STORAGE.items()}
 _PAGE = 1 << _PAGE_BITS
 _MASK = _PAGE - 1
 
@@ -128,9 +129,10 @@ class MemoryImage:
         #: id of a cached entry -> how many keys it is cached under (while cached, an entry's
         #: id cannot be reused: the cache holds it)
         self._keys: dict[int, int] = {}
-        #: address -> contiguous read-only array whose bytes the pages do not hold yet (dirty
-        #: spans never overlap one another) or the ``_Dead`` marker of bytes forgotten there
-        #: (``drop``), and chunk number -> addresses of those touching it
+        #: address -> ``[stored, digest, compute]`` entry (``stored`` contiguous, read-only)
+        #: whose bytes the pages do not hold yet (dirty spans never overlap one another), or
+        #: the ``_Dead`` marker of bytes forgotten there (``drop``), and chunk number ->
+        #: addresses of those touching it
         self._dirty: dict[int, Any] = {}
         self._dchunk: dict[int, set[int]] = {}
         #: numbers of the pages this image holds the same array of as another image
@@ -199,7 +201,15 @@ class MemoryImage:
         """``[stored, digest, compute]`` of ``read(addr, shape, dtype, strides)``; ``stored`` is
         read-only and shared with later identical reads (fill the digest/compute slots in place)."""
         shape = tuple(shape)
-        st = tuple(strides) if strides else None
+        if not strides:
+            d = self._dirty.get(addr) if self._dirty else None
+            if d is not None and d.__class__ is list:       # (a dirty span as written)
+                s = d[0]
+                if s.shape == shape and s.dtype == STORAGE[dtype]:
+                    return d
+            st = None
+        else:
+            st = tuple(strides)
         key = (addr, shape, dtype, st)
         cache = self._cache
         entry = cache.get(key)
@@ -242,19 +252,20 @@ class MemoryImage:
             return
         lo, hi = addr >> _CHUNK_BITS, (addr + nbytes - 1) >> _CHUNK_BITS
         if self._idx:
-            self._invalidate(range(lo, hi + 1))
+            self._invalidate(range(lo, hi + 1) if hi > lo else (lo,))
         dirty = self._dirty
         old = dirty.get(addr)
-        if old is not None and old.nbytes == nbytes:
-            # the same span again (a reused buffer): no other dirty array overlaps it, as
+        if old is not None and (old.nbytes if old.__class__ is _Dead
+                                else old[0].nbytes) == nbytes:
+            # the same span again (a reused buffer): no other dirty entry overlaps it, as
             # none overlaps the one it replaces, and the span's chunks are indexed already
-            dirty[addr] = stored
+            dirty[addr] = entry
         else:
             dchunk = self._dchunk
             if dchunk and (lo in dchunk or hi in dchunk or any(
                     c in dchunk for c in range(lo + 1, hi))):
                 self._displace(addr, nbytes, lo, hi, True)
-            dirty[addr] = stored
+            dirty[addr] = entry
             for c in range(lo, hi + 1):
                 d = dchunk.get(c)
                 if d is None:
@@ -263,7 +274,6 @@ class MemoryImage:
                     d.add(addr)
         if flags.writeable:     # (``remember``; setting the flag costs ~4x reading it)
             flags.writeable = False
-        self._keep((addr, stored.shape, dtype, None), nbytes, entry)
 
     def _displace(self, addr: int, nbytes: int, lo: int, hi: int, covering: bool) -> None:
         """Dirty arrays overlapping ``[addr, addr + nbytes)`` (chunks ``lo..hi``) are written to
@@ -276,10 +286,11 @@ class MemoryImage:
             if not ds:
                 continue
             for d in list(ds):
-                arr = dirty.get(d)
-                if arr is None:
+                ent = dirty.get(d)
+                if ent is None:
                     continue
-                dend = d + arr.nbytes
+                dead = ent.__class__ is _Dead
+                dend = d + (ent.nbytes if dead else ent[0].nbytes)
                 if d < end and addr < dend:
                     del dirty[d]
                     for c2 in range(d >> _CHUNK_BITS, ((dend - 1) >> _CHUNK_BITS) + 1):
@@ -288,48 +299,28 @@ class MemoryImage:
                             s2.discard(d)
                             if not s2:
                                 del dchunk[c2]
-                    if not (covering and addr <= d and dend <= end) and arr.__class__ is not _Dead:
-                        self._put(d, arr.reshape(-1).view(np.uint8))
+                    if not (covering and addr <= d and dend <= end) and not dead:
+                        self._put(d, ent[0].reshape(-1).view(np.uint8))
 
     def drop(self, spans: Iterable[tuple[int, int]]) -> None:
         """Forget what was written to each ``(addr, nbytes)`` span: the caller knows nothing
         reads those bytes before a later write covers them (a buffer whose owner died). A
-        dirty array spanning exactly such a span is replaced by a ``_Dead`` marker of its
+        dirty entry spanning exactly such a span is replaced by a ``_Dead`` marker of its
         size (never written to the pages: the next write there takes ``write_entry``'s
-        same-span path), and the cached read it was written as is dropped, with its key in
-        the chunk index (other cached reads of the span age out of the cache). Anything
-        else stays:
-        keeping bytes is always correct. Without it every PE's TCM stays resident as dirty
-        arrays once the allocators cycled through it (512 MiB on default.yaml at 1.0 M gemm
-        ops)."""
-        dirty, cache, keys, dead = self._dirty, self._cache, self._keys, _DEAD
-        idx, dig = self._idx, self._dig
+        same-span path); other cached reads of the span age out of the cache. Anything
+        else stays: keeping bytes is always correct. Without it every PE's TCM stays
+        resident as dirty arrays once the allocators cycled through it (512 MiB on
+        default.yaml at 1.0 M gemm ops)."""
+        dirty, dead = self._dirty, _DEAD
+        get = dirty.get
         for addr, nbytes in spans:
-            arr = dirty.get(addr)
-            if arr is None or arr.nbytes != nbytes or arr.__class__ is _Dead:
+            ent = get(addr)
+            if ent is None or ent.__class__ is _Dead or ent[0].nbytes != nbytes:
                 continue
             mark = dead.get(nbytes)
             if mark is None:
                 mark = dead[nbytes] = _Dead(nbytes)
             dirty[addr] = mark
-            key = (addr, arr.shape, _NAME.get(arr.dtype), None)
-            e = cache.pop(key, None)
-            if e is None:
-                continue
-            n = keys[id(e)] - 1         # (``_release``, inlined)
-            if n:
-                keys[id(e)] = n
-            else:
-                del keys[id(e)]
-                self._bytes -= e[0].nbytes
-            if dig:
-                dig.pop(key, None)
-            for c in range(addr >> _CHUNK_BITS, ((addr + nbytes - 1) >> _CHUNK_BITS) + 1):
-                ks = idx.get(c)
-                if ks is not None:
-                    ks.discard(key)
-                    if not ks:
-                        del idx[c]
 
     def _settle(self, addr: int, nbytes: int) -> None:
         """Write the dirty arrays overlapping ``[addr, addr + nbytes)`` to the pages."""
