@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import tempfile
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -243,7 +244,10 @@ class Run:
         self.trace_dir = trace_dir
         self.con = con
         self.run_dirs = run_dirs
-        self._spill_dir = spill_dir
+        self._spill_dir: Path | None = None
+        self._spill_cleanup: weakref.finalize | None = None
+        if spill_dir is not None:
+            self.own_spill(spill_dir)
         self._n_twin = 0                  # twin files written (analysis._materialize)
         self._windows: dict[int, str] = {}   # window count -> utilisation_windows table
 
@@ -326,10 +330,18 @@ class Run:
     def name(self) -> str:
         return self.path.name
 
+    def own_spill(self, spill_dir: Path) -> None:
+        """Make ``spill_dir`` (DuckDB's temp directory, the twins' files) this run's: removed
+        by ``close``, or when the run is garbage-collected or the interpreter exits, so a run
+        opened without ``with`` or ``close`` (a notebook's ``run = open_run(...)``) leaves no
+        directory behind in the system's temp folder."""
+        self._spill_dir = spill_dir
+        self._spill_cleanup = weakref.finalize(self, shutil.rmtree, spill_dir, True)
+
     def close(self) -> None:
         self.con.close()
-        if self._spill_dir is not None:
-            shutil.rmtree(self._spill_dir, ignore_errors=True)
+        if self._spill_cleanup is not None:
+            self._spill_cleanup()
 
     def __enter__(self) -> Run:
         return self
@@ -442,7 +454,7 @@ def open_run(path: str | os.PathLike[str], *, n_windows: int = DEFAULT_WINDOWS,
     try:
         limit_memory(con, spill)
         run = _open(root, dirs, infos, con, n_windows, trace, _Scans(con, sandbox))
-        run._spill_dir = spill
+        run.own_spill(spill)
         return run
     except BaseException:
         con.close()
