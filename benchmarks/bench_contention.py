@@ -2,7 +2,7 @@
 contention scenario set (``tests/contention_set.py``) and random kernels of the replay fuzz
 test (not part of the default test run; flit replays of the larger workloads take minutes).
 
-Run:  python benchmarks/bench_contention.py [small|default ...] [--fuzz N] [--nudge]
+Run:  python benchmarks/bench_contention.py [small|default ...] [--fuzz N] [--nudge] [--floor]
                                            [--only NAME ...]
       pytest benchmarks/bench_contention.py -m benchmark
 
@@ -21,10 +21,19 @@ run is printed per workload (flit mode moves by ~1e-5 there). A model on a knife
 here: llama_layer on default.yaml came out 61-77% late at ``switch_overhead_ns`` 5.000001
 before a moved IPCQ credit stopped pushing the heads at later nodes (dbafbc5), and 0.97%
 at 5.0. A nudged makespan over 2% is a miss like the stock one.
+
+``--floor``: the reference's own sensitivity. Each stock workload is also replayed in *flit*
+mode with the mesh router's overhead moved by +-1e-6 (``FLOOR``), and the per-op errors of
+those replays against the unmoved flit run are printed (median, p95, max), beside fast mode's
+against the unmoved flit run. Where flit mode moves its ops that much under a millionth, the
+per-op targets measure which of several equally likely event orders each mode happened to
+take, not the model: all_gather on small.yaml has a flit-vs-flit per-op p95 of 12.2-12.8%
+(makespan 0.2-0.4%), fast-vs-flit 12.97% (2026-11-26).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -38,6 +47,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 from contention_set import SCENARIOS, compare, errors, fuzz_specs, fuzz_trace, scenario  # noqa: E402
 from kbtrace.capture import capture  # noqa: E402
 from kbtrace.replay import ReplayOptions, replay  # noqa: E402
+from kbtrace.replay.compare import Agreement, compare_runs  # noqa: E402
+from kbtrace.replay.options import Run  # noqa: E402
 from kbtrace.topology import compile_topology  # noqa: E402
 
 TOPOS = ("small", "default")
@@ -46,6 +57,9 @@ NUDGES = (("cube.mesh.router_overhead_ns", lambda p: p.cube.mesh.router_overhead
           ("system.pcie.switch_overhead_ns", lambda p: p.system.pcie.switch_overhead_ns,
            1 + 1e-6),
           ("system.pcie.bw_gbps", lambda p: p.system.pcie.bw_gbps, 1 - 1e-6))
+#: the parameter moves of ``--floor`` (flit mode against itself)
+FLOOR = (("cube.mesh.router_overhead_ns", lambda p: p.cube.mesh.router_overhead_ns, 1 + 1e-6),
+         ("cube.mesh.router_overhead_ns", lambda p: p.cube.mesh.router_overhead_ns, 1 - 1e-6))
 FUZZ = 12                       # random kernels per topology
 #: workload parameters a topology needs (gemm_sharded splits M over every cube: 32 on default)
 PARAMS = {"default": {"gemm_sharded": ["M=1024", "N=1024"], "all_gather": ["peers=16"]}}
@@ -71,10 +85,33 @@ def nudged(tr, topo_name: str, flit_ns: float, out: Path) -> list[tuple[str, flo
     return res
 
 
+def _run(d: Path) -> Run:
+    """The ``Run`` written into ``d`` (its run.json's headline figures)."""
+    js = json.loads((d / "run.json").read_text())
+    return Run(d, js["run_id"], js["fidelity"], js["makespan_ns"], js["ops"], js["hops"],
+               js["events"], js["wall_s"])
+
+
+def floor(tr, topo_name: str, out: Path) -> list[tuple[str, float, Agreement]]:
+    """Flit mode against itself: ``(key, moved value, agreement of the flit replay with
+    key moved against the unmoved one in out/flit)`` for each ``FLOOR`` move."""
+    path = ROOT / "topologies" / f"{topo_name}.yaml"
+    params = compile_topology(path).params
+    ref = _run(out / "flit")
+    res = []
+    for i, (key, get, factor) in enumerate(FLOOR):
+        v = get(params) * factor
+        t = compile_topology(path, {key: v})
+        r = replay(tr, t, ReplayOptions(fidelity="flit", out_dir=str(out / f"floor{i}")))
+        res.append((key, v, compare_runs(r, ref)))
+    return res
+
+
 def measure(topo_name: str, tmp: Path, n_fuzz: int = FUZZ,
-            only: set[str] | None = None, nudge: dict | None = None) -> list[tuple]:
+            only: set[str] | None = None, nudge: dict | None = None,
+            floors: dict | None = None) -> list[tuple]:
     """The rows of ``topo_name``; with ``nudge`` (a dict), its ``nudged`` results per
-    workload too (``nudge[(topo_name, workload)]``)."""
+    workload too (``nudge[(topo_name, workload)]``), with ``floors`` its ``floor``s."""
     topo = compile_topology(ROOT / "topologies" / f"{topo_name}.yaml")
     rows = []
     for w in sorted((ROOT / "capture").glob("*.py")):
@@ -87,6 +124,9 @@ def measure(topo_name: str, tmp: Path, n_fuzz: int = FUZZ,
         if nudge is not None:
             nudge[(topo_name, w.stem)] = nudged(tr, topo_name, rows[-1][2],
                                                 tmp / topo_name / w.stem)
+        if floors is not None:
+            floors[(topo_name, w.stem)] = (rows[-1],
+                                           floor(tr, topo_name, tmp / topo_name / w.stem))
     for name in SCENARIOS:
         if only and name not in only:
             continue
@@ -130,25 +170,38 @@ HEADER = ("| topology | set | trace | flit makespan ns | fast makespan ns | make
           "---|---|")
 
 
-def main(argv: list[str], nudge: dict | None = None) -> dict[str, list[tuple]]:
+def main(argv: list[str], nudge: dict | None = None,
+         floors: dict | None = None) -> dict[str, list[tuple]]:
     """The rows per topology; with ``--nudge`` in ``argv`` the nudged makespans go into
-    ``nudge`` (and are printed as a second table)."""
+    ``nudge`` (and are printed as a second table), with ``--floor`` flit mode's own per-op
+    errors under ``FLOOR`` into ``floors`` (a third table)."""
     topos = [a for a in argv if a in TOPOS] or list(TOPOS)
     n_fuzz = int(argv[argv.index("--fuzz") + 1]) if "--fuzz" in argv else FUZZ
     only = set(argv[argv.index("--only") + 1:]) if "--only" in argv else None
     if "--nudge" in argv and nudge is None:
         nudge = {}
+    if "--floor" in argv and floors is None:
+        floors = {}
     out = {}
     print(HEADER)
     with tempfile.TemporaryDirectory() as d:
         for tn in topos:
-            out[tn] = measure(tn, Path(d), n_fuzz, only, nudge)
+            out[tn] = measure(tn, Path(d), n_fuzz, only, nudge, floors)
     if nudge:
         print("\n| topology | trace | parameter moved by 1e-6 | fast makespan ns | makespan err |"
               "\n|---|---|---|---|---|")
         for (tn, w), res in nudge.items():
             for key, ms, err in res:
                 print(f"| {tn} | {w} | {key} | {ms:,.1f} | {100 * err:.2f}% |")
+    if floors:
+        print("\n| topology | trace | fast vs flit p95 (median, max) | flit moved | flit vs flit "
+              "makespan err | flit vs flit p95 (median, max) |\n|---|---|---|---|---|---|")
+        for (tn, w), (row, res) in floors.items():
+            for key, v, ag in res:
+                print(f"| {tn} | {w} | {100 * row[6]:.2f}% ({100 * row[5]:.2f}%, "
+                      f"{100 * row[7]:.2f}%) | {key.rsplit('.', 1)[-1]} = {v:.6f} | "
+                      f"{100 * ag.makespan_err:.2f}% | {100 * ag.p95_op_err:.2f}% "
+                      f"({100 * ag.median_op_err:.2f}%, {100 * ag.max_op_err:.2f}%) |")
     return out
 
 

@@ -227,12 +227,12 @@ def test_ipcq_slot_counts_rebind_each_send_to_the_credit_it_waits_for(runs):
     assert sum(v >= 0 for v in c.binders(params).values()) == 48
     assert c.binders(compile_topology(SMALL).params) is None
     more = whatif(runs["ar"], {"pe.ipcq.n_slots": 8}, retimer=rt)
-    assert more.order_stable and more.makespan_ns == pytest.approx(1074.51, abs=0.01)
-    assert _exact(runs["ar"], {"pe.ipcq.n_slots": 8}) == pytest.approx(1074.51, abs=0.01)
+    assert more.order_stable and more.makespan_ns == pytest.approx(1074.49, abs=0.01)
+    assert _exact(runs["ar"], {"pe.ipcq.n_slots": 8}) == pytest.approx(1074.49, abs=0.01)
     one = whatif(runs["ar"], {"pe.ipcq.n_slots": 1}, retimer=rt)
     x = _exact(runs["ar"], {"pe.ipcq.n_slots": 1})
     assert x == pytest.approx(1393.99, abs=0.01)
-    assert one.makespan_ns == pytest.approx(1259.04, abs=0.01)
+    assert one.makespan_ns == pytest.approx(1284.67, abs=0.01)
     assert not one.order_stable and ("IPCQ credits", 46) in one.hot
     assert abs(one.makespan_ns - x) <= one.error_bound_ns
     assert "order could flip" in one.text()

@@ -390,6 +390,37 @@ def test_a_moved_credit_is_still_served_after_a_head_that_arrives_first(tmp_path
         assert got == pytest.approx(done, abs=1e-9), cls.fidelity
 
 
+@pytest.mark.parametrize("at, done", [(8.5, {0: 25.6625, 1: 21.025, 2: 16.75}),
+                                      (9.25, {0: 26.4125, 1: 21.775, 2: 20.5})])
+def test_a_moved_credit_goes_before_a_credit_that_arrives_after_it_at_a_router(tmp_path, at,
+                                                                               done):
+    """Two IPCQ credits (16 B, PE 0 -> PE 7 of cube 0 sent at 0, PE 1 -> PE 2 at 3.5) meet at
+    a mesh router, the second arriving within the first's 2 ns overhead: it waits behind it.
+    A 512 B payload (PE 2 -> PE 3, sent ``at`` ns later) then pushes the first credit at an
+    earlier router, so it reaches the shared router later than booked, but still before the
+    second. Flit mode serves it first there; so does fast mode now (a moved credit is served
+    at a mesh router as any moved head, ``heads.head_at`` -> ``serve_head``), pushing the
+    second. Before, it took the gaps around the second's reservation: 2 ns late (27.6625 /
+    28.4125), the second credit early (20.65) and, at 8.5, the payload 1.625 ns late."""
+    from kbtrace.replay.fabric.fast import FastFabric
+    from kbtrace.replay.fabric.flit import FlitFabric
+    from kbtrace.topology.model import PeCoord
+    from test_replay_fast import _fabric
+    small = compile_topology(TOPO_DIR / "small.yaml")
+    dma = [small.pe_node(PeCoord(0, 0, p), "dma").idx for p in range(8)]
+    for cls in (FlitFabric, FastFabric):
+        fab, _rec = _fabric(cls, small, tmp_path / cls.fidelity)
+        got: dict = {}
+        for op, (a, b, nb), t in ((0, (0, 7, 16), 0.0), (1, (1, 2, 16), 3.5),
+                                  (2, (2, 3, 512), at)):
+            if t > fab.env.now:
+                fab.env.run(until=t)
+            fab.send(op, -1, dma[a], dma[b], nb).callbacks.append(
+                lambda _e, op=op, fab=fab, got=got: got.__setitem__(op, fab.env.now))
+        fab.env.run()
+        assert got == pytest.approx(done, abs=1e-9), cls.fidelity
+
+
 @pytest.mark.parametrize("first, second, at, done", [
     ((0, 7, 16), (2, 3, 512), 9.25, {0: 26.4125, 1: 18.5}),
     ((0, 7, 16), (2, 3, 512), 9.75, {0: 26.9125, 1: 19.0}),

@@ -10,7 +10,8 @@ arrives after it: those flows are served after it, and each moves (``_delay``): 
 leaves the node later, ``fair._push`` carries the delay along its path, and at each further
 node its overhead moves (``head_at``, first come, first served again), which may push the
 flows of later heads there in turn, at most ``PUSH_DEPTH`` deep (never the flow being booked:
-its rows are not all there yet; a moved IPCQ credit takes the gaps there, pushing no one).
+its rows are not all there yet; a moved IPCQ credit pushes only at mesh routers and takes the
+gaps at other nodes, pushing no one).
 A single flit to a node without an HBM commit (an IPCQ
 credit) is a flow too: its tail is its head, unless it queued for the link after the node.
 A one-flit HBM write is a flow too: its HBM commit (``commit_later``: a SimPy event when its
@@ -54,14 +55,15 @@ PUSH_DEPTH = 8
 
 
 def serve_head(fab: Any, n: int, iv: list, now: float, h: float, ov: float, j: int,
-               f: Flow | None) -> float:
+               f: Flow | None, flits: bool = False) -> float:
     """Serve the overhead ``ov`` of a head arriving at node ``n`` at ``h`` (``iv``: the node's
     reservations) first come, first served, as flit mode's node serves heads: reservations
     after ``h`` that belong to flows whose heads arrive later (booked earlier, as fast mode
     books in start order; ``FastFabric.node_own``) go after it, their flows delayed
     (``_delay``, at most ``PUSH_DEPTH`` deep); the others keep their times and the head takes
     the gaps between them (``booking.serve``). Returns when its overhead is done. If the head
-    is flow ``f``'s (hop ``j``), its reservation may move in turn."""
+    is flow ``f``'s (hop ``j``), its reservation may move in turn. ``flits``: push only the
+    flows of single flits (a moved IPCQ credit, ``head_at``)."""
     own = fab.node_own[n]
     pushed = []
     if own and iv and iv[-1] > h and fab.push_depth < PUSH_DEPTH:
@@ -82,12 +84,13 @@ def serve_head(fab: Any, n: int, iv: list, now: float, h: float, ov: float, j: i
                 else:                   # (a flow alone: its head arrived at s_r)
                     g, jg, a = o, -1, s_r
                 if not g.fin and a > h + TIME_EPS and g is not fab._f:
-                    del own[s_r]
                     if jg < 0:          # (a route passes a node once: where it is on it)
                         jg = g.rt.nodes.index(n)
-                    pushed.append((g, jg, a, e_r, e_r - s_r))
-                    del iv[i:i + 2]
-                    continue
+                    if not flits or g.rt.hops[jg][4] == 1:
+                        del own[s_r]
+                        pushed.append((g, jg, a, e_r, e_r - s_r))
+                        del iv[i:i + 2]
+                        continue
             i += 2
     e = _reserve(fab, n, iv, f, j, h, ov) if f is not None else serve(iv, now, h, ov)
     if n in fab.node_body and fab.push_depth < PUSH_DEPTH:
@@ -363,15 +366,23 @@ def head_at(fab: Any, g: Flow, j: int, old: float, ha: float) -> float:
     overhead there moves if it was served as the head arrived (``FastFabric.node_own``; first
     come, first served: ``serve_head``), else it is taken as due; returns when the head
     leaves the node. A single flit between PEs (an IPCQ credit; not a one-flit read or write)
-    moved here takes the node's gaps (``booking.serve``) and pushes no flow in turn: pushes carried
-    on from credit to credit made fast mode chaotic (llama_layer on default.yaml 11,996 ns
-    with the PCIe switch overhead at 5.0 ns, 19,147 ns at 5.000001, flit mode 11,881 at
-    both; one level of them still did). At a mesh router its new reservation is noted as its
-    (``_reserve``), so a head booked later that arrives before it still goes first and pushes
-    it (ring_allreduce: a payload that pushed a credit at one router was then served after
-    it at the next, where it arrives first); at UCIe, IO and PCIe nodes (overheads of 5-10
-    ns) it is not: noted there too, llama_layer on default.yaml came out 12,119-14,531 ns
-    under 1e-6 nudges of the router and switch overheads (flit 11,881)."""
+    moved to a UCIe, IO or PCIe node (overheads of 5-10 ns) takes the node's gaps
+    (``booking.serve``) and pushes no flow in turn: pushes carried on from credit to credit
+    there made fast mode chaotic (llama_layer on default.yaml 11,996 ns with the PCIe switch
+    overhead at 5.0 ns, 19,147 ns at 5.000001, flit mode 11,881 at both; one level of them
+    still did), and so did noting its new reservation there (12,119-14,531 ns under 1e-6
+    nudges of the router and switch overheads). At a mesh router it is served first come,
+    first served (``serve_head``): it goes before the reservations of single flits (other
+    credits, one-flit reads and writes) whose heads arrive after it, pushing their flows, and
+    takes the gaps around those of streams; its new reservation is noted as its, so a head
+    booked later that arrives before it still goes first and pushes it (ring_allreduce: a
+    payload that pushed a credit at one router was then served after it at the next, where it
+    arrives first; a credit moved by 0.54 ns took the gaps around the reservation of another
+    credit it still arrived before, 2 ns late where flit mode serves it first: ring per-op
+    p95 10.79% -> 6.80%; llama_layer on default.yaml 11,978-12,020 ns under the same nudges).
+    Streams are not pushed: a credit moved again later leaves them pushed for nothing (fast
+    mode never moves a booking earlier), which made the ring with one IPCQ slot 0.26% late
+    (per-op p95 3.66%), exact as it is."""
     niv, ov = g.rt.hops[j][0], g.rt.hops[j][1]
     if niv is None:
         return ha + ov
@@ -385,9 +396,9 @@ def head_at(fab: Any, g: Flow, j: int, old: float, ha: float) -> float:
         if i >= 0 and not i & 1 and niv[i] == s0:
             del niv[i:i + 2]
             if g.rt.hops[j][4] == 1 and not g.wr and g.rt.nodes[0] not in fab.hbm:
-                if fab.node_kind[n] == "router":            # (a credit: see above)
-                    return _reserve(fab, n, niv, g, j, ha, ov)
-                return serve(niv, fab.env.now, ha, ov)
+                if fab.node_kind[n] != "router":            # (a credit: see above)
+                    return serve(niv, fab.env.now, ha, ov)
+                return serve_head(fab, n, niv, fab.env.now, ha, ov, j, g, True)
             return serve_head(fab, n, niv, fab.env.now, ha, ov, j, g)
     return ha + ov
 
