@@ -15,6 +15,7 @@ import pytest
 from kbtrace.replay.fabric.booking import take_rate, unbook
 from kbtrace.replay.fabric.fair import coarse
 from kbtrace.replay.fabric.fifo import share_fifo
+from kbtrace.replay.recorder import _COLS
 
 
 def test_fifo_shares_in_proportion_to_arrival_after_the_backlog():
@@ -86,7 +87,7 @@ def test_a_flow_booked_first_is_slowed_and_its_completion_moved(tmp_path):
     # 538.4205 when it was described as arriving at its own share of each link)
     assert got[0][0] == got[0][1] == pytest.approx(537.9189, abs=1e-3)
     assert got[1][0] == got[1][1] == pytest.approx(538.4189, abs=1e-3)
-    rows = rec._pending()
+    rows = dict(zip(_COLS, rec._pending(), strict=True))
     assert len(rows["op"]) == 18                   # 8 links + the terminal row each
     leave = rows["leave"][rows["op"] == 0]
     assert leave.max() == pytest.approx(537.9189, abs=1e-3)   # its rows were rewritten

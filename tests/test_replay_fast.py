@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from kbtrace.replay import ReplayOptions, replay
 from kbtrace.replay.hbm import HbmController
+from kbtrace.replay.recorder import _COLS
 from kbtrace.topology import compile_topology
 from test_replay_util import TOPO_DIR, SynthTrace, hbm, load, on, store
 
@@ -261,7 +262,7 @@ def test_fast_stretch_booking_equals_hop_by_hop(tmp_path, sends, held_max):
         done = [got[op] for got in ends]
         assert done[0] == pytest.approx(done[1], abs=1e-6), (op, done)
         assert done[0] == done[2], (op, done)       # walking a hop == its plan, exactly
-    a, b, c3 = rec_a._pending(), rec_b._pending(), rec_c._pending()
+    a, b, c3 = (dict(zip(_COLS, r._pending(), strict=True)) for r in (rec_a, rec_b, rec_c))
     assert len(a["op"]) == len(b["op"]) > 0
     for c in a:
         assert np.array_equal(a[c], c3[c]), c
@@ -439,7 +440,7 @@ def test_walk_equals_plan_between_any_nodes(tmp_path, topo_name, seed):
                 ev = f.send(op, -1, src, dst, nb, span=(now + late, now + late + spread))
             done.append(ev.value)
         assert done[0] == done[1], (op, done)
-    pa_, pb_ = rec_a._pending(), rec_b._pending()
+    pa_, pb_ = (dict(zip(_COLS, r._pending(), strict=True)) for r in (rec_a, rec_b))
     for c in pa_:
         assert np.array_equal(pa_[c], pb_[c]), c
     assert (a.link_iv, a.link_rate, a.node_iv) == (b.link_iv, b.link_rate, b.node_iv)

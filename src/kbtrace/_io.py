@@ -75,15 +75,24 @@ def _leaves(name: str, t: pa.DataType) -> list[tuple[str, pa.DataType]]:
     return [(name, t)]
 
 
-def _pq_opts(schema: pa.Schema) -> dict[str, Any]:
+def _pq_opts(schema: pa.Schema, bulk: bool = False) -> dict[str, Any]:
     """Writer options: Parquet dictionary pages only for string / dictionary columns
     (on float and id columns they cost twice the write time and make files larger), and
     statistics for every column but binary ones (``memory.parquet``'s tensor bytes: the
     writer copies a value several times to find its min and max, then drops them as too
-    large — +3 GB at the peak for one 426 MiB tensor, against +1.3 GB without)."""
+    large — +3 GB at the peak for one 426 MiB tensor, against +1.3 GB without).
+
+    ``bulk``: a file of many rows written and read in bulk (``hops.parquet``): float columns
+    in the ``BYTE_STREAM_SPLIT`` encoding (each value's bytes grouped by significance, which
+    compresses times far better) and LZ4 instead of zstd. On 2.93 M gemm hop rows: written
+    in 0.19 instead of 0.31 CPU s, read whole in 0.08 instead of 0.16, 20.9 instead of
+    20.2 MB (zstd with the split: 0.27 s, 13.1 MB); pyarrow, DuckDB and polars read both."""
     opts = {**_PQ_OPTS, "use_dictionary": [
         f.name for f in schema if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type)
         or pa.types.is_large_string(f.type)]}
+    if bulk:
+        opts["compression"] = "lz4"
+        opts["use_byte_stream_split"] = [f.name for f in schema if pa.types.is_floating(f.type)]
     leaves = [leaf for f in schema for leaf in _leaves(f.name, f.type)]
     if any(_is_blob(t) for _n, t in leaves):
         opts["write_statistics"] = [n for n, t in leaves if not _is_blob(t)]
@@ -321,13 +330,14 @@ class BatchWriter:
     __slots__ = ("_schema", "_final", "_tmp", "_writer", "_cols", "_n", "_batch_rows", "rows")
 
     def __init__(self, path: str | os.PathLike[str], schema: pa.Schema,
-                 batch_rows: int = ROW_GROUP_SIZE) -> None:
+                 batch_rows: int = ROW_GROUP_SIZE, bulk: bool = False) -> None:
+        """``bulk``: a file of many rows, encoded for speed (see ``_pq_opts``)."""
         self._schema = schema
         self._final = Path(path)
         _mkdir(self._final.parent, self._final)
         self._tmp = self._final.with_name(f".{self._final.name}.{os.getpid()}.tmp")
         try:
-            self._writer = pq.ParquetWriter(self._tmp, schema, **_pq_opts(schema))
+            self._writer = pq.ParquetWriter(self._tmp, schema, **_pq_opts(schema, bulk))
         except OSError as exc:
             raise _cannot_write(self._final, exc) from None
         self._cols: list[list[Any]] = [[] for _ in schema]

@@ -78,6 +78,7 @@ _COMPUTE = ("gemm", "math")
 STAGE_CODE = {s: i for i, s in enumerate(schema.STAGES)}
 _STAGE_DICT = pa.array(schema.STAGES, pa.string())
 _COLS = ("op", "tile", "stage", "node", "link", "enter", "leave", "busy", "queue", "nbytes")
+_OP, _TILE, _STAGE, _NODE, _LINK, _EN, _LV, _BUSY, _Q, _NB = range(10)     # their rows
 # a plan row: (stage_code, node, link, busy, EN, LA, LB, terminal)
 _PLAN_ROW_DT = (np.int64, np.int64, np.int64, np.float64, np.float64, np.float64, np.float64, bool)
 
@@ -104,7 +105,8 @@ class Recorder:
         """``rows``: the classes of the pending-row buffers (``rowbuf``'s, or their compiled
         twins: ``fabric.core.row_buffers()``); ``kernels``: the compiled batch sorts
         (``fabric.core.seg_kernels()``), or None for numpy's (the same order)."""
-        self.hops = BatchWriter(out_dir / "hops.parquet", schema.HOPS, batch_rows=batch_rows)
+        self.hops = BatchWriter(out_dir / "hops.parquet", schema.HOPS, batch_rows=batch_rows,
+                                bulk=True)
         self.batch_rows = batch_rows
         self._kernels = kernels
         self.t_issue = np.full(n_ops, np.nan)
@@ -127,7 +129,7 @@ class Recorder:
         self.row = self._x.add
         self._c: CompactRows = rows[1]()    # compact transfers
         self._c_rows = 0                    # rows the compact transfers expand to
-        self._carry: dict[str, np.ndarray] | None = None   # rows of ops in flight at last flush
+        self._carry: np.ndarray | None = None   # rows (columns) of ops in flight at last flush
         self._rid_of = np.full(0, -1, dtype=np.int64)   # node * 64 + stage -> rid (grows)
         # ops completed since the last flush (completion order) and their raw timing
         self._done: list[tuple[int, float, float, float]] = []
@@ -246,8 +248,9 @@ class Recorder:
         n, m = self._p_built, self._p_rows_built
         return (*(a[:n] for a in self._p_plan), *(a[:m] for a in self._p_row))
 
-    def _pending(self) -> dict[str, np.ndarray]:
-        """All pending rows as columns, in creation order; no state change.
+    def _pending(self) -> np.ndarray | None:
+        """All pending rows as a ``(10, m)`` array of columns (``_COLS``), in creation
+        order (None: none); no state change.
 
         Explicit row ``i`` follows every compact row of the transfers recorded at
         position ``<= i``; the compact rows are scattered into place, not sorted.
@@ -255,17 +258,16 @@ class Recorder:
         nx, nc = self._x.n, self._c.n
         carry = self._carry
         if not nx and not nc:
-            return carry or {}
+            return carry
         if nx:
             X = self._x.take()
         if not nc:
-            new = {c: X[:, i] for i, c in enumerate(_COLS)}
+            new = np.ascontiguousarray(X.T)
         elif self._kernels is not None:         # the same columns, one compiled pass
             C = self._c.take()
             tot = int(C[:, 7].sum())
-            out = self._kernels.expand(C, X if nx else np.empty((0, 10)), *self._plans_np(),
+            new = self._kernels.expand(C, X if nx else np.empty((0, 10)), *self._plans_np(),
                                        nx + tot)
-            new = {c: out[i] for i, c in enumerate(_COLS)}
         else:
             C = self._c.take()
             off, pnb, pst, pnd, plk, pbusy, pen, pla, plb, pterm = self._plans_np()
@@ -284,33 +286,31 @@ class Recorder:
             leave[term] = C[:, 6][rep[term]]
             m = nx + tot
             at_c = pos[rep] + np.arange(tot)        # creation index of each compact row
-            new = {}
+            new = np.empty((10, m))
             if nx:
                 k = np.searchsorted(pos, np.arange(nx), side="right")
                 at_x = np.arange(nx) + np.where(k > 0, cum[np.maximum(k - 1, 0)], 0)
-            for i, (c, v) in enumerate((
-                    ("op", C[:, 1][rep]), ("tile", C[:, 2][rep]), ("stage", pst[idx]),
-                    ("node", pnd[idx]), ("link", plk[idx]), ("enter", h0 + pen[idx]),
-                    ("leave", leave), ("busy", pbusy[idx]), ("queue", None),
-                    ("nbytes", pnb[pid][rep]))):
-                col = np.zeros(m) if c == "queue" else np.empty(m)
-                if v is not None:
+            for i, v in enumerate((C[:, 1][rep], C[:, 2][rep], pst[idx], pnd[idx], plk[idx],
+                                   h0 + pen[idx], leave, pbusy[idx], None, pnb[pid][rep])):
+                col = new[i]
+                if v is None:
+                    col[at_c] = 0.0
+                else:
                     col[at_c] = v
                 if nx:
                     col[at_x] = X[:, i]
-                new[c] = col
         if carry is None:
             return new
-        return {c: np.concatenate((carry[c], new[c])) for c in _COLS}
+        return np.concatenate((carry, new), axis=1)
 
-    def _intervals_of(self, r: dict[str, np.ndarray]
+    def _intervals_of(self, r: np.ndarray
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        busy = r["busy"]
+        busy = r[_BUSY]
         sel = np.flatnonzero(busy > 0)
-        link = r["link"][sel].astype(np.int64)
+        link = r[_LINK][sel].astype(np.int64)
         side = np.flatnonzero(link < 0)
         if side.size:
-            key = r["node"][sel][side].astype(np.int64) * 64 + r["stage"][sel][side].astype(np.int64)
+            key = r[_NODE][sel][side].astype(np.int64) * 64 + r[_STAGE][sel][side].astype(np.int64)
             top = int(key.max()) + 1
             if top > len(self._rid_of):
                 self._rid_of = np.concatenate(
@@ -322,7 +322,7 @@ class Recorder:
                     self._rid_of[k] = self.rid(k >> 6, schema.STAGES[k & 63])
                 ids = self._rid_of[key]
             link[side] = ids
-        return (link, r["enter"][sel] + r["queue"][sel], r["leave"][sel], busy[sel])
+        return (link, r[_EN][sel] + r[_Q][sel], r[_LV][sel], busy[sel])
 
     def _sort(self, minor: np.ndarray, major: np.ndarray) -> np.ndarray:
         """``np.lexsort((minor, major))``: compiled (``segsort.order``) where it is given and
@@ -358,60 +358,65 @@ class Recorder:
         self._x.clear()
         self._c.clear()
         self._c_rows = 0
-        if not r:
+        if r is None:
             self._carry = None
             return
-        op = r["op"].astype(np.int64)
+        op = r[_OP].astype(np.int64)
         rank = self._rank[op]
         late = np.flatnonzero((rank >= 0) & (rank < rank_lo))
         if late.size:
             o = int(op[late[0]])
             raise InvariantError(f"a hop row of op {o} was recorded after the op completed and "
-                                 f"its rows were written (stage {schema.STAGES[int(r['stage'][late[0]])]})")
+                                 f"its rows were written (stage {schema.STAGES[int(r[_STAGE][late[0]])]})")
         fin = rank >= 0
-        if not fin.all():
-            keep = ~fin
-            self._carry = {c: v[keep] for c, v in r.items()}
-            r = {c: v[fin] for c, v in r.items()}
-            op, rank = op[fin], rank[fin]
+        if not fin.all():                   # (``take``: C-contiguous rows, and fastest)
+            keep = np.flatnonzero(fin)
+            self._carry = np.take(r, np.flatnonzero(~fin), axis=1)
+            r = np.take(r, keep, axis=1)
+            op, rank = op[keep], rank[keep]
         else:
             self._carry = None
         n = len(op)
         if not n:
             return
-        enter, leave, queue = r["enter"], r["leave"], r["queue"]
+        enter, leave, queue = r[_EN], r[_LV], r[_Q]
         order = self._sort(enter, rank)     # hop order within ops (stable: ties by creation)
         lo = self._sort(leave, rank)        # crit order
-        rk = rank[order]
-        starts = np.flatnonzero(np.r_[True, rk[1:] != rk[:-1]])
-        lens = np.diff(np.r_[starts, n])
-        ends = starts + lens - 1
-        seg_ops = op[order][starts]
-        seg = np.repeat(np.arange(len(starts)), lens)
-        issue = self.t_issue[seg_ops]
-        lv = leave[lo]
-        t_end = np.maximum(self.t_end[seg_ops], np.maximum.reduceat(lv, starts))
-        front = np.empty(n)
-        front[1:] = lv[:-1]
-        front[starts] = -np.inf
-        np.maximum(front, issue[seg], out=front)
-        crit_s = np.where(lv > front, lv - front, 0.0)
-        f_end = np.maximum(issue, lv[ends])
-        tail = t_end > f_end
-        crit_s[ends[tail]] += t_end[tail] - f_end[tail]
-        crit = np.empty(n)
-        crit[lo] = crit_s
-        qmin = np.minimum(queue[order], crit[order])
-        self.t_end[seg_ops] = t_end
-        self.queue[seg_ops] = np.add.reduceat(qmin, starts)
+        k = self._kernels
+        if k is not None:                   # the columns in hop order and crit, one pass
+            cols, starts, seg_ops = k.finish(r, order, lo, self.t_issue, self.t_end)
+            q_o, crit_o = cols[9], cols[10]
+        else:
+            rk = rank[order]
+            starts = np.flatnonzero(np.r_[True, rk[1:] != rk[:-1]])
+            lens = np.diff(np.r_[starts, n])
+            ends = starts + lens - 1
+            seg_ops = op[order][starts]
+            seg = np.repeat(np.arange(len(starts)), lens)
+            issue = self.t_issue[seg_ops]
+            lv = leave[lo]
+            t_end = np.maximum(self.t_end[seg_ops], np.maximum.reduceat(lv, starts))
+            front = np.empty(n)
+            front[1:] = lv[:-1]
+            front[starts] = -np.inf
+            np.maximum(front, issue[seg], out=front)
+            crit_s = np.where(lv > front, lv - front, 0.0)
+            f_end = np.maximum(issue, lv[ends])
+            tail = t_end > f_end
+            crit_s[ends[tail]] += t_end[tail] - f_end[tail]
+            crit = np.empty(n)
+            crit[lo] = crit_s
+            self.t_end[seg_ops] = t_end
+            q_o, crit_o = queue[order], crit[order]
+            cols = [op[order], (np.arange(n) - starts[seg]).astype(np.int32),
+                    r[_TILE][order].astype(np.int32), r[_STAGE][order].astype(np.int16),
+                    r[_NODE][order].astype(np.int32), r[_LINK][order].astype(np.int32),
+                    enter[order], leave[order], r[_BUSY][order], q_o, crit_o,
+                    r[_NB][order].astype(np.int64)]
+        self.queue[seg_ops] = np.add.reduceat(np.minimum(q_o, crit_o), starts)
         # codes come from STAGE_CODE, so they index _STAGE_DICT by construction: skip the
         # validation pass (its first call in a process costs ~6 ms)
-        stage = pa.DictionaryArray.from_arrays(pa.array(r["stage"][order].astype(np.int16)),
-                                               _STAGE_DICT, safe=False)
-        cols = [op[order], (np.arange(n) - starts[seg]).astype(np.int32),
-                r["tile"][order].astype(np.int32), stage, r["node"][order].astype(np.int32),
-                r["link"][order].astype(np.int32), enter[order], leave[order],
-                r["busy"][order], queue[order], crit[order], r["nbytes"][order].astype(np.int64)]
+        cols[3] = pa.DictionaryArray.from_arrays(pa.array(cols[3]), _STAGE_DICT, safe=False)
         self.hops.write_arrays(cols, n)
         self.n_hops += n
         w = self._watermark(now)    # (also trims the issued-op queue when nothing is checked)
@@ -422,7 +427,7 @@ class Recorder:
         """Finalise the last batch and close the hop writer (atomic rename)."""
         self.flush()
         if self._carry is not None:
-            o = int(self._carry["op"][0])
+            o = int(self._carry[_OP][0])
             raise InvariantError(f"op {o} has hop rows but never completed")
         self.hops.close()
 

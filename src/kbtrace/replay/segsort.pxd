@@ -34,3 +34,16 @@ cpdef Py_ssize_t _windows(long[::1] res, double[::1] s, double[::1] e, double[::
 cpdef _expand(double[:, ::1] C, double[:, ::1] X, long[::1] off, long[::1] pnb, long[::1] pst,
               long[::1] pnd, long[::1] plk, double[::1] pbusy, double[::1] pen,
               double[::1] pla, double[::1] plb, unsigned char[::1] pterm, double[:, ::1] out)
+
+cdef double _mx(double a, double b)
+
+@cython.locals(n=cython.Py_ssize_t, m=cython.Py_ssize_t, i=cython.Py_ssize_t,
+               j=cython.Py_ssize_t, k=cython.Py_ssize_t, s=cython.Py_ssize_t,
+               r=cython.Py_ssize_t, o=cython.Py_ssize_t, x=cython.double, y=cython.double,
+               iss=cython.double, te=cython.double, prev=cython.double, f=cython.double)
+cpdef Py_ssize_t _finish(double[:, ::1] P, long[::1] order, long[::1] lo, double[::1] t_issue,
+                         double[::1] t_end, double[::1] crit_r, long[::1] op, int[::1] hop,
+                         int[::1] tile, short[::1] stage, int[::1] node, int[::1] link,
+                         double[::1] en, double[::1] lv, double[::1] busy, double[::1] q,
+                         double[::1] crit, long[::1] nb, long[::1] starts,
+                         long[::1] seg_ops) except -1

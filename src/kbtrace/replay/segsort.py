@@ -12,7 +12,10 @@ or two passes: ``order`` places the rows by their integer key (a counting sort: 
 and sorts each key's rows by time in place (insertion sort for a few rows, a stable merge
 sort for more), ``windows`` walks the sorted intervals once, ``expand`` writes the pending
 rows (``Recorder._pending``: compact transfers expanded by their plans, explicit rows
-between them) in one pass instead of numpy's repeat / gather / scatter passes.
+between them) in one pass instead of numpy's repeat / gather / scatter passes, and
+``finish`` writes a batch's output columns in hop order, typed, with each row's
+``crit_ns`` and each op's ``t_end``, in two passes instead of some thirty numpy gathers,
+casts and sweeps (``Recorder.flush``).
 ``fabric.core.seg_kernels()`` gives the compiled module, or None where the core is pure
 Python.
 
@@ -20,17 +23,19 @@ Both give the same results as the numpy passes: ``order`` the permutation ``np.l
 gives (ties by position; times must not be NaN: the callers check), ``windows`` the same
 windows (starts, ends, counts; a window's busy time is summed in row order here and
 pairwise by ``np.add.reduceat`` there, so it may differ in its last bits: it is compared
-with a tolerance and written nowhere), ``expand`` the same values bit for bit.
+with a tolerance and written nowhere), ``expand`` and ``finish`` the same values bit for bit
+(an op's ``queue_ns``, a sum, stays numpy's ``np.add.reduceat`` in both).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["order", "windows", "expand", "SMALL"]
+__all__ = ["order", "windows", "expand", "finish", "SMALL"]
 
 #: a key's rows sorted by insertion up to this many, by merging beyond
 SMALL = 24
+_NEG_INF = float("-inf")
 
 
 def order(minor: np.ndarray, major: np.ndarray, lo: int, span: int) -> np.ndarray:
@@ -222,3 +227,94 @@ def _expand(C: np.ndarray, X: np.ndarray, off: np.ndarray, pnb: np.ndarray, pst:
             out[8, r] = 0.0
             out[9, r] = pnb[pid]
             r += 1
+
+
+def finish(P: np.ndarray, order: np.ndarray, lo: np.ndarray, t_issue: np.ndarray,
+           t_end: np.ndarray) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """``Recorder.flush``'s columns of a batch of finalised rows ``P`` (``(10, n)``, as
+    ``expand`` writes them) in hop order ``order`` (by op rank, then enter), with ``crit_ns``
+    from the crit order ``lo`` (by op rank, then leave): ``([op, hop, tile, stage, node,
+    link, enter, leave, busy, queue, crit, nbytes], starts, seg_ops)`` (``hop`` / ``tile`` /
+    ``node`` / ``link`` int32, ``stage`` int16, ``op`` / ``nbytes`` int64; each op's first
+    position and its id). Each op's ``t_end`` becomes the latest of it and its rows' leave
+    times (``t_end`` is updated in place). The same values as the numpy passes there:
+    ``np.maximum``'s (NaN first), the same subtractions and casts."""
+    n = order.shape[0]
+    op = np.empty(n, dtype=np.int64)
+    hop = np.empty(n, dtype=np.int32)
+    tile = np.empty(n, dtype=np.int32)
+    stage = np.empty(n, dtype=np.int16)
+    node = np.empty(n, dtype=np.int32)
+    link = np.empty(n, dtype=np.int32)
+    en = np.empty(n)
+    lv = np.empty(n)
+    busy = np.empty(n)
+    q = np.empty(n)
+    crit = np.empty(n)
+    nb = np.empty(n, dtype=np.int64)
+    starts = np.empty(n, dtype=np.int64)
+    seg_ops = np.empty(n, dtype=np.int64)
+    tmp = np.empty(n)
+    m = _finish(P, order, lo, t_issue, t_end, tmp, op, hop, tile, stage, node, link, en, lv,
+                busy, q, crit, nb, starts, seg_ops)
+    return ([op, hop, tile, stage, node, link, en, lv, busy, q, crit, nb], starts[:m],
+            seg_ops[:m])
+
+
+def _mx(a: float, b: float) -> float:
+    """``np.maximum(a, b)``: NaN if either is."""
+    return a if (a >= b or a != a) else b
+
+
+def _finish(P: np.ndarray, order: np.ndarray, lo: np.ndarray, t_issue: np.ndarray,
+            t_end: np.ndarray, crit_r: np.ndarray, op: np.ndarray, hop: np.ndarray,
+            tile: np.ndarray, stage: np.ndarray, node: np.ndarray, link: np.ndarray,
+            en: np.ndarray, lv: np.ndarray, busy: np.ndarray, q: np.ndarray,
+            crit: np.ndarray, nb: np.ndarray, starts: np.ndarray, seg_ops: np.ndarray) -> int:
+    n = order.shape[0]
+    m = 0
+    i = 0
+    while i < n:                            # crit, one op (a run of one op id) at a time
+        x = P[0, lo[i]]
+        j = i + 1
+        while j < n and P[0, lo[j]] == x:
+            j += 1
+        o = int(x)
+        iss = t_issue[o]
+        y = P[6, lo[i]]
+        for k in range(i + 1, j):           # (np.maximum.reduceat)
+            y = _mx(y, P[6, lo[k]])
+        te = _mx(t_end[o], y)
+        prev = _NEG_INF
+        for k in range(i, j):
+            y = P[6, lo[k]]
+            f = _mx(prev, iss)
+            crit_r[lo[k]] = y - f if y > f else 0.0
+            prev = y
+        f = _mx(iss, prev)
+        if te > f:
+            crit_r[lo[j - 1]] += te - f
+        t_end[o] = te
+        starts[m] = i
+        seg_ops[m] = o
+        m += 1
+        i = j
+    s = 0
+    for k in range(n):                      # the columns in hop order
+        r = order[k]
+        x = P[0, r]
+        if k == 0 or x != P[0, order[k - 1]]:
+            s = k
+        op[k] = int(x)                      # (truncated, as astype does)
+        hop[k] = k - s
+        tile[k] = int(P[1, r])
+        stage[k] = int(P[2, r])
+        node[k] = int(P[3, r])
+        link[k] = int(P[4, r])
+        en[k] = P[5, r]
+        lv[k] = P[6, r]
+        busy[k] = P[7, r]
+        q[k] = P[8, r]
+        crit[k] = crit_r[r]
+        nb[k] = int(P[9, r])
+    return m

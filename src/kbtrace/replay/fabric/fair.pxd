@@ -43,7 +43,8 @@ cpdef book(list link_flows, Flow f, Py_ssize_t j, double s, double e, double bus
 @cython.locals(res=tuple, hop=list, j0=cython.Py_ssize_t, i=cython.Py_ssize_t, lr=list,
                S=cython.double, A=cython.double, B=cython.double, bz=cython.double,
                s=cython.double, e=cython.double, x=cython.double, nodes=tuple, own=list,
-               n_links=cython.Py_ssize_t, jj=cython.Py_ssize_t, n=cython.Py_ssize_t)
+               n_links=cython.Py_ssize_t, jj=cython.Py_ssize_t, n=cython.Py_ssize_t,
+               hops=tuple)
 cpdef book_plan(list link_flows, Flow f, pl, Py_ssize_t k, double h, double t)
 
 @cython.locals(early=cython.double, a=cython.double, b=cython.double, r=cython.double,

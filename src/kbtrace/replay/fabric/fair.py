@@ -268,7 +268,8 @@ def book_plan(link_flows: list, f: Flow, pl: Any, k: int, h: float, t: float) ->
     """Flow ``f`` reserved the first ``k`` resources of free-path plan ``pl`` from head / tail
     times ``h`` / ``t`` (``routes._Plan.take``): ``book`` its links among them."""
     res, hop, j0 = pl.res, pl.res_hop, pl.j0
-    nodes = f.rt.nodes
+    rt = f.rt
+    nodes, hops = rt.nodes, rt.hops
     n_links = len(nodes) - 1
     own = f.fab.node_own
     for i in range(k):
@@ -278,12 +279,12 @@ def book_plan(link_flows: list, f: Flow, pl: Any, k: int, h: float, t: float) ->
             if jj < n_links:        # (its head arrives as it starts: the flow alone)
                 n = nodes[jj]
                 own[n][h + S] = f
-                if f.rt.hops[jj][4] == 2:   # a stream: heads arriving as its body does hold it
+                if hops[jj][4] == 2:   # a stream: heads arriving as its body does hold it
                     _H, A, B = pl.start[hop[i]]
                     note_body(f.fab, n, h + S, t + A if t + A > h + B else h + B, f, jj)
             continue
         s = h + S
-        if f.rt.hops[jj][4] == 1:     # a single flit's link: no stream to share
+        if hops[jj][4] == 1:     # a single flit's link: no stream to share
             x = h + B
             r = bz / (x - s)
             f.booked_flit(jj, [(s, x, r if r < 1.0 else 1.0)])
