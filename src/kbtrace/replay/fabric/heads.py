@@ -156,12 +156,11 @@ def _hold_bodies(fab: Any, n: int, h: float, e: float, f: Flow | None) -> None:
     fb = fab.flit_bytes
     keep = []
     for it in lst:
-        a, t_in, g, j = it
-        if g.lv is not None and g.lv[j - 1] > t_in:     # (its tail was moved since)
-            t_in = g.lv[j - 1]
-        if g.fin or t_in <= now:
+        t_in = _live_tail(it, now)
+        if t_in < 0.0:
             continue
         keep.append(it)
+        a, _t, g, j = it
         if not a + TIME_EPS < h < t_in - TIME_EPS or g is f or g is fab._f:
             continue
         nf = -(-g.rt.nb // fb)
@@ -177,6 +176,17 @@ def _hold_bodies(fab: Any, n: int, h: float, e: float, f: Flow | None) -> None:
         fab.node_body[n] = keep
 
 
+def _live_tail(it: tuple, now: float) -> float:
+    """A stream note's (``fair.note_body``) tail at its node, later if the tail was moved
+    since; -1.0 once the stream is complete or all its flits arrived by ``now``."""
+    a, t_in, g, j = it
+    if g.fin:
+        return -1.0
+    if g.lv is not None and g.lv[j - 1] > t_in:
+        t_in = g.lv[j - 1]
+    return t_in if t_in > now else -1.0
+
+
 def prune_all(fab: Any, now: float) -> None:
     """Drop what can no longer meet a transfer starting at ``now`` or later: flows' link
     bookings, movable reservations, stream notes, and nodes' and links' past intervals."""
@@ -184,8 +194,7 @@ def prune_all(fab: Any, now: float) -> None:
     prune_owners(fab.node_own, now)
     prune_links(fab.link_own, now)
     for n in list(fab.node_body):
-        lst = [it for it in fab.node_body[n] if not it[2].fin and (
-            it[1] > now or it[2].lv is not None and it[2].lv[it[3] - 1] > now)]
+        lst = [it for it in fab.node_body[n] if _live_tail(it, now) >= 0.0]
         if lst:
             fab.node_body[n] = lst
         else:
