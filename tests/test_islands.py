@@ -32,6 +32,29 @@ def test_islands_join_overlapping_and_touching_intervals_per_key():
     assert [len(x) for x in islands.islands(empty, empty * 1.0, empty * 1.0)] == [0, 0, 0]
 
 
+def test_premerge_joins_consecutive_overlapping_rows_of_a_key_into_the_same_islands():
+    key = np.array([1, 1, 1, 1, 2, 2, 1, 1, 1])
+    s = np.array([0.0, 2.0, 3.0, 9.0, 3.0, 4.0, 1.0, 5.0, 4.0])
+    e = np.array([2.0, 2.5, 4.0, 9.5, 5.0, 4.5, 2.0, 4.0, 6.0])
+    k, a, b = islands.premerge(key, s, e)
+    # [0,2] touches [2,2.5]; [3,4] is apart from it; key 2's rows join; [5,4] (e < s) and
+    # [4,6] after it are left as they are; [1,2] follows another key
+    assert k.tolist() == [1, 1, 1, 2, 1, 1, 1]
+    assert a.tolist() == [0.0, 3.0, 9.0, 3.0, 1.0, 5.0, 4.0]
+    assert b.tolist() == [2.5, 4.0, 9.5, 5.0, 2.0, 4.0, 6.0]
+    # and the islands of the merged rows are the islands of the rows
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        n = int(rng.integers(1, 60))
+        key = rng.integers(0, 3, n)
+        s = rng.integers(0, 40, n).astype(np.float64)
+        e = s + rng.integers(-2, 8, n)          # some e < s, some touching
+        e[rng.random(n) < 0.05] = np.nan
+        got = islands.islands(*islands.premerge(key, s, e))
+        want = islands.islands(key, s, e)
+        assert all(np.array_equal(x, y, equal_nan=True) for x, y in zip(got, want, strict=True))
+
+
 @pytest.fixture(scope="module", params=[("gemm", "small", "fast"), ("gemm", "small", "flit"),
                                         ("ring_allreduce", "small", "fast"),
                                         ("attention", "small", "fast")])
@@ -53,14 +76,22 @@ def test_twin_rows_equal_the_sql_view_in_order(run_dir, view, stream_rows, sort_
     monkeypatch.setattr(islands, "STREAM_ROWS", stream_rows)
     monkeypatch.setattr(islands, "SORT_ROWS", sort_rows)
     monkeypatch.setattr(islands, "PARTS", parts)
+    other = next(v for v in islands.TWINS if v != view)
     with open_run(run_dir) as r:
         ref = r.con.sql(f"SELECT * FROM {view} ORDER BY ALL").to_arrow_table()
+        ref_other = r.con.sql(f"SELECT * FROM {other} ORDER BY ALL").to_arrow_table()
         got = pa.concat_tables(islands.TWINS[view](r.con))
-        spill = r.con.sql("SELECT current_setting('temp_directory')").fetchall()[0][0]
-    assert not list(Path(spill).glob("islands-*"))      # the sort files are gone
-    assert ref.num_rows > 0
+        spill = Path(r.con.sql("SELECT current_setting('temp_directory')").fetchall()[0][0])
+        assert not list(spill.iterdir())        # the sort file is gone (and was unnamed)
+        shared: dict = {}                       # one scan for both views
+        got2 = pa.concat_tables(islands.TWINS[view](r.con, shared=shared))
+        assert list(shared) == [other]
+        got_other = pa.concat_tables(islands.TWINS[other](r.con, shared=shared))
+        assert shared == {}
+    assert ref.num_rows > 0 and ref_other.num_rows > 0
     assert got.schema == ref.schema
-    assert got.equals(ref)
+    assert got.equals(ref) and got2.equals(ref)
+    assert got_other.equals(ref_other)
 
 
 @pytest.mark.parametrize("stream_rows", [critpred.STREAM_ROWS, 97])
@@ -111,9 +142,9 @@ def test_materialize_uses_the_twins_and_changes_no_query(run_dir, monkeypatch):
     twins_before = dict(run_mod.TWINS)
 
     def counted(view):
-        def fn(con):
+        def fn(con, **kw):
             called.append(view)
-            return twins_before[view](con)
+            return twins_before[view](con, **kw)
         return fn
 
     def materialized() -> list:

@@ -25,6 +25,7 @@ Every materialised view keeps its name; the run's files do not change.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -44,9 +45,11 @@ __all__ = ["MATERIALIZE", "PARALLEL_SAFE", "WINDOWED", "materialize", "set_windo
 
 _log = logging.getLogger("kbtrace.analysis")
 
-# views the report reads more than once, each costly on large runs (helpers first)
+# views the report reads more than once, each costly on large runs (helpers first);
+# ``hotspots`` and ``roofline`` each scan every hop, and the headline and the report read
+# them three times between them (0.5 CPU s a scan at a million ops)
 MATERIALIZE = ("_pe_segments", "_busy_islands", "utilisation", "_crit_pred", "critical_path",
-               "utilisation_windows")
+               "utilisation_windows", "hotspots", "roofline")
 # of those, the ones whose rows are exact whatever the evaluation order (min / max, integer
 # sums, windows over a total order; checked equal at 1 and 2 threads on 3.8M hops): they are
 # computed on every core and sorted (ORDER BY ALL), so what reads them sees the same rows in
@@ -74,7 +77,9 @@ def materialize(run: Any, views: tuple[str, ...]) -> None:
         if not IDENT.match(v):
             raise AnalysisError(f"{v!r} is not a view name")
         safe = v in PARALLEL_SAFE      # sorted on any machine: same rows, same order
-        twin = TWINS.get(v) if len(run.run_dirs) == 1 and not run.sandbox else None
+        twin: Any = TWINS.get(v) if len(run.run_dirs) == 1 and not run.sandbox else None
+        if twin is not None and v in islands.TWINS:     # one scan of the hops for both
+            twin = functools.partial(twin, shared=run._scans)
         par = safe and cores > 1 and not run.sandbox and twin is None   # (locked: 1 thread)
         t0 = time.perf_counter()
         try:

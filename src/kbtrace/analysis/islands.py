@@ -14,28 +14,27 @@ stage segments one more sort of the island bounds: a cumulative sum over all PEs
 each PE's active-category mask, since every PE's bits add back to 0 at its last bound. Both
 return their rows in ``ORDER BY ALL`` order (what materialising sorts the SQL's rows into).
 
-Memory: the hops are not held. They arrive from DuckDB unsorted, ``STREAM_ROWS`` at a
-time, and are dealt to ``PARTS`` parts by resource (by PE for the segments); past
-``SORT_ROWS`` held, the parts go to files in the run's temporary directory. Consecutive
-parts are then sorted in numpy ``SORT_ROWS`` or more rows at a time, each chunk holding
-every hop of its resources (PEs), so its islands and segments are final. On gemm at 1.0 M
-ops (29.4 M hops) holding them all in numpy peaked at 3.6 GiB; sorting them in DuckDB
-instead (streamed in order, under the run's 1 GB budget) took 16.2 + 21.3 CPU s for the
-two views, this 7.0-8.7 + 7.5-7.9 s with the same rows, the materialisation's peak RSS
-1,302 -> 1,272 MiB (2026-11-26). Then taken 256 k rows at a time and sorted 512 k or more
-(1 M and 2 M before): each view's peak on that run, materialised alone after ``open_run``
-(~210 MiB), 618-628 / 694-728 -> 358-362 / 436-447 MiB, at no cost in CPU.
+Memory: the hops are not held. One scan of ``_hop_ctx`` (``_scan``) feeds both views: its
+rows arrive from DuckDB unsorted, ``STREAM_ROWS`` at a time; each batch's busy intervals are
+dealt to ``PARTS`` parts by resource, and its PE category intervals, ``premerge``d (a
+transfer's hops follow one another and overlap: 29.4 M -> 2.7 M rows at a million gemm ops),
+to parts by PE (``_Parts``); past ``SORT_ROWS`` held, the batches go to an unnamed file in
+the run's temporary directory. The view materialised second finds its rows left by the first
+(``shared``: ``Run.materialize`` passes the run's). Consecutive parts are then sorted in
+numpy ``SORT_ROWS`` or more rows at a time, each chunk holding every interval of its
+resources (PEs), so its islands and segments are final. History (gemm at 1.0 M ops, 29.4 M
+hops): holding every hop in numpy peaked at 3.6 GiB; sorting in DuckDB instead took 16.2 +
+21.3 CPU s; a scan per view with the parts in Arrow IPC files 6.5-7.4 + 5.7-6.6 s; one scan
+for both, the segments' rows premerged, ~5.3 + 1.8 s, the same rows (2026-11-26).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from collections.abc import Iterator
 from itertools import pairwise
-from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -108,86 +107,201 @@ def _temp_base(con: Any) -> str | None:
     return base if base and os.path.isdir(base) else None
 
 
-def _sorted_chunks(con: Any, sql: str, groups: np.ndarray, shift: int
-                   ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, int, int]]:
-    """The ``(key, s, e)`` rows of ``sql`` sorted by key, s, e, in chunks that each hold
-    every row of their groups (``key >> shift``): (key, s, e, p0, p1) per chunk, which
-    holds the parts ``[p0, p1)`` (``_part``). The rows are streamed from DuckDB unsorted,
-    ``STREAM_ROWS`` at a time, and dealt to ``PARTS`` parts by group (ranges of
-    ``groups``, the sorted distinct groups expected); past ``SORT_ROWS`` held, the parts
-    go to files (Arrow IPC, uncompressed) in DuckDB's temporary directory. Then
-    consecutive parts are read and sorted in numpy (``np.lexsort``) ``SORT_ROWS`` or
-    more at a time. One sort of each row in numpy, no sort in DuckDB (there, under the
-    run's 1 GB budget, the sort of 28 M hops spilled: 18.5 CPU s against 3 here)."""
-    held: list[list[pa.RecordBatch]] = [[] for _ in range(PARTS)]
-    files: list[Any] = []
-    n_held, tmp, spilled, base = 0, Path(), False, _temp_base(con)
-    con.execute(f"SET threads TO {os.cpu_count() or 1}")   # any row order: all is sorted
-    try:
-        reader = con.sql(f"SELECT key, s, e FROM ({sql})").to_arrow_reader(STREAM_ROWS)
-        for batch in reader:
-            if not batch.num_rows:
-                continue
-            p = _part(batch.column(0).to_numpy() >> shift, groups)
-            o = np.argsort(p, kind="stable")
-            cuts = np.searchsorted(p[o], np.arange(PARTS + 1))
-            batch = batch.take(pa.array(o))
-            for i in np.flatnonzero(np.diff(cuts)).tolist():
-                piece = batch.slice(int(cuts[i]), int(cuts[i + 1] - cuts[i]))
-                if files:
-                    files[i].write_batch(piece)
-                else:
-                    held[i].append(piece)
-            n_held += 0 if files else batch.num_rows
-            if not files and n_held > SORT_ROWS:         # spill from now on
-                tmp = Path(tempfile.mkdtemp(prefix="islands-", dir=base))
-                files = [pa.ipc.new_stream(str(tmp / f"{i}.arrow"), batch.schema)
-                         for i in range(PARTS)]
-                for i, pieces in enumerate(held):
-                    for piece in pieces:
-                        files[i].write_batch(piece)
-                held = [[] for _ in range(PARTS)]
-        spilled = bool(files)
-        while files:
-            files.pop().close()
-        del reader
-        con.execute("SET threads TO 1")
-        chunk: list[pa.RecordBatch] = []
-        p0 = 0
-        for i in range(PARTS):
-            if spilled:
-                with pa.OSFile(str(tmp / f"{i}.arrow")) as src:
-                    chunk.extend(pa.ipc.open_stream(src).read_all().to_batches())
-                os.unlink(tmp / f"{i}.arrow")
-            else:
-                chunk.extend(held[i])
-                held[i] = []
-            if sum(b.num_rows for b in chunk) >= SORT_ROWS or i == PARTS - 1:
-                cols = [np.concatenate([b.column(j).to_numpy() for b in chunk]) if chunk
-                        else np.empty(0, np.int64 if j == 0 else np.float64)
-                        for j in range(3)]
-                chunk, p0, p_from = [], i + 1, p0
-                o = np.lexsort((cols[2], cols[1], cols[0]))
-                cols = [c[o] for c in cols]     # (one copy at a time, the unsorted freed)
-                del o
-                yield cols[0], cols[1], cols[2], p_from, i + 1
-                del cols
-                pa.default_memory_pool().release_unused()   # the batches' buffers
-    finally:
-        con.execute("SET threads TO 1")
-        for f in files:         # (an exception while spilling)
-            f.close()
-        if tmp != Path():
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
 def _part(group: np.ndarray, groups: np.ndarray) -> np.ndarray:
     """The part (0 .. ``PARTS`` - 1) of each group: by its rank among ``groups``, so each
     part holds about as many groups, and a larger group is never in an earlier part."""
+    dtype = np.uint8 if PARTS <= 256 else np.uint16     # (a stable sort of these is a radix)
     if not len(groups):
-        return np.zeros(len(group), np.int64)
+        return np.zeros(len(group), dtype)
     rank = np.minimum(np.searchsorted(groups, group), len(groups) - 1)
-    return rank * PARTS // len(groups)
+    return (rank * PARTS // len(groups)).astype(dtype)
+
+
+def premerge(key: np.ndarray, s: np.ndarray, e: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Consecutive rows of one ``key`` whose closed intervals ``[s, e]`` overlap or touch, each
+    run as one row ``[min s, max e]``: the same islands come out of ``islands`` (a run's
+    union is connected, and the islands of a key are the connected pieces of its union; an
+    interval with ``e < s`` or a NaN, which ``islands`` does not treat as a set, is left as
+    it is and joins nothing). The hops of a transfer follow one another in the scan, head to
+    tail, so a PE's category rows shrink ~11x (gemm at a million ops: 29.4 M -> 2.7 M)."""
+    if len(key) < 2:
+        return key, s, e
+    ok = e >= s
+    link = ((key[1:] == key[:-1]) & (s[1:] <= e[:-1]) & (s[:-1] <= e[1:])
+            & ok[1:] & ok[:-1])
+    start = np.flatnonzero(np.r_[True, ~link])
+    if len(start) == len(key):
+        return key, s, e
+    return key[start], np.minimum.reduceat(s, start), np.maximum.reduceat(e, start)
+
+
+_REC = np.dtype([("k", "<i8"), ("s", "<f8"), ("e", "<f8")])
+
+
+class _Parts:
+    """Rows ``(key, s, e)`` dealt to ``PARTS`` parts by group (``key >> shift``, ranked among
+    ``groups``, the sorted distinct groups expected), a batch at a time: each batch sorted
+    by part (a radix sort of one byte) and kept as one record array with its part bounds;
+    past ``SORT_ROWS`` held, the batches go to one unnamed temporary file (in ``base``, the
+    run's spill directory), which is gone when it is closed. ``chunks`` then reads
+    consecutive parts, ``SORT_ROWS`` rows or more at a time, and sorts them."""
+
+    def __init__(self, groups: np.ndarray, shift: int, base: str | None) -> None:
+        self.groups, self.shift, self.base = groups, shift, base
+        self.held: list[np.ndarray | None] = []     # a batch's records, None once in the file
+        self.at: list[int] = []                     # its first record's place in the file
+        self.cuts: list[np.ndarray] = []            # its part bounds
+        self.counts = np.zeros(PARTS, np.int64)
+        self.n_held = self.n_file = 0
+        self.file: Any = None
+        self.spans: dict[str, np.ndarray] = {}      # (the PEs' spans, for the segments)
+        # keys hi << 32 | lo with few (hi, lo) (the resources'): each one's part in a table
+        self.lut: np.ndarray | None = None
+        if len(groups) and groups[0] >= 0 and shift == 0:
+            hi_n, lo_n = int(groups[-1] >> 32) + 1, int((groups & 0xFFFFFFFF).max()) + 1
+            if hi_n * lo_n <= 1 << 22:
+                every = ((np.arange(hi_n, dtype=np.int64)[:, None] << 32)
+                         | np.arange(lo_n, dtype=np.int64)[None, :]).ravel()
+                self.lut, self.lo_n = _part(every, groups), lo_n
+
+    def add(self, key: np.ndarray, s: np.ndarray, e: np.ndarray) -> None:
+        if not len(key):
+            return
+        p = None
+        if self.lut is not None:
+            at = (key >> 32) * self.lo_n + (key & 0xFFFFFFFF)
+            if ((at >= 0).all() and (at < len(self.lut)).all()
+                    and ((key & 0xFFFFFFFF) < self.lo_n).all()):
+                p = self.lut[at]
+        if p is None:
+            p = _part(key >> self.shift, self.groups)
+        o = np.argsort(p, kind="stable")
+        rec = np.empty(len(key), _REC)
+        rec["k"], rec["s"], rec["e"] = key[o], s[o], e[o]
+        n = np.bincount(p, minlength=PARTS)
+        self.counts += n
+        self.cuts.append(np.r_[0, np.cumsum(n)])
+        self.held.append(rec)
+        self.at.append(0)
+        self.n_held += len(rec)
+        if self.file is None and self.n_held > SORT_ROWS:
+            # closed by close() (chunks' end, Run.close), else with the object
+            self.file = tempfile.TemporaryFile(dir=self.base)  # noqa: SIM115
+        if self.file is not None:
+            for i, r in enumerate(self.held):
+                if r is not None:
+                    self.file.write(r.view(np.uint8))
+                    self.held[i], self.at[i] = None, self.n_file
+                    self.n_file += len(r)
+            self.n_held = 0
+
+    def _read(self, i: int, a: int, b: int) -> np.ndarray:
+        r = self.held[i]
+        if r is not None:
+            return r[a:b]
+        out = np.empty(b - a, _REC)
+        self.file.seek((self.at[i] + a) * _REC.itemsize)
+        self.file.readinto(out.view(np.uint8))
+        return out
+
+    def chunks(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, int, int]]:
+        """The rows sorted by key, s, e, in chunks of whole parts: (key, s, e, p0, p1) per
+        chunk, which holds the parts ``[p0, p1)``; at least one (maybe empty). The file is
+        closed at the end."""
+        try:
+            p0, n = 0, 0
+            for i in range(PARTS):
+                n += int(self.counts[i])
+                if n < SORT_ROWS and i < PARTS - 1:
+                    continue
+                pieces = [self._read(j, int(c[p0]), int(c[i + 1]))
+                          for j, c in enumerate(self.cuts) if c[i + 1] > c[p0]]
+                rec = np.concatenate(pieces) if pieces else np.empty(0, _REC)
+                del pieces
+                key, s, e = rec["k"], rec["s"], rec["e"]
+                o = np.lexsort((e, s, key))
+                yield key[o], s[o], e[o], p0, i + 1
+                del rec, key, s, e, o
+                p0, n = i + 1, 0
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self.held, self.cuts = [], []
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
+def _resource_keys(con: Any) -> np.ndarray:
+    """Every resource as ``_busy_islands`` keys it (link 0 < node 1, << 32 | index), sorted."""
+    return np.unique(np.concatenate([
+        _arrays(con, "SELECT CAST(link_idx AS BIGINT) AS k FROM links")["k"],
+        _arrays(con, "SELECT CAST(node_idx AS BIGINT) | (CAST(1 AS BIGINT) << 32) AS k "
+                     "FROM nodes")["k"]]))
+
+
+_NOT_NULL = "sip IS NOT NULL AND cube IS NOT NULL AND pe IS NOT NULL"
+#: one row per hop: what both views take of it (a PE key << 9 | the category's bit, the
+#: resource key; ``_busy_islands.sql`` and ``_pe_segments.sql`` say which hops count)
+_SCAN_SQL = (
+    f"SELECT {_NOT_NULL} AS placed, CASE WHEN {_NOT_NULL} THEN ((CAST(sip AS BIGINT) << 32) "
+    "| (CAST(cube AS BIGINT) << 16) | CAST(pe AS BIGINT)) << 9 | " + _BIT_SQL + " ELSE 0 END "
+    "AS pk, busy_ns > 0 AS busy, (CAST(link_idx < 0 AS BIGINT) << 32) | CAST(CASE WHEN "
+    "link_idx >= 0 THEN link_idx ELSE node_idx END AS BIGINT) AS rk, stage = 'hbm' AND "
+    "queue_ns > 0 AND category <> 'other' AS hq, t_enter_ns, t_leave_ns, t_busy_start_ns, "
+    "queue_ns FROM _hop_ctx")
+
+
+def _scan(con: Any) -> dict[str, _Parts]:
+    """One pass over ``_hop_ctx`` for both views: the busy intervals dealt by resource, the
+    PEs' category intervals (and HBM queueing) ``premerge``d and dealt by PE."""
+    base = _temp_base(con)
+    sp = _arrays(con, f"SELECT sip, cube, pe, t0_ns, t1_ns FROM _pe_span WHERE {_NOT_NULL} "
+                      "ORDER BY sip, cube, pe")
+    busy = _Parts(_resource_keys(con), 0, base)
+    pe = _Parts(_pe_key(sp), 9, base)
+    pe.spans = sp
+    q_bit = dict(_STAGE_BITS)["hbm_queue"]
+    con.execute(f"SET threads TO {os.cpu_count() or 1}")   # any row order: all is sorted
+    try:
+        reader = con.sql(_SCAN_SQL).to_arrow_reader(STREAM_ROWS)
+        for b in reader:
+            placed, pk, is_busy, rk, hq = (b.column(i).to_numpy(zero_copy_only=False)
+                                           for i in range(5))
+            s, e, bs, q = (b.column(i).to_numpy() for i in range(5, 9))
+            busy.add(rk[is_busy], bs[is_busy], e[is_busy])
+            pe.add(*premerge(pk[placed], s[placed], e[placed]))
+            hq = hq & placed
+            pe.add(*premerge((pk[hq] & ~511) | q_bit, s[hq], s[hq] + q[hq]))
+            del b
+        del reader
+    except BaseException:
+        busy.close()
+        pe.close()
+        raise
+    finally:
+        con.execute("SET threads TO 1")
+    return {"_busy_islands": busy, "_pe_segments": pe}
+
+
+def _parts(con: Any, view: str, shared: dict[str, Any] | None) -> _Parts:
+    """``view``'s rows from the scan: the one ``shared`` holds (another view's scan left it
+    there), or a new scan, whose rows of the other view are left in ``shared``."""
+    if shared is not None and view in shared:
+        return cast(_Parts, shared.pop(view))
+    got = _scan(con)
+    mine = got.pop(view)
+    for other, parts in got.items():
+        if shared is None:
+            parts.close()
+        else:
+            old = shared.pop(other, None)
+            if old is not None:
+                old.close()
+            shared[other] = parts
+    return mine
 
 
 def busy_islands(con: Any) -> pa.Table:
@@ -195,16 +309,10 @@ def busy_islands(con: Any) -> pa.Table:
     return pa.concat_tables(busy_island_parts(con))
 
 
-def busy_island_parts(con: Any) -> Iterator[pa.Table]:
-    """``busy_islands`` a batch of rows at a time (at least one table, maybe empty)."""
-    # link (0) < node (1); each chunk's islands go to Arrow at once (no numpy copy of all)
-    res = np.unique(np.concatenate([
-        _arrays(con, "SELECT CAST(link_idx AS BIGINT) AS k FROM links")["k"],
-        _arrays(con, "SELECT CAST(node_idx AS BIGINT) | (CAST(1 AS BIGINT) << 32) AS k FROM nodes")["k"]]))
-    for key, s, e, _, _ in _sorted_chunks(
-        con, "SELECT (CAST(link_idx < 0 AS BIGINT) << 32) | CAST(CASE WHEN link_idx >= 0 "
-             "THEN link_idx ELSE node_idx END AS BIGINT) AS key, t_busy_start_ns AS s, "
-             "t_leave_ns AS e FROM _hop_ctx WHERE busy_ns > 0", res, 0):
+def busy_island_parts(con: Any, shared: dict[str, Any] | None = None) -> Iterator[pa.Table]:
+    """``busy_islands`` a batch of rows at a time (at least one table, maybe empty).
+    ``shared``: where the scan leaves ``_pe_segments``' rows (``_parts``)."""
+    for key, s, e, _, _ in _parts(con, "_busy_islands", shared).chunks():
         yield _busy_rows(*_islands_sorted(key, s, e))
 
 
@@ -225,28 +333,18 @@ def pe_segments(con: Any) -> pa.Table:
     return pa.concat_tables(pe_segment_parts(con))
 
 
-def pe_segment_parts(con: Any) -> Iterator[pa.Table]:
-    """``pe_segments`` a batch of rows at a time: the PEs' islands streamed (see the module
-    docstring), a PE cut once all its islands are in."""
-    pe_cols = "sip, cube, pe"
-    not_null = "sip IS NOT NULL AND cube IS NOT NULL AND pe IS NOT NULL"
-    sp = _arrays(con, f"SELECT {pe_cols}, t0_ns, t1_ns FROM _pe_span WHERE {not_null} "
-                      f"ORDER BY {pe_cols}")
+def pe_segment_parts(con: Any, shared: dict[str, Any] | None = None) -> Iterator[pa.Table]:
+    """``pe_segments`` a batch of rows at a time: the PEs' islands from the scan (see the
+    module docstring), a PE cut once all its islands are in. ``shared``: as
+    ``busy_island_parts``'."""
+    parts = _parts(con, "_pe_segments", shared)
+    sp = parts.spans
     span_k = _pe_key(sp)
-    key = ("((CAST(sip AS BIGINT) << 32) | (CAST(cube AS BIGINT) << 16) | CAST(pe AS BIGINT)) "
-           "<< 9 | bit")
-    rows = (f"SELECT {key} AS key, s, e FROM ("
-            f"SELECT sip, cube, pe, {_BIT_SQL} AS bit, t_enter_ns AS s, t_leave_ns AS e "
-            f"FROM _hop_ctx WHERE {not_null} UNION ALL "
-            f"SELECT sip, cube, pe, {dict(_STAGE_BITS)['hbm_queue']}, t_enter_ns, "
-            f"t_enter_ns + queue_ns FROM _hop_ctx "
-            f"WHERE {not_null} AND stage = 'hbm' AND queue_ns > 0 AND category <> 'other')")
     span_p = _part(span_k, span_k)
-    for ck, cs, ce, p0, p1 in _sorted_chunks(con, rows, span_k, 9):
+    for ck, cs, ce, p0, p1 in parts.chunks():
         k, a, b = _islands_sorted(ck, cs, ce)       # a chunk holds whole PEs, and their spans:
         j0, j1 = np.searchsorted(span_p, [p0, p1])  # those of the same parts
-        yield _segments(k.astype(np.int64), a.astype(np.float64), b.astype(np.float64),
-                        span_k[j0:j1], sp["t0_ns"][j0:j1], sp["t1_ns"][j0:j1])
+        yield _segments(k, a, b, span_k[j0:j1], sp["t0_ns"][j0:j1], sp["t1_ns"][j0:j1])
 
 
 def _segments(k: np.ndarray, s: np.ndarray, e: np.ndarray, span_k: np.ndarray,

@@ -250,6 +250,7 @@ class Run:
             self.own_spill(spill_dir)
         self._n_twin = 0                  # twin files written (analysis._materialize)
         self._windows: dict[int, str] = {}   # window count -> utilisation_windows table
+        self._scans: dict[str, Any] = {}     # a twin's scan left for another (islands)
 
     # -- queries
     def error(self, exc: Exception, what: str = "SQL failed") -> KbtraceError:
@@ -339,6 +340,9 @@ class Run:
         self._spill_cleanup = weakref.finalize(self, shutil.rmtree, spill_dir, True)
 
     def close(self) -> None:
+        for parts in self._scans.values():
+            parts.close()
+        self._scans.clear()
         self.con.close()
         if self._spill_cleanup is not None:
             self._spill_cleanup()
