@@ -94,10 +94,15 @@ def test_twin_rows_equal_the_sql_view_in_order(run_dir, view, stream_rows, sort_
     assert got_other.equals(ref_other)
 
 
-@pytest.mark.parametrize("stream_rows", [critpred.STREAM_ROWS, 97])
-def test_crit_pred_twin_rows_equal_the_sql_view_in_order(run_dir, stream_rows, monkeypatch):
-    """Also with the queued-on resources' hops streamed in small batches."""
+@pytest.mark.parametrize("stream_rows,sort_rows,parts", [
+    (critpred.STREAM_ROWS, islands.SORT_ROWS, islands.PARTS), (97, 50, 7), (97, 1, 256)])
+def test_crit_pred_twin_rows_equal_the_sql_view_in_order(run_dir, stream_rows, sort_rows,
+                                                        parts, monkeypatch):
+    """Also with the queued-on resources' hops streamed in small batches, spilled and taken
+    a few resources at a time, or one at a time."""
     monkeypatch.setattr(critpred, "STREAM_ROWS", stream_rows)
+    monkeypatch.setattr(islands, "SORT_ROWS", sort_rows)
+    monkeypatch.setattr(islands, "PARTS", parts)
     with open_run(run_dir) as r:
         ref = r.con.sql("SELECT * FROM _crit_pred ORDER BY ALL").to_arrow_table()
         got = critpred.crit_pred(r.con)
@@ -106,6 +111,25 @@ def test_crit_pred_twin_rows_equal_the_sql_view_in_order(run_dir, stream_rows, m
     assert got.equals(ref)
     if "gemm" in run_dir.name:      # gemm's loads wait for the same HBM controllers
         assert edges.get("resource", 0) > 0
+
+
+def test_crit_pred_takes_its_hops_from_the_islands_scan(run_dir, monkeypatch):
+    """Run.materialize hands the islands' scan a collector: _crit_pred scans nothing itself
+    and gives the SQL's rows; a scan that did not see every hop once gives none."""
+    with open_run(run_dir) as r:
+        ref = r.con.sql("SELECT * FROM _crit_pred ORDER BY ALL").to_arrow_table()
+
+        def no_scan(con):
+            raise AssertionError("crit_pred scanned the hops itself")
+        monkeypatch.setattr(critpred, "_scan", no_scan)
+        r.materialize(("_pe_segments", "_busy_islands", "_crit_pred"))
+        assert r._scans == {}
+        got = r.con.sql("SELECT * FROM _crit_pred").to_arrow_table()
+        n = r.con.sql("SELECT count(*) FROM hops").fetchall()[0][0]
+        c = critpred.Collect(r.con)
+        assert c.done(n + 1) is None and c.leaves.file is None
+        assert critpred.Collect(r.con).done(n) is not None
+    assert got.equals(ref)
 
 
 @pytest.mark.parametrize("n_windows,stream_rows", [(20, utilwindows.STREAM_ROWS), (7, 97)])

@@ -61,6 +61,8 @@ IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: view -> the function computing its rows in numpy, a table at a time (single runs)
 TWINS = {**islands.TWINS, "_crit_pred": critpred.crit_pred_parts,
          "utilisation_windows": utilwindows.rows_parts}
+#: of those, the ones whose rows may come from one scan of the hops (``Run._scans``)
+SHARED = frozenset({*islands.TWINS, "_crit_pred"})
 #: of those, the ones kept as a temporary table, not a file: ``_crit_pred`` (a row per op),
 #: so ``critical_path`` reads the same table the SQL view's materialisation was
 AS_TABLE = frozenset({"_crit_pred"})
@@ -72,13 +74,25 @@ def _q(text: str) -> str:
 
 def materialize(run: Any, views: tuple[str, ...]) -> None:
     """``Run.materialize(views)`` (see the module docstring and ``Run.materialize``)."""
-    cores = os.cpu_count() or 1
     for v in views:
         if not IDENT.match(v):
             raise AnalysisError(f"{v!r} is not a view name")
+    twins = len(run.run_dirs) == 1 and not run.sandbox
+    if twins and "_crit_pred" in views and any(
+            v in islands.TWINS for v in views[:views.index("_crit_pred")]):
+        run._scans["_collect"] = critpred.Collect   # the islands' scan takes its hops too
+    try:
+        _materialize(run, views, twins)
+    finally:
+        run._scans.pop("_collect", None)
+
+
+def _materialize(run: Any, views: tuple[str, ...], twins: bool) -> None:
+    cores = os.cpu_count() or 1
+    for v in views:
         safe = v in PARALLEL_SAFE      # sorted on any machine: same rows, same order
-        twin: Any = TWINS.get(v) if len(run.run_dirs) == 1 and not run.sandbox else None
-        if twin is not None and v in islands.TWINS:     # one scan of the hops for both
+        twin: Any = TWINS.get(v) if twins else None
+        if twin is not None and v in SHARED:     # one scan of the hops for these
             twin = functools.partial(twin, shared=run._scans)
         par = safe and cores > 1 and not run.sandbox and twin is None   # (locked: 1 thread)
         t0 = time.perf_counter()

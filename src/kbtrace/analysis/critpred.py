@@ -7,7 +7,7 @@ a single run, and keeps them as the same temporary table (``_m__crit_pred``, in
 rows are the same because nothing here adds floats in an order of its own: each candidate
 predecessor and the choice among them are comparisons of the run's doubles, and the one
 sum (an HBM or link wait's end, ``t_enter_ns + queue_ns``, plus 1e-9) is the SQL's, per
-row. ``tests/test_critpred.py`` checks the rows equal the SQL's on real runs.
+row. ``tests/test_islands.py`` checks the rows equal the SQL's on real runs.
 
 Why: DuckDB evaluates the view as a DISTINCT of the leaves of every resource someone queued
 on, two windows over them, an ASOF join, a union of ~3 candidates per op, two joins with
@@ -16,27 +16,34 @@ on the 130 queued-on resources) 9.5 CPU s and DuckDB spilled ~1.4 GB under its 5
 budget. Here DuckDB reads only the hops of the queued-on resources (one scan, after a
 scan of ``queue_ns`` that Parquet statistics mostly skip); the leaves are sorted once in
 numpy and the windows are running maxima over that order; the candidates are chosen by
-one ``lexsort``.
+one ``lexsort``: 2.9 CPU s, peak +410 MiB over where it started.
+
+Then (``Collect``): the hops are dealt by resource as they arrive (``islands.Parts``, past a
+batch spilled to an unnamed file) and the resources taken a few at a time, so only one
+chunk's leaves are sorted at once; and when ``Run.materialize`` computes the island twins in
+the same call, their scan of ``_hop_ctx`` (the same hops when every hop has exactly one op in
+``op_timing``, which ``Collect.done`` checks) hands them over, so this reads no hop itself:
+1.3 CPU s, peak +230 MiB (2026-11-26, the same rows).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["crit_pred", "crit_pred_parts", "EDGES", "STREAM_ROWS"]
+from kbtrace.analysis import islands
+
+__all__ = ["crit_pred", "crit_pred_parts", "Collect", "EDGES", "STREAM_ROWS"]
 
 #: hop rows taken from DuckDB at a time
-STREAM_ROWS = 1 << 20
+STREAM_ROWS = 1 << 18
 #: the candidates' edges, by priority on equal predecessor ends (as the SQL's ``prio``)
 EDGES = ("ipcq", "dep", "resource", "program")
 _IPCQ, _DEP, _RESOURCE, _PROGRAM = range(4)
-#: a resource as one integer: link_idx for a link, -1 - node_idx for a node (as the SQL's ri)
-_RI = "CASE WHEN link_idx >= 0 THEN link_idx ELSE -1 - node_idx END"
 
 
 def _np(t: pa.Table, name: str, dtype: Any) -> np.ndarray:
@@ -50,8 +57,9 @@ def crit_pred(con: Any) -> pa.Table:
     return pa.concat_tables(crit_pred_parts(con))
 
 
-def crit_pred_parts(con: Any) -> Iterator[pa.Table]:
-    """``crit_pred`` as one table (the twins' interface: tables, one here)."""
+def crit_pred_parts(con: Any, shared: dict[str, Any] | None = None) -> Iterator[pa.Table]:
+    """``crit_pred`` as one table (the twins' interface: tables, one here). ``shared``: where
+    the island twins' scan may have left the resources' hops (``Collect``)."""
     ot = con.sql("SELECT op_id, t_end_ns, launch, program, seq FROM op_timing").to_arrow_table()
     ids = _np(ot, "op_id", np.int64)
     o = np.argsort(ids, kind="stable")
@@ -61,7 +69,7 @@ def crit_pred_parts(con: Any) -> Iterator[pa.Table]:
     # be there: the SQL's joins), so a position order is the op_id order
     pos = np.int32 if len(ids_s) < 1 << 31 else np.int64
     xs, ps, prios = [], [], []
-    for x, p, edge_prio in _candidates(con, ot, ids):     # (one set at a time)
+    for x, p, edge_prio in _candidates(con, ot, ids, shared):     # (one at a time)
         xi, x_ok = _lookup(ids_s, x)
         pi, p_ok = _lookup(ids_s, p)
         keep = x_ok & p_ok
@@ -93,12 +101,12 @@ def crit_pred_parts(con: Any) -> Iterator[pa.Table]:
                     "edge": edge, "pred_end_ns": pa.array(tp, pa.float64())})
 
 
-def _candidates(con: Any, ot: pa.Table, ids: np.ndarray
+def _candidates(con: Any, ot: pa.Table, ids: np.ndarray, shared: dict[str, Any] | None
                 ) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
     """The candidate (op ids, predecessor ids, edge) sets, one at a time."""
+    yield _resource(con, shared)
     yield _program(ot, ids)
     yield from _trace(con)
-    yield _resource(con)
 
 
 def _lookup(ids_s: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -138,51 +146,116 @@ def _trace(con: Any) -> list[tuple[np.ndarray, np.ndarray, int]]:
                                    _np(recv, "match_op_id", np.int64), _IPCQ)]
 
 
-def _resource(con: Any) -> tuple[np.ndarray, np.ndarray, int]:
-    """For each op's hops that queued: every other op leaving that resource last by the
-    end of the wait (``t_enter_ns + queue_ns`` + 1e-9), the op's own consecutive leaves
-    skipped (see ``_crit_pred.sql``)."""
-    ri_q = con.sql(f"SELECT DISTINCT {_RI} AS ri FROM hops WHERE queue_ns > 0").to_arrow_table()
-    empty = np.zeros(0, np.int64)
-    if not ri_q.num_rows:
-        return empty, empty, _RESOURCE
-    con.register("_crit_ri", ri_q)
+_LEAF = np.dtype([("k", "<i8"), ("t", "<f8"), ("op", "<i8")])
+_QUERY = np.dtype([("k", "<i8"), ("op", "<i8"), ("te", "<f8"), ("tf", "<f8")])
+
+
+class Collect:
+    """The hops ``_resource`` needs, dealt by resource (``islands.Parts``, spilled past a
+    batch): every hop of a resource someone queued on (its leave time and op) and every
+    hop that queued (op, entry, end of the wait). Fed by ``crit_pred_parts``' own scan of
+    ``hops``, or by the island twins' scan of ``_hop_ctx`` (``Run.materialize`` puts this
+    class in ``shared["_collect"]``), which holds the same rows when every hop has exactly
+    one op in ``op_timing`` (``done`` checks; else its rows are dropped)."""
+
+    def __init__(self, con: Any) -> None:
+        self.con = con
+        ri = con.sql(f"SELECT DISTINCT {islands.RESOURCE_KEY} AS k FROM hops "
+                     "WHERE queue_ns > 0 ORDER BY k").to_arrow_table()
+        self.keys = _np(ri, "k", np.int64) if ri.num_rows else np.zeros(0, np.int64)
+        base = islands._temp_base(con)
+        self.leaves = islands.Parts(self.keys, 0, base, _LEAF)
+        self.queries = islands.Parts(self.keys, 0, base, _QUERY)
+
+    def add(self, key: np.ndarray, op: np.ndarray, t_enter: np.ndarray, t_leave: np.ndarray,
+            queue: np.ndarray) -> None:
+        """A batch of hops: resource key, op id, entry, leave, queueing."""
+        if not len(self.keys):
+            return
+        i = np.minimum(np.searchsorted(self.keys, key), len(self.keys) - 1)
+        m = self.keys[i] == key
+        self.leaves.add(key[m], t_leave[m], op[m])
+        w = queue > 0
+        self.queries.add(key[w], op[w], t_enter[w], t_enter[w] + queue[w])
+
+    def done(self, rows: int | None = None) -> Collect | None:
+        """Itself, fed; None (and closed) if ``rows`` (hops of ``_hop_ctx`` scanned) is not
+        every hop, once each."""
+        if rows is not None:
+            n_hops, dup = self.con.sql(
+                "SELECT (SELECT count(*) FROM hops), (SELECT count(*) - count(DISTINCT op_id) "
+                "FROM op_timing)").fetchall()[0]
+            if rows != n_hops or dup:
+                self.close()
+                return None
+        return self
+
+    def close(self) -> None:
+        self.leaves.close()
+        self.queries.close()
+
+
+def _scan(con: Any) -> Collect:
+    """``Collect`` fed by a scan of ``hops`` (the resources' hops only)."""
+    c = Collect(con)
+    if not len(c.keys):
+        return c
+    con.register("_crit_ri", pa.table({"k": c.keys}))
     try:
         reader = con.sql(
-            f"SELECT op_id, ri, t_enter_ns, t_leave_ns, queue_ns FROM (SELECT op_id, {_RI} AS "
-            "ri, t_enter_ns, t_leave_ns, queue_ns FROM hops) SEMI JOIN _crit_ri USING (ri)"
-        ).to_arrow_reader(STREAM_ROWS)
-        qs: list[tuple[np.ndarray, ...]] = []
-        ls: list[tuple[np.ndarray, ...]] = []
-        for b in reader:       # (copies: no batch is held by a view of one of its columns)
-            op = b.column(0).to_numpy()
-            ri = b.column(1).to_numpy().astype(np.int32)
-            t_enter, t_leave, queue = (b.column(i).to_numpy() for i in (2, 3, 4))
-            w = queue > 0
-            qs.append((op[w], ri[w], t_enter[w], t_enter[w] + queue[w]))
-            ls.append((ri, t_leave.copy(), op.copy()))
-            del b, op, ri, t_enter, t_leave, queue, w
+            f"SELECT k, op_id, t_enter_ns, t_leave_ns, queue_ns FROM (SELECT "
+            f"{islands.RESOURCE_KEY} AS k, op_id, t_enter_ns, t_leave_ns, queue_ns FROM hops) "
+            "SEMI JOIN _crit_ri USING (k)").to_arrow_reader(STREAM_ROWS)
+        for b in reader:
+            c.add(*(b.column(i).to_numpy() for i in range(5)))
+            del b
         del reader
+    except BaseException:
+        c.close()
+        raise
     finally:
         con.unregister("_crit_ri")
-    q_op, q_ri, q_free = _queued(*(np.concatenate(c) for c in zip(*qs, strict=True)))
-    del qs
-    l_ri, l_t, l_op = (np.concatenate(c) for c in zip(*ls, strict=True))
-    del ls
-    o = np.lexsort((l_op, l_t, l_ri))
-    l_ri = l_ri[o]          # (one column at a time: the unsorted one is freed)
-    l_t = l_t[o]
-    l_op = l_op[o]
+    return c
+
+
+def _resource(con: Any, shared: dict[str, Any] | None = None
+              ) -> tuple[np.ndarray, np.ndarray, int]:
+    """For each op's hops that queued: every other op leaving that resource last by the
+    end of the wait (``t_enter_ns + queue_ns`` + 1e-9), the op's own consecutive leaves
+    skipped (see ``_crit_pred.sql``). A few resources at a time (their hops from
+    ``shared["_crit_pred"]`` if a scan left them there, else from ``_scan``)."""
+    got = shared.pop("_crit_pred", None) if shared is not None else None
+    c = cast(Collect, got) if got is not None else _scan(con)
+    leaves, queries = c.leaves, c.queries
+    xs, ps = [], []
+    try:
+        for p0, p1 in leaves.bounds(leaves.counts + queries.counts):
+            q, lv = queries.read(p0, p1), leaves.read(p0, p1)
+            if len(q) and len(lv):
+                x, p = _chunk(q, lv)
+                xs.append(x)
+                ps.append(p)
+            del q, lv
+    finally:
+        c.close()
+    empty = np.zeros(0, np.int64)
+    return (np.concatenate(xs) if xs else empty, np.concatenate(ps) if ps else empty,
+            _RESOURCE)
+
+
+def _chunk(q: np.ndarray, lv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``_resource``'s candidates of the queries ``q`` and leaves ``lv`` of some resources
+    (records ``_QUERY``, ``_LEAF``: every one of theirs)."""
+    q_op, q_ri, q_free = _queued(q["op"], q["k"], q["te"], q["tf"])
+    o = np.lexsort((lv["op"], lv["t"], lv["k"]))
+    l_ri, l_t, l_op = lv["k"][o], lv["t"][o], lv["op"][o]
     del o
     # leave_t: one group per resource and leave time (a leave listed twice changes
     # neither the group's sole op nor the candidates, which are only compared)
     g0 = np.flatnonzero(np.r_[True, (l_ri[1:] != l_ri[:-1]) | (l_t[1:] != l_t[:-1])]
                         ).astype(np.int32)
-    g_ri = l_ri[g0]
-    del l_ri
-    g_t = l_t[g0]
-    del l_t
-    return _released_by(q_op, q_ri, q_free, g0, g_ri, g_t, l_op)
+    x, p, _ = _released_by(q_op, q_ri, q_free, g0, l_ri[g0], l_t[g0], l_op)
+    return x, p
 
 
 def _queued(op: np.ndarray, ri: np.ndarray, t_enter: np.ndarray, t_end: np.ndarray

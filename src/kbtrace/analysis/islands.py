@@ -18,7 +18,7 @@ Memory: the hops are not held. One scan of ``_hop_ctx`` (``_scan``) feeds both v
 rows arrive from DuckDB unsorted, ``STREAM_ROWS`` at a time; each batch's busy intervals are
 dealt to ``PARTS`` parts by resource, and its PE category intervals, ``premerge``d (a
 transfer's hops follow one another and overlap: 29.4 M -> 2.7 M rows at a million gemm ops),
-to parts by PE (``_Parts``); past ``SORT_ROWS`` held, the batches go to an unnamed file in
+to parts by PE (``Parts``); past ``SORT_ROWS`` held, the batches go to an unnamed file in
 the run's temporary directory. The view materialised second finds its rows left by the first
 (``shared``: ``Run.materialize`` passes the run's). Consecutive parts are then sorted in
 numpy ``SORT_ROWS`` or more rows at a time, each chunk holding every interval of its
@@ -41,8 +41,8 @@ import pyarrow as pa
 
 from kbtrace import schema
 
-__all__ = ["busy_islands", "pe_segments", "islands", "TWINS", "STREAM_ROWS", "SORT_ROWS",
-           "PARTS"]
+__all__ = ["busy_islands", "pe_segments", "islands", "premerge", "Parts", "TWINS",
+           "STREAM_ROWS", "SORT_ROWS", "PARTS", "RESOURCE_KEY"]
 
 #: hop rows taken from DuckDB at a time
 STREAM_ROWS = 1 << 18
@@ -139,16 +139,18 @@ def premerge(key: np.ndarray, s: np.ndarray, e: np.ndarray
 _REC = np.dtype([("k", "<i8"), ("s", "<f8"), ("e", "<f8")])
 
 
-class _Parts:
-    """Rows ``(key, s, e)`` dealt to ``PARTS`` parts by group (``key >> shift``, ranked among
-    ``groups``, the sorted distinct groups expected), a batch at a time: each batch sorted
-    by part (a radix sort of one byte) and kept as one record array with its part bounds;
-    past ``SORT_ROWS`` held, the batches go to one unnamed temporary file (in ``base``, the
-    run's spill directory), which is gone when it is closed. ``chunks`` then reads
-    consecutive parts, ``SORT_ROWS`` rows or more at a time, and sorts them."""
+class Parts:
+    """Records (``dtype``: a key, then other columns) dealt to ``PARTS`` parts by group (``key
+    >> shift``, ranked among ``groups``, the sorted distinct groups expected), a batch at a
+    time: each batch sorted by part (a radix sort of one byte) and kept as one record array
+    with its part bounds; past ``SORT_ROWS`` held, the batches go to one unnamed temporary
+    file (in ``base``, the run's spill directory), which is gone when it is closed. Then
+    ``read`` gives consecutive parts (``bounds``: ``SORT_ROWS`` rows or more at a time);
+    ``chunks`` sorts them, for the islands."""
 
-    def __init__(self, groups: np.ndarray, shift: int, base: str | None) -> None:
-        self.groups, self.shift, self.base = groups, shift, base
+    def __init__(self, groups: np.ndarray, shift: int, base: str | None,
+                 dtype: np.dtype[Any] = _REC) -> None:
+        self.groups, self.shift, self.base, self.dtype = groups, shift, base, dtype
         self.held: list[np.ndarray | None] = []     # a batch's records, None once in the file
         self.at: list[int] = []                     # its first record's place in the file
         self.cuts: list[np.ndarray] = []            # its part bounds
@@ -165,7 +167,8 @@ class _Parts:
                          | np.arange(lo_n, dtype=np.int64)[None, :]).ravel()
                 self.lut, self.lo_n = _part(every, groups), lo_n
 
-    def add(self, key: np.ndarray, s: np.ndarray, e: np.ndarray) -> None:
+    def add(self, key: np.ndarray, *cols: np.ndarray) -> None:
+        """A batch: the keys and the other columns, in ``dtype``'s order."""
         if not len(key):
             return
         p = None
@@ -177,8 +180,9 @@ class _Parts:
         if p is None:
             p = _part(key >> self.shift, self.groups)
         o = np.argsort(p, kind="stable")
-        rec = np.empty(len(key), _REC)
-        rec["k"], rec["s"], rec["e"] = key[o], s[o], e[o]
+        rec = np.empty(len(key), self.dtype)
+        for name, col in zip(self.dtype.names or (), (key, *cols), strict=True):
+            rec[name] = col[o]
         n = np.bincount(p, minlength=PARTS)
         self.counts += n
         self.cuts.append(np.r_[0, np.cumsum(n)])
@@ -200,30 +204,40 @@ class _Parts:
         r = self.held[i]
         if r is not None:
             return r[a:b]
-        out = np.empty(b - a, _REC)
-        self.file.seek((self.at[i] + a) * _REC.itemsize)
+        out = np.empty(b - a, self.dtype)
+        self.file.seek((self.at[i] + a) * self.dtype.itemsize)
         self.file.readinto(out.view(np.uint8))
         return out
 
+    def bounds(self, counts: np.ndarray | None = None) -> list[tuple[int, int]]:
+        """Consecutive part ranges ``[p0, p1)`` of ``SORT_ROWS`` rows or more (``counts``:
+        rows per part, by default this one's), the last one to ``PARTS``: at least one."""
+        counts = self.counts if counts is None else counts
+        out, p0, n = [], 0, 0
+        for i in range(PARTS):
+            n += int(counts[i])
+            if n >= SORT_ROWS or i == PARTS - 1:
+                out.append((p0, i + 1))
+                p0, n = i + 1, 0
+        return out
+
+    def read(self, p0: int, p1: int) -> np.ndarray:
+        """The records of parts ``[p0, p1)``, in no particular order."""
+        pieces = [self._read(j, int(c[p0]), int(c[p1]))
+                  for j, c in enumerate(self.cuts) if c[p1] > c[p0]]
+        return np.concatenate(pieces) if pieces else np.empty(0, self.dtype)
+
     def chunks(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, int, int]]:
-        """The rows sorted by key, s, e, in chunks of whole parts: (key, s, e, p0, p1) per
-        chunk, which holds the parts ``[p0, p1)``; at least one (maybe empty). The file is
-        closed at the end."""
+        """The rows (``_REC``) sorted by key, s, e, in chunks of whole parts: (key, s, e,
+        p0, p1) per chunk, which holds the parts ``[p0, p1)``; at least one (maybe empty).
+        The file is closed at the end."""
         try:
-            p0, n = 0, 0
-            for i in range(PARTS):
-                n += int(self.counts[i])
-                if n < SORT_ROWS and i < PARTS - 1:
-                    continue
-                pieces = [self._read(j, int(c[p0]), int(c[i + 1]))
-                          for j, c in enumerate(self.cuts) if c[i + 1] > c[p0]]
-                rec = np.concatenate(pieces) if pieces else np.empty(0, _REC)
-                del pieces
+            for p0, p1 in self.bounds():
+                rec = self.read(p0, p1)
                 key, s, e = rec["k"], rec["s"], rec["e"]
                 o = np.lexsort((e, s, key))
-                yield key[o], s[o], e[o], p0, i + 1
+                yield key[o], s[o], e[o], p0, p1
                 del rec, key, s, e, o
-                p0, n = i + 1, 0
         finally:
             self.close()
 
@@ -243,64 +257,80 @@ def _resource_keys(con: Any) -> np.ndarray:
 
 
 _NOT_NULL = "sip IS NOT NULL AND cube IS NOT NULL AND pe IS NOT NULL"
+#: a hop's resource as ``_busy_islands`` keys it: (link 0 / node 1) << 32 | its index
+RESOURCE_KEY = ("(CAST(link_idx < 0 AS BIGINT) << 32) | CAST(CASE WHEN link_idx >= 0 THEN "
+                "link_idx ELSE node_idx END AS BIGINT)")
 #: one row per hop: what both views take of it (a PE key << 9 | the category's bit, the
 #: resource key; ``_busy_islands.sql`` and ``_pe_segments.sql`` say which hops count)
 _SCAN_SQL = (
     f"SELECT {_NOT_NULL} AS placed, CASE WHEN {_NOT_NULL} THEN ((CAST(sip AS BIGINT) << 32) "
     "| (CAST(cube AS BIGINT) << 16) | CAST(pe AS BIGINT)) << 9 | " + _BIT_SQL + " ELSE 0 END "
-    "AS pk, busy_ns > 0 AS busy, (CAST(link_idx < 0 AS BIGINT) << 32) | CAST(CASE WHEN "
-    "link_idx >= 0 THEN link_idx ELSE node_idx END AS BIGINT) AS rk, stage = 'hbm' AND "
-    "queue_ns > 0 AND category <> 'other' AS hq, t_enter_ns, t_leave_ns, t_busy_start_ns, "
-    "queue_ns FROM _hop_ctx")
+    f"AS pk, busy_ns > 0 AS busy, {RESOURCE_KEY} AS rk, stage = 'hbm' AND queue_ns > 0 AND "
+    "category <> 'other' AS hq, t_enter_ns, t_leave_ns, t_busy_start_ns, queue_ns, op_id "
+    "FROM _hop_ctx")
 
 
-def _scan(con: Any) -> dict[str, _Parts]:
+def _scan(con: Any, collect: Any = None) -> dict[str, Any]:
     """One pass over ``_hop_ctx`` for both views: the busy intervals dealt by resource, the
-    PEs' category intervals (and HBM queueing) ``premerge``d and dealt by PE."""
+    PEs' category intervals (and HBM queueing) ``premerge``d and dealt by PE. ``collect``:
+    another view's collector (``critpred.Collect``), handed every row too; what its
+    ``done(rows)`` returns goes with the parts (``"_crit_pred"``), unless None."""
     base = _temp_base(con)
     sp = _arrays(con, f"SELECT sip, cube, pe, t0_ns, t1_ns FROM _pe_span WHERE {_NOT_NULL} "
                       "ORDER BY sip, cube, pe")
-    busy = _Parts(_resource_keys(con), 0, base)
-    pe = _Parts(_pe_key(sp), 9, base)
+    busy = Parts(_resource_keys(con), 0, base)
+    pe = Parts(_pe_key(sp), 9, base)
     pe.spans = sp
     q_bit = dict(_STAGE_BITS)["hbm_queue"]
+    other = collect(con) if collect is not None else None
+    rows = 0
     con.execute(f"SET threads TO {os.cpu_count() or 1}")   # any row order: all is sorted
     try:
         reader = con.sql(_SCAN_SQL).to_arrow_reader(STREAM_ROWS)
         for b in reader:
             placed, pk, is_busy, rk, hq = (b.column(i).to_numpy(zero_copy_only=False)
                                            for i in range(5))
-            s, e, bs, q = (b.column(i).to_numpy() for i in range(5, 9))
+            s, e, bs, q, op = (b.column(i).to_numpy() for i in range(5, 10))
             busy.add(rk[is_busy], bs[is_busy], e[is_busy])
             pe.add(*premerge(pk[placed], s[placed], e[placed]))
             hq = hq & placed
             pe.add(*premerge((pk[hq] & ~511) | q_bit, s[hq], s[hq] + q[hq]))
+            if other is not None:
+                other.add(rk, op, s, e, q)
+            rows += b.num_rows
             del b
         del reader
     except BaseException:
         busy.close()
         pe.close()
+        if other is not None:
+            other.close()
         raise
     finally:
         con.execute("SET threads TO 1")
-    return {"_busy_islands": busy, "_pe_segments": pe}
+    out: dict[str, Any] = {"_busy_islands": busy, "_pe_segments": pe}
+    got = other.done(rows) if other is not None else None
+    if got is not None:
+        out["_crit_pred"] = got
+    return out
 
 
-def _parts(con: Any, view: str, shared: dict[str, Any] | None) -> _Parts:
-    """``view``'s rows from the scan: the one ``shared`` holds (another view's scan left it
-    there), or a new scan, whose rows of the other view are left in ``shared``."""
+def _parts(con: Any, view: str, shared: dict[str, Any] | None) -> Parts:
+    """``view``'s rows from the scan: the ones ``shared`` holds (another view's scan left
+    them there), or a new scan, whose rows of the other views are left in ``shared`` (and
+    which takes ``shared["_collect"]``, a collector for a view materialised later)."""
     if shared is not None and view in shared:
-        return cast(_Parts, shared.pop(view))
-    got = _scan(con)
+        return cast(Parts, shared.pop(view))
+    got = _scan(con, shared.pop("_collect", None) if shared is not None else None)
     mine = got.pop(view)
-    for other, parts in got.items():
+    for other, parts in got.items():       # (each has a close())
         if shared is None:
             parts.close()
-        else:
-            old = shared.pop(other, None)
-            if old is not None:
-                old.close()
-            shared[other] = parts
+            continue
+        old = shared.pop(other, None)
+        if old is not None:
+            old.close()
+        shared[other] = parts
     return mine
 
 
