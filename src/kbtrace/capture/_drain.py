@@ -43,6 +43,8 @@ _INT_ACC = frozenset(("i32",))
 _INT_IN = frozenset(("i32", "i8"))
 _EXACT_F32 = 1 << 24
 _EXACT_F64 = 1 << 53
+_I32 = 1 << 31
+_INT32 = np.dtype(np.int32)
 _BASENAMES: dict[str | None, str | None] = {}
 _blake2b = hashlib.blake2b
 _from_bytes = int.from_bytes
@@ -310,7 +312,9 @@ class Drainer:
             bound = am * bm * a_s.shape[-1]
             if bound < _EXACT_F64:
                 f = np.float32 if bound < _EXACT_F32 else np.float64
-                out = (a_s.astype(f) @ b_s.astype(f)).astype(np.int64).astype(a_s.dtype)
+                out = a_s.astype(f) @ b_s.astype(f)
+                out = (out.astype(_INT32) if bound < _I32 and a_s.dtype == _INT32
+                       else out.astype(np.int64).astype(a_s.dtype))   # (int32 sums: no wrap)
                 for t, j in enumerate(idx):
                     prods[j] = out[t]
             else:

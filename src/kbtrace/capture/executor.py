@@ -182,6 +182,8 @@ class ExecResult:
 
 _EXACT_F32 = 1 << 24
 _EXACT_F64 = 1 << 53
+_I32 = 1 << 31
+_INT32 = np.dtype(np.int32)
 
 
 def absmax(x: np.ndarray) -> int:
@@ -206,7 +208,8 @@ def matmul(a: np.ndarray, b: np.ndarray, am: int | None = None,
     can leave float64's exact integers (``k * max|a| * max|b| < 2**53``: every partial sum is
     then exact, in any order), in float32 below 2**24 (exact there too: a (32, 64) @ (64, 32)
     tile ~1.3 us faster, ~0.4 CPU s of verify at 1.0 M gemm ops), and come back through
-    int64, so an int32 result wraps as numpy's int32 matmul does; numpy's own integer
+    int64 (straight to int32 when every sum fits in it), so an int32 result wraps as
+    numpy's int32 matmul does; numpy's own integer
     matmul has no BLAS and was most of a gemm capture's golden execution. Otherwise, and
     for floats, plain ``a @ b``. ``am`` / ``bm``: ``absmax`` of ``a`` / ``b`` when known."""
     if a.dtype.kind in "iu" and a.size and b.size:
@@ -217,7 +220,10 @@ def matmul(a: np.ndarray, b: np.ndarray, am: int | None = None,
         bound = am * bm * a.shape[-1]
         if bound < _EXACT_F64:
             f = np.float32 if bound < _EXACT_F32 else np.float64
-            return (a.astype(f) @ b.astype(f)).astype(np.int64).astype(a.dtype)
+            p = a.astype(f) @ b.astype(f)
+            if bound < _I32 and a.dtype == _INT32:   # (every sum an int32: no wrap)
+                return p.astype(_INT32)
+            return p.astype(np.int64).astype(a.dtype)
     return a @ b
 
 
@@ -364,13 +370,17 @@ class Machine:
     def _dot(self, op: Op) -> list[Any]:
         acc_np = COMPUTE[op.acc_dtype]
         ea, eb = self._operand_entry(op, 0), self._operand_entry(op, 1)
-        a, b = ea[2].astype(acc_np, copy=False), eb[2].astype(acc_np, copy=False)
-        if a.dtype.kind in "iu" and a is ea[2] and b is eb[2]:     # (values as cached)
-            out = matmul(a, b, _entry_absmax(ea), _entry_absmax(eb))
+        a, b = ea[2], eb[2]
+        if a.dtype == acc_np and b.dtype == acc_np:
+            if acc_np.kind in "iu":         # (values as cached: their max|x| kept there)
+                out = matmul(a, b, _entry_absmax(ea), _entry_absmax(eb))
+            else:
+                out = matmul(a, b)
         else:
-            out = matmul(a, b)
+            out = matmul(a.astype(acc_np), b.astype(acc_np))
         if len(op.in_addrs) > 2:
-            out = out + self._operand(op, 2).astype(acc_np, copy=False)
+            c = self._operand(op, 2)
+            out = out + (c if c.dtype == acc_np else c.astype(acc_np))
         return self._write_result(op, out)
 
     def _composite(self, op: Op) -> list[Any]:
