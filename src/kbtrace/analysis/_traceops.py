@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kbtrace import schema
+from kbtrace._io import trim_heap
 
 __all__ = ["TraceOps", "READ_ROWS", "SPILL_ROWS", "MAX_BUCKETS", "GRAPH_COLUMNS"]
 
@@ -135,6 +136,8 @@ class TraceOps:
                 used.update(n for n in mine if n not in used and _set(t.column(n)))
                 self._spill.write(self._coded(t.select(mine)).combine_chunks().to_batches()[0])
                 sizes.append(batch.num_rows)
+                del t, batch
+                trim_heap()     # (each batch's decoding and checks: ~150 MiB at 1.0 M ops)
             #: every op's memory accesses (``capture._liveness.accesses``), when asked for; the
             #: caller may drop it (None) once it has what it needs
             self.accesses: dict[str, np.ndarray] | None = liveness.concat(acc) if access \
