@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from kbtrace.analysis import _materialize as run_mod
-from kbtrace.analysis import critpred, islands, utilwindows
+from kbtrace.analysis import critpath, critpred, islands, utilwindows
 from kbtrace.analysis.main import run_workload
 from kbtrace.analysis.run import open_run
 
@@ -113,6 +113,19 @@ def test_crit_pred_twin_rows_equal_the_sql_view_in_order(run_dir, stream_rows, s
         assert edges.get("resource", 0) > 0
 
 
+def test_critical_path_twin_rows_equal_the_sql_view_in_order(run_dir):
+    """The walk and the rows of the view, in the order its plan gives them at one thread
+    over the materialised _crit_pred (op_timing's), the completion row last."""
+    with open_run(run_dir) as r:
+        walk = r.con.sql("SELECT * FROM critical_path ORDER BY step").to_arrow_table()
+        r.materialize(("_crit_pred",))
+        ref = r.con.sql("SELECT * FROM critical_path").to_arrow_table()
+        got = critpath.critical_path(r.con)
+    assert ref.num_rows > 1 and got.schema == ref.schema
+    assert got.equals(ref)
+    assert got.sort_by("step").equals(walk)
+
+
 def test_crit_pred_takes_its_hops_from_the_islands_scan(run_dir, monkeypatch):
     """Run.materialize hands the islands' scan a collector: _crit_pred scans nothing itself
     and gives the SQL's rows; a scan that did not see every hop once gives none."""
@@ -180,7 +193,7 @@ def test_materialize_uses_the_twins_and_changes_no_query(run_dir, monkeypatch):
 
     monkeypatch.setattr(run_mod, "TWINS", {v: counted(v) for v in twins_before})
     twins = materialized()
-    assert sorted(called) == ["_busy_islands", "_crit_pred", "_pe_segments",
+    assert sorted(called) == ["_busy_islands", "_crit_pred", "_pe_segments", "critical_path",
                               "utilisation_windows"]
     monkeypatch.setattr(run_mod, "TWINS", {})       # the SQL views, as before the twins
     sql = materialized()

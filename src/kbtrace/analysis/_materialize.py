@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kbtrace._io import release_memory
-from kbtrace.analysis import critpred, islands, utilwindows
+from kbtrace.analysis import critpath, critpred, islands, utilwindows
 from kbtrace.analysis.sqllib import view_docs
 from kbtrace.errors import AnalysisError
 
@@ -60,12 +60,13 @@ WINDOWED = "utilisation_windows"
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: view -> the function computing its rows in numpy, a table at a time (single runs)
 TWINS = {**islands.TWINS, "_crit_pred": critpred.crit_pred_parts,
+         "critical_path": critpath.critical_path_parts,
          "utilisation_windows": utilwindows.rows_parts}
 #: of those, the ones whose rows may come from one scan of the hops (``Run._scans``)
 SHARED = frozenset({*islands.TWINS, "_crit_pred"})
 #: of those, the ones kept as a temporary table, not a file: ``_crit_pred`` (a row per op),
 #: so ``critical_path`` reads the same table the SQL view's materialisation was
-AS_TABLE = frozenset({"_crit_pred"})
+AS_TABLE = frozenset({"_crit_pred", "critical_path"})
 
 
 def _q(text: str) -> str:

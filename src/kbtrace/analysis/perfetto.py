@@ -246,6 +246,9 @@ def _stream(run: Any, info: dict[str, Any], tracks: _Tracks):
     """The slice and flow events in order (the metadata, known only at the end, is
     ``tracks.meta()``); memory stays bounded by a batch of rows plus the per-op slots."""
     slot = _Slots()
+    top = run.con.sql("SELECT max(op_id) FROM op_timing").fetchall()[0][0]
+    if top is not None and top >= 0:    # room for every op at once (doubling held up to 2x
+        slot._grow(int(top))            # the ops' rows, and a copy while it grew)
     split = functools.cache(_split)        # a few hundred engines and nodes, 1 M+ calls
     yield from op_slices(_arrow_batches(
         run, "SELECT t.op_id, t.launch, t.program, t.seq, CAST(t.kind AS VARCHAR) AS kind, "
@@ -396,13 +399,16 @@ def _flows(run: Any, slot: _Slots,
                            "AND match_op_id IS NOT NULL ORDER BY op_id").rows())
     n = 0
     total = 0
+    done: list[str] = []        # points encoded (as json.dumps would), not yet handed on
 
-    def point(ph: str, fid: int, pid: int, tid: int, ts: int, cat: str) -> dict[str, Any]:
-        ev = {"ph": ph, "id": fid, "pid": pid, "tid": tid, "ts": us(ts), "name": cat,
-              "cat": f"flow.{cat}"}
-        if ph == "f":
-            ev["bp"] = "e"
-        return ev
+    def point(ph: str, fid: int, pid: int, tid: int, ts: int, cat: str) -> Encoded | None:
+        done.append(f'{{"ph":"{ph}","id":{fid},"pid":{pid},"tid":{tid},"ts":"{us(ts)}",'
+                    f'"name":"{cat}","cat":"flow.{cat}"' + (',"bp":"e"}' if ph == "f" else "}"))
+        if len(done) < _BATCH:
+            return None
+        out = Encoded(",".join(done).encode(), len(done))
+        done.clear()
+        return out
 
     for (op_id, _tile), hops in sorted(chains.items()):
         if op_id not in slot:
@@ -415,15 +421,18 @@ def _flows(run: Any, slot: _Slots,
         pid, tid, s, e = slot[op_id]
         cat = "ipcq" if op_id in recv_of else "transfer"
         ts = _clamp(hops[0][3], s, e)
-        yield point("s", n, pid, tid, ts, cat)
+        if ev := point("s", n, pid, tid, ts, cat):
+            yield ev
         dst = slot.get(recv_of[op_id]) if op_id in recv_of else None
         for i, (_h, hp, ht, hs) in enumerate(hops):    # path order: entry times grow
             ts = hs
             last = i == len(hops) - 1 and dst is None
-            yield point("f" if last else "t", n, hp, ht, hs, cat)
+            if ev := point("f" if last else "t", n, hp, ht, hs, cat):
+                yield ev
         if dst is not None:
             dp, dt, ds, de = dst
-            yield point("f", n, dp, dt, _clamp(ts, ds, de), cat)
+            if ev := point("f", n, dp, dt, _clamp(ts, ds, de), cat):
+                yield ev
     # every dependency row joins two op_timing rows, so both ops have a slice: the rows
     # past the MAX_FLOWS already drawn are only counted
     deps_q = ("SELECT d.dep, d.op_id FROM (SELECT op_id, unnest(deps) AS dep FROM ops) d "
@@ -436,8 +445,12 @@ def _flows(run: Any, slot: _Slots,
         n += 1
         sp, st, s0, s1 = slot[src]
         dp, dt, d0, _ = slot[dst_op]
-        yield point("s", n, sp, st, max(s0, s1 - 1), "dep")    # inside the producer's slice
-        yield point("f", n, dp, dt, d0, "dep")
+        if ev := point("s", n, sp, st, max(s0, s1 - 1), "dep"):  # inside the producer's slice
+            yield ev
+        if ev := point("f", n, dp, dt, d0, "dep"):
+            yield ev
+    if done:
+        yield Encoded(",".join(done).encode(), len(done))
     info["flows_left_out"] = total + n_deps - n
 
 
