@@ -62,6 +62,9 @@ IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 TWINS = {**islands.TWINS, "_crit_pred": critpred.crit_pred_parts,
          "critical_path": critpath.critical_path_parts,
          "utilisation_windows": utilwindows.rows_parts}
+#: rows per row group of a twin's Parquet file (the per-PE timeline's query over
+#: ``_pe_segments`` held ~110 MiB with the ~600 k-row groups of its chunks at a million ops)
+TWIN_ROW_GROUP = 1 << 16
 #: of those, the ones whose rows may come from one scan of the hops (``Run._scans``)
 SHARED = frozenset({*islands.TWINS, "_crit_pred"})
 #: of those, the ones kept as a temporary table, not a file: ``_crit_pred`` (a row per op),
@@ -139,7 +142,8 @@ def _load_twin(run: Any, view: str, twin: Any) -> str:
                 writer = pq.ParquetWriter(  # cost time to try (islands: 0.4 s of 1.0)
                     path, part.schema, compression="none",
                     use_dictionary=[f.name for f in part.schema if pa.types.is_string(f.type)])
-            writer.write_table(part)
+            # row groups of a bounded size: a query over the file decodes one at a time
+            writer.write_table(part, row_group_size=TWIN_ROW_GROUP)
     finally:
         if writer is not None:
             writer.close()
