@@ -434,12 +434,10 @@ def release_memory() -> None:
     collection, Arrow's pool, and glibc's heap (``malloc_trim``; skipped where there is no
     glibc). After capturing all_gather on default.yaml the process kept 904 MB resident with
     ~120 MB live; this returns it, so ``kbtrace run``'s later stages do not stack on it."""
-    import ctypes
     import gc
     gc.collect()
     pa.default_memory_pool().release_unused()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    trim_heap()
 
 
 def read_parquet_lean(path: str | os.PathLike[str], columns: list[str] | None = None) -> pa.Table:
