@@ -278,6 +278,25 @@ def test_fast_fcfs_keeps_bookings_where_they_were_made(tmp_path):
     assert one["fast"] == one["fast-fcfs"] == pytest.approx(one["flit"], abs=1e-6)
 
 
+def _same_in_both_modes(tmp_path, topo, sends, done):
+    """Each of ``sends`` (src node, dst node, bytes, start ns; op ids in order) started at its
+    time on a fresh flit and a fresh fast fabric of ``topo``: each op's done time equals
+    ``done[op]`` to 1e-9 ns in both."""
+    from kbtrace.replay.fabric.fast import FastFabric
+    from kbtrace.replay.fabric.flit import FlitFabric
+    from test_replay_fast import _fabric
+    for cls in (FlitFabric, FastFabric):
+        fab, _rec = _fabric(cls, topo, tmp_path / cls.fidelity)
+        got: dict = {}
+        for op, (src, dst, nb, t) in enumerate(sends):
+            if t > fab.env.now:
+                fab.env.run(until=t)
+            fab.send(op, -1, src, dst, nb).callbacks.append(
+                lambda _e, op=op, fab=fab, got=got: got.__setitem__(op, fab.env.now))
+        fab.env.run()
+        assert got == pytest.approx(done, abs=1e-9), cls.fidelity
+
+
 @pytest.mark.parametrize("read, at, done", [
     (False, 14.0, {0: 35.7, 1: 31.7}),      # PE 4's store overtakes PE 7's at a mesh node
     (True, 4.0, {0: 34.3, 1: 17.7}),        # a one-flit read crosses a store there
@@ -291,24 +310,12 @@ def test_a_one_flit_store_whose_head_arrives_later_gives_way(tmp_path, read, at,
     commit (``heads.HbmWrite.recommit``): as flit mode, to the 0.1 ns. Before, the store's
     node overhead kept its time and the other waited behind it (PE 4's store done at 37.6
     instead of 31.7, the read at 19.7 instead of 17.7)."""
-    from kbtrace.replay.fabric.fast import FastFabric
-    from kbtrace.replay.fabric.flit import FlitFabric
     from kbtrace.topology.model import PeCoord
-    from test_replay_fast import _fabric
     small = compile_topology(TOPO_DIR / "small.yaml")
     pe7, pe4 = (small.pe_node(PeCoord(0, 0, p), "dma").idx for p in (7, 4))
     mem = small.hbm_ctrl(PeCoord(0, 0, 0)).idx
-    for cls in (FlitFabric, FastFabric):
-        fab, _rec = _fabric(cls, small, tmp_path / cls.fidelity)
-        got: dict = {}
-        for op, src, dst, t in ((0, pe7, mem, 0.0), (1, *((mem, pe4) if read else (pe4, mem)),
-                                                     at)):
-            if t > fab.env.now:
-                fab.env.run(until=t)
-            fab.send(op, -1, src, dst, 128).callbacks.append(
-                lambda _e, op=op, fab=fab, got=got: got.__setitem__(op, fab.env.now))
-        fab.env.run()
-        assert got == pytest.approx(done, abs=1e-9), cls.fidelity
+    _same_in_both_modes(tmp_path, small, [(pe7, mem, 128, 0.0),
+                                          (*((mem, pe4) if read else (pe4, mem)), 128, at)], done)
 
 
 def test_single_flits_cross_a_link_in_arrival_order(tmp_path):
@@ -372,22 +379,11 @@ def test_a_moved_credit_is_still_served_after_a_head_that_arrives_first(tmp_path
     its, so the payload's head pushes it again. Before, the moved credit took the gap at its
     new time and the payload waited behind it (at 8.5: payload done at 18.75, credit at
     24.725, against 16.75 and 25.6625)."""
-    from kbtrace.replay.fabric.fast import FastFabric
-    from kbtrace.replay.fabric.flit import FlitFabric
     from kbtrace.topology.model import PeCoord
-    from test_replay_fast import _fabric
     small = compile_topology(TOPO_DIR / "small.yaml")
     dma = [small.pe_node(PeCoord(0, 0, p), "dma").idx for p in range(8)]
-    for cls in (FlitFabric, FastFabric):
-        fab, _rec = _fabric(cls, small, tmp_path / cls.fidelity)
-        got: dict = {}
-        for op, src, dst, nb, t in ((0, dma[0], dma[7], 16, 0.0), (1, dma[2], dma[3], 512, at)):
-            if t > fab.env.now:
-                fab.env.run(until=t)
-            fab.send(op, -1, src, dst, nb).callbacks.append(
-                lambda _e, op=op, fab=fab, got=got: got.__setitem__(op, fab.env.now))
-        fab.env.run()
-        assert got == pytest.approx(done, abs=1e-9), cls.fidelity
+    _same_in_both_modes(tmp_path, small, [(dma[0], dma[7], 16, 0.0), (dma[2], dma[3], 512, at)],
+                        done)
 
 
 @pytest.mark.parametrize("at, done", [(8.5, {0: 25.6625, 1: 21.025, 2: 16.75}),
@@ -402,23 +398,11 @@ def test_a_moved_credit_goes_before_a_credit_that_arrives_after_it_at_a_router(t
     at a mesh router as any moved head, ``heads.head_at`` -> ``serve_head``), pushing the
     second. Before, it took the gaps around the second's reservation: 2 ns late (27.6625 /
     28.4125), the second credit early (20.65) and, at 8.5, the payload 1.625 ns late."""
-    from kbtrace.replay.fabric.fast import FastFabric
-    from kbtrace.replay.fabric.flit import FlitFabric
     from kbtrace.topology.model import PeCoord
-    from test_replay_fast import _fabric
     small = compile_topology(TOPO_DIR / "small.yaml")
     dma = [small.pe_node(PeCoord(0, 0, p), "dma").idx for p in range(8)]
-    for cls in (FlitFabric, FastFabric):
-        fab, _rec = _fabric(cls, small, tmp_path / cls.fidelity)
-        got: dict = {}
-        for op, (a, b, nb), t in ((0, (0, 7, 16), 0.0), (1, (1, 2, 16), 3.5),
-                                  (2, (2, 3, 512), at)):
-            if t > fab.env.now:
-                fab.env.run(until=t)
-            fab.send(op, -1, dma[a], dma[b], nb).callbacks.append(
-                lambda _e, op=op, fab=fab, got=got: got.__setitem__(op, fab.env.now))
-        fab.env.run()
-        assert got == pytest.approx(done, abs=1e-9), cls.fidelity
+    _same_in_both_modes(tmp_path, small, [(dma[0], dma[7], 16, 0.0), (dma[1], dma[2], 16, 3.5),
+                                          (dma[2], dma[3], 512, at)], done)
 
 
 @pytest.mark.parametrize("first, second, at, done", [
@@ -434,19 +418,9 @@ def test_a_payloads_second_flit_waits_behind_heads_that_arrived_before_it(tmp_pa
     ``at`` ns later: ``heads.body_hold``) and after it (the payload PE 2 -> PE 3 at 0, the
     credit PE 3 -> PE 2 at 4.5 ns: ``heads._hold_bodies``). Before, the second flit passed: the
     payload 1 ns early (17.5, 18.0 and 8.25 ns)."""
-    from kbtrace.replay.fabric.fast import FastFabric
-    from kbtrace.replay.fabric.flit import FlitFabric
     from kbtrace.topology.model import PeCoord
-    from test_replay_fast import _fabric
     small = compile_topology(TOPO_DIR / "small.yaml")
     dma = [small.pe_node(PeCoord(0, 0, p), "dma").idx for p in range(8)]
-    for cls in (FlitFabric, FastFabric):
-        fab, _rec = _fabric(cls, small, tmp_path / cls.fidelity)
-        got: dict = {}
-        for op, (a, b, nb), t in ((0, first, 0.0), (1, second, at)):
-            if t > fab.env.now:
-                fab.env.run(until=t)
-            fab.send(op, -1, dma[a], dma[b], nb).callbacks.append(
-                lambda _e, op=op, fab=fab, got=got: got.__setitem__(op, fab.env.now))
-        fab.env.run()
-        assert got == pytest.approx(done, abs=1e-9), cls.fidelity
+    (a0, b0, nb0), (a1, b1, nb1) = first, second
+    _same_in_both_modes(tmp_path, small, [(dma[a0], dma[b0], nb0, 0.0),
+                                          (dma[a1], dma[b1], nb1, at)], done)
