@@ -24,16 +24,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from kbtrace.analysis.critpred import column_np as _np
+
 __all__ = ["critical_path", "critical_path_parts"]
 
 _OPS = ("SELECT op_id, sip, cube, pe, CAST(kind AS VARCHAR) AS kind, CAST(name AS VARCHAR) "
         "AS name, CAST(engine AS VARCHAR) AS engine, t_start_ns, t_end_ns FROM op_timing")
-
-
-def _np(t: pa.Table, name: str) -> np.ndarray:
-    col = t.column(name)
-    return (col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)).to_numpy(
-        zero_copy_only=False)
 
 
 def critical_path(con: Any) -> pa.Table:

@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 
 from kbtrace.analysis import islands
 
-__all__ = ["crit_pred", "crit_pred_parts", "Collect", "EDGES", "STREAM_ROWS"]
+__all__ = ["crit_pred", "crit_pred_parts", "Collect", "EDGES", "STREAM_ROWS", "column_np"]
 
 #: hop rows taken from DuckDB at a time
 STREAM_ROWS = 1 << 18
@@ -46,10 +46,12 @@ EDGES = ("ipcq", "dep", "resource", "program")
 _IPCQ, _DEP, _RESOURCE, _PROGRAM = range(4)
 
 
-def _np(t: pa.Table, name: str, dtype: Any) -> np.ndarray:
+def column_np(t: pa.Table, name: str, dtype: Any = None) -> np.ndarray:
+    """Column ``name`` of ``t`` as one numpy array (as ``dtype`` when given)."""
     col = t.column(name)
-    return (col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)).to_numpy(
-        zero_copy_only=False).astype(dtype, copy=False)
+    a = (col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)).to_numpy(
+        zero_copy_only=False)
+    return a if dtype is None else a.astype(dtype, copy=False)
 
 
 def crit_pred(con: Any) -> pa.Table:
@@ -61,9 +63,9 @@ def crit_pred_parts(con: Any, shared: dict[str, Any] | None = None) -> Iterator[
     """``crit_pred`` as one table (the twins' interface: tables, one here). ``shared``: where
     the island twins' scan may have left the resources' hops (``Collect``)."""
     ot = con.sql("SELECT op_id, t_end_ns, launch, program, seq FROM op_timing").to_arrow_table()
-    ids = _np(ot, "op_id", np.int64)
+    ids = column_np(ot, "op_id", np.int64)
     o = np.argsort(ids, kind="stable")
-    ids_s, t_end_s = ids[o], _np(ot, "t_end_ns", np.float64)[o]
+    ids_s, t_end_s = ids[o], column_np(ot, "t_end_ns", np.float64)[o]
     del o
     # each candidate as (op, predecessor) positions in op_timing by op_id (both ends must
     # be there: the SQL's joins), so a position order is the op_id order
@@ -124,8 +126,8 @@ def _lookup(ids_s: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _program(ot: pa.Table, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     """The previous op of each op's program (``lag(op_id) OVER (PARTITION BY launch,
     program ORDER BY seq)``)."""
-    launch, prog = _np(ot, "launch", np.int64), _np(ot, "program", np.int64)
-    o = np.lexsort((_np(ot, "seq", np.int64), prog, launch))
+    launch, prog = column_np(ot, "launch", np.int64), column_np(ot, "program", np.int64)
+    o = np.lexsort((column_np(ot, "seq", np.int64), prog, launch))
     launch, prog, s_ids = launch[o], prog[o], ids[o]
     same = (launch[1:] == launch[:-1]) & (prog[1:] == prog[:-1])
     return s_ids[1:][same], s_ids[:-1][same], _PROGRAM
@@ -138,12 +140,12 @@ def _trace(con: Any) -> list[tuple[np.ndarray, np.ndarray, int]]:
     vals = pc.list_flatten(lists)
     parent = pc.list_parent_indices(lists).to_numpy()
     ok = vals.is_valid().to_numpy(zero_copy_only=False)
-    dep_x = _np(deps, "op_id", np.int64)[parent[ok]]
+    dep_x = column_np(deps, "op_id", np.int64)[parent[ok]]
     dep_p = vals.filter(pa.array(ok)).to_numpy(zero_copy_only=False).astype(np.int64)
     recv = con.sql("SELECT op_id, match_op_id FROM ops WHERE kind = 'recv' "
                    "AND match_op_id IS NOT NULL").to_arrow_table()
-    return [(dep_x, dep_p, _DEP), (_np(recv, "op_id", np.int64),
-                                   _np(recv, "match_op_id", np.int64), _IPCQ)]
+    return [(dep_x, dep_p, _DEP), (column_np(recv, "op_id", np.int64),
+                                   column_np(recv, "match_op_id", np.int64), _IPCQ)]
 
 
 _LEAF = np.dtype([("k", "<i8"), ("t", "<f8"), ("op", "<i8")])
@@ -162,7 +164,7 @@ class Collect:
         self.con = con
         ri = con.sql(f"SELECT DISTINCT {islands.RESOURCE_KEY} AS k FROM hops "
                      "WHERE queue_ns > 0 ORDER BY k").to_arrow_table()
-        self.keys = _np(ri, "k", np.int64) if ri.num_rows else np.zeros(0, np.int64)
+        self.keys = column_np(ri, "k", np.int64) if ri.num_rows else np.zeros(0, np.int64)
         base = islands._temp_base(con)
         self.leaves = islands.Parts(self.keys, 0, base, _LEAF)
         self.queries = islands.Parts(self.keys, 0, base, _QUERY)
