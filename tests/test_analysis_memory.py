@@ -52,3 +52,33 @@ def test_a_bad_memory_limit_is_one_usage_line(run_dir, monkeypatch):
     with pytest.raises(UsageError, match=r"^KBTRACE_DUCKDB_MEMORY='lots' is not a memory size; "
                                          r"use e.g. 1GB or 512MB$"):
         open_run(run_dir)
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(ln.split()[1]) for ln in f if ln.startswith("VmRSS:")) / 1024
+
+
+def test_release_cache_hands_back_what_a_finished_query_kept(run_dir, monkeypatch):
+    """DuckDB keeps a finished sort's memory (outside ``duckdb_memory()``) until its limit is
+    set again: ``release_cache`` sets the limit ``open_run`` chose (not the environment's now),
+    keeps the connection's tables, and does nothing on a sandboxed run."""
+    from kbtrace.analysis._memory import release_cache
+
+    monkeypatch.setenv(MEMORY_ENV, "2GB")
+    with open_run(run_dir) as r:
+        monkeypatch.setenv(MEMORY_ENV, "1GB")
+        r.con.execute("CREATE TEMP TABLE keep AS SELECT 42 AS x")
+        before = _rss_mib()
+        for _ in r.con.sql("SELECT i, i::VARCHAR AS s FROM range(2000000) t(i) "
+                           "ORDER BY hash(i)").to_arrow_reader(1 << 16):
+            pass
+        held = _rss_mib() - before
+        release_cache(r.con)
+        assert held > 60 and _rss_mib() - before < held - 60     # ~150 -> ~40 MiB
+        assert r.con.sql("SELECT current_setting('memory_limit'), (SELECT x FROM keep)"
+                         ).fetchall() == [("1.8 GiB", 42)]
+    with open_run(run_dir, sandbox=True) as r:     # (opened under 1GB)
+        release_cache(r.con)        # its configuration is locked: nothing, no error
+        assert r.con.sql("SELECT current_setting('memory_limit')").fetchall() == [
+            ("953.6 MiB",)]

@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 
 from kbtrace._io import release_memory
 from kbtrace.analysis import critpath, critpred, islands, utilwindows
+from kbtrace.analysis._memory import release_cache
 from kbtrace.analysis.sqllib import view_docs
 from kbtrace.errors import AnalysisError
 
@@ -112,6 +113,7 @@ def _materialize(run: Any, views: tuple[str, ...], twins: bool) -> None:
                 run.con.execute(f"CREATE OR REPLACE TEMP TABLE _m_{v} AS SELECT * FROM {v}"
                                 + (" ORDER BY ALL" if safe else ""))
             run.con.execute(f"CREATE OR REPLACE VIEW {v} AS SELECT * FROM {src}")
+            release_cache(run.con)      # the memory DuckDB kept from computing it
             if twin is not None:
                 release_memory()    # the twin's numpy and Arrow buffers, before the next view
             _log.debug(f"{run.path.name}: view {v} materialised in "

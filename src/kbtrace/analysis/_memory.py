@@ -10,6 +10,12 @@ either way: issue 22's target 3 is <= 1.3x per 10x ops), for ~3 CPU s more of sp
 (``_crit_pred`` 9.1-10.9 -> 12.6 s; 2026-11-26). The spill directory is the caller's (``open_run``
 creates it and ``Run.close`` removes it), so DuckDB never writes its default ``.tmp`` into
 the user's directory.
+
+DuckDB keeps the memory a finished query used (its sorts, hash tables) for later queries,
+outside its own accounting (``duckdb_memory()`` shows ~0), until the memory limit is set
+again: ``release_cache`` sets it to the same value, which hands it back (the timeline's sort
+of a million ops: +150 MiB held after the query, +0 after). The report and the timeline call
+it after their large queries, before numpy and matplotlib allocate on top.
 """
 
 from __future__ import annotations
@@ -21,23 +27,41 @@ import duckdb
 
 from kbtrace.errors import UsageError
 
-__all__ = ["DUCKDB_MEMORY", "MEMORY_ENV", "limit_memory"]
+__all__ = ["DUCKDB_MEMORY", "MEMORY_ENV", "limit_memory", "release_cache"]
 
 DUCKDB_MEMORY = "512MB"
 MEMORY_ENV = "KBTRACE_DUCKDB_MEMORY"
+_VAR = "kbtrace_memory_limit"
 
 
 def _q(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def _limit() -> str:
+    return os.environ.get(MEMORY_ENV) or DUCKDB_MEMORY
+
+
 def limit_memory(con: duckdb.DuckDBPyConnection, spill: Path) -> None:
     """``DUCKDB_MEMORY`` (or ``$KBTRACE_DUCKDB_MEMORY``) as ``con``'s memory limit, spilling
     to ``spill``; a bad value is one ``UsageError`` line."""
-    limit = os.environ.get(MEMORY_ENV) or DUCKDB_MEMORY
+    limit = _limit()
     try:
         con.execute(f"SET memory_limit = {_q(limit)}")
     except duckdb.Error:
         raise UsageError(f"{MEMORY_ENV}={limit!r} is not a memory size; use e.g. 1GB or "
                          "512MB") from None
     con.execute(f"SET temp_directory = {_q(str(spill))}")
+    con.execute(f"SET VARIABLE {_VAR} = {_q(limit)}")     # for release_cache
+
+
+def release_cache(con: duckdb.DuckDBPyConnection) -> None:
+    """Hand back the memory DuckDB keeps from finished queries (see the module docstring):
+    the memory limit ``limit_memory`` set, set again. Nothing on a connection it did not set
+    up, or whose configuration is locked (a sandboxed run)."""
+    try:
+        limit = con.sql(f"SELECT getvariable({_q(_VAR)})").fetchall()[0][0]
+        if limit is not None:
+            con.execute(f"SET memory_limit = {_q(limit)}")
+    except duckdb.Error:
+        pass

@@ -8,6 +8,8 @@ from typing import Any, cast
 import polars as pl
 import pyarrow as pa
 
+from kbtrace.analysis._memory import release_cache
+
 __all__ = ["summary_frame", "headline", "roofline", "roofline_total", "stage_totals", "stage_wide", "top_hotspots", "critical_path_by_kind",
            "node_util_by_kind", "top_links", "pe_overlap", "pe_segments", "pe_segment_batches", "first_pes", "n_pes", "mesh_util",
            "link_mesh_util", "util_windows", "report_frames"]
@@ -168,6 +170,7 @@ def pe_segment_batches(run: Any, max_pes: int | None = None,
         try:
             batch = reader.read_next_batch()
         except StopIteration:
+            release_cache(run.con)      # the sort's memory, before the image is drawn
             return
         except (duckdb.Error, pa.ArrowException) as exc:   # a page read mid-stream
             raise run.error(exc) from exc

@@ -59,8 +59,10 @@ from typing import Any
 import numpy as np
 
 from kbtrace._io import atomic_path
+from kbtrace.analysis._memory import release_cache
 from kbtrace.analysis._perfetto_fabric import fabric_slices
 from kbtrace.analysis._perfetto_ops import Encoded, counter_steps, op_slices
+from kbtrace.analysis._perfetto_rows import cross_engine_deps, op_rows
 
 __all__ = ["export_perfetto", "trace_events", "us", "MAX_FABRIC_SLICES", "MAX_FLOWS",
            "MAX_COUNTER_EVENTS"]
@@ -133,6 +135,17 @@ def _clamp(t: int, lo: int, hi: int) -> int:
 
 
 _BATCH = 16_384      # rows fetched from DuckDB at a time, events encoded at a time
+#: the op slices' rows: every op_timing row by engine, then start (``_perfetto_rows.op_rows``
+#: gives the same rows from a single run's file)
+OPS_QUERY = ("SELECT t.op_id, t.launch, t.program, t.seq, CAST(t.kind AS VARCHAR) AS kind, "
+             "CAST(t.name AS VARCHAR) AS name, CAST(t.engine AS VARCHAR) AS engine, "
+             "t.t_start_ns, t.t_end_ns, t.queue_ns, t.nbytes FROM op_timing t "
+             "ORDER BY engine, t_start_ns, t_end_ns DESC, op_id")
+#: the dependencies whose producer ran on another engine (``_perfetto_rows.cross_engine_deps``
+#: counts them and gives the first ones from a single run's files)
+DEPS_QUERY = ("SELECT d.dep, d.op_id FROM (SELECT op_id, unnest(deps) AS dep FROM ops) d "
+              "JOIN op_timing a ON a.op_id = d.dep JOIN op_timing b ON b.op_id = d.op_id "
+              "WHERE a.engine <> b.engine")
 
 
 def _arrow_batches(run: Any, query: str, rows: int = _BATCH) -> Iterator[Any]:
@@ -140,6 +153,7 @@ def _arrow_batches(run: Any, query: str, rows: int = _BATCH) -> Iterator[Any]:
     rel = run._relation(query)
     try:
         yield from rel.to_arrow_reader(rows)
+        release_cache(run.con)      # what the query held, before the next part's arrays
     except Exception as exc:  # duckdb.Error, raised as the Run names it
         import duckdb
         if isinstance(exc, duckdb.Error):
@@ -250,11 +264,9 @@ def _stream(run: Any, info: dict[str, Any], tracks: _Tracks):
     if top is not None and top >= 0:    # room for every op at once (doubling held up to 2x
         slot._grow(int(top))            # the ops' rows, and a copy while it grew)
     split = functools.cache(_split)        # a few hundred engines and nodes, 1 M+ calls
-    yield from op_slices(_arrow_batches(
-        run, "SELECT t.op_id, t.launch, t.program, t.seq, CAST(t.kind AS VARCHAR) AS kind, "
-             "CAST(t.name AS VARCHAR) AS name, CAST(t.engine AS VARCHAR) AS engine, "
-             "t.t_start_ns, t.t_end_ns, t.queue_ns, t.nbytes FROM op_timing t "
-             "ORDER BY engine, t_start_ns, t_end_ns DESC, op_id", 1 << 16), tracks, slot, split)
+    ops = op_rows(run, 1 << 16)         # (numpy, from a single run's file; else the SQL)
+    yield from op_slices(ops if ops is not None else _arrow_batches(run, OPS_QUERY, 1 << 16),
+                         tracks, slot, split)
     # fabric: link hops and HBM accesses, each a slice on its link's / controller's track
     n_fabric, cut = _fabric_cut(run)
     chains: dict[tuple[int, int], list[tuple[int, int, int, int]]] = defaultdict(list)
@@ -435,11 +447,15 @@ def _flows(run: Any, slot: _Slots,
                 yield ev
     # every dependency row joins two op_timing rows, so both ops have a slice: the rows
     # past the MAX_FLOWS already drawn are only counted
-    deps_q = ("SELECT d.dep, d.op_id FROM (SELECT op_id, unnest(deps) AS dep FROM ops) d "
-              "JOIN op_timing a ON a.op_id = d.dep JOIN op_timing b ON b.op_id = d.op_id "
-              "WHERE a.engine <> b.engine")
-    n_deps = int(run.sql(f"SELECT count(*) AS n FROM ({deps_q})").item())
-    for src, dst_op in _batches(run, f"{deps_q} ORDER BY 1, 2 LIMIT {max(0, MAX_FLOWS - n)}"):
+    limit = max(0, MAX_FLOWS - n)
+    deps = cross_engine_deps(run, limit)    # (numpy, from a single run's files; else the SQL)
+    if deps is None:
+        n_deps = int(run.sql(f"SELECT count(*) AS n FROM ({DEPS_QUERY})").item())
+        pairs: Iterator[tuple[Any, ...]] = _batches(run, f"{DEPS_QUERY} ORDER BY 1, 2 LIMIT {limit}")
+    else:
+        n_deps, first_dep, first_op = deps
+        pairs = zip(first_dep.tolist(), first_op.tolist(), strict=True)
+    for src, dst_op in pairs:
         if src not in slot or dst_op not in slot:
             continue
         n += 1
