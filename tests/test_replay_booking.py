@@ -20,10 +20,10 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 _CHILD = """
 import json, resource
 resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
-from kbtrace.replay.fabric.booking import fit_rate
-lt, lr = [467246.3, 467305.3], [0.5423728813559322, 0.0]
-got = fit_rate(lt, lr, 467267.1, 467287.89999999997, 1.0, 15.0, 467300.89999999997, 1.0, 16.0)
-print(json.dumps({"got": got, "lt": lt, "lr": lr}))
+from kbtrace.replay.fabric.booking import fit_rate, steps_of
+ln = steps_of([467246.3, 467305.3], [0.5423728813559322, 0.0])
+got = fit_rate(ln, 467267.1, 467287.89999999997, 1.0, 15.0, 467300.89999999997, 1.0, 16.0)
+print(json.dumps({"got": got, "lt": ln.times(), "lr": ln.shares()}))
 """
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from kbtrace.replay.fabric.booking import take_rate, unbook
+from kbtrace.replay.fabric.booking import Steps, steps_of, take_rate, unbook
 from kbtrace.replay.fabric.fair import coarse
 from kbtrace.replay.fabric.fifo import share_fifo
 from kbtrace.replay.recorder import _COLS
@@ -22,29 +22,29 @@ def test_fifo_shares_in_proportion_to_arrival_after_the_backlog():
     """A arrived over [0, 10] at the full rate, 5 of it served alone by t = 5; B arrives over
     [5, 15]. From 5 on twice the link's rate arrives: each gets half, A's last work (arrived
     at 10) leaves at 15, then B alone at the full rate until 20."""
-    lt, lr = [], []
-    res = share_fifo(lt, lr, 5.0, [[[(0.0, 10.0, 1.0)], 10.0, 5.0, 0.0],
+    ln = Steps()
+    res = share_fifo(ln, 5.0, [[[(0.0, 10.0, 1.0)], 10.0, 5.0, 0.0],
                                    [[(5.0, 15.0, 1.0)], 10.0, 0.0, 1.0]])
     assert res == [([(5.0, 15.0, 0.5)], 15.0, -1.0),
                    ([(5.0, 15.0, 0.5), (15.0, 20.0, 1.0)], 20.0, 7.0)]
-    assert (lt, lr) == ([5.0, 15.0, 20.0], [1.0, 1.0, 0.0])     # booked: the link full
+    assert (ln.times(), ln.shares()) == ([5.0, 15.0, 20.0], [1.0, 1.0, 0.0])     # booked: the link full
 
 
 def test_a_backlog_is_served_with_what_the_link_spares():
-    lt, lr = [], []      # twice the link's rate for 10 ns: it queues, the link full until 20
-    assert share_fifo(lt, lr, 0.0, [[[(0.0, 10.0, 2.0)], 20.0, 0.0, 0.0]]) == \
+    ln = Steps()      # twice the link's rate for 10 ns: it queues, the link full until 20
+    assert share_fifo(ln, 0.0, [[[(0.0, 10.0, 2.0)], 20.0, 0.0, 0.0]]) == \
         [([(0.0, 20.0, 1.0)], 20.0, -1.0)]
-    lt, lr = [0.0, 10.0], [0.5, 0.0]     # half of it booked until 10: 5 served by then
-    assert share_fifo(lt, lr, 0.0, [[[(0.0, 10.0, 2.0)], 20.0, 0.0, 0.0]]) == \
+    ln = steps_of([0.0, 10.0], [0.5, 0.0])     # half of it booked until 10: 5 served by then
+    assert share_fifo(ln, 0.0, [[[(0.0, 10.0, 2.0)], 20.0, 0.0, 0.0]]) == \
         [([(0.0, 10.0, 0.5), (10.0, 25.0, 1.0)], 25.0, -1.0)]
-    assert (lt, lr) == ([0.0, 10.0, 25.0], [1.0, 1.0, 0.0])
+    assert (ln.times(), ln.shares()) == ([0.0, 10.0, 25.0], [1.0, 1.0, 0.0])
 
 
 def test_unbook_gives_back_the_rest_and_returns_what_was_served():
-    lt, lr = [], []
-    assert take_rate(lt, lr, 0.0, 10.0, 10.0)
-    assert unbook(lt, lr, [(0.0, 10.0, 1.0)], 4.0) == 4.0
-    assert (lt, lr) == ([0.0, 4.0], [1.0, 0.0])
+    ln = Steps()
+    assert take_rate(ln, 0.0, 10.0, 10.0)
+    assert unbook(ln, [(0.0, 10.0, 1.0)], 4.0) == 4.0
+    assert (ln.times(), ln.shares()) == ([0.0, 4.0], [1.0, 0.0])
 
 
 def test_coarse_keeps_span_and_work():
@@ -135,8 +135,8 @@ def test_fifo_ends_when_what_waits_is_below_the_clock_resolution():
     """At t ~ 1e8 ns one ulp is ~1.5e-8 ns: a backlog of 2.5e-11 ns of work must still be
     served (in one tick), not loop (as fit_rate once did, issue 22)."""
     t0 = 1.0e8
-    lt, lr = [t0 - 10.0, t0 + 1e-6], [0.5, 0.0]
-    (pcs, end, _h), = share_fifo(lt, lr, t0, [[[(t0 - 10.0, t0, 1.0)], 10.0, 10.0 - 2.5e-11,
+    ln = steps_of([t0 - 10.0, t0 + 1e-6], [0.5, 0.0])
+    (pcs, end, _h), = share_fifo(ln, t0, [[[(t0 - 10.0, t0, 1.0)], 10.0, 10.0 - 2.5e-11,
                                                 0.0]])
     assert t0 <= end <= t0 + 1e-6
     assert sum(r * (b - a) for a, b, r in pcs) == pytest.approx(2.5e-11, abs=1e-7)

@@ -25,48 +25,55 @@ from types import SimpleNamespace
 import pytest
 
 from kbtrace.replay import ReplayOptions, replay
-from kbtrace.replay.fabric.booking import fit_rate, serve, take_rate
+from kbtrace.replay.fabric.booking import (
+    Spans,
+    Steps,
+    fit_rate,
+    serve,
+    spans_of,
+    steps_of,
+    take_rate,
+)
 from kbtrace.replay.hbm import HbmController
 from kbtrace.topology import compile_topology
 from test_replay_util import TOPO_DIR, SynthTrace, hbm, load
 
 
 def test_link_shares_overlap_until_the_bandwidth_is_used():
-    lt: list[float] = []
-    lr: list[float] = []
-    assert take_rate(lt, lr, 0.0, 16.0, 4.0)          # busy 4 ns over 16: a quarter
-    assert take_rate(lt, lr, 2.0, 10.0, 4.0)          # half more from 2 to 10
-    assert (lt, lr) == ([0.0, 2.0, 10.0, 16.0], [0.25, 0.75, 0.25, 0.0])
-    assert not take_rate(lt, lr, 4.0, 8.0, 4.0)       # all of it: only a quarter to spare
-    assert (lt, lr) == ([0.0, 2.0, 10.0, 16.0], [0.25, 0.75, 0.25, 0.0])
-    assert take_rate(lt, lr, 12.0, 16.0, 3.0)         # three quarters: exactly what is left
-    assert (lt, lr) == ([0.0, 2.0, 10.0, 12.0, 16.0], [0.25, 0.75, 0.25, 1.0, 0.0])
-    assert take_rate(lt, lr, 16.0, 20.0, 4.0)         # free after the last booking
-    assert (lt[-3:], lr[-3:]) == ([16.0, 16.0, 20.0], [0.0, 1.0, 0.0])
+    ln = Steps()
+    assert take_rate(ln, 0.0, 16.0, 4.0)          # busy 4 ns over 16: a quarter
+    assert take_rate(ln, 2.0, 10.0, 4.0)          # half more from 2 to 10
+    assert (ln.times(), ln.shares()) == ([0.0, 2.0, 10.0, 16.0], [0.25, 0.75, 0.25, 0.0])
+    assert not take_rate(ln, 4.0, 8.0, 4.0)       # all of it: only a quarter to spare
+    assert (ln.times(), ln.shares()) == ([0.0, 2.0, 10.0, 16.0], [0.25, 0.75, 0.25, 0.0])
+    assert take_rate(ln, 12.0, 16.0, 3.0)         # three quarters: exactly what is left
+    assert (ln.times(), ln.shares()) == ([0.0, 2.0, 10.0, 12.0, 16.0], [0.25, 0.75, 0.25, 1.0, 0.0])
+    assert take_rate(ln, 16.0, 20.0, 4.0)         # free after the last booking
+    assert (ln.times()[-3:], ln.shares()[-3:]) == ([16.0, 16.0, 20.0], [0.0, 1.0, 0.0])
 
 
 def test_a_stream_gets_what_the_link_has_to_spare():
-    lt, lr = [0.0, 2.0, 10.0, 16.0], [0.25, 0.75, 0.25, 0.0]
+    ln = steps_of([0.0, 2.0, 10.0, 16.0], [0.25, 0.75, 0.25, 0.0])
     # alone it would cross in [4, 8] at the link's full rate (head 1 ns, body 3, last 1)
-    start, head, tail = fit_rate(lt, lr, 0.0, 4.0, 1.0, 3.0, 0.0, 1.0, 4.0)
+    start, head, tail = fit_rate(ln, 0.0, 4.0, 1.0, 3.0, 0.0, 1.0, 4.0)
     # a quarter to spare until 10 (1.5 ns of work), then three quarters: 2.5 ns more by 40/3
     assert start == 4.0                                # served at once, slower
     assert head == pytest.approx(8.0)                  # 1 ns of work at a quarter
     assert tail == pytest.approx(40 / 3)
-    assert lt == pytest.approx([0.0, 2.0, 4.0, 10.0, 40 / 3, 16.0])
-    assert lr == pytest.approx([0.25, 0.75, 1.0, 1.0, 0.25, 0.0])   # never over 1
+    assert ln.times() == pytest.approx([0.0, 2.0, 4.0, 10.0, 40 / 3, 16.0])
+    assert ln.shares() == pytest.approx([0.25, 0.75, 1.0, 1.0, 0.25, 0.0])   # never over 1
     # free: the closed form, booking the share its input allows
-    lt, lr = [], []
-    assert fit_rate(lt, lr, 0.0, 4.0, 1.0, 3.0, 12.0, 1.0, 4.0) == (4.0, 5.0, 13.0)
-    assert (lt, lr) == ([4.0, 13.0], [4.0 / 9.0, 0.0])
+    ln = Steps()
+    assert fit_rate(ln, 0.0, 4.0, 1.0, 3.0, 12.0, 1.0, 4.0) == (4.0, 5.0, 13.0)
+    assert (ln.times(), ln.shares()) == ([4.0, 13.0], [4.0 / 9.0, 0.0])
 
 
 def test_node_overhead_uses_gaps_shorter_than_itself():
-    iv = [10.0, 18.0]
+    iv = spans_of([10.0, 18.0])
     assert serve(iv, 0.0, 6.0, 8.0) == 22.0           # 4 ns before 10, 4 after 18
-    assert iv == [6.0, 10.0, 10.0, 18.0, 18.0, 22.0]
+    assert iv.tolist() == [6.0, 10.0, 10.0, 18.0, 18.0, 22.0]
     assert serve(iv, 0.0, 30.0, 2.0) == 32.0
-    assert serve([], 0.0, 1.0, 2.0) == 3.0
+    assert serve(Spans(), 0.0, 1.0, 2.0) == 3.0
 
 
 def _controller(fast: bool) -> HbmController:
@@ -218,10 +225,10 @@ def test_a_stream_that_finds_the_link_taken_queues_until_it_has_bandwidth():
     ``queue_ns``), so its busy window holds all of its service: found by the replay fuzz test,
     where a head delayed by slower service made the window start too late and the busy-window
     check saw the link over 100%."""
-    lt, lr = [0.0, 10.0], [1.0, 0.0]
-    assert fit_rate(lt, lr, 0.0, 2.0, 1.0, 3.0, 0.0, 1.0, 4.0) == (10.0, 11.0, 14.0)
-    lt, lr = [0.0, 1.0, 3.0, 20.0], [1.0, 0.5, 1.0, 0.0]
-    start, head, tail = fit_rate(lt, lr, 0.0, 0.5, 1.0, 1.0, 0.0, 1.0, 2.0)
+    ln = steps_of([0.0, 10.0], [1.0, 0.0])
+    assert fit_rate(ln, 0.0, 2.0, 1.0, 3.0, 0.0, 1.0, 4.0) == (10.0, 11.0, 14.0)
+    ln = steps_of([0.0, 1.0, 3.0, 20.0], [1.0, 0.5, 1.0, 0.0])
+    start, head, tail = fit_rate(ln, 0.0, 0.5, 1.0, 1.0, 0.0, 1.0, 2.0)
     assert (start, head, tail) == (1.0, 3.0, 21.0)     # half speed on [1, 3], then after 20
 
 
@@ -230,29 +237,29 @@ def test_a_gap_short_by_rounding_still_holds_its_reservation():
     hop), which differ in the last bits. A gap short of an overhead by such an error holds it
     (the reservation is clipped to the gap) instead of costing a whole further wait, so the
     two ways agree (found by the stretch-vs-hop-by-hop property test: 2 ns apart)."""
-    iv = [10.0, 12.0]
+    iv = spans_of([10.0, 12.0])
     end = serve(iv, 0.0, 8.000000000000004, 2.0)       # the gap [8.0..04, 10] is 2 - 4e-15
-    assert end == 10.000000000000004 and iv == [8.000000000000004, 10.0, 10.0, 12.0]
-    lt, lr = [0.0, 10.0 + 1e-14, 20.0], [0.5, 1.0, 0.0]
-    assert take_rate(lt, lr, 2.0, 10.0, 4.0)           # half of [2, 10]: up to the full part
-    assert (lt, lr) == ([0.0, 2.0, 10.0 + 1e-14, 20.0], [0.5, 1.0, 1.0, 0.0])
-    lt, lr = [0.0, 5.0, 10.0 - 1e-14], [1.0, 1.0, 0.0]  # a sliver of bandwidth before 10
-    assert fit_rate(lt, lr, 0.0, 2.0, 1.0, 1.0, 0.0, 1.0, 2.0)[0] == 10.0 - 1e-14
+    assert end == 10.000000000000004 and iv.tolist() == [8.000000000000004, 10.0, 10.0, 12.0]
+    ln = steps_of([0.0, 10.0 + 1e-14, 20.0], [0.5, 1.0, 0.0])
+    assert take_rate(ln, 2.0, 10.0, 4.0)           # half of [2, 10]: up to the full part
+    assert (ln.times(), ln.shares()) == ([0.0, 2.0, 10.0 + 1e-14, 20.0], [0.5, 1.0, 1.0, 0.0])
+    ln = steps_of([0.0, 5.0, 10.0 - 1e-14], [1.0, 1.0, 0.0])  # a sliver of bandwidth before 10
+    assert fit_rate(ln, 0.0, 2.0, 1.0, 1.0, 0.0, 1.0, 2.0)[0] == 10.0 - 1e-14
 
 
 def test_a_stream_held_back_catches_up_when_the_link_frees():
     """Work that waited is served as fast as the link spares, not only at the stream's share:
     the delay met on one link does not stay (nor grow on every further shared link: four PEs
     reading from small.yaml's diagonal cube were 94% late in fast mode, 2.3% now)."""
-    lt, lr = [0.0, 10.0], [1.0, 0.0]                  # taken whole until 10
+    ln = steps_of([0.0, 10.0], [1.0, 0.0])                  # taken whole until 10
     # half the link's rate (5 ns of work arriving over [0, 10]): all of it waits until 10,
     # then crosses at the full rate (at its share it would end at 20)
-    assert fit_rate(lt, lr, 0.0, 0.0, 1.0, 9.0, 0.0, 1.0, 5.0) == (10.0, 10.5, 15.0)
-    assert (lt, lr) == ([0.0, 10.0, 15.0], [1.0, 1.0, 0.0])
-    lt, lr = [0.0, 10.0], [0.5, 0.0]                  # half of it until 10
+    assert fit_rate(ln, 0.0, 0.0, 1.0, 9.0, 0.0, 1.0, 5.0) == (10.0, 10.5, 15.0)
+    assert (ln.times(), ln.shares()) == ([0.0, 10.0, 15.0], [1.0, 1.0, 0.0])
+    ln = steps_of([0.0, 10.0], [0.5, 0.0])                  # half of it until 10
     # 0.8 of the rate arriving, 0.5 served: 3 ns wait at 10, then served at the full rate
-    assert fit_rate(lt, lr, 0.0, 0.0, 1.0, 9.0, 0.0, 1.0, 8.0) == (0.0, 1.6, 13.0)
-    assert (lt, lr) == ([0.0, 10.0, 13.0], [1.0, 1.0, 0.0])
+    assert fit_rate(ln, 0.0, 0.0, 1.0, 9.0, 0.0, 1.0, 8.0) == (0.0, 1.6, 13.0)
+    assert (ln.times(), ln.shares()) == ([0.0, 10.0, 13.0], [1.0, 1.0, 0.0])
 
 
 def test_fast_fcfs_keeps_bookings_where_they_were_made(tmp_path):
@@ -352,19 +359,19 @@ def test_a_moved_credit_takes_the_gaps_and_pushes_no_one():
     with the PCIe switch overhead at 5.0 ns and 19,147 ns at 5.000001 (flit mode 11,881 at
     both), see ``test_llama_layer.test_llama_layer_default_is_stable``."""
     from kbtrace.replay.fabric.heads import head_at
-    niv = [10.0, 12.0, 13.0, 15.0]
+    niv = spans_of([10.0, 12.0, 13.0, 15.0])
     own: dict = {}
     fab = SimpleNamespace(node_own=[own], env=SimpleNamespace(now=0.0), push_depth=0, _f=None,
                           hbm={}, node_kind=["ucie"])   # (g comes from no HBM controller)
-    g_rt = SimpleNamespace(links=(0,), nodes=(0, 1), hops=((niv, 2.0, [], [], 1, 0.25, 0.0, 0.0,
+    g_rt = SimpleNamespace(links=(0,), nodes=(0, 1), hops=((niv, 2.0, Steps(), 0, 1, 0.25, 0.0, 0.0,
                                                             0.0),))
-    h_rt = SimpleNamespace(links=(0,), nodes=(0, 1), hops=((niv, 2.0, [], [], 0, 0.0, 0.0, 0.0,
+    h_rt = SimpleNamespace(links=(0,), nodes=(0, 1), hops=((niv, 2.0, Steps(), 0, 0, 0.0, 0.0, 0.0,
                                                             0.0),))
     g, h = _moved_flow(fab, g_rt, 1), _moved_flow(fab, h_rt, 2)
     own[10.0] = g
     own[13.0] = h
     assert head_at(fab, g, 0, 10.0, 12.5) == 16.5
-    assert niv == [12.5, 13.0, 13.0, 15.0, 15.0, 16.5]
+    assert niv.tolist() == [12.5, 13.0, 13.0, 15.0, 15.0, 16.5]
     assert own == {13.0: h}                 # h's reservation stands, still movable
 
 

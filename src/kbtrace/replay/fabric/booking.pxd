@@ -1,24 +1,84 @@
 # Types for the compiled twin of booking.py (Cython's pure-Python mode: this augmenting .pxd
-# types the functions and their locals; booking.py itself stays plain Python and is what
-# runs interpreted). setup.py copies it beside the generated _booking_c.py.
+# makes the booking state extension types whose values are typed views of their arrays (C
+# doubles, no Python float per value) and types the functions and their locals; booking.py
+# itself stays plain Python and is what runs interpreted). setup.py copies it beside the
+# generated _booking_c.py; fifo.pxd and routes.pxd cimport the classes from there.
 import cython
 
-@cython.locals(i=cython.Py_ssize_t, t=cython.double, nxt=cython.double, e=cython.double,
-               eps=cython.double)
-cpdef double serve(list iv, double now, double h, double work) except? -1.0
+@cython.final
+cdef class Spans:
+    cdef object _arr
+    cdef double[::1] v
+    cdef readonly Py_ssize_t n
+    cdef Py_ssize_t cap
+    @cython.locals(cap=cython.Py_ssize_t)
+    cdef _grow(self, Py_ssize_t need)
+    cpdef list tolist(self)
+    cpdef double at(self, Py_ssize_t i) except? -1.0
+    cpdef double last(self)
+    @cython.locals(n=cython.Py_ssize_t)
+    cpdef push(self, double s, double e)
+    @cython.locals(n=cython.Py_ssize_t, q=cython.Py_ssize_t)
+    cpdef insert2(self, Py_ssize_t i, double s, double e)
+    @cython.locals(n=cython.Py_ssize_t, q=cython.Py_ssize_t,
+                   d=cython.Py_ssize_t)
+    cpdef cut(self, Py_ssize_t i, Py_ssize_t j)
+    @cython.locals(lo=cython.Py_ssize_t, hi=cython.Py_ssize_t,
+                   mid=cython.Py_ssize_t)
+    cpdef Py_ssize_t bisect_right(self, double x) except -1
+    @cython.locals(lo=cython.Py_ssize_t, hi=cython.Py_ssize_t,
+                   mid=cython.Py_ssize_t)
+    cpdef Py_ssize_t bisect_left(self, double x) except -1
+    @cython.locals(k=cython.Py_ssize_t)
+    cpdef prune(self, double now)
+
+@cython.final
+cdef class Steps:
+    cdef object _at, _ar
+    cdef double[::1] t, r
+    cdef readonly Py_ssize_t n
+    cdef Py_ssize_t cap
+    @cython.locals(cap=cython.Py_ssize_t)
+    cdef _grow(self, Py_ssize_t need)
+    cpdef list times(self)
+    cpdef list shares(self)
+    @cython.locals(n=cython.Py_ssize_t)
+    cpdef push(self, double s, double r, double e)
+    @cython.locals(n=cython.Py_ssize_t,
+                   q=cython.Py_ssize_t)
+    cpdef insert(self, Py_ssize_t i, double x, double r)
+    @cython.locals(n=cython.Py_ssize_t,
+                   q=cython.Py_ssize_t, d=cython.Py_ssize_t)
+    cpdef cut(self, Py_ssize_t i, Py_ssize_t j)
+    @cython.locals(lo=cython.Py_ssize_t, hi=cython.Py_ssize_t,
+                   mid=cython.Py_ssize_t)
+    cpdef Py_ssize_t bisect_right(self, double x) except -1
+    @cython.locals(lo=cython.Py_ssize_t, hi=cython.Py_ssize_t,
+                   mid=cython.Py_ssize_t)
+    cpdef Py_ssize_t bisect_left(self, double x) except -1
+
+@cython.locals(iv=Spans, i=cython.Py_ssize_t)
+cpdef Spans spans_of(list values)
+
+@cython.locals(ln=Steps)
+cpdef Steps steps_of(list times, list shares)
+
+@cython.locals(n=cython.Py_ssize_t, i=cython.Py_ssize_t, t=cython.double,
+               nxt=cython.double, e=cython.double, eps=cython.double)
+cpdef double serve(Spans iv, double now, double h, double work) except? -1.0
+
+@cython.locals(n=cython.Py_ssize_t, i=cython.Py_ssize_t, x=cython.double)
+cpdef bint take(Spans iv, double s, double e) except -1
 
 @cython.locals(i=cython.Py_ssize_t)
-cpdef bint take(list iv, double s, double e) except -1
-
-@cython.locals(i=cython.Py_ssize_t)
-cpdef unreserve(list iv, double s)
+cpdef unreserve(Spans iv, double s)
 
 @cython.locals(r=cython.double, n=cython.Py_ssize_t, lim=cython.double, k=cython.Py_ssize_t,
                j=cython.Py_ssize_t, x=cython.double, q=cython.Py_ssize_t)
-cpdef bint take_rate(list lt, list lr, double s, double e, double busy) except -1
+cpdef bint take_rate(Steps ln, double s, double e, double busy) except -1
 
 @cython.locals(i=cython.Py_ssize_t, j=cython.Py_ssize_t, k=cython.Py_ssize_t, r=cython.double)
-cpdef add_shares(list lt, list lr, double s, double e, shares)
+cpdef add_shares(Steps ln, double s, double e, shares)
 
 @cython.locals(e=cython.double, rho=cython.double, n=cython.Py_ssize_t, k=cython.Py_ssize_t,
                t0=cython.double, done=cython.double, head_work=cython.double,
@@ -30,19 +90,19 @@ cpdef add_shares(list lt, list lr, double s, double e, shares)
                b0=cython.double, r0=cython.double, a=cython.double, b=cython.double,
                finished=cython.bint, pieces=list, booked=cython.double,
                rate_eps=cython.double, time_eps=cython.double, inf=cython.double)
-cpdef tuple fit_rate(list lt, list lr, double now, double h, double hd, double body,
+cpdef tuple fit_rate(Steps ln, double now, double h, double hd, double body,
                      double tail_at, double last, double busy, list out=*)
 
 @cython.locals(k=cython.Py_ssize_t)
-cpdef prune_rate(list lt, list lr, double now)
+cpdef prune_rate(Steps ln, double now)
 
 @cython.locals(i=cython.Py_ssize_t)
-cpdef double _snap(list lt, double x)
+cpdef double _snap(Steps ln, double x)
 
 @cython.locals(done=cython.double, a=cython.double, b=cython.double, r=cython.double,
                a2=cython.double, b2=cython.double)
-cpdef double unbook(list lt, list lr, list pieces, double t_from) except? -1.0
+cpdef double unbook(Steps ln, list pieces, double t_from) except? -1.0
 
 @cython.locals(i=cython.Py_ssize_t, j=cython.Py_ssize_t, k=cython.Py_ssize_t, x=cython.double,
                gap=cython.double, reps=cython.double, teps=cython.double)
-cpdef _tidy(list lt, list lr, double a, double b)
+cpdef _tidy(Steps ln, double a, double b)

@@ -1,169 +1,398 @@
-"""Fast mode's reservation arithmetic: pure functions on plain lists, no SimPy.
+"""Fast mode's reservation arithmetic: the booking state of nodes and links, and pure functions
+on it, no SimPy.
 
 A node's per-transaction overhead is an exclusive resource: its future busy intervals
-are a flat sorted list ``[s0, e0, s1, e1, ...]`` (``serve``, ``take``, ``unreserve``).
-A link's booked bandwidth is a step function: breakpoints ``lt`` and the share booked
-from each on ``lr`` (``take_rate``, ``fit_rate``, ``add_shares``, ``prune_rate``); streams
-that meet on a link give back what they booked (``unbook``) and are served together, first
-come, first served (``fifo.share_fifo``; ``fair``). ``FastFabric`` owns the lists; these
-functions only read and update them.
+are a flat sorted list ``[s0, e0, s1, e1, ...]`` (``Spans``; ``serve``, ``take``,
+``unreserve``). A link's booked bandwidth is a step function: breakpoints ``t`` and the share
+booked from each on ``r`` (``Steps``; ``take_rate``, ``fit_rate``, ``add_shares``,
+``prune_rate``); streams that meet on a link give back what they booked (``unbook``) and are
+served together, first come, first served (``fifo.share_fifo``; ``fair``). ``FastFabric``
+owns one ``Spans`` per node and one ``Steps`` per link; these functions read and update them.
+
+Both keep their values in growable arrays of C doubles (``array('d')``, with a typed view
+where compiled: ``booking.pxd``), not lists of Python floats: a read from HBM reserves ~36
+resources, and each reservation made two to four floats that pruning later freed (issue 22).
+The values, the order of the operations on them and so every result are the same either way.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from array import array
 from typing import Any
 
 from kbtrace.replay.intervals import TIME_EPS
-from kbtrace.replay.intervals import prune as _prune
 
-__all__ = ["RATE_EPS", "serve", "take", "unreserve", "take_rate", "add_shares",
-           "fit_rate", "prune_rate", "unbook"]
+__all__ = ["RATE_EPS", "Spans", "Steps", "spans_of", "steps_of", "serve", "take", "unreserve",
+           "take_rate", "add_shares", "fit_rate", "prune_rate", "unbook"]
 
 _INF = float("inf")
+_NEG_INF = float("-inf")
 
 
-def serve(iv: list[float], now: float, h: float, work: float) -> float:
+def _zeros(n: int) -> array:
+    return array("d", bytes(8 * n))
+
+
+class Spans:
+    """A node's future busy intervals: ``v[:n]`` is ``[s0, e0, s1, e1, ...]``, sorted,
+    disjoint (they may touch). ``v`` is a typed view of the array ``_arr`` where compiled
+    (the array itself where not); a full array is replaced by one twice as large (one with a
+    view on it cannot be resized). The methods index ``self.v`` rather than a local copy of
+    the view: compiled, each such copy is an atomic increment and decrement of the view's
+    count, which cost ~90% of an append."""
+    __slots__ = ("_arr", "v", "n", "cap")
+
+    def __init__(self, cap: int = 16) -> None:
+        self._arr = _zeros(cap)
+        self.v = self._arr
+        self.n = 0
+        self.cap = cap
+
+    def _grow(self, need: int) -> None:
+        cap = 2 * self.cap
+        while cap < need:
+            cap *= 2
+        new = _zeros(cap)
+        new[:self.n] = self._arr[:self.n]
+        self._arr = new
+        self.v = new
+        self.cap = cap
+
+    def tolist(self) -> list[float]:
+        return self._arr[:self.n].tolist()
+
+    def __len__(self) -> int:
+        return self.n
+
+    def at(self, i: int) -> float:
+        """``v[i]``, ``0 <= i < n``."""
+        return self.v[i]
+
+    def last(self) -> float:
+        """The end of the last reservation; -inf if there is none."""
+        return self.v[self.n - 1] if self.n else _NEG_INF
+
+    def push(self, s: float, e: float) -> None:
+        """Append the reservation ``[s, e]`` (after the last one)."""
+        n = self.n
+        if n + 2 > self.cap:
+            self._grow(n + 2)
+        self.v[n] = s
+        self.v[n + 1] = e
+        self.n = n + 2
+
+    def insert2(self, i: int, s: float, e: float) -> None:
+        """Insert ``s, e`` before ``v[i]``."""
+        n = self.n
+        if n + 2 > self.cap:
+            self._grow(n + 2)
+        q = n - 1
+        while q >= i:
+            self.v[q + 2] = self.v[q]
+            q -= 1
+        self.v[i] = s
+        self.v[i + 1] = e
+        self.n = n + 2
+
+    def cut(self, i: int, j: int) -> None:
+        """Delete ``v[i:j]`` (as ``del`` on a list: clipped to ``n``)."""
+        n = self.n
+        if j > n:
+            j = n
+        if i >= j:
+            return
+        d = j - i
+        q = j
+        while q < n:
+            self.v[q - d] = self.v[q]
+            q += 1
+        self.n = n - d
+
+    def bisect_right(self, x: float) -> int:
+        """``bisect.bisect_right(v[:n], x)``."""
+        lo = 0
+        hi = self.n
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if x < self.v[mid]:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def bisect_left(self, x: float) -> int:
+        """``bisect.bisect_left(v[:n], x)``."""
+        lo = 0
+        hi = self.n
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.v[mid] < x:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def prune(self, now: float) -> None:
+        """Drop the intervals that ended at or before ``now`` (they can block nothing;
+        ``intervals.prune``)."""
+        k = self.bisect_right(now)
+        self.cut(0, k - (k & 1))
+
+
+class Steps:
+    """A link's booked bandwidth, a step function: the share ``r[i]`` of the bandwidth is
+    booked from breakpoint ``t[i]`` to ``t[i + 1]`` (``i < n``; the last share is 0). ``t`` /
+    ``r`` are typed views of the arrays ``_at`` / ``_ar`` where compiled (the arrays
+    themselves where not), replaced by ones twice as large when full."""
+    __slots__ = ("_at", "_ar", "t", "r", "n", "cap")
+
+    def __init__(self, cap: int = 16) -> None:
+        self._at = _zeros(cap)
+        self._ar = _zeros(cap)
+        self.t = self._at
+        self.r = self._ar
+        self.n = 0
+        self.cap = cap
+
+    def _grow(self, need: int) -> None:
+        cap = 2 * self.cap
+        while cap < need:
+            cap *= 2
+        at = _zeros(cap)
+        ar = _zeros(cap)
+        at[:self.n] = self._at[:self.n]
+        ar[:self.n] = self._ar[:self.n]
+        self._at = at
+        self._ar = ar
+        self.t = at
+        self.r = ar
+        self.cap = cap
+
+    def times(self) -> list[float]:
+        return self._at[:self.n].tolist()
+
+    def shares(self) -> list[float]:
+        return self._ar[:self.n].tolist()
+
+    def __len__(self) -> int:
+        return self.n
+
+    def push(self, s: float, r: float, e: float) -> None:
+        """Book the share ``r`` from ``s`` to ``e``, after the last breakpoint (``<= s``)."""
+        n = self.n
+        if n + 2 > self.cap:
+            self._grow(n + 2)
+        self.t[n] = s
+        self.r[n] = r
+        self.t[n + 1] = e
+        self.r[n + 1] = 0.0
+        self.n = n + 2
+
+    def insert(self, i: int, x: float, r: float) -> None:
+        """Insert the breakpoint ``x`` with the share ``r`` from it on before ``t[i]``."""
+        n = self.n
+        if n + 1 > self.cap:
+            self._grow(n + 1)
+        q = n - 1
+        while q >= i:
+            self.t[q + 1] = self.t[q]
+            self.r[q + 1] = self.r[q]
+            q -= 1
+        self.t[i] = x
+        self.r[i] = r
+        self.n = n + 1
+
+    def cut(self, i: int, j: int) -> None:
+        """Delete breakpoints ``i`` to ``j - 1`` (clipped to ``n``)."""
+        n = self.n
+        if j > n:
+            j = n
+        if i >= j:
+            return
+        d = j - i
+        q = j
+        while q < n:
+            self.t[q - d] = self.t[q]
+            self.r[q - d] = self.r[q]
+            q += 1
+        self.n = n - d
+
+    def bisect_right(self, x: float) -> int:
+        """``bisect.bisect_right(t[:n], x)``."""
+        lo = 0
+        hi = self.n
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if x < self.t[mid]:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def bisect_left(self, x: float) -> int:
+        """``bisect.bisect_left(t[:n], x)``."""
+        lo = 0
+        hi = self.n
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.t[mid] < x:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+
+def spans_of(values: list[float]) -> Spans:
+    """A node's ``Spans`` holding ``values`` (``[s0, e0, s1, e1, ...]``)."""
+    iv = Spans()
+    for i in range(0, len(values), 2):
+        iv.push(values[i], values[i + 1])
+    return iv
+
+
+def steps_of(times: list[float], shares: list[float]) -> Steps:
+    """A link's ``Steps`` with the breakpoints ``times`` and the share from each on."""
+    ln = Steps()
+    for x, r in zip(times, shares, strict=True):
+        ln.insert(ln.n, x, r)
+    return ln
+
+
+def serve(iv: Spans, now: float, h: float, work: float) -> float:
     """Serve ``work`` ns on an exclusive resource (a node's overhead) from ``h`` on, in the
     gaps between its reservations, each as far as it goes (preemptive resume: what is
     booked keeps its times; a gap shorter than ``work`` is used, not skipped); reserve the
     pieces; return when the work is done."""
-    if not iv or iv[-1] <= h:
-        iv.append(h)
-        iv.append(h + work)
+    n = iv.n
+    if not n or iv.v[n - 1] <= h:
+        iv.push(h, h + work)
         return h + work
-    if iv[1] <= now:
-        _prune(iv, now)
-    i = bisect_right(iv, h)
+    if iv.v[1] <= now:
+        iv.prune(now)
+    i = iv.bisect_right(h)
     t = h
     if i & 1:             # inside a reservation: from its end
-        t = iv[i]
+        t = iv.v[i]
         i += 1
     eps = TIME_EPS          # (compiled: a C double in the loop)
     while True:
-        if i == len(iv):
-            iv.append(t)
-            iv.append(t + work)
+        if i == iv.n:
+            iv.push(t, t + work)
             return t + work
-        nxt = iv[i]
+        nxt = iv.v[i]
         if nxt - t >= work - eps:
             e = t + work
-            iv[i:i] = (t, e if e < nxt else nxt)
+            iv.insert2(i, t, e if e < nxt else nxt)
             return e
         if nxt - t > eps:           # (a sliver left by rounding serves nothing)
-            iv[i:i] = (t, nxt)
+            iv.insert2(i, t, nxt)
             work -= nxt - t
             i += 2
-        t = iv[i + 1]
+        t = iv.v[i + 1]
         i += 2
 
 
-def take(iv: list[float], s: float, e: float) -> bool:
+def take(iv: Spans, s: float, e: float) -> bool:
     """Reserve ``[s, e]`` in ``iv`` if it is free (after the last reservation, or a gap that
     holds it whole); False (nothing reserved) if not: ``FastFabric.send``'s test, inline
     there."""
-    if not iv or iv[-1] <= s:
-        iv.append(s)
-        iv.append(e)
+    n = iv.n
+    if not n or iv.v[n - 1] <= s:
+        iv.push(s, e)
         return True
-    i = bisect_right(iv, s)
-    if i & 1 or e > iv[i] + TIME_EPS:
+    i = iv.bisect_right(s)
+    if i & 1:
         return False
-    iv[i:i] = (s, e if e < iv[i] else iv[i])
+    x = iv.v[i]
+    if e > x + TIME_EPS:
+        return False
+    iv.insert2(i, s, e if e < x else x)
     return True
 
 
-def unreserve(iv: list[float], s: float) -> None:
+def unreserve(iv: Spans, s: float) -> None:
     """Remove the reservation starting at ``s`` (reservations have positive length)."""
-    i = bisect_left(iv, s)
+    i = iv.bisect_left(s)
     if i & 1:             # an interval ending exactly at s precedes it
         i += 1
-    del iv[i:i + 2]
+    iv.cut(i, i + 2)
 
 
 RATE_EPS = 1e-9   # bandwidth shares summing to 1 + RATE_EPS still fit (rounding of busy / span)
 
 
-def take_rate(lt: list[float], lr: list[float], s: float, e: float, busy: float) -> bool:
+def take_rate(ln: Steps, s: float, e: float, busy: float) -> bool:
     """Reserve a link's bandwidth share ``busy / (e - s)`` over ``[s, e)`` if every moment of
     it has that much to spare; False (nothing reserved) if not.
 
-    A link's reservations are a step function: ``lr[i]`` is the share of the bandwidth
-    booked from breakpoint ``lt[i]`` to ``lt[i + 1]`` (non-decreasing; the last share is
-    0). A transfer whose flits arrive slower than the link serves them (fed by a slower link
-    upstream) books only that share, so transfers that together fit the bandwidth overlap,
-    as their flits interleave in flit mode; a transfer the link itself limits books all of
-    it.
+    A link's reservations are a step function (``Steps``): ``r[i]`` is the share of the
+    bandwidth booked from breakpoint ``t[i]`` to ``t[i + 1]`` (non-decreasing; the last share
+    is 0). A transfer whose flits arrive slower than the link serves them (fed by a slower
+    link upstream) books only that share, so transfers that together fit the bandwidth
+    overlap, as their flits interleave in flit mode; a transfer the link itself limits books
+    all of it.
     """
     r = busy / (e - s)
     if r > 1.0:
         r = 1.0
-    n = len(lt)
-    if not n or lt[-1] <= s:            # free from s on
-        lt.append(s)
-        lr.append(r)
-        lt.append(e)
-        lr.append(0.0)
+    n = ln.n
+    if not n or ln.t[n - 1] <= s:       # free from s on
+        ln.push(s, r, e)
         return True
     lim = 1.0 + RATE_EPS - r
     # a breakpoint within TIME_EPS of s or e counts as at it (intervals.TIME_EPS)
-    k = bisect_right(lt, s + TIME_EPS) - 1
-    if k >= 0 and lt[k] >= s - TIME_EPS:
-        s = lt[k]
-    j = bisect_left(lt, e - TIME_EPS)
-    if j < n and lt[j] <= e + TIME_EPS:
-        e = lt[j]
+    k = ln.bisect_right(s + TIME_EPS) - 1
+    if k >= 0 and ln.t[k] >= s - TIME_EPS:
+        s = ln.t[k]
+    j = ln.bisect_left(e - TIME_EPS)
+    if j < n and ln.t[j] <= e + TIME_EPS:
+        e = ln.t[j]
     if k < 0:                           # before the first breakpoint (share 0 there)
         k = 0
     elif j == k + 1:                    # inside one segment (the common case)
-        x = lr[k]
+        x = ln.r[k]
         if x > lim:
             return False
-        if lt[k] == s:
-            lr[k] = x + r
-            if j == n or lt[j] != e:
-                lt.insert(j, e)
-                lr.insert(j, x)
-        elif j < n and lt[j] == e:
-            lt.insert(j, s)
-            lr.insert(j, x + r)
+        if ln.t[k] == s:
+            ln.r[k] = x + r
+            if j == n or ln.t[j] != e:
+                ln.insert(j, e, x)
+        elif j < n and ln.t[j] == e:
+            ln.insert(j, s, x + r)
         else:
-            lt[j:j] = (s, e)
-            lr[j:j] = (x + r, x)
+            ln.insert(j, e, x)
+            ln.insert(j, s, x + r)
         return True
     for q in range(k, j):
-        x = lr[q]           # (compiled: unboxed, compared as a C double)
+        x = ln.r[q]         # (compiled: a C double)
         if x > lim:
             return False
-    add_shares(lt, lr, s, e, (r,))
+    add_shares(ln, s, e, (r,))
     return True
 
 
-def add_shares(lt: list[float], lr: list[float], s: float, e: float,
-                shares: Any) -> None:
+def add_shares(ln: Steps, s: float, e: float, shares: Any) -> None:
     """Add ``shares`` over ``[s, e)``: one per segment of the step function there, in order
     (a breakpoint is inserted at ``s`` and ``e`` unless one is there; a single value is
     added to every segment)."""
-    j = bisect_left(lt, e)
-    if j == len(lt) or lt[j] != e:
-        lt.insert(j, e)
-        lr.insert(j, lr[j - 1] if j else 0.0)
-    i = bisect_right(lt, s) - 1
-    if i < 0 or lt[i] != s:
+    j = ln.bisect_left(e)
+    if j == ln.n or ln.t[j] != e:
+        ln.insert(j, e, ln.r[j - 1] if j else 0.0)
+    i = ln.bisect_right(s) - 1
+    if i < 0 or ln.t[i] != s:
         i += 1
-        lt.insert(i, s)
-        lr.insert(i, lr[i - 1] if i else 0.0)
+        ln.insert(i, s, ln.r[i - 1] if i else 0.0)
         j += 1
     if len(shares) == 1:
         r = shares[0]
         for k in range(i, j):
-            lr[k] += r
+            ln.r[k] += r
     else:
         for k, r in zip(range(i, j), shares, strict=True):
-            lr[k] += r
+            ln.r[k] += r
 
 
-def fit_rate(lt: list[float], lr: list[float], now: float, h: float, hd: float, body: float,
+def fit_rate(ln: Steps, now: float, h: float, hd: float, body: float,
              tail_at: float, last: float, busy: float,
              out: list | None = None) -> tuple[float, float, float]:
     """Book a link for a stream whose head reaches it at ``h`` and whose last flit is ready at
@@ -185,20 +414,20 @@ def fit_rate(lt: list[float], lr: list[float], now: float, h: float, hd: float, 
     if e < tail_at:
         e = tail_at
     e += last
-    if take_rate(lt, lr, h, e, busy):
+    if take_rate(ln, h, e, busy):
         if out is not None:
             r = busy / (e - h)
             out.append((h, e, r if r < 1.0 else 1.0))
         return h, h + hd, e
-    if len(lt) > 1 and lt[1] <= now:
-        prune_rate(lt, lr, now)
+    if ln.n > 1 and ln.t[1] <= now:
+        prune_rate(ln, now)
     rho = busy / (e - h)
     if rho > 1.0:
         rho = 1.0
     e_in = h + busy / rho               # all of its work has arrived
     tiny = 1e-12 * (busy if busy > 1.0 else 1.0)
-    n = len(lt)
-    k = bisect_right(lt, h) - 1
+    n = ln.n
+    k = ln.bisect_right(h) - 1
     t0 = h
     done = 0.0
     head_work = hd * rho
@@ -210,11 +439,11 @@ def fit_rate(lt: list[float], lr: list[float], now: float, h: float, hd: float, 
     while not finished:
         c = 1.0
         if k >= 0:
-            booked = lr[k]      # (compiled: unboxed once, no float made per segment)
+            booked = ln.r[k]    # (compiled: a C double)
             c = 1.0 - booked
         if c <= rate_eps:
             c = 0.0
-        t1 = lt[k + 1] if k + 1 < n else inf
+        t1 = ln.t[k + 1] if k + 1 < n else inf
         while c > 0.0 and t0 < t1:
             arrived = busy if t0 >= e_in else rho * (t0 - h)
             backlog = arrived - done
@@ -262,12 +491,12 @@ def fit_rate(lt: list[float], lr: list[float], now: float, h: float, hd: float, 
             b0 = b
             continue
         if b0 > a0 and r0 > 0.0:
-            add_shares(lt, lr, a0, b0, (r0,))
+            add_shares(ln, a0, b0, (r0,))
             if out is not None:
                 out.append((a0, b0, r0))
         a0, b0, r0 = a, b, r
     if b0 > a0 and r0 > 0.0:
-        add_shares(lt, lr, a0, b0, (r0,))
+        add_shares(ln, a0, b0, (r0,))
         if out is not None:
             out.append((a0, b0, r0))
     if head < 0.0:
@@ -276,23 +505,22 @@ def fit_rate(lt: list[float], lr: list[float], now: float, h: float, hd: float, 
     return (start if start >= 0.0 else h), head, (end if end > tail else tail)
 
 
-def prune_rate(lt: list[float], lr: list[float], now: float) -> None:
+def prune_rate(ln: Steps, now: float) -> None:
     """Drop a link's breakpoints before the one in force at ``now``."""
-    k = bisect_right(lt, now) - 1
+    k = ln.bisect_right(now) - 1
     if k > 0:
-        del lt[:k]
-        del lr[:k]
+        ln.cut(0, k)
 
 
-def _snap(lt: list[float], x: float) -> float:
+def _snap(ln: Steps, x: float) -> float:
     """``x``, or the breakpoint within ``TIME_EPS`` of it (as ``take_rate`` snaps)."""
-    i = bisect_left(lt, x - TIME_EPS)
-    if i < len(lt) and lt[i] <= x + TIME_EPS:
-        return lt[i]
+    i = ln.bisect_left(x - TIME_EPS)
+    if i < ln.n and ln.t[i] <= x + TIME_EPS:
+        return ln.t[i]
     return x
 
 
-def unbook(lt: list[float], lr: list[float], pieces: list, t_from: float) -> float:
+def unbook(ln: Steps, pieces: list, t_from: float) -> float:
     """Give back what ``pieces`` (``(start, end, share)``, as booked) hold from ``t_from`` on;
     returns the work (share x ns) they served before it. Ends are snapped to the breakpoints
     the booking made, so nothing is left over but rounding."""
@@ -301,38 +529,37 @@ def unbook(lt: list[float], lr: list[float], pieces: list, t_from: float) -> flo
         if a < t_from:
             done += r * ((b if b < t_from else t_from) - a)
         if b > t_from + TIME_EPS:
-            a2 = _snap(lt, a if a > t_from else t_from)
-            b2 = _snap(lt, b)
+            a2 = _snap(ln, a if a > t_from else t_from)
+            b2 = _snap(ln, b)
             if b2 > a2:
-                add_shares(lt, lr, a2, b2, (-r,))
-                _tidy(lt, lr, a2, b2)
+                add_shares(ln, a2, b2, (-r,))
+                _tidy(ln, a2, b2)
     return done
 
 
-def _tidy(lt: list[float], lr: list[float], a: float, b: float) -> None:
+def _tidy(ln: Steps, a: float, b: float) -> None:
     """After shares were given back over ``[a, b]``: a share within ``RATE_EPS`` of 0 is 0, and
     a breakpoint within ``TIME_EPS`` of the one before it (a sliver left by rounding) or with
     the same share as the one before it goes."""
-    i = bisect_left(lt, a - TIME_EPS) - 1
+    i = ln.bisect_left(a - TIME_EPS) - 1
     if i < 0:
         i = 0
-    j = bisect_right(lt, b + TIME_EPS) + 1
-    if j > len(lt):
-        j = len(lt)
+    j = ln.bisect_right(b + TIME_EPS) + 1
+    if j > ln.n:
+        j = ln.n
     k = i
     reps, teps = RATE_EPS, TIME_EPS     # (compiled: C doubles in the loop, items unboxed)
     while k < j:
-        x = lr[k]
+        x = ln.r[k]
         if -reps < x < reps:
-            lr[k] = 0.0
+            ln.r[k] = 0.0
             x = 0.0
         if k > 0:
-            gap = lt[k] - lt[k - 1]
-            if gap <= teps or x == lr[k - 1]:
+            gap = ln.t[k] - ln.t[k - 1]
+            if gap <= teps or x == ln.r[k - 1]:
                 if gap <= teps:
-                    lr[k - 1] = lr[k]    # the sliver before goes; this share holds from there
-                del lt[k]
-                del lr[k]
+                    ln.r[k - 1] = ln.r[k]   # the sliver before goes; this share holds from there
+                ln.cut(k, k + 1)
                 j -= 1
                 continue
         k += 1

@@ -273,9 +273,9 @@ def book_plan(link_flows: list, f: Flow, pl: Any, k: int, h: float, t: float) ->
     n_links = len(nodes) - 1
     own = f.fab.node_own
     for i in range(k):
-        _iv, lr, S, A, B, bz = res[i]
+        _st, link, S, A, B, bz = res[i]
         jj = j0 + hop[i]
-        if lr is None:      # a node's overhead, served as its head arrives: it may move
+        if not link:        # a node's overhead, served as its head arrives: it may move
             if jj < n_links:        # (its head arrives as it starts: the flow alone)
                 n = nodes[jj]
                 own[n][h + S] = f
@@ -441,7 +441,7 @@ def fair_hop(fab: Any, rt: Any, j: int, h: float, t: float, inc: list,
     """Serve the stream of ``rt`` at hop ``j`` (its head at the link at ``h``, its tail
     ready at ``t``) together with the flows ``inc`` booked there before it; returns its
     ``(start, head, tail)`` there as ``booking.fit_rate`` does."""
-    _niv, _ov, liv, lr, _mode, hd_d, body, last_d, _p = rt.hops[j]
+    _niv, _ov, ln, _li, _mode, hd_d, body, last_d, _p = rt.hops[j]
     busy = rt.busy[j]
     e = h + body
     if e < t:
@@ -454,7 +454,7 @@ def fair_hop(fab: Any, rt: Any, j: int, h: float, t: float, inc: list,
     kept = []
     for b in inc:
         pcs = b.pieces()
-        d = unbook(liv, lr, pcs, h)
+        d = unbook(ln, pcs, h)
         kept.append([(a, z if z < h else h, r) for a, z, r in pcs if a < h])
         streams.append([b.arrival(), b.busy, d, 0.0])
     prev = f.links[j - 1] if f is not None and j > 0 else None
@@ -463,7 +463,7 @@ def fair_hop(fab: Any, rt: Any, j: int, h: float, t: float, inc: list,
     else:
         arr = [(h, h + busy / rho, rho)]
     streams.append([arr, busy, 0.0, hd_d * rho])
-    res = share_fifo(liv, lr, h, streams)
+    res = share_fifo(ln, h, streams)
     for b, kp, (pcs, end, _hd) in zip(inc, kept, res[:-1], strict=True):
         b.pcs = kp + pcs
         tail = end if end > b.e else b.e

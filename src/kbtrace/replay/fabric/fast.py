@@ -10,6 +10,8 @@ import simpy
 
 from kbtrace.replay.fabric.base import Fabric, _Ev, after
 from kbtrace.replay.fabric.booking import (
+    Spans,
+    Steps,
     fit_rate,
     serve,
     take,
@@ -46,10 +48,10 @@ _NEG_INF = float("-inf")
 class FastFabric(Fabric):
     """Closed-form wormhole timing per transfer with per-link / per-node reservations.
 
-    Each node keeps its future busy intervals for its per-transaction overhead (a flat
-    sorted list ``[s0, e0, s1, e1, ...]``), each link its booked bandwidth share as a step
-    function (``link_iv``: breakpoints, ``link_rate``: the share from each on;
-    ``take_rate``). A transfer started later but arriving earlier is not queued behind a
+    Each node keeps its future busy intervals for its per-transaction overhead (``node_iv``,
+    a ``booking.Spans``: ``[s0, e0, s1, e1, ...]``), each link its booked bandwidth share as
+    a step function (``link_steps``, a ``booking.Steps``: breakpoints and the share from each
+    on; ``take_rate``). A transfer started later but arriving earlier is not queued behind a
     booking that lies in the future: it takes a node's gaps (``serve``: preemptive
     resume, gaps of any length) and a link's spare bandwidth (``fit_rate``: while its
     share fits, it crosses as if alone; else it gets what is left, moment by moment). An
@@ -92,9 +94,8 @@ class FastFabric(Fabric):
         #: booking never moves once made
         self.fair = fair
         self.fidelity = "fast" if fair else "fast-fcfs"
-        self.link_iv: list[list[float]] = [[] for _ in topo.links]      # rate breakpoints
-        self.link_rate: list[list[float]] = [[] for _ in topo.links]    # rate from each one on
-        self.node_iv: list[list[float]] = [[] for _ in topo.nodes]      # [s0, e0, s1, ...]
+        self.link_steps: list[Steps] = [Steps() for _ in topo.links]   # booked shares
+        self.node_iv: list[Spans] = [Spans() for _ in topo.nodes]       # [s0, e0, s1, ...]
         self._routes_nb: dict[tuple[int, ...], _Route] = {}
         self._hops: dict[tuple[int, int, bool, int], tuple[tuple, float]] = {}
         self.link_src = [lk.src for lk in topo.links]
@@ -142,14 +143,14 @@ class FastFabric(Fabric):
         ov = 0.0 if first else self.node_ov[src]
         niv = self.node_iv[src] if ov > 0 else None
         bw = self.link_bw[li]
-        liv, lr, prop = self.link_iv[li], self.link_rate[li], self.link_prop[li]
+        ln, prop = self.link_steps[li], self.link_prop[li]
         if bw > 0 and nb > 0:
             if n == 1:
-                hop = (niv, ov, liv, lr, 1, head / bw, 0.0, 0.0, prop)
+                hop = (niv, ov, ln, li, 1, head / bw, 0.0, 0.0, prop)
             else:
-                hop = (niv, ov, liv, lr, 2, head / bw, (nb - last) / bw, last / bw, prop)
+                hop = (niv, ov, ln, li, 2, head / bw, (nb - last) / bw, last / bw, prop)
         else:
-            hop = (niv, ov, liv, lr, 0, 0.0, 0.0, 0.0, prop)
+            hop = (niv, ov, ln, li, 0, 0.0, 0.0, 0.0, prop)
         hit = self._hops[key] = (hop, nb / bw if bw > 0 else 0.0)
         return hit
 
@@ -225,7 +226,7 @@ class FastFabric(Fabric):
         j = j0
         n = len(hops)
         while j < n:
-            niv, ov, liv, lr, mode, hd_d, body, last_d, p = hops[j]
+            niv, ov, ln, _li, mode, hd_d, body, last_d, p = hops[j]
             H0, A0, B0 = H, A, B
             if niv is not None and not take(niv, h + H, h + (H + ov)):
                 break
@@ -235,7 +236,7 @@ class FastFabric(Fabric):
             if mode == 2:
                 e = t + (A + last_d)
                 x = h + (max(H + body, B) + last_d)
-                if not take_rate(liv, lr, h + H, x if x > e else e, rt.busy[j]):
+                if not take_rate(ln, h + H, x if x > e else e, rt.busy[j]):
                     if niv is not None:
                         unreserve(niv, h + H0)
                     break
@@ -244,7 +245,7 @@ class FastFabric(Fabric):
                          x if x > e else e)
                 A, B, H = A + last_d, max(B, H + body) + last_d, H + hd_d
             elif mode == 1:
-                if not take_rate(liv, lr, h + H, h + (H + hd_d), rt.busy[j]):
+                if not take_rate(ln, h + H, h + (H + hd_d), rt.busy[j]):
                     if niv is not None:
                         unreserve(niv, h + H0)
                     break
@@ -295,7 +296,7 @@ class FastFabric(Fabric):
              now: float) -> tuple[float, float]:
         """Book hop ``j`` sequentially (head at ``h``, tail at ``t``); record its row;
         return head and tail at the next node."""
-        niv, ov, liv, lr, mode, hd_d, body, last_d, p = rt.hops[j]
+        niv, ov, ln, _li, mode, hd_d, body, last_d, p = rt.hops[j]
         enter = h
         q = 0.0
         if niv is not None:
@@ -316,13 +317,13 @@ class FastFabric(Fabric):
             if self.link_flows[rt.links[j]] or self._f is not None:
                 s, hd, td = self._stream(rt, j, h, t, now)
             else:
-                s, hd, td = fit_rate(liv, lr, now, h, hd_d, body, t, last_d, rt.busy[j])
+                s, hd, td = fit_rate(ln, now, h, hd_d, body, t, last_d, rt.busy[j])
             q += s - h
         elif mode == 1:
             if self.fair:
                 s, hd, td = serve_flit(self, rt, j, now, h)
             else:
-                s, hd, td = fit_rate(liv, lr, now, h, hd_d, hd_d, 0.0, 0.0, rt.busy[j])
+                s, hd, td = fit_rate(ln, now, h, hd_d, hd_d, 0.0, 0.0, rt.busy[j])
             q += s - h
         else:
             hd = h
@@ -383,7 +384,7 @@ class FastFabric(Fabric):
         """Book a stream on hop ``j``'s link (head at ``h``, tail ready at ``t``): as it
         comes if it fits, else fairly with the flows booked there before it (``fair_hop``),
         else with what the link spares (``fit_rate``). ``(start, head, tail)``."""
-        _niv, _ov, liv, lr, _mode, hd_d, body, last_d, _p = rt.hops[j]
+        _niv, _ov, ln, _li, _mode, hd_d, body, last_d, _p = rt.hops[j]
         busy = rt.busy[j]
         f = self._f
         li = rt.links[j]
@@ -391,7 +392,7 @@ class FastFabric(Fabric):
         if e < t:
             e = t
         e += last_d
-        if take_rate(liv, lr, h, e, busy):
+        if take_rate(ln, h, e, busy):
             if f is not None:
                 book(self.link_flows, f, j, h, e, busy, None, e)
             return h, h + hd_d, e
@@ -399,8 +400,8 @@ class FastFabric(Fabric):
         if inc:
             return fair_hop(self, rt, j, h, t, inc, f)
         if f is None:
-            return fit_rate(liv, lr, now, h, hd_d, body, t, last_d, busy)
+            return fit_rate(ln, now, h, hd_d, body, t, last_d, busy)
         pcs: list = []
-        s, hd, td = fit_rate(liv, lr, now, h, hd_d, body, t, last_d, busy, pcs)
+        s, hd, td = fit_rate(ln, now, h, hd_d, body, t, last_d, busy, pcs)
         book(self.link_flows, f, j, h, e, busy, pcs, td)
         return s, hd, td

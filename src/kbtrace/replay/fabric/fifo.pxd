@@ -2,6 +2,7 @@
 # types the functions and their locals; fifo.py itself stays plain Python and is what runs
 # interpreted). setup.py copies it beside the generated _fifo_c.py.
 import cython
+from kbtrace.replay.fabric._booking_c cimport Steps
 
 @cython.locals(got=cython.double, y=cython.double, a=cython.double, b=cython.double,
                r=cython.double)
@@ -28,7 +29,7 @@ cpdef list _unserved(list arr, double w, double d)
                tb=cython.double,
                us=list, taus=list, ts=list, ss=list, ups=list, up=list, cum=list, srt=list,
                grid=list, tau_g=list, tau_o=list, order=list, pcs=list, out=list)
-cpdef list share_fifo(list lt, list lr, double t0, list streams)
+cpdef list share_fifo(Steps ln, double t0, list streams)
 
 @cython.locals(k=cython.Py_ssize_t)
 cpdef double _big_u(list taus, list us, double total, double tau) except? -1.0

@@ -1,10 +1,10 @@
 """Fast mode's fair share on one link: streams served together, first come, first served.
 
 ``share_fifo`` serves several streams that meet on a link from one moment on, as flit mode's
-link FIFO serves their flits, with the bandwidth the link's step function (``booking``: the
-breakpoints ``lt``, the shares ``lr``) has to spare, and books what each is served
+link FIFO serves their flits, with the bandwidth the link's step function (``booking.Steps``:
+the breakpoints ``t``, the shares ``r``) has to spare, and books what each is served
 (``booking.add_shares``). ``fair.fair_hop`` calls it after giving back what the streams had
-booked there (``booking.unbook``). Pure functions on plain lists, no SimPy; compiled with the
+booked there (``booking.unbook``). Pure functions, no SimPy; compiled with the
 rest of fast mode's core (``fifo.pxd``).
 """
 
@@ -12,9 +12,13 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from math import nextafter
+from typing import TYPE_CHECKING
 
 from kbtrace.replay.fabric.booking import RATE_EPS, add_shares
 from kbtrace.replay.intervals import TIME_EPS
+
+if TYPE_CHECKING:
+    from kbtrace.replay.fabric.booking import Steps
 
 __all__ = ["share_fifo"]
 
@@ -76,7 +80,7 @@ def _cum_at(pcs: list, taus: list) -> list:
     return out
 
 
-def share_fifo(lt: list[float], lr: list[float], t0: float, streams: list) -> list:
+def share_fifo(ln: Steps, t0: float, streams: list) -> list:
     """Serve several streams on one link together from ``t0``, first come, first served, as
     flit mode's link FIFO serves flits: each stream is ``[arrival, work, done, head_work]``,
     its work arriving as the pieces ``arrival`` (``(start, end, share)``, in order), ``done``
@@ -111,8 +115,8 @@ def share_fifo(lt: list[float], lr: list[float], t0: float, streams: list) -> li
     ts = [t0]
     ss = [0.0]
     flat = -1.0                 # the last moment of a run serving nothing, not kept yet
-    n = len(lt)
-    k = bisect_right(lt, t0) - 1
+    n = ln.n
+    k = ln.bisect_right(t0) - 1
     t = t0
     s = 0.0
     guard = 0
@@ -121,12 +125,12 @@ def share_fifo(lt: list[float], lr: list[float], t0: float, streams: list) -> li
         guard += 1
         if guard > 1000000:
             raise RuntimeError("share_fifo: no progress")
-        while k + 1 < n and lt[k + 1] <= t:
+        while k + 1 < n and ln.t[k + 1] <= t:
             k += 1
-        c = 1.0 - (lr[k] if k >= 0 else 0.0)
+        c = 1.0 - (ln.r[k] if k >= 0 else 0.0)
         if c <= RATE_EPS:
             c = 0.0
-        nxt = lt[k + 1] if k + 1 < n else _INF
+        nxt = ln.t[k + 1] if k + 1 < n else _INF
         while j < nt:
             x = taus[j]
             if x > t:
@@ -225,7 +229,7 @@ def share_fifo(lt: list[float], lr: list[float], t0: float, streams: list) -> li
     for pcs, _e, _h in out:
         for a, b, r in pcs:
             if b > a:
-                add_shares(lt, lr, a, b, (r,))
+                add_shares(ln, a, b, (r,))
     return out
 
 

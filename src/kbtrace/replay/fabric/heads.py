@@ -35,16 +35,22 @@ through ``FastFabric.head_at``, so there is no cycle).
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from typing import Any
 
 from simpy.events import NORMAL  # the priority of a Timeout
 
 from kbtrace.replay.fabric.base import _Ev, after
-from kbtrace.replay.fabric.booking import add_shares, fit_rate, prune_rate, serve, unbook
+from kbtrace.replay.fabric.booking import (
+    Spans,
+    Steps,
+    add_shares,
+    fit_rate,
+    prune_rate,
+    serve,
+    unbook,
+)
 from kbtrace.replay.fabric.fair import Flow, _moved, _push, _times, note_body, prune_flows
 from kbtrace.replay.intervals import TIME_EPS
-from kbtrace.replay.intervals import prune as _prune
 
 __all__ = ["PUSH_DEPTH", "serve_head", "serve_flit", "head_at", "prune_owners", "prune_links",
            "prune_all", "relink", "body_hold", "HbmWrite", "commit_later"]
@@ -54,7 +60,7 @@ __all__ = ["PUSH_DEPTH", "serve_head", "serve_flit", "head_at", "prune_owners", 
 PUSH_DEPTH = 8
 
 
-def serve_head(fab: Any, n: int, iv: list, now: float, h: float, ov: float, j: int,
+def serve_head(fab: Any, n: int, iv: Spans, now: float, h: float, ov: float, j: int,
                f: Flow | None, flits: bool = False) -> float:
     """Serve the overhead ``ov`` of a head arriving at node ``n`` at ``h`` (``iv``: the node's
     reservations) first come, first served, as flit mode's node serves heads: reservations
@@ -66,16 +72,16 @@ def serve_head(fab: Any, n: int, iv: list, now: float, h: float, ov: float, j: i
     flows of single flits (a moved IPCQ credit, ``head_at``)."""
     own = fab.node_own[n]
     pushed = []
-    if own and iv and iv[-1] > h and fab.push_depth < PUSH_DEPTH:
-        i = bisect_right(iv, h)
+    if own and iv.last() > h and fab.push_depth < PUSH_DEPTH:
+        i = iv.bisect_right(h)
         hz = h
         if i & 1:                       # one under way: after it
-            hz = iv[i]
+            hz = iv.at(i)
             i += 1
         hz += ov
-        while i < len(iv) and iv[i] < hz - TIME_EPS:
-            s_r = iv[i]
-            e_r = iv[i + 1]
+        while i < iv.n and iv.at(i) < hz - TIME_EPS:
+            s_r = iv.at(i)
+            e_r = iv.at(i + 1)
             hz += e_r - s_r
             o = own.get(s_r)
             if o is not None:
@@ -89,7 +95,7 @@ def serve_head(fab: Any, n: int, iv: list, now: float, h: float, ov: float, j: i
                     if not flits or g.rt.hops[jg][4] == 1:
                         del own[s_r]
                         pushed.append((g, jg, a, e_r, e_r - s_r))
-                        del iv[i:i + 2]
+                        iv.cut(i, i + 2)
                         continue
             i += 2
     e = _reserve(fab, n, iv, f, j, h, ov) if f is not None else serve(iv, now, h, ov)
@@ -124,13 +130,13 @@ def body_hold(fab: Any, rt: Any, j: int, a: float, t_in: float, t: float) -> flo
     ft = rt.hops[j][5]
     dt = (t_in - a) / (nf - 1)
     own = fab.node_own[n]
-    i = bisect_right(iv, a)
+    i = iv.bisect_right(a)
     if i & 1:
         i -= 1
     cur = a
-    while i < len(iv):
-        s_r = iv[i]
-        e_r = iv[i + 1]
+    while i < iv.n:
+        s_r = iv.at(i)
+        e_r = iv.at(i + 1)
         if s_r >= t_in and s_r > cur + TIME_EPS:
             break
         o = own.get(s_r)
@@ -200,21 +206,21 @@ def prune_all(fab: Any, now: float) -> None:
         else:
             del fab.node_body[n]
     for iv in fab.node_iv:
-        if len(iv) > 64:
-            _prune(iv, now)
-    for iv, lr in zip(fab.link_iv, fab.link_rate, strict=True):
-        if len(iv) > 64:
-            prune_rate(iv, lr, now)
+        if iv.n > 64:
+            iv.prune(now)
+    for ln in fab.link_steps:
+        if ln.n > 64:
+            prune_rate(ln, now)
 
 
-def _reserve(fab: Any, n: int, iv: list, g: Flow, j: int, a: float, w: float) -> float:
+def _reserve(fab: Any, n: int, iv: Spans, g: Flow, j: int, a: float, w: float) -> float:
     """Serve ``w`` ns of node ``n`` (reservations ``iv``) for flow ``g``'s head arriving at
     ``a`` (hop ``j``); a reservation in one piece is noted as the flow's (``node_own``), so
     a head arriving before ``a`` may move it. Returns when it is done."""
     e = serve(iv, fab.env.now, a, w)
-    k = bisect_right(iv, e - TIME_EPS)
-    if k & 1 and k < len(iv):
-        s0 = iv[k - 1]
+    k = iv.bisect_right(e - TIME_EPS)
+    if k & 1 and k < iv.n:
+        s0 = iv.at(k - 1)
         if s0 >= e - w - TIME_EPS:
             fab.node_own[n][s0] = g if a == s0 else (g, j, a)
             if g.nres is None:
@@ -226,7 +232,7 @@ def _reserve(fab: Any, n: int, iv: list, g: Flow, j: int, a: float, w: float) ->
 def _delay(fab: Any, g: Flow, j: int, e2: float) -> None:
     """Flow ``g``'s head leaves node ``j`` at ``e2`` now, later than booked: its tail leaves
     hop ``j``'s link no earlier than the whole transfer after it (``_push`` carries it on)."""
-    _niv, _ov, _liv, _lr, mode, hd, body, last_d, p = g.rt.hops[j]
+    _niv, _ov, _ln, _li, mode, hd, body, last_d, p = g.rt.hops[j]
     if mode == 1:               # a single flit: its link booking moves with its head
         tl = relink(fab, g, j, e2)
         if tl + p > _times(g)[1][j] + TIME_EPS:
@@ -252,20 +258,20 @@ def relink(fab: Any, g: Flow, j: int, hs: float) -> float:
     pcs = sl.get(j) if sl is not None else None
     if sl is None or pcs is None or pcs[0][0] >= hs - TIME_EPS:
         return hs + hd
-    liv, lr = hp[2], hp[3]
+    ln = hp[2]
     s0 = pcs[0][0]
-    unbook(liv, lr, pcs, s0)
+    unbook(ln, pcs, s0)
     own = fab.link_own[g.rt.links[j]]
     o = own.get(s0)
     if o is not None and o[0] is g:
         del own[s0]
     new: list = []
-    _s, _hd, td = fit_rate(liv, lr, fab.env.now, hs, hd, hd, 0.0, 0.0, g.rt.busy[j], new)
+    _s, _hd, td = fit_rate(ln, fab.env.now, hs, hd, hd, 0.0, 0.0, g.rt.busy[j], new)
     e_old = pcs[-1][1]
     x = hs + hd if hs + hd > e_old else e_old
     if td > x + hd + TIME_EPS:          # behind bookings made after it: keep its booking, it
-        unbook(liv, lr, new, new[0][0])     # crosses as it comes (flit mode's FIFO would
-        _rebook(liv, lr, pcs)               # serve it before their later flits)
+        unbook(ln, new, new[0][0])          # crosses as it comes (flit mode's FIFO would
+        _rebook(ln, pcs)                    # serve it before their later flits)
         g.booked_flit(j, pcs, hs)
         return x
     g.booked_flit(j, new, hs)
@@ -282,19 +288,19 @@ def serve_flit(fab: Any, rt: Any, j: int, now: float, h: float) -> tuple[float, 
     spare (``fit_rate``). Returns ``(start, head, tail)`` as ``fit_rate``; the flow being
     booked (``fab._f``) notes its booking."""
     hp = rt.hops[j]
-    liv, lr, hd = hp[2], hp[3], hp[5]
+    ln, hd = hp[2], hp[5]
     busy = rt.busy[j]
     f = fab._f
     own = fab.link_own[rt.links[j]]
     pcs: list = []
-    s, hd2, td = fit_rate(liv, lr, now, h, hd, hd, 0.0, 0.0, busy, pcs)
+    s, hd2, td = fit_rate(ln, now, h, hd, hd, 0.0, 0.0, busy, pcs)
     if own and td > h + hd + TIME_EPS and fab.push_depth < PUSH_DEPTH:
         hi = h + TIME_EPS
         late = [(o[2], s_r, o[0], o[1]) for s_r, o in own.items()
                 if s_r < td - TIME_EPS and o[2] > hi and o[0] is not f and not o[0].fin]
         if late:
             late.sort(key=_by_arrival)
-            moved = _first(fab, liv, lr, now, h, hd, busy, pcs, late, own)
+            moved = _first(fab, ln, now, h, hd, busy, pcs, late, own)
             if moved is not None:
                 pcs, s, hd2, td = moved
     if f is not None:
@@ -302,7 +308,7 @@ def serve_flit(fab: Any, rt: Any, j: int, now: float, h: float) -> tuple[float, 
     return s, hd2, td
 
 
-def _first(fab: Any, liv: list, lr: list, now: float, h: float, hd: float, busy: float,
+def _first(fab: Any, ln: Steps, now: float, h: float, hd: float, busy: float,
            pcs: list, late: list, own: dict) -> tuple | None:
     """``serve_flit``'s move: the flit booked as ``pcs`` takes the link first, the flits
     ``late`` (``(arrival, start, flow, hop)``, in arrival order) are booked again after it and
@@ -310,27 +316,27 @@ def _first(fab: Any, liv: list, lr: list, now: float, h: float, hd: float, busy:
     more than the flit's time later than before: it would wait behind bookings made after
     it (streams take what a link spares), where flit mode's FIFO would serve it first."""
     olds = [g.sl[jg] for _a, _s, g, jg in late]
-    unbook(liv, lr, pcs, pcs[0][0])
+    unbook(ln, pcs, pcs[0][0])
     for old in olds:
-        unbook(liv, lr, old, old[0][0])
+        unbook(ln, old, old[0][0])
     mine: list = []
-    s, hd2, td = fit_rate(liv, lr, now, h, hd, hd, 0.0, 0.0, busy, mine)
+    s, hd2, td = fit_rate(ln, now, h, hd, hd, 0.0, 0.0, busy, mine)
     news = []
     ok = td <= h + hd + TIME_EPS        # (else others still hold it: as booked)
     for (a, _s, g, jg), old in zip(late, olds, strict=True):
         new: list = []
-        t2 = fit_rate(liv, lr, now, a, g.rt.hops[jg][5], g.rt.hops[jg][5], 0.0, 0.0,
+        t2 = fit_rate(ln, now, a, g.rt.hops[jg][5], g.rt.hops[jg][5], 0.0, 0.0,
                       g.rt.busy[jg], new)[2]
         news.append((new, t2))
         if t2 > old[-1][1] + hd + TIME_EPS:
             ok = False
     if not ok:                          # as it was
-        unbook(liv, lr, mine, mine[0][0])
+        unbook(ln, mine, mine[0][0])
         for new, _t2 in news:
-            unbook(liv, lr, new, new[0][0])
+            unbook(ln, new, new[0][0])
         for old in olds:
-            _rebook(liv, lr, old)
-        _rebook(liv, lr, pcs)
+            _rebook(ln, old)
+        _rebook(ln, pcs)
         return None
     for _a, s_r, _g, _jg in late:
         del own[s_r]
@@ -343,11 +349,11 @@ def _first(fab: Any, liv: list, lr: list, now: float, h: float, hd: float, busy:
     return mine, s, hd2, td
 
 
-def _rebook(liv: list, lr: list, pcs: list) -> None:
+def _rebook(ln: Steps, pcs: list) -> None:
     """Book the pieces ``pcs`` (``(start, end, share)``) given back by ``unbook`` again as
     they were."""
     for a, b, r in pcs:
-        add_shares(liv, lr, a, b, (r,))
+        add_shares(ln, a, b, (r,))
 
 
 def _by_arrival(x: tuple) -> tuple:
@@ -401,9 +407,9 @@ def head_at(fab: Any, g: Flow, j: int, old: float, ha: float) -> float:
     o = own.get(s0)
     if o is not None and (o is g or type(o) is tuple and o[0] is g):
         del own[s0]
-        i = bisect_right(niv, s0) - 1
-        if i >= 0 and not i & 1 and niv[i] == s0:
-            del niv[i:i + 2]
+        i = niv.bisect_right(s0) - 1
+        if i >= 0 and not i & 1 and niv.at(i) == s0:
+            niv.cut(i, i + 2)
             if g.rt.hops[j][4] == 1 and not g.wr and g.rt.nodes[0] not in fab.hbm:
                 if fab.node_kind[n] != "router":            # (a credit: see above)
                     return serve(niv, fab.env.now, ha, ov)

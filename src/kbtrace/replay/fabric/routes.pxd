@@ -3,6 +3,7 @@
 # itself stays plain Python and is what runs interpreted). setup.py copies it beside the
 # generated _routes_c.py.
 import cython
+from kbtrace.replay.fabric._booking_c cimport Spans, Steps
 
 cdef class _Route:
     cdef public tuple nodes, links, hops, stage, node, busy
@@ -19,10 +20,10 @@ cdef class _Plan:
     cdef public list res_hop, first, start, rows
     cdef public double h_in, h_end, t_a, t_b
 
-    @cython.locals(k=cython.Py_ssize_t, pe=cython.double, po=object, iv=list, lr=list,
+    @cython.locals(k=cython.Py_ssize_t, link=cython.bint, sp=Spans, ln=Steps,
                    S=cython.double, A=cython.double, B=cython.double, bz=cython.double,
                    s=cython.double, e=cython.double, x=cython.double, y=cython.double,
-                   r=cython.double, i=cython.Py_ssize_t)
+                   r=cython.double, i=cython.Py_ssize_t, n=cython.Py_ssize_t)
     cpdef Py_ssize_t take(self, double h, double t) except -1
 
 @cython.locals(j=cython.Py_ssize_t, k=cython.Py_ssize_t, jr=cython.Py_ssize_t, pl=_Plan,

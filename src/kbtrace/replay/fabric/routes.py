@@ -11,7 +11,6 @@ same order, so the outputs are byte-identical.
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from typing import Any, Literal
 
 from kbtrace.replay.fabric.base import _Ev, after
@@ -29,8 +28,8 @@ _NEG_INF = float("-inf")
 class _Route:
     """Everything about (route, nbytes) that does not depend on time, computed once.
 
-    ``hops``: per link, ``(node_iv | None, node_ov, link_iv, link_rate, mode, head, body,
-    last, prop)`` with ``mode`` 0 = no serialisation, 1 = single flit, 2 = stream;
+    ``hops``: per link, ``(node Spans | None, node_ov, link Steps, link, mode, head, body,
+    last, prop)`` (``booking``) with ``mode`` 0 = no serialisation, 1 = single flit, 2 = stream;
     ``head`` / ``body`` / ``last`` are ``first / bw``, ``(nbytes - last) / bw``,
     ``last / bw``. ``plans[j]``: the free-path closed form from hop ``j`` on, built the
     second time a transfer reaches hop ``j`` (``None``: never reached, ``False``: reached
@@ -82,11 +81,11 @@ class _Plan:
     transfer that finds every resource free: from head / tail times ``h0 <= t0``
     at hop ``j0``, the head is at ``h0 + H`` and the tail at ``max(t0 + A, h0 +
     B)`` everywhere further on (max-plus linear). ``res``: per resource in path
-    order (node overhead, link, destination overhead) ``(intervals, shares, S, A, B,
-    busy)``: the reservation is ``[h0 + S, max(t0 + A, h0 + B)]``, a node's exclusive
-    (``shares`` None), a link's at the share ``busy / length``; ``res_hop``: the hop (relative
-    to ``j0``, ``n_hops`` = the destination) each belongs to; ``first``: each hop's
-    first resource; ``start``: ``(H, A, B)`` at each hop's start; ``h_end`` /
+    order (node overhead, link, destination overhead) ``(state, link, S, A, B, busy)``:
+    the reservation is ``[h0 + S, max(t0 + A, h0 + B)]``, a node's exclusive (``state``
+    its ``Spans``, ``link`` False), a link's (its ``Steps``) at the share ``busy /
+    length``; ``res_hop``: the hop (relative to ``j0``, ``n_hops`` = the destination)
+    each belongs to; ``first``: each hop's first resource; ``start``: ``(H, A, B)`` at each hop's start; ``h_end`` /
     ``t_a`` / ``t_b``: head and tail at the destination; ``pid``: the recorder
     plan of the matching hop rows (terminal row last).
     """
@@ -99,29 +98,29 @@ class _Plan:
         hops = rt.hops[j0:]
         self.n_hops = len(hops)
         H, A, B = 0.0, 0.0, _NEG_INF
-        res: list[tuple[list[float], list[float] | None, float, float, float, float]] = []
+        res: list[tuple[Any, bool, float, float, float, float]] = []    # (a Spans / Steps)
         res_hop: list[int] = []
         first: list[int] = []
         start: list[tuple[float, float, float]] = []
         rows = []
-        for jr, (niv, ov, liv, lr, mode, hd_d, body, last_d, p) in enumerate(hops):
+        for jr, (niv, ov, ln, _li, mode, hd_d, body, last_d, p) in enumerate(hops):
             j = j0 + jr
             bz = rt.busy[j]
             first.append(len(res))
             start.append((H, A, B))
             en = H
             if niv is not None:
-                res.append((niv, None, H, _NEG_INF, H + ov, 0.0))
+                res.append((niv, False, H, _NEG_INF, H + ov, 0.0))
                 res_hop.append(jr)
             if niv is not None or ov > 0:       # the node's overhead, reserved or not
                 H += ov
                 B = max(B, H)
             if mode == 2:
-                res.append((liv, lr, H, A + last_d, max(H + body, B) + last_d, bz))
+                res.append((ln, True, H, A + last_d, max(H + body, B) + last_d, bz))
                 res_hop.append(jr)
                 A, B, H = A + last_d, max(B, H + body) + last_d, H + hd_d
             elif mode == 1:
-                res.append((liv, lr, H, _NEG_INF, H + hd_d, bz))
+                res.append((ln, True, H, _NEG_INF, H + hd_d, bz))
                 res_hop.append(jr)
                 A, B, H = _NEG_INF, H + hd_d, H + hd_d
             else:
@@ -132,7 +131,7 @@ class _Plan:
         start.append((H, A, B))
         h_in = H
         if rt.dst_iv is not None:
-            res.append((rt.dst_iv, None, H, _NEG_INF, H + rt.dst_ov, 0.0))
+            res.append((rt.dst_iv, False, H, _NEG_INF, H + rt.dst_ov, 0.0))
             res_hop.append(self.n_hops)
             H += rt.dst_ov
         B = max(B, H)
@@ -150,43 +149,37 @@ class _Plan:
         ``booking.take_rate``). Returns how many were (``len(res)``: all); nothing of the
         next one is reserved.
 
-        Nearly every reservation is an append to a resource free from its start on, so what
-        it costs is the floats it makes (and pruning frees later): a link starting where a
-        node's overhead appended last ended (as its own node's does) appends that end's float
-        again, and a full share the constant ``1.0`` (a float in four fewer; the same
-        values)."""
+        Nearly every reservation is an append to a resource free from its start on: two C
+        doubles in a node's ``Spans``, two breakpoints and their shares in a link's
+        ``Steps`` (compiled: no Python object made)."""
         k = 0
-        pe = -1.0           # the end of the last node overhead appended, and its float (``po``)
-        po: Any = None
-        for iv, lr, S, A, B, bz in self.res:
+        for st, link, S, A, B, bz in self.res:
             s = h + S
             e = t + A
             x = h + B
             if x > e:
                 e = x
-            y = iv[-1] if iv else _NEG_INF      # (compiled: compared as a C double)
-            if lr is None:      # a node's overhead: exclusive
-                if y <= s:
-                    po = e
-                    pe = e
-                    iv.append(s)
-                    iv.append(po)
+            if not link:        # a node's overhead: exclusive
+                sp = st
+                n = sp.n
+                if not n or sp.v[n - 1] <= s:
+                    sp.push(s, e)
                 else:   # a gap that takes the whole overhead, or a stall
-                    i = bisect_right(iv, s)
-                    if i & 1 or e > iv[i] + TIME_EPS:
+                    i = sp.bisect_right(s)
+                    if i & 1:
                         break
-                    iv[i:i] = (s, e if e < iv[i] else iv[i])
-            elif y <= s:        # a link, free from s on: the share busy / span
-                r = bz / (e - s)
-                iv.append(po if s == pe else s)
-                iv.append(e)
-                if r < 1.0:
-                    lr.append(r)
-                else:
-                    lr.append(1.0)
-                lr.append(0.0)
-            elif not take_rate(iv, lr, s, e, bz):   # not enough bandwidth to spare
-                break
+                    y = sp.v[i]
+                    if e > y + TIME_EPS:
+                        break
+                    sp.insert2(i, s, e if e < y else y)
+            else:
+                ln = st
+                n = ln.n
+                if not n or ln.t[n - 1] <= s:   # a link, free from s on: the share busy / span
+                    r = bz / (e - s)
+                    ln.push(s, r if r < 1.0 else 1.0, e)
+                elif not take_rate(ln, s, e, bz):   # not enough bandwidth to spare
+                    break
             k += 1
         return k
 
@@ -233,8 +226,8 @@ def book_route(fab: Any, rt: _Route, f: Any, op_id: int, tile: int, addr: int, h
                 return after(env, tt + ack - now, tt)
             # resource k is not free: undo its hop's earlier reservations
             jr = pl.res_hop[k]
-            for iv, _lr, S, _A, _B, _bz in pl.res[pl.first[jr]:k]:
-                unreserve(iv, h + S)       # a node's (a hop's link is its last resource)
+            for st, _link, S, _A, _B, _bz in pl.res[pl.first[jr]:k]:
+                unreserve(st, h + S)       # a node's (a hop's link is its last resource)
                 if f is not None:
                     fab.node_own[rt.nodes[pl.j0 + jr]].pop(h + S, None)
             if jr:
