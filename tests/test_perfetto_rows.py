@@ -125,10 +125,11 @@ def _crafted(tmp_path):
     ops = pa.table({"op_id": pa.array(range(len(deps)), pa.int64()),
                     "deps": pa.array(deps, pa.list_(pa.int64()))})
     pq.write_table(ops, trace_dir / "ops.parquet", row_group_size=3)
-    run = SimpleNamespace(run_dirs=(run_dir,), path=run_dir, sandbox=False, trace_dir=trace_dir)
     con = duckdb.connect()
     con.execute(f"CREATE VIEW op_timing AS SELECT * FROM read_parquet('{run_dir}/op_timing.parquet')")
     con.execute(f"CREATE VIEW ops AS SELECT * FROM read_parquet('{trace_dir}/ops.parquet')")
+    run = SimpleNamespace(run_dirs=(run_dir,), path=run_dir, sandbox=False, trace_dir=trace_dir,
+                          con=con, error=lambda exc: exc)
     return run, con
 
 

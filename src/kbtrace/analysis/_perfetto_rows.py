@@ -1,7 +1,8 @@
-"""The timeline's two whole-run queries over ops, computed in numpy from a single run's own
-files (``perfetto._stream``, ``perfetto._flows``; issue 22, target 3).
+"""The timeline's two whole-run queries over ops, computed in numpy over a single run's
+``op_timing`` and ``ops`` read as they are (plain scans: no sort, no join; ``perfetto._stream``,
+``perfetto._flows``; issue 22, target 3).
 
-- ``op_rows``: ``op_timing``'s rows for the op slices in ``perfetto.OPS_ORDER`` (engine, start,
+- ``op_rows``: ``op_timing``'s rows for the op slices in ``perfetto.OPS_QUERY``'s order (engine, start,
   end descending, op_id). DuckDB's ``ORDER BY`` of the 11 columns held +150-210 MiB at a
   million ops (the sorted rows with their strings); here the sort keys are ranked and
   ``np.lexsort``-ed (an 8 MB permutation), the columns read once (~64 B per op, strings as
@@ -14,8 +15,8 @@ files (``perfetto._stream``, ``perfetto._flows``; issue 22, target 3).
 The same rows in the same order as the SQL (tests/test_perfetto_rows.py checks both against
 it): strings compared as DuckDB's binary collation does (code points), doubles as its sort
 keys do (NaN above every number, -0.0 equal to 0.0; NULL engines compare to nothing).
-``None`` where the files do not allow it (a run set, a sandboxed run, NULL sort keys or
-repeated op ids): the caller then runs the SQL.
+``None`` where that does not hold (a run set, a sandboxed run, NULL sort keys or repeated
+op ids): the caller then runs the SQL.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
+
+from kbtrace.analysis._memory import release_cache
 
 __all__ = ["op_rows", "cross_engine_deps", "OP_COLUMNS"]
 
@@ -42,15 +44,16 @@ def _own_files(run: Any) -> bool:
 
 
 class _Columns:
-    """Columns of a Parquet file read a batch at a time into numpy arrays: numbers as they
-    are, strings as codes into one list of distinct values (-1 for NULL), so the peak is the
-    arrays plus one batch (a whole-table read held ~2x its ~56 MB at a million ops)."""
+    """Columns of a view (``op_timing``, read as it is: no sort, no join) taken a batch at a
+    time from DuckDB into numpy arrays: numbers as they are, strings as codes into one list
+    of distinct values (-1 for NULL), so the peak is the arrays plus one batch. (pyarrow's
+    own Parquet reader kept ~20-30 MiB more resident after the timeline than DuckDB's.)"""
 
-    def __init__(self, path: Any, columns: list[str], strings: tuple[str, ...],
+    def __init__(self, run: Any, view: str, columns: list[str], strings: tuple[str, ...],
                  batch: int = 1 << 16) -> None:
-        f = pq.ParquetFile(path)
-        n = f.metadata.num_rows
-        types = {fld.name: fld.type for fld in f.schema_arrow}
+        n = int(run.con.sql(f"SELECT count(*) FROM {view}").fetchall()[0][0])
+        reader = _reader(run, f"SELECT {', '.join(columns)} FROM {view}", batch)
+        types = {fld.name: fld.type for fld in reader.schema}
         self.values: dict[str, list[str]] = {c: [] for c in columns if c in strings}
         self.nulls = 0
         self.cols: dict[str, np.ndarray] = {
@@ -58,7 +61,7 @@ class _Columns:
             for c in columns}
         index: dict[str, dict[str, int]] = {c: {} for c in self.values}
         at = 0
-        for b in f.iter_batches(batch_size=batch, columns=columns, use_threads=False):
+        for b in reader:
             m = b.num_rows
             for name, col in zip(b.schema.names, b.columns, strict=True):
                 self.nulls += col.null_count
@@ -70,6 +73,7 @@ class _Columns:
                 else:
                     self.cols[name][at:at + m] = col.to_numpy(zero_copy_only=False)
             at += m
+        release_cache(run.con)
         for c, ix in index.items():
             self.values[c] = list(ix)
 
@@ -79,6 +83,15 @@ class _Columns:
         return pa.DictionaryArray.from_arrays(
             pa.array(codes, mask=codes < 0), pa.array(self.values[name], pa.string())
         ).cast(pa.string())
+
+
+def _reader(run: Any, query: str, batch: int) -> Any:
+    """``query``'s rows as an Arrow batch reader (a DuckDB error raised as the run names it)."""
+    import duckdb
+    try:
+        return run.con.sql(query).to_arrow_reader(batch)
+    except duckdb.Error as exc:
+        raise run.error(exc) from exc
 
 
 def _codes(col: pa.Array) -> tuple[np.ndarray, list[str]]:
@@ -103,7 +116,7 @@ def op_rows(run: Any, rows: int) -> Iterator[pa.RecordBatch] | None:
     SQL must do it (see the module docstring)."""
     if not _own_files(run):
         return None
-    t = _Columns(run.run_dirs[0] / "op_timing.parquet", OP_COLUMNS, _STRINGS)
+    t = _Columns(run, "op_timing", OP_COLUMNS, _STRINGS)
     if t.nulls:
         return None
     c = t.cols
@@ -133,7 +146,7 @@ def _batches(t: _Columns, order: np.ndarray, rows: int) -> Iterator[pa.RecordBat
 def _engines(run: Any) -> np.ndarray | None:
     """Per op_id, a code of the engine that ran it (equal codes, equal engines); -1 for op
     ids without an ``op_timing`` row or with a NULL engine. None for repeated op ids."""
-    t = _Columns(run.run_dirs[0] / "op_timing.parquet", ["op_id", "engine"], ("engine",))
+    t = _Columns(run, "op_timing", ["op_id", "engine"], ("engine",))
     op_id, code = t.cols["op_id"], t.cols["engine"]
     if len(op_id) > 1 and not (np.diff(op_id) > 0).all() and \
             len(np.unique(op_id)) != len(op_id):
@@ -158,8 +171,7 @@ def cross_engine_deps(run: Any, limit: int,
         return 0, np.empty(0, np.int64), np.empty(0, np.int64)
     n = 0
     first_dep, first_op = np.empty(0, np.int64), np.empty(0, np.int64)
-    f = pq.ParquetFile(run.trace_dir / "ops.parquet")
-    for b in f.iter_batches(batch_size=batch, columns=["op_id", "deps"]):
+    for b in _reader(run, "SELECT op_id, deps FROM ops", batch):
         lists = b.column(1)
         dep = lists.flatten()
         op = b.column(0).to_numpy()[pc.list_parent_indices(lists).to_numpy()]
@@ -175,4 +187,5 @@ def cross_engine_deps(run: Any, limit: int,
             dep, op = np.concatenate([first_dep, dep]), np.concatenate([first_op, op])
             keep = np.lexsort((op, dep))[:limit]
             first_dep, first_op = dep[keep], op[keep]
+    release_cache(run.con)
     return n, first_dep, first_op
