@@ -359,10 +359,12 @@ def test_a_moved_credit_takes_the_gaps_and_pushes_no_one():
     with the PCIe switch overhead at 5.0 ns and 19,147 ns at 5.000001 (flit mode 11,881 at
     both), see ``test_llama_layer.test_llama_layer_default_is_stable``."""
     from kbtrace.replay.fabric.heads import head_at
+    from kbtrace.replay.fabric.pull import pull_behind
     niv = spans_of([10.0, 12.0, 13.0, 15.0])
     own: dict = {}
     fab = SimpleNamespace(node_own=[own], env=SimpleNamespace(now=0.0), push_depth=0, _f=None,
-                          hbm={}, node_kind=["ucie"])   # (g comes from no HBM controller)
+                          hbm={}, node_kind=["ucie"], node_ov=[2.0],   # (g: from no HBM ctrl)
+                          pull_behind=pull_behind)      # (h's head was not queued behind g)
     g_rt = SimpleNamespace(links=(0,), nodes=(0, 1), hops=((niv, 2.0, Steps(), 0, 1, 0.25, 0.0, 0.0,
                                                             0.0),))
     h_rt = SimpleNamespace(links=(0,), nodes=(0, 1), hops=((niv, 2.0, Steps(), 0, 0, 0.0, 0.0, 0.0,
@@ -410,6 +412,26 @@ def test_a_moved_credit_goes_before_a_credit_that_arrives_after_it_at_a_router(t
     dma = [small.pe_node(PeCoord(0, 0, p), "dma").idx for p in range(8)]
     _same_in_both_modes(tmp_path, small, [(dma[0], dma[7], 16, 0.0), (dma[1], dma[2], 16, 3.5),
                                           (dma[2], dma[3], 512, at)], done)
+
+
+@pytest.mark.parametrize("at, done", [(11.0, {0: 32.7, 1: 32.25, 2: 28.7}),
+                                      (11.5, {0: 33.2, 1: 32.75, 2: 29.2})])
+def test_a_credit_queued_behind_a_head_that_moved_later_goes_first(tmp_path, at, done):
+    """A 512 B IPCQ payload (PE 1 -> PE 6 of cube 0, sent at 0) and an IPCQ credit (16 B, PE 4
+    -> PE 2, sent at 10) meet at a mesh router, the credit's head arriving within the
+    payload's overhead there: booked later, it waits behind it. A second payload (PE 2 -> PE 6,
+    sent ``at`` ns later) then pushes the first at an earlier router, so that one reaches the
+    shared router after the credit. Flit mode serves the credit first there; so does fast mode
+    now: the credit is served again from its arrival in the gap the moved head left, and its
+    link booking, rows and completion move earlier (``pull.pull_behind``). Before, it kept its
+    reservation behind the moved head's old one (nothing in fast mode moved earlier): done at
+    33.85 instead of 32.25 / 32.75 (ring_allreduce on small.yaml, router 26: payload 212 and
+    credit 263)."""
+    from kbtrace.topology.model import PeCoord
+    small = compile_topology(TOPO_DIR / "small.yaml")
+    dma = [small.pe_node(PeCoord(0, 0, p), "dma").idx for p in range(8)]
+    _same_in_both_modes(tmp_path, small, [(dma[1], dma[6], 512, 0.0), (dma[4], dma[2], 16, 10.0),
+                                          (dma[2], dma[6], 512, at)], done)
 
 
 @pytest.mark.parametrize("first, second, at, done", [

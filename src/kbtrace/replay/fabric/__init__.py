@@ -54,6 +54,8 @@ Modules (one-way imports: ``flit`` and ``fast`` import ``base``; ``fast`` import
 ``heads``    node overheads serving heads in arrival order, moving flows' heads (a moved
              single flit's link booking too); HBM writes' commits (``HbmWrite``)
              (imports ``base``, ``booking`` and ``fair``; ``fast`` imports all of them).
+``pull``     IPCQ credits queued behind a head that moved later served again earlier,
+             carried on along their path (imports ``booking``, ``fair``, ``heads``).
 ``core``     which ``FastFabric`` runs: the compiled twin of ``fast`` + ``booking``
              (Cython, built by ``pip install -e .``) or this pure-Python reference.
 """

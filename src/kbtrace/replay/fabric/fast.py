@@ -36,6 +36,7 @@ from kbtrace.replay.fabric.heads import (
     serve_flit,
     serve_head,
 )
+from kbtrace.replay.fabric.pull import pull_behind
 from kbtrace.replay.fabric.routes import _Plan, _Route, book_route
 from kbtrace.replay.hbm import HbmController
 from kbtrace.replay.recorder import STAGE_CODE, Recorder
@@ -121,6 +122,7 @@ class FastFabric(Fabric):
         self.node_body: dict[int, list[tuple[float, float, Flow, int]]] = {}
         self.head_at = head_at              # (``fair._push`` moves a flow's head through it)
         self.relink = relink                # (and a single flit's link booking)
+        self.pull_behind = pull_behind      # (``heads.head_at``: credits queued behind a head)
 
     def hop_of(self, li: int, nb: int, first: bool, shape: int = 0) -> tuple[tuple, float]:
         """``(_Route.hops entry, busy ns)`` of ``nb`` bytes over link ``li`` (``first``: the

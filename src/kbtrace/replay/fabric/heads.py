@@ -29,6 +29,10 @@ booked before it hold its tail (``body_hold``), heads booked later push it (``fa
 ``_hold_bodies``). Longer bodies are not held: a head arriving after the stream's overhead
 finds the node free and is booked by the closed form, which does not look for them.
 
+A head moved later at a mesh router lets the IPCQ credits that queued behind its old
+reservation there, and arrived before its new arrival, go first (``pull.pull_behind``,
+reached through ``FastFabric.pull_behind``: they move earlier).
+
 Imports ``booking`` and ``fair``; ``fast`` imports this (``fair._push`` reaches ``head_at``
 through ``FastFabric.head_at``, so there is no cycle).
 """
@@ -410,6 +414,8 @@ def head_at(fab: Any, g: Flow, j: int, old: float, ha: float) -> float:
         i = niv.bisect_right(s0) - 1
         if i >= 0 and not i & 1 and niv.at(i) == s0:
             niv.cut(i, i + 2)
+            if ha > s0 + TIME_EPS and fab.push_depth < PUSH_DEPTH:
+                fab.pull_behind(fab, n, niv, s0, ha, g)     # (``pull``: credits behind it)
             if g.rt.hops[j][4] == 1 and not g.wr and g.rt.nodes[0] not in fab.hbm:
                 if fab.node_kind[n] != "router":            # (a credit: see above)
                     return serve(niv, fab.env.now, ha, ov)

@@ -1,0 +1,163 @@
+"""Fast mode's IPCQ credits moved earlier where a head they queued behind moved later.
+
+Fast mode books a transfer when it starts, so a node's overheads are reserved in start
+order, and a head that arrives while another head's overhead is reserved takes the gap
+after it. When that other head is later pushed (``heads``: a head that arrived before it
+went first, and its flow moved), its overhead at each further node moves later too
+(``heads.head_at``), and flit mode, whose node is one FIFO, serves first a head that
+arrived there before the moved one's new arrival. Bookings in fast mode otherwise only ever
+move later; here an IPCQ credit (a single flit between PEs, ``fair.Flow``) that queued at
+the node behind the moved head's old reservation, and whose head arrived before the moved
+head's new arrival, is served again from its arrival, in the gap the moved head left
+(``pull_behind``), and carried on along its path as far as it gains (``_pull``): its
+booking on each further link given back and booked again from its new time
+(``_relink_early``; kept where that is not earlier), its overhead at each further node
+served again as it now arrives (``heads.head_at``), its hop rows and its completion event
+moved earlier (never before the present). The moved head is then served after it.
+
+Found on ring_allreduce (small.yaml, router 26): payload 212, pushed 0.9 ns at an earlier
+router, reached router 26 after credit 263, which had been booked behind 212's old
+reservation there; flit mode serves 263 first, fast mode served it 1.9 ns late, and the
+ring after it.
+
+Imports ``booking``, ``fair`` and ``heads``; ``heads.head_at`` reaches ``pull_behind``
+through ``FastFabric.pull_behind`` (no cycle).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kbtrace.replay.fabric.booking import Spans, fit_rate, unbook
+from kbtrace.replay.fabric.fair import Flow, _move, _times, expand
+from kbtrace.replay.fabric.heads import _by_arrival, _rebook, _reserve, head_at
+from kbtrace.replay.intervals import TIME_EPS
+
+__all__ = ["pull_behind"]
+
+
+def pull_behind(fab: Any, n: int, iv: Spans, s0: float, ha: float, g: Flow) -> None:
+    """Flow ``g``'s overhead reservation at node ``n`` (reservations ``iv``) from ``s0`` was
+    given back, its head now arriving at ``ha``: the IPCQ credits whose heads arrived there
+    before ``ha`` and whose reservations start after their arrival, from ``s0`` to ``ha`` plus
+    the node's overhead (queued behind it), are served again from their arrival, in arrival
+    order, and carried on earlier (``_pull``)."""
+    own = fab.node_own[n]
+    if not own or fab.node_kind[n] != "router":
+        return
+    i = iv.bisect_right(s0 - TIME_EPS)
+    if i & 1:
+        i += 1
+    lim = ha + fab.node_ov[n] + TIME_EPS
+    cands = []
+    while i < iv.n:
+        s_r = iv.at(i)
+        if s_r > lim:
+            break
+        o = own.get(s_r)
+        if o is not None and type(o) is tuple:
+            c, jc, a = o
+            if (not c.fin and c is not g and c is not fab._f and a < s_r - TIME_EPS
+                    and a < ha - TIME_EPS and c.rt.hops[jc][4] == 1 and not c.wr
+                    and c.rt.nodes[0] not in fab.hbm):
+                cands.append((a, s_r, iv.at(i + 1), c, jc))
+        i += 2
+    if not cands:
+        return
+    cands.sort(key=_by_arrival)
+    fab.push_depth += 1
+    for a, s_r, e_r, c, jc in cands:
+        k = iv.bisect_right(s_r) - 1
+        if k < 0 or k & 1 or iv.at(k) != s_r:
+            continue
+        iv.cut(k, k + 2)
+        del own[s_r]
+        e2 = _reserve(fab, n, iv, c, jc, a, e_r - s_r)
+        if e2 < e_r - TIME_EPS:
+            _pull(fab, c, jc, e2)
+    fab.push_depth -= 1
+
+
+def _relink_early(fab: Any, c: Flow, k: int, hs: float) -> float:
+    """Credit ``c`` now starts on hop ``k``'s link at ``hs``, earlier than booked: its booking
+    there is given back and booked again from ``hs`` with what the link spares, unless that
+    is not earlier (then as it was). Returns when it has crossed."""
+    hp = c.rt.hops[k]
+    hd = hp[5]
+    sl = c.sl
+    pcs = sl.get(k) if sl is not None else None
+    if not pcs:
+        return hs + hd
+    s0 = pcs[0][0]
+    end = pcs[-1][1]
+    if s0 <= hs + TIME_EPS:
+        return end if end > hs + hd else hs + hd
+    ln = hp[2]
+    unbook(ln, pcs, s0)
+    own = fab.link_own[c.rt.links[k]]
+    o = own.get(s0)
+    a = -1.0
+    if o is not None and o[0] is c:
+        a = o[2]
+        del own[s0]
+    new: list = []
+    td = fit_rate(ln, fab.env.now, hs, hd, hd, 0.0, 0.0, c.rt.busy[k], new)[2]
+    if td > end - TIME_EPS:             # (no gain: as it was)
+        unbook(ln, new, new[0][0])
+        _rebook(ln, pcs)
+        c.booked_flit(k, pcs, a)
+        return end
+    c.booked_flit(k, new, hs)
+    return td
+
+
+def _pull(fab: Any, c: Flow, j: int, e2: float) -> None:
+    """Credit ``c``'s head now leaves node ``j`` of its path at ``e2``, earlier than booked:
+    carry it on as far as it gains (each hop: the link after the node, then the next node's
+    overhead as the head now arrives), its rows (entered as it now arrives, leaving as it
+    now leaves, their queueing no longer than fits) and its completion with it."""
+    rt = c.rt
+    hops = rt.hops
+    n = len(rt.links)
+    rows = expand(c)            # (its rows explicit: their entries move too)
+    if len(rows) != n + 1:
+        return
+    en, lv = _times(c)
+    hs = e2
+    x = 0.0
+    for k in range(j, n + 1):
+        if k > j:
+            if k == n:          # the destination (no overhead there: it arrives)
+                if rt.dst_iv is not None or x < fab.env.now:
+                    return
+                _row(rows, k, x, x)
+                en[k] = lv[k] = x
+                if x < c.tt - TIME_EPS:
+                    _move(fab, c, x)
+                return
+            hs = head_at(fab, c, k, en[k], x)
+            en[k] = x
+        hp = hops[k]
+        if hp[4] == 1:
+            td = _relink_early(fab, c, k, hs)
+        elif hp[4] == 0:
+            td = hs
+        else:
+            return
+        x = td + hp[8]
+        if x > lv[k] - TIME_EPS:
+            return
+        _row(rows, k, en[k], x)
+        lv[k] = x
+
+
+def _row(rows: list, k: int, en: float, lv: float) -> None:
+    """Row ``k`` entered at ``en``, leaving at ``lv``, its queueing no longer than fits."""
+    rw = rows[k]
+    q = rw[8]
+    if en + q + rw[7] > lv:
+        q = lv - rw[7] - en
+        if q < 0.0:
+            q = 0.0
+    rows[k] = (rw[0], rw[1], rw[2], rw[3], rw[4], en, lv, rw[7], q, rw[9])
+
