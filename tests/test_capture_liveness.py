@@ -77,6 +77,19 @@ def test_a_write_dies_after_its_last_read_in_the_order_given():
     assert (at.tolist(), addr.tolist()) == ([2, 5], [T0, T0])
 
 
+def test_last_reads_are_each_tile_address_last_load_in_the_order_given():
+    acc = lv.accesses(_ops(TRACE))
+    assert acc["tile"].tolist() == [(w is False and k in (0, 1, 4)) for w, k in zip(
+        acc["write"].tolist(), acc["op_id"].tolist(), strict=True)]
+    # HBM is tile-read by ops 0 and 4, HBM + 64 by op 1 (T0, T1 are read by other ops only)
+    at, addr = lv.last_reads(acc, np.arange(7))
+    assert (at.tolist(), addr.tolist()) == ([1, 4], [HBM + 64, HBM])
+    at, addr = lv.last_reads(acc, np.array([5, 6, 2, 3, 0, 1, 4]))   # op 4 first, op 1 last
+    assert (at.tolist(), addr.tolist()) == ([5, 6], [HBM, HBM + 64])
+    at, addr, _ = lv.drops(acc, np.arange(7), [])    # (``drops`` ignores the tile reads)
+    assert (at.tolist(), addr.tolist()) == ([2, 3, 5, 6], [T0, S0, T0, S1])
+
+
 def test_verify_forgets_dead_buffers_with_the_same_report(tmp_path, monkeypatch):
     """gemm on small.yaml with a tight TCM (buffers reused): after verify's ops the image
     holds no buffer's bytes as an array (every one was dead), where it held all 384 of
@@ -93,19 +106,22 @@ def test_verify_forgets_dead_buffers_with_the_same_report(tmp_path, monkeypatch)
     tr = capture(root / "capture" / "gemm.py", topo, {"M": 256, "N": 256, "K": 512},
                  tmp_path / "trace")
     replay(tr, topo, ReplayOptions(out_dir=str(tmp_path / "run")))
-    held: list[tuple[int, int]] = []
+    held: list[tuple[int, int, int]] = []
     execute = verifier._execute
 
     def spy(machine, *a):           # type: ignore[no-untyped-def]
         execute(machine, *a)
         d = machine.mem._dirty
         held.append((sum(v.__class__ is not _Dead for v in d.values()),
-                     sum(v.__class__ is _Dead for v in d.values())))
+                     sum(v.__class__ is _Dead for v in d.values()), len(machine.mem._cache)))
 
     monkeypatch.setattr(verifier, "_execute", spy)
     forgot = verifier.verify(tmp_path / "run")
     monkeypatch.setattr(MemoryImage, "drop", lambda self, spans: None)
+    monkeypatch.setattr(MemoryImage, "forget_reads_at", lambda self, addrs: None)
     kept = verifier.verify(tmp_path / "run")
-    assert held == [(0, 384), (384, 0)]
+    # the A and B tiles' cached reads (8 x 8 + 8 x 8 = 128) are forgotten after their last
+    # loads: nothing is left cached (the C tiles' stores go to the pages)
+    assert held == [(0, 384, 0), (384, 0, 128)]
     assert forgot.ok and forgot.n_ops == 1_664
     assert forgot.render("json") == kept.render("json")

@@ -453,3 +453,22 @@ def test_an_integer_dot_scans_each_cached_operand_tile_once(monkeypatch) -> None
     m.mem.write(BASE, np.array([[100, 0], [0, 1]], dtype=np.int32))
     assert m.step(dot(2))[0].tolist() == [[500, 0], [-2, 4]]
     assert scanned == [7, 5, 100]
+
+
+def test_forget_reads_at_drops_the_reads_starting_there_and_nothing_else() -> None:
+    """Verify forgets a tile's cached reads after the last load of it: what starts at that
+    address leaves the cache (its bytes uncounted), other reads stay, and a read there
+    afterwards reads the pages again (the same values, a new entry)."""
+    mem = MemoryImage()
+    mem.write(BASE, np.arange(256, dtype=np.int32))
+    tile = mem.cached_read(BASE, (2, 4), "i32", (16, 1))
+    flat = mem.cached_read(BASE, (8,), "i32")
+    other = mem.cached_read(BASE + 64, (2, 4), "i32", (16, 1))
+    assert len(mem._cache) == 3 and mem._bytes == 3 * 32
+    mem.forget_reads_at([BASE, BASE + 4])            # (nothing is cached at BASE + 4)
+    assert list(mem._cache.values()) == [other] and mem._bytes == 32
+    again = mem.cached_read(BASE, (2, 4), "i32", (16, 1))
+    assert again is not tile and again[0].tolist() == tile[0].tolist() == [
+        [0, 1, 2, 3], [16, 17, 18, 19]]
+    assert mem.cached_read(BASE, (8,), "i32")[0].tolist() == flat[0].tolist()
+    assert mem.cached_read(BASE + 64, (2, 4), "i32", (16, 1)) is other

@@ -95,3 +95,56 @@ def test_an_unpaired_ipcq_op_found_across_batches_is_named(tmp_path: Path, monke
     assert str(e.value) == (f"{trace / 'ops.parquet'}: op 6 (recv, launch 0, program 1, seq 0): "
                             "its IPCQ match op 4 is a store, not a send (sends and receives "
                             "must be paired); re-capture the workload")
+
+
+def test_references_are_read_again_from_their_row_groups_only(tmp_path: Path,
+                                                                monkeypatch) -> None:
+    """Verify reads the references once the ops ran, decoding only the row groups whose
+    statistics may hold them: with memory.parquet written in small batches (reference
+    blocks in row groups of their own) the report is the one of the single-batch trace,
+    and a changed reference still fails."""
+    from kbtrace.analysis import verifier
+    from kbtrace.capture import trace as T
+
+    capture(ROOT / "capture" / "gemm.py", SMALL, {"M": 64, "N": 64, "K": 64},
+            out_dir=tmp_path / "one")
+    replay(tmp_path / "one", SMALL, ReplayOptions(out_dir=str(tmp_path / "r1")))
+    monkeypatch.setattr(T, "MEMORY_BATCH_BYTES", 3000)
+    capture(ROOT / "capture" / "gemm.py", SMALL, {"M": 64, "N": 64, "K": 64},
+            out_dir=tmp_path / "many")
+    replay(tmp_path / "many", SMALL, ReplayOptions(out_dir=str(tmp_path / "r2")))
+    path = tmp_path / "many" / "memory.parquet"
+    meta = pq.ParquetFile(path).metadata
+    roles = [set(pq.ParquetFile(path).read_row_group(g, columns=["role"]).column(0).to_pylist())
+             for g in range(meta.num_row_groups)]
+    with_refs = [g for g, r in enumerate(roles) if "reference" in r]
+    assert roles == [{"input"}, {"input"}, {"output"}] + [{"reference"}] * 3
+    assert with_refs == [3, 4, 5]
+    read: list[list[int]] = []
+    real = pq.ParquetFile.read_row_groups
+
+    def spy(self, groups, *a, **k):      # type: ignore[no-untyped-def]
+        read.append(list(groups))
+        return real(self, groups, *a, **k)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_groups", spy)
+    refs = verifier._references(path)
+    assert read == [with_refs]
+    assert set(refs.column("role").to_pylist()) == {"reference"}
+    assert refs.num_rows == sum(r == "reference" for r in pq.read_table(
+        path, columns=["role"]).column(0).to_pylist())
+    one, many = verify(tmp_path / "r1"), verify(tmp_path / "r2")
+    assert one.ok and many.ok
+    assert one.render("json").replace("r1", "r2") == many.render("json")
+    # the comparison is made with what it read: a reference block changed there fails
+    def changed(p):                  # type: ignore[no-untyped-def]
+        t = refs
+        data = t.column("data").to_pylist()
+        data[1] = bytes(len(data[1]))
+        return t.set_column(t.schema.get_field_index("data"), "data",
+                            pa.array(data, t.schema.field("data").type))
+
+    monkeypatch.setattr(verifier, "_references", changed)
+    bad = verify(tmp_path / "r2")
+    block = np.frombuffer(refs.column("data")[1].as_py(), np.float32)
+    assert not bad.ok and bad.tensors[0].n_bad == np.count_nonzero(block) > 0

@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 
 from kbtrace import schema
 from kbtrace._integrity import check_trace_files
-from kbtrace._io import read_parquet_lean, release_memory
+from kbtrace._io import read_parquet_lean, release_memory, trim_heap
 from kbtrace.analysis._traceops import TraceOps
 from kbtrace.errors import AnalysisError, KbtraceError, SchemaError
 
@@ -192,6 +192,30 @@ def _read(path: Path, expected: pa.Schema, fix: str, columns: list[str] | None =
         return read_parquet_lean(path, columns)     # memory.parquet holds every tensor's bytes
     except (pa.ArrowException, OSError) as exc:
         raise corrupt_parquet(path, exc, fix) from None
+
+
+def _references(path: Path) -> pa.Table:
+    """The role=reference rows of a trace's ``memory.parquet`` (checked by ``_read`` earlier
+    in the same verify), decoding only the row groups whose statistics may hold them: a
+    ``pyarrow.dataset`` scan with that filter still raised the peak by ~180 MiB at 1.0 M
+    gemm ops, these reads by ~80 (the references' row group, 32 MiB with the outputs')."""
+    import pyarrow.parquet as pq
+
+    from kbtrace.analysis.run import corrupt_parquet
+
+    try:
+        f = pq.ParquetFile(path, pre_buffer=False)
+        meta, col = f.metadata, f.schema_arrow.get_field_index("role")
+        groups = []
+        for g in range(meta.num_row_groups):
+            st = meta.row_group(g).column(col).statistics
+            if (st is None or not st.has_min_max
+                    or str(st.min) <= "reference" <= str(st.max)):
+                groups.append(g)
+        t = f.read_row_groups(groups, use_threads=False)
+    except (pa.ArrowException, OSError) as exc:
+        raise corrupt_parquet(path, exc, _TRACE_FIX) from None
+    return t.filter(pc.equal(t.column("role").cast(pa.string()), "reference"))
 
 
 def _trace_ops(path: Path) -> TraceOps:
@@ -399,17 +423,23 @@ def _verify(run_dir: Path, trace_dir: Path, ops: TraceOps,
 
     machine = ex.Machine()
     ex.load_memory(memory, machine.mem)
-    # what is read after the ops ran: the outputs' shards and the references (the inputs'
-    # bytes, most of the table, are in the image now)
-    memory = memory.filter(pc.is_in(memory.column("role").cast(pa.string()),
-                                    pa.array(["output", "reference"])))
+    # what is read after the ops ran: the outputs' shards (where they are: no bytes) and
+    # the references, read again then (held while the ops ran, with the outputs' initial
+    # bytes, they were 32 MiB of verify's peak at 1.0 M gemm ops)
+    roles = memory.column("role").cast(pa.string())
+    shards = memory.select([c for c in memory.column_names if c != "data"]).filter(
+        pc.is_in(roles, pa.array(["output", "reference"])))
+    del memory, roles
     with _gc_paused():
         _execute(machine, ops, order, result, progress, dead)
     if result.error is None:
-        outputs = ex.gather_outputs(memory, machine.mem)
-        dtypes = {r["tensor"]: r["dtype"] for r in memory.select(["tensor", "role", "dtype"]).to_pylist()
-                  if r["role"] in ("output", "reference")}
-        refs = ex.reference_outputs(memory)
+        machine.mem.forget_reads()      # (the read cache: nothing reads through it now)
+        trim_heap()
+        outputs = ex.gather_outputs(shards, machine.mem)
+        del machine                     # (the image: the references are compared without it)
+        trim_heap()
+        refs = ex.reference_outputs(_references(mem_path))
+        dtypes = {r["tensor"]: r["dtype"] for r in shards.select(["tensor", "dtype"]).to_pylist()}
         for name in sorted(refs):
             result.tensors.append(_compare(name, dtypes[name], outputs.get(name), refs[name]))
         if not refs:
@@ -433,18 +463,22 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-#: ``_dead``'s positions, each one's first span (one more entry: the end), spans' addresses
-#: and bytes; machine ints (``array.array``): as lists of tuples they took ~130 B per span
-_Dead = tuple[array.array, array.array, array.array, array.array]
+#: ``_dead``'s event positions; per position its first dead span (one more entry: the end),
+#: the spans' addresses and bytes; its first read-cache address (idem) and those addresses.
+#: Machine ints (``array.array``): as lists of tuples they took ~130 B per span
+_Dead = tuple[array.array, array.array, array.array, array.array, array.array, array.array]
 _NO_DEAD: _Dead = (array.array("q"), array.array("q", [0]), array.array("q"),
-                   array.array("q"))
+                   array.array("q"), array.array("q", [0]), array.array("q"))
 
 
 def _dead(ops: TraceOps, order: np.ndarray, memory: pa.Table) -> _Dead:
-    """Positions in ``order`` and the spans dead after the op at each: written buffers whose
-    bytes nothing reads again before they are written anew (``capture._liveness``), for the
-    image to forget; at 1.0 M gemm ops it otherwise held every PE's whole TCM (512 MiB on
-    default.yaml) once the replay had cycled through it. Never an output's span."""
+    """Positions in ``order`` and what the image forgets once the op there ran
+    (``capture._liveness``): the spans dead after it — written buffers whose bytes nothing
+    reads again before they are written anew; at 1.0 M gemm ops the image otherwise held
+    every PE's whole TCM (512 MiB on default.yaml) once the replay had cycled through it;
+    never an output's span — and the addresses whose last tile read it was (the read
+    cache's copies of a gemm's A and B tiles: all 81 MiB of them were held to the end, at
+    most ~47 MiB are read again)."""
     from kbtrace.capture import _liveness as liveness
 
     acc, ops.accesses = ops.accesses, None
@@ -454,16 +488,20 @@ def _dead(ops: TraceOps, order: np.ndarray, memory: pa.Table) -> _Dead:
     out = memory.filter(pc.equal(memory.column("role").cast(pa.string()), "output"))
     keep = list(zip(out.column("addr").to_pylist(), out.column("nbytes").to_pylist(),
                     strict=True))
+    e_at, e_addr = liveness.last_reads(acc, pos)
     at, addr, nbytes = liveness.drops(acc, pos, keep)
     del acc, pos
-    if not len(at):
+    if not len(at) and not len(e_at):
         return _NO_DEAD
-    starts = np.append(np.flatnonzero(np.diff(at, prepend=-1)), len(at)).astype(np.int64)
+    events = np.union1d(at, e_at)
+
+    def starts(x: np.ndarray) -> np.ndarray:
+        return np.append(np.searchsorted(x, events, side="left"), len(x))
 
     def q(x: np.ndarray) -> array.array:
         return array.array("q", np.ascontiguousarray(x, dtype=np.int64).tobytes())
 
-    return q(at[starts[:-1]]), q(starts), q(addr), q(nbytes)
+    return q(events), q(starts(at)), q(addr), q(nbytes), q(starts(e_at)), q(e_addr)
 
 
 def _execute(machine: Any, ops: TraceOps, order: np.ndarray, result: VerifyResult,
@@ -471,10 +509,11 @@ def _execute(machine: Any, ops: TraceOps, order: np.ndarray, result: VerifyResul
     """Step ``machine`` through ``order``; the first digest divergence or execution error
     goes into ``result``. One ``np.errstate`` around all ops (``Machine.digest_of``), as
     ``Machine.step`` holds around each. ``dead``: positions, and the spans whose bytes the
-    image forgets once the op there ran (``_dead``)."""
+    image forgets once the op there ran, and the addresses whose cached reads it forgets
+    (``_dead``)."""
     step = machine.digest_of
-    drop = machine.mem.drop
-    at, starts, addrs, sizes = dead
+    drop, forget = machine.mem.drop, machine.mem.forget_reads_at
+    at, starts, addrs, sizes, e_starts, e_addrs = dead
     k, nxt = 0, (at[0] if at else -1)
     with np.errstate(all="ignore"):
         for pos, op in enumerate(_ops_in_order(ops, order)):
@@ -495,7 +534,11 @@ def _execute(machine: Any, ops: TraceOps, order: np.ndarray, result: VerifyResul
                                                                 f"capture {want:016x}")
             if pos == nxt:
                 a, b = starts[k], starts[k + 1]
-                drop(zip(addrs[a:b], sizes[a:b], strict=True))
+                if b > a:
+                    drop(zip(addrs[a:b], sizes[a:b], strict=True))
+                a, b = e_starts[k], e_starts[k + 1]
+                if b > a:
+                    forget(e_addrs[a:b])
                 k += 1
                 nxt = at[k] if k < len(at) else -1
 

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from kbtrace.capture.dtypes import COMPUTE, ITEMSIZE, digest, to_compute
-from kbtrace.capture.executor import OP_FIELDS, Machine, matmul
+from kbtrace.capture.executor import OP_FIELDS, Machine, _entry_absmax, matmul
 
 __all__ = ["Drainer"]
 
@@ -247,15 +247,15 @@ class Drainer:
         acc_np = COMPUTE[acc_dt]
         # a and b do not touch the pending results (else the batch was flushed just now),
         # so neither is one of them
-        av = self._value(a, acc_np)
-        bv = self._value(b, acc_np)
+        av, am = self._value(a, acc_np)
+        bv, bm = self._value(b, acc_np)
         cv = None if acc is None else self._operand(acc, acc_np)
         if not pend:
             self._lo, self._hi = dst, dst + nbytes
         else:
             self._lo, self._hi = min(self._lo, dst), max(self._hi, dst + nbytes)
         self._by_dst[dst] = (len(pend), (m, n))
-        pend.append((i, head, av, bv, cv, dst, acc_dt))
+        pend.append((i, head, av, bv, cv, dst, acc_dt, am, bm))
 
     def _dot_columns(self, ins: tuple[Any, ...], acc_dt: str) -> tuple[Any, ...]:
         """A dot row's columns from ``in_spaces`` to ``k`` that follow from its operands'
@@ -282,16 +282,17 @@ class Drainer:
             j = self._chained(h)
             if j is not None:
                 return j
-        return self._value(h, acc_np)
+        return self._value(h, acc_np)[0]
 
-    def _value(self, h: Any, acc_np: Any) -> Any:
-        """The compute value of ``h``, read from memory, as ``acc_np`` (``_operand``'s read)."""
+    def _value(self, h: Any, acc_np: Any) -> tuple[Any, int]:
+        """The compute value of ``h``, read from memory, as ``acc_np`` (``_operand``'s read),
+        and its ``max|x|`` (kept in the cache entry: a tile read by many dots is scanned once)."""
         e = self.mem.cached_read(h.addr, h.shape, h.dtype)
         c = e[2]
         if c is None:
             c = e[2] = to_compute(e[0], h.dtype)
             c.flags.writeable = False
-        return c.astype(acc_np, copy=False)
+        return c.astype(acc_np, copy=False), _entry_absmax(e)
 
     def flush(self) -> None:
         """Compute the pending dots' products (stacked), then sums, writes and digests in
@@ -305,16 +306,17 @@ class Drainer:
             groups.setdefault((q[2].shape, q[3].shape, q[2].dtype), []).append(j)
         prods: list[Any] = [None] * len(pend)
         for idx in groups.values():
-            a_s = np.stack([pend[j][2] for j in idx])
-            b_s = np.stack([pend[j][3] for j in idx])
-            am = max(-int(a_s.min()), int(a_s.max()))
-            bm = max(-int(b_s.min()), int(b_s.max()))
-            bound = am * bm * a_s.shape[-1]
+            q0 = pend[idx[0]]
+            bound = (max(pend[j][7] for j in idx) * max(pend[j][8] for j in idx)
+                     * q0[2].shape[-1])
             if bound < _EXACT_F64:
+                # (the operands stacked straight into the float type: one pass over them)
                 f = np.float32 if bound < _EXACT_F32 else np.float64
-                out = a_s.astype(f) @ b_s.astype(f)
-                out = (out.astype(_INT32) if bound < _I32 and a_s.dtype == _INT32
-                       else out.astype(np.int64).astype(a_s.dtype))   # (int32 sums: no wrap)
+                out = (np.stack([pend[j][2] for j in idx], dtype=f, casting="unsafe")
+                       @ np.stack([pend[j][3] for j in idx], dtype=f, casting="unsafe"))
+                dt = q0[2].dtype
+                out = (out.astype(_INT32) if bound < _I32 and dt == _INT32
+                       else out.astype(np.int64).astype(dt))   # (int32 sums: no wrap)
                 for t, j in enumerate(idx):
                     prods[j] = out[t]
             else:
@@ -322,7 +324,7 @@ class Drainer:
                     prods[j] = matmul(pend[j][2], pend[j][3])
         mem, rows = self.mem, self._rows
         results: list[Any] = [None] * len(pend)
-        for j, (i, head, _a, _b, cv, dst, acc_dt) in enumerate(pend):
+        for j, (i, head, _a, _b, cv, dst, acc_dt, _am, _bm) in enumerate(pend):
             out = prods[j]
             if cv is not None:
                 out = out + (results[cv] if cv.__class__ is int else cv)

@@ -10,6 +10,10 @@ accesses, with numpy over the columns (what ``executor.Machine`` reads and write
   image keeps as an array (``write_entry``: load, h2d, fill, math, dot, composite, recv
   results); a store's (or d2h's) write and every read count by the bytes they span (a
   strided tile: its first to last element).
+* ``last_reads(acc, pos)``: the (position, address) of the last tile read (a load's or
+  h2d's) at each address: after it the image's read cache may forget what it keeps for
+  that address (``MemoryImage.forget_reads_at``; any later read there reads the pages
+  again, so this is never wrong, only slower where other ops read the same tiles).
 * ``drops(acc, pos, keep)``: the (position, address, bytes) at which a dirty write's bytes
   are dead. Only *slots* count: spans that no other distinct access overlaps (so every
   access touching a slot's bytes is a whole-slot read or write) and that overlap no
@@ -29,7 +33,7 @@ import pyarrow.compute as pc
 
 from kbtrace.capture.dtypes import ITEMSIZE
 
-__all__ = ["accesses", "drops", "ACCESS_COLUMNS"]
+__all__ = ["accesses", "drops", "last_reads", "ACCESS_COLUMNS"]
 
 #: the ops.parquet columns ``accesses`` reads
 ACCESS_COLUMNS = ("op_id", "kind", "src_addr", "dst_addr", "in_addrs", "in_shapes", "in_dtypes",
@@ -99,7 +103,8 @@ def _per_list(lists: Any, how: str, strides: Any = None) -> np.ndarray:
 
 def accesses(t: pa.Table) -> dict[str, np.ndarray]:
     """Every memory access of the ops in ``t`` (``ACCESS_COLUMNS``): arrays ``op_id``,
-    ``addr``, ``nbytes``, ``write``, ``dirty`` (module docstring); empty spans left out."""
+    ``addr``, ``nbytes``, ``write``, ``dirty`` (module docstring) and ``tile`` (a load's or
+    h2d's read); empty spans left out."""
     kind = t.column("kind")
     op_id = _ints(t.column("op_id"))
     src, dst = _ints(t.column("src_addr")), _ints(t.column("dst_addr"))
@@ -109,13 +114,14 @@ def accesses(t: pa.Table) -> dict[str, np.ndarray]:
     parts = []
 
     def add(m: np.ndarray, ids: np.ndarray, addr: np.ndarray, nb: np.ndarray, write: bool,
-            dirty: bool) -> None:
-        parts.append((ids[m], addr[m], nb[m], np.full(int(m.sum()), write),
-                      np.full(int(m.sum()), dirty)))
+            dirty: bool, tiled: bool = False) -> None:
+        k = int(m.sum())
+        parts.append((ids[m], addr[m], nb[m], np.full(k, write), np.full(k, dirty),
+                      np.full(k, tiled)))
 
     add(_mask(kind, _DIRTY), op_id, dst, whole, True, True)
     add(_mask(kind, _STORE), op_id, dst, tile, True, False)
-    add(_mask(kind, _TILE_READ), op_id, src, tile, False, False)
+    add(_mask(kind, _TILE_READ), op_id, src, tile, False, False, True)
     add(_mask(kind, _WHOLE_READ), op_id, src, whole, False, False)
     comp = _mask(kind, _COMPUTE)
     if comp.any():
@@ -128,19 +134,20 @@ def accesses(t: pa.Table) -> dict[str, np.ndarray]:
         ids = np.repeat(op_id[comp], lens)
         nb = _per_list(shapes, "prod") * _itemsize(dts)
         add(np.ones(len(ids), dtype=bool), ids, _ints(pc.list_flatten(addrs)), nb, False, False)
-    cols = [np.concatenate([p[i] for p in parts]) for i in range(5)]
+    cols = [np.concatenate([p[i] for p in parts]) for i in range(len(_NAMES))]
     keep = cols[2] > 0
-    return {k: c[keep] for k, c in zip(("op_id", "addr", "nbytes", "write", "dirty"), cols,
-                                        strict=True)}
+    return {k: c[keep] for k, c in zip(_NAMES, cols, strict=True)}
+
+
+_NAMES = ("op_id", "addr", "nbytes", "write", "dirty", "tile")
 
 
 def concat(batches: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """``accesses`` of several batches as one."""
-    names = ("op_id", "addr", "nbytes", "write", "dirty")
     if not batches:
-        return {n: np.zeros(0, dtype=bool if n in ("write", "dirty") else np.int64)
-                for n in names}
-    return {n: np.concatenate([b[n] for b in batches]) for n in names}
+        return {n: np.zeros(0, dtype=np.int64 if n in ("op_id", "addr", "nbytes") else bool)
+                for n in _NAMES}
+    return {n: np.concatenate([b[n] for b in batches]) for n in _NAMES}
 
 
 def drops(acc: dict[str, np.ndarray], pos: np.ndarray,
@@ -150,6 +157,7 @@ def drops(acc: dict[str, np.ndarray], pos: np.ndarray,
     whose bytes are read after the ops (never dropped). Empties ``acc`` as it goes (its
     arrays are the largest thing verify holds before the ops run: freed step by step)."""
     addr, nb = acc.pop("addr"), acc.pop("nbytes")
+    acc.pop("tile", None)
     # distinct spans, and each access's (by start, then length: by start, then end)
     o = np.lexsort((nb, addr))
     a_s, n_s = addr[o], nb[o]
@@ -204,3 +212,15 @@ def drops(acc: dict[str, np.ndarray], pos: np.ndarray,
     sl = s[starts[ok]]
     o = np.argsort(at, kind="stable")
     return at[o], sa[sl][o], (se - sa)[sl][o]
+
+
+def last_reads(acc: dict[str, np.ndarray], pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(positions, addresses), by position: for each address a load or h2d reads a tile at
+    (``tile``), the position of the last such read (module docstring). ``pos``: execution
+    position of each op_id. ``acc`` is left as it is."""
+    t = acc["tile"]
+    addrs, inv = np.unique(acc["addr"][t], return_inverse=True)
+    last = np.full(len(addrs), -1, dtype=np.int64)
+    np.maximum.at(last, inv, pos[acc["op_id"][t]])
+    o = np.argsort(last, kind="stable")
+    return last[o], addrs[o]

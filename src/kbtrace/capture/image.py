@@ -337,6 +337,26 @@ class MemoryImage:
         self._dchunk.clear()
         self._forget()
 
+    def forget_reads_at(self, addrs: Iterable[int]) -> None:
+        """Drop the cached reads starting at each of ``addrs`` (a caller that knows nothing
+        reads there again: verify, from the order it runs the ops in; a later read would
+        read the pages again). The index keeps their keys, as after an eviction."""
+        idx, cache = self._idx, self._cache
+        for addr in addrs:
+            keys = idx.get(addr >> _CHUNK_BITS)
+            if keys:
+                for k in [k for k in keys if k[0] == addr]:
+                    e = cache.pop(k, None)
+                    if e is not None:
+                        self._release(e)
+                        self._evicted += 1
+
+    def forget_reads(self) -> None:
+        """Drop the read cache (and the digest memo): the pages and dirty spans stay, so
+        every read returns what it did (verify, once its ops ran: the A / B tiles of a
+        1.0 M-op gemm were 81 MiB of it)."""
+        self._forget()
+
     def _forget(self) -> None:
         """Start the read cache, its index and the digest memo over (the pages stay)."""
         self._cache.clear()
