@@ -5,14 +5,26 @@
 # generated _booking_c.py; fifo.pxd and routes.pxd cimport the classes from there.
 import cython
 
-@cython.final
-cdef class Spans:
-    cdef object _arr
-    cdef double[::1] v
+cdef class _Sorted:
+    cdef object _at, _ar
+    cdef double[::1] t, r
     cdef readonly Py_ssize_t n
     cdef Py_ssize_t cap
     @cython.locals(cap=cython.Py_ssize_t)
     cdef _grow(self, Py_ssize_t need)
+    @cython.locals(q=cython.Py_ssize_t, d=cython.Py_ssize_t)
+    cpdef cut(self, Py_ssize_t i, Py_ssize_t j)
+    @cython.locals(lo=cython.Py_ssize_t, hi=cython.Py_ssize_t,
+                   mid=cython.Py_ssize_t)
+    cpdef Py_ssize_t bisect_right(self, double x) except -1
+    @cython.locals(lo=cython.Py_ssize_t, hi=cython.Py_ssize_t,
+                   mid=cython.Py_ssize_t)
+    cpdef Py_ssize_t bisect_left(self, double x) except -1
+
+cdef object _copied(object a, Py_ssize_t n, Py_ssize_t cap)
+
+@cython.final
+cdef class Spans(_Sorted):
     cpdef list tolist(self)
     cpdef double at(self, Py_ssize_t i) except? -1.0
     cpdef double last(self)
@@ -20,26 +32,11 @@ cdef class Spans:
     cpdef push(self, double s, double e)
     @cython.locals(n=cython.Py_ssize_t, q=cython.Py_ssize_t)
     cpdef insert2(self, Py_ssize_t i, double s, double e)
-    @cython.locals(n=cython.Py_ssize_t, q=cython.Py_ssize_t,
-                   d=cython.Py_ssize_t)
-    cpdef cut(self, Py_ssize_t i, Py_ssize_t j)
-    @cython.locals(lo=cython.Py_ssize_t, hi=cython.Py_ssize_t,
-                   mid=cython.Py_ssize_t)
-    cpdef Py_ssize_t bisect_right(self, double x) except -1
-    @cython.locals(lo=cython.Py_ssize_t, hi=cython.Py_ssize_t,
-                   mid=cython.Py_ssize_t)
-    cpdef Py_ssize_t bisect_left(self, double x) except -1
     @cython.locals(k=cython.Py_ssize_t)
     cpdef prune(self, double now)
 
 @cython.final
-cdef class Steps:
-    cdef object _at, _ar
-    cdef double[::1] t, r
-    cdef readonly Py_ssize_t n
-    cdef Py_ssize_t cap
-    @cython.locals(cap=cython.Py_ssize_t)
-    cdef _grow(self, Py_ssize_t need)
+cdef class Steps(_Sorted):
     cpdef list times(self)
     cpdef list shares(self)
     @cython.locals(n=cython.Py_ssize_t)
@@ -47,15 +44,6 @@ cdef class Steps:
     @cython.locals(n=cython.Py_ssize_t,
                    q=cython.Py_ssize_t)
     cpdef insert(self, Py_ssize_t i, double x, double r)
-    @cython.locals(n=cython.Py_ssize_t,
-                   q=cython.Py_ssize_t, d=cython.Py_ssize_t)
-    cpdef cut(self, Py_ssize_t i, Py_ssize_t j)
-    @cython.locals(lo=cython.Py_ssize_t, hi=cython.Py_ssize_t,
-                   mid=cython.Py_ssize_t)
-    cpdef Py_ssize_t bisect_right(self, double x) except -1
-    @cython.locals(lo=cython.Py_ssize_t, hi=cython.Py_ssize_t,
-                   mid=cython.Py_ssize_t)
-    cpdef Py_ssize_t bisect_left(self, double x) except -1
 
 @cython.locals(iv=Spans, i=cython.Py_ssize_t)
 cpdef Spans spans_of(list values)

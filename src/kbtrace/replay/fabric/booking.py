@@ -33,189 +33,56 @@ def _zeros(n: int) -> array:
     return array("d", bytes(8 * n))
 
 
-class Spans:
-    """A node's future busy intervals: ``v[:n]`` is ``[s0, e0, s1, e1, ...]``, sorted,
-    disjoint (they may touch). ``v`` is a typed view of the array ``_arr`` where compiled
-    (the array itself where not); a full array is replaced by one twice as large (one with a
-    view on it cannot be resized). The methods index ``self.v`` rather than a local copy of
-    the view: compiled, each such copy is an atomic increment and decrement of the view's
-    count, which cost ~90% of an append."""
-    __slots__ = ("_arr", "v", "n", "cap")
+class _Sorted:
+    """What ``Spans`` and ``Steps`` share: sorted breakpoints ``t[:n]`` in a growable array
+    of C doubles (``_at``; ``t`` is a typed view of it where compiled, the array itself where
+    not; a full array is replaced by one twice as large, since one with a view on it cannot
+    be resized), ``Steps``' shares ``r`` beside them (``_ar``; None for ``Spans``), their
+    binary searches and deleting a run of them (``cut``). The methods index ``self.t``
+    rather than a local copy of the view: compiled, each such copy is an atomic increment and
+    decrement of the view's count, which cost ~90% of an append."""
+    __slots__ = ("_at", "t", "_ar", "r", "n", "cap")
 
-    def __init__(self, cap: int = 16) -> None:
-        self._arr = _zeros(cap)
-        self.v = self._arr
-        self.n = 0
-        self.cap = cap
-
-    def _grow(self, need: int) -> None:
-        cap = 2 * self.cap
-        while cap < need:
-            cap *= 2
-        new = _zeros(cap)
-        new[:self.n] = self._arr[:self.n]
-        self._arr = new
-        self.v = new
-        self.cap = cap
-
-    def tolist(self) -> list[float]:
-        return self._arr[:self.n].tolist()
-
-    def __len__(self) -> int:
-        return self.n
-
-    def at(self, i: int) -> float:
-        """``v[i]``, ``0 <= i < n``."""
-        return self.v[i]
-
-    def last(self) -> float:
-        """The end of the last reservation; -inf if there is none."""
-        return self.v[self.n - 1] if self.n else _NEG_INF
-
-    def push(self, s: float, e: float) -> None:
-        """Append the reservation ``[s, e]`` (after the last one)."""
-        n = self.n
-        if n + 2 > self.cap:
-            self._grow(n + 2)
-        self.v[n] = s
-        self.v[n + 1] = e
-        self.n = n + 2
-
-    def insert2(self, i: int, s: float, e: float) -> None:
-        """Insert ``s, e`` before ``v[i]``."""
-        n = self.n
-        if n + 2 > self.cap:
-            self._grow(n + 2)
-        q = n - 1
-        while q >= i:
-            self.v[q + 2] = self.v[q]
-            q -= 1
-        self.v[i] = s
-        self.v[i + 1] = e
-        self.n = n + 2
-
-    def cut(self, i: int, j: int) -> None:
-        """Delete ``v[i:j]`` (as ``del`` on a list: clipped to ``n``)."""
-        n = self.n
-        if j > n:
-            j = n
-        if i >= j:
-            return
-        d = j - i
-        q = j
-        while q < n:
-            self.v[q - d] = self.v[q]
-            q += 1
-        self.n = n - d
-
-    def bisect_right(self, x: float) -> int:
-        """``bisect.bisect_right(v[:n], x)``."""
-        lo = 0
-        hi = self.n
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if x < self.v[mid]:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
-
-    def bisect_left(self, x: float) -> int:
-        """``bisect.bisect_left(v[:n], x)``."""
-        lo = 0
-        hi = self.n
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self.v[mid] < x:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
-
-    def prune(self, now: float) -> None:
-        """Drop the intervals that ended at or before ``now`` (they can block nothing;
-        ``intervals.prune``)."""
-        k = self.bisect_right(now)
-        self.cut(0, k - (k & 1))
-
-
-class Steps:
-    """A link's booked bandwidth, a step function: the share ``r[i]`` of the bandwidth is
-    booked from breakpoint ``t[i]`` to ``t[i + 1]`` (``i < n``; the last share is 0). ``t`` /
-    ``r`` are typed views of the arrays ``_at`` / ``_ar`` where compiled (the arrays
-    themselves where not), replaced by ones twice as large when full."""
-    __slots__ = ("_at", "_ar", "t", "r", "n", "cap")
-
-    def __init__(self, cap: int = 16) -> None:
+    def __init__(self, cap: int, shares: bool) -> None:
         self._at = _zeros(cap)
-        self._ar = _zeros(cap)
         self.t = self._at
-        self.r = self._ar
+        self._ar: Any = _zeros(cap) if shares else None     # Steps' shares (Spans: none)
+        self.r: Any = self._ar
         self.n = 0
         self.cap = cap
+
+    def __len__(self) -> int:
+        return self.n
 
     def _grow(self, need: int) -> None:
         cap = 2 * self.cap
         while cap < need:
             cap *= 2
-        at = _zeros(cap)
-        ar = _zeros(cap)
-        at[:self.n] = self._at[:self.n]
-        ar[:self.n] = self._ar[:self.n]
-        self._at = at
-        self._ar = ar
-        self.t = at
-        self.r = ar
+        self._at = _copied(self._at, self.n, cap)
+        self.t = self._at
+        if self._ar is not None:
+            self._ar = _copied(self._ar, self.n, cap)
+            self.r = self._ar
         self.cap = cap
 
-    def times(self) -> list[float]:
-        return self._at[:self.n].tolist()
-
-    def shares(self) -> list[float]:
-        return self._ar[:self.n].tolist()
-
-    def __len__(self) -> int:
-        return self.n
-
-    def push(self, s: float, r: float, e: float) -> None:
-        """Book the share ``r`` from ``s`` to ``e``, after the last breakpoint (``<= s``)."""
-        n = self.n
-        if n + 2 > self.cap:
-            self._grow(n + 2)
-        self.t[n] = s
-        self.r[n] = r
-        self.t[n + 1] = e
-        self.r[n + 1] = 0.0
-        self.n = n + 2
-
-    def insert(self, i: int, x: float, r: float) -> None:
-        """Insert the breakpoint ``x`` with the share ``r`` from it on before ``t[i]``."""
-        n = self.n
-        if n + 1 > self.cap:
-            self._grow(n + 1)
-        q = n - 1
-        while q >= i:
-            self.t[q + 1] = self.t[q]
-            self.r[q + 1] = self.r[q]
-            q -= 1
-        self.t[i] = x
-        self.r[i] = r
-        self.n = n + 1
-
     def cut(self, i: int, j: int) -> None:
-        """Delete breakpoints ``i`` to ``j - 1`` (clipped to ``n``)."""
-        n = self.n
-        if j > n:
-            j = n
+        """Delete ``t[i:j]`` (and ``r[i:j]``; as ``del`` on a list: clipped to ``n``)."""
+        if j > self.n:
+            j = self.n
         if i >= j:
             return
         d = j - i
         q = j
-        while q < n:
-            self.t[q - d] = self.t[q]
-            self.r[q - d] = self.r[q]
-            q += 1
-        self.n = n - d
+        if self._ar is None:
+            while q < self.n:
+                self.t[q - d] = self.t[q]
+                q += 1
+        else:
+            while q < self.n:
+                self.t[q - d] = self.t[q]
+                self.r[q - d] = self.r[q]
+                q += 1
+        self.n -= d
 
     def bisect_right(self, x: float) -> int:
         """``bisect.bisect_right(t[:n], x)``."""
@@ -242,6 +109,101 @@ class Steps:
         return lo
 
 
+def _copied(a: Any, n: int, cap: int) -> array:
+    """A new array of ``cap`` zeros starting with ``a[:n]``."""
+    new = _zeros(cap)
+    new[:n] = a[:n]
+    return new
+
+
+class Spans(_Sorted):
+    """A node's future busy intervals: ``t[:n]`` is ``[s0, e0, s1, e1, ...]``, sorted,
+    disjoint (they may touch)."""
+    __slots__ = ()
+
+    def __init__(self, cap: int = 16) -> None:
+        super().__init__(cap, False)
+
+    def tolist(self) -> list[float]:
+        return self._at[:self.n].tolist()
+
+    def at(self, i: int) -> float:
+        """``t[i]``, ``0 <= i < n``."""
+        return self.t[i]
+
+    def last(self) -> float:
+        """The end of the last reservation; -inf if there is none."""
+        return self.t[self.n - 1] if self.n else _NEG_INF
+
+    def push(self, s: float, e: float) -> None:
+        """Append the reservation ``[s, e]`` (after the last one)."""
+        n = self.n
+        if n + 2 > self.cap:
+            self._grow(n + 2)
+        self.t[n] = s
+        self.t[n + 1] = e
+        self.n = n + 2
+
+    def insert2(self, i: int, s: float, e: float) -> None:
+        """Insert ``s, e`` before ``t[i]``."""
+        n = self.n
+        if n + 2 > self.cap:
+            self._grow(n + 2)
+        q = n - 1
+        while q >= i:
+            self.t[q + 2] = self.t[q]
+            q -= 1
+        self.t[i] = s
+        self.t[i + 1] = e
+        self.n = n + 2
+
+    def prune(self, now: float) -> None:
+        """Drop the intervals that ended at or before ``now`` (they can block nothing;
+        ``intervals.prune``)."""
+        k = self.bisect_right(now)
+        self.cut(0, k - (k & 1))
+
+
+class Steps(_Sorted):
+    """A link's booked bandwidth, a step function: the share ``r[i]`` of the bandwidth is
+    booked from breakpoint ``t[i]`` to ``t[i + 1]`` (``i < n``; the last share is 0)."""
+    __slots__ = ()
+
+    def __init__(self, cap: int = 16) -> None:
+        super().__init__(cap, True)
+
+    def times(self) -> list[float]:
+        return self._at[:self.n].tolist()
+
+    def shares(self) -> list[float]:
+        return self._ar[:self.n].tolist()
+
+    def push(self, s: float, r: float, e: float) -> None:
+        """Book the share ``r`` from ``s`` to ``e``, after the last breakpoint (``<= s``)."""
+        n = self.n
+        if n + 2 > self.cap:
+            self._grow(n + 2)
+        self.t[n] = s
+        self.r[n] = r
+        self.t[n + 1] = e
+        self.r[n + 1] = 0.0
+        self.n = n + 2
+
+    def insert(self, i: int, x: float, r: float) -> None:
+        """Insert the breakpoint ``x`` with the share ``r`` from it on before ``t[i]``."""
+        n = self.n
+        if n + 1 > self.cap:
+            self._grow(n + 1)
+        q = n - 1
+        while q >= i:
+            self.t[q + 1] = self.t[q]
+            self.r[q + 1] = self.r[q]
+            q -= 1
+        self.t[i] = x
+        self.r[i] = r
+        self.n = n + 1
+
+
 def spans_of(values: list[float]) -> Spans:
     """A node's ``Spans`` holding ``values`` (``[s0, e0, s1, e1, ...]``)."""
     iv = Spans()
@@ -264,22 +226,22 @@ def serve(iv: Spans, now: float, h: float, work: float) -> float:
     booked keeps its times; a gap shorter than ``work`` is used, not skipped); reserve the
     pieces; return when the work is done."""
     n = iv.n
-    if not n or iv.v[n - 1] <= h:
+    if not n or iv.t[n - 1] <= h:
         iv.push(h, h + work)
         return h + work
-    if iv.v[1] <= now:
+    if iv.t[1] <= now:
         iv.prune(now)
     i = iv.bisect_right(h)
     t = h
     if i & 1:             # inside a reservation: from its end
-        t = iv.v[i]
+        t = iv.t[i]
         i += 1
     eps = TIME_EPS          # (compiled: a C double in the loop)
     while True:
         if i == iv.n:
             iv.push(t, t + work)
             return t + work
-        nxt = iv.v[i]
+        nxt = iv.t[i]
         if nxt - t >= work - eps:
             e = t + work
             iv.insert2(i, t, e if e < nxt else nxt)
@@ -288,7 +250,7 @@ def serve(iv: Spans, now: float, h: float, work: float) -> float:
             iv.insert2(i, t, nxt)
             work -= nxt - t
             i += 2
-        t = iv.v[i + 1]
+        t = iv.t[i + 1]
         i += 2
 
 
@@ -297,13 +259,13 @@ def take(iv: Spans, s: float, e: float) -> bool:
     holds it whole); False (nothing reserved) if not: ``FastFabric.send``'s test, inline
     there."""
     n = iv.n
-    if not n or iv.v[n - 1] <= s:
+    if not n or iv.t[n - 1] <= s:
         iv.push(s, e)
         return True
     i = iv.bisect_right(s)
     if i & 1:
         return False
-    x = iv.v[i]
+    x = iv.t[i]
     if e > x + TIME_EPS:
         return False
     iv.insert2(i, s, e if e < x else x)

@@ -162,13 +162,13 @@ class _Plan:
             if not link:        # a node's overhead: exclusive
                 sp = st
                 n = sp.n
-                if not n or sp.v[n - 1] <= s:
+                if not n or sp.t[n - 1] <= s:
                     sp.push(s, e)
                 else:   # a gap that takes the whole overhead, or a stall
                     i = sp.bisect_right(s)
                     if i & 1:
                         break
-                    y = sp.v[i]
+                    y = sp.t[i]
                     if e > y + TIME_EPS:
                         break
                     sp.insert2(i, s, e if e < y else y)
