@@ -106,6 +106,8 @@ def serve_head(fab: Any, n: int, iv: Spans, now: float, h: float, ov: float, j: 
     if n in fab.node_body and fab.push_depth < PUSH_DEPTH:
         _hold_bodies(fab, n, h, e, f)
     if pushed:
+        if len(pushed) > 1:             # served again first come, first served
+            pushed.sort(key=_pushed_arrival)
         fab.push_depth += 1
         for g, jg, a, e_r, w in pushed:
             e2 = _reserve(fab, n, iv, g, jg, a, w)
@@ -362,6 +364,11 @@ def _rebook(ln: Steps, pcs: list) -> None:
 
 def _by_arrival(x: tuple) -> tuple:
     return x[0], x[1]
+
+
+def _pushed_arrival(x: tuple) -> tuple:
+    """``serve_head``'s pushed heads by arrival (then by their old reservation's end)."""
+    return x[2], x[3]
 
 
 def prune_links(link_own: list, now: float) -> None:
