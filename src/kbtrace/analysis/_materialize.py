@@ -131,7 +131,7 @@ def _load_twin(run: Any, view: str, twin: Any) -> str:
     """A numpy twin's rows (``islands.TWINS``) in a Parquet file in the spill directory
     (``open_run``'s), or without one in the temporary table ``_m_<view>``: what to read."""
     if run._spill_dir is None or view in AS_TABLE:
-        run.con.register("_twin_rows", pa.concat_tables(list(twin(run.con))))
+        run.con.register("_twin_rows", islands.plain(pa.concat_tables(list(twin(run.con)))))
         run.con.execute(f"CREATE OR REPLACE TEMP TABLE _m_{view} AS SELECT * FROM _twin_rows")
         run.con.unregister("_twin_rows")
         return f"_m_{view}"
@@ -143,7 +143,8 @@ def _load_twin(run: Any, view: str, twin: Any) -> str:
             if writer is None:      # dictionaries for the strings only: the doubles'
                 writer = pq.ParquetWriter(  # cost time to try (islands: 0.4 s of 1.0)
                     path, part.schema, compression="none",
-                    use_dictionary=[f.name for f in part.schema if pa.types.is_string(f.type)])
+                    use_dictionary=[f.name for f in part.schema if pa.types.is_string(f.type)
+                                    or pa.types.is_dictionary(f.type)])
             # row groups of a bounded size: a query over the file decodes one at a time
             writer.write_table(part, row_group_size=TWIN_ROW_GROUP)
     finally:

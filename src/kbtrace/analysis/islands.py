@@ -41,7 +41,7 @@ import pyarrow as pa
 
 from kbtrace import schema
 
-__all__ = ["busy_islands", "pe_segments", "islands", "premerge", "Parts", "TWINS",
+__all__ = ["busy_islands", "pe_segments", "islands", "premerge", "plain", "Parts", "TWINS",
            "STREAM_ROWS", "SORT_ROWS", "PARTS", "RESOURCE_KEY"]
 
 #: hop rows taken from DuckDB at a time
@@ -89,9 +89,18 @@ def _islands_sorted(key: np.ndarray, s: np.ndarray, e: np.ndarray
 
 
 def _strings(idx: np.ndarray, names: tuple[str, ...]) -> pa.Array:
-    """``names[idx]`` as an Arrow string column (built in Arrow, not as Python strings)."""
-    return pa.DictionaryArray.from_arrays(pa.array(idx.astype(np.int32)),
-                                          pa.array(names)).cast(pa.string())
+    """``names[idx]`` as an Arrow dictionary column (``plain`` makes it strings): the twins'
+    Parquet files take it as it is, as a dictionary page and the codes, where a string
+    column was encoded again, each value hashed (gemm at 1.0 M ops: ~1 CPU s of the
+    files' 2.2; DuckDB reads either as the same VARCHAR column)."""
+    return pa.DictionaryArray.from_arrays(pa.array(idx.astype(np.int32)), pa.array(names))
+
+
+def plain(t: pa.Table) -> pa.Table:
+    """``t`` with its dictionary columns (a twin's strings) as the columns of their values:
+    the view's rows as DuckDB gives them."""
+    return t.cast(pa.schema([pa.field(f.name, f.type.value_type, f.nullable)
+                             if pa.types.is_dictionary(f.type) else f for f in t.schema]))
 
 
 def _arrays(con: Any, sql: str) -> dict[str, np.ndarray]:
@@ -336,11 +345,12 @@ def _parts(con: Any, view: str, shared: dict[str, Any] | None) -> Parts:
 
 def busy_islands(con: Any) -> pa.Table:
     """The rows of ``_busy_islands`` (resource_kind, resource_idx, t0_ns, t1_ns)."""
-    return pa.concat_tables(busy_island_parts(con))
+    return plain(pa.concat_tables(busy_island_parts(con)))
 
 
 def busy_island_parts(con: Any, shared: dict[str, Any] | None = None) -> Iterator[pa.Table]:
-    """``busy_islands`` a batch of rows at a time (at least one table, maybe empty).
+    """``busy_islands`` a batch of rows at a time (at least one table, maybe empty; its
+    strings as a dictionary column, ``plain``).
     ``shared``: where the scan leaves ``_pe_segments``' rows (``_parts``)."""
     for key, s, e, _, _ in _parts(con, "_busy_islands", shared).chunks():
         yield _busy_rows(*_islands_sorted(key, s, e))
@@ -360,13 +370,13 @@ def _pe_key(c: dict[str, np.ndarray]) -> np.ndarray:
 def pe_segments(con: Any) -> pa.Table:
     """The rows of ``_pe_segments`` (sip, cube, pe, t0_ns, t1_ns, dur_ns, stage, has_compute,
     has_comm): each PE's span cut where a category's island starts or ends."""
-    return pa.concat_tables(pe_segment_parts(con))
+    return plain(pa.concat_tables(pe_segment_parts(con)))
 
 
 def pe_segment_parts(con: Any, shared: dict[str, Any] | None = None) -> Iterator[pa.Table]:
-    """``pe_segments`` a batch of rows at a time: the PEs' islands from the scan (see the
-    module docstring), a PE cut once all its islands are in. ``shared``: as
-    ``busy_island_parts``'."""
+    """``pe_segments`` a batch of rows at a time (strings as in ``busy_island_parts``): the
+    PEs' islands from the scan (see the module docstring), a PE cut once all its islands
+    are in. ``shared``: as ``busy_island_parts``'."""
     parts = _parts(con, "_pe_segments", shared)
     sp = parts.spans
     span_k = _pe_key(sp)
