@@ -258,6 +258,15 @@ def test_dependency_depth_matches_the_dict_walk_on_random_graphs():
                   "kind": pa.array(["load", "recv", "dot", "dot"]).dictionary_encode(),
                   "match_op_id": pa.array([None, 3, None, None], pa.int64())})
     assert _depth(t)[1].tolist() == [0, 5, 5, 5]          # 2 <-> 3 is a cycle: 1 waits on it
+    # acyclic: the longest path counts (3 is after 0 directly and via 1, 2; the repeated
+    # edge 2 -> 3 counts once per listing), a recv is after its send, unknown ids ignored
+    t = pa.table({"op_id": pa.array([10, 11, 12, 13, 14, 15], pa.int64()),
+                  "deps": pa.array([[], [10], [11], [10, 12, 12], [10, 99], None],
+                                   pa.list_(pa.int64())),
+                  "kind": pa.array(["load", "dot", "dot", "send", "recv", "load"])
+                  .dictionary_encode(),
+                  "match_op_id": pa.array([None, None, None, None, 13, None], pa.int64())})
+    assert _depth(t)[1].tolist() == [0, 1, 2, 3, 4, 0]
     rng = np.random.default_rng(1)
     for _ in range(200):
         n = int(rng.integers(1, 30))
@@ -274,6 +283,21 @@ def test_dependency_depth_matches_the_dict_walk_on_random_graphs():
         got_ids, got = _depth(t)
         assert got_ids.tolist() == ids
         assert got.tolist() == _depth_reference(ids, deps, kinds, match)
+    for _ in range(100):        # acyclic (deps on earlier ops only): deep level walks
+        n = int(rng.integers(1, 300))
+        ids = rng.permutation(3 * n)[:n].tolist()
+        deps = [[ids[int(j)] for j in rng.integers(0, i, int(rng.integers(0, 4)))] if i else []
+                for i in range(n)]
+        kinds = [str(rng.choice(["load", "recv", "dot"])) for _ in range(n)]
+        match = [ids[int(rng.integers(0, i))] if i and rng.random() < 0.5 else None
+                 for i in range(n)]
+        t = pa.table({"op_id": pa.array(ids, pa.int64()),
+                      "deps": pa.array(deps, pa.list_(pa.int64())),
+                      "kind": pa.array(kinds).dictionary_encode(),
+                      "match_op_id": pa.array(match, pa.int64())})
+        want = _depth_reference(ids, deps, kinds, match)
+        assert max(want) < n + 1
+        assert _depth(t)[1].tolist() == want
 
 
 def test_order_violations_match_the_dict_loop_on_random_tables():
