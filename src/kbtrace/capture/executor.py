@@ -22,7 +22,6 @@ snapshots its payload, the matching recv (``match_op_id``) writes it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import namedtuple
 from collections.abc import Callable, Iterator, Sequence
@@ -182,8 +181,6 @@ class ExecResult:
 
 
 _EXACT_F32 = 1 << 24
-_blake2b = hashlib.blake2b
-_from_bytes = int.from_bytes
 _EXACT_F64 = 1 << 53
 _I32 = 1 << 31
 _INT32 = np.dtype(np.int32)
@@ -371,46 +368,20 @@ class Machine:
         return self._write_result(op, _math(op.name, self._args(op), op.axis, op.out_dtype))
 
     def _dot(self, op: Op) -> list[Any]:
-        """``a @ b (+ c)`` in ``acc_dtype``. The hot path of verify's gemm (a dot ~12 us):
-        the operand reads (``_operand_entry``), their ``max|x|`` (``_entry_absmax``), the
-        result write (``_write_result``) and its digest (``digest``, which ``step`` would
-        take next) inlined, for one call per dot instead of ~8; the same entries, cache
-        calls and bytes as those."""
-        acc_dt = op.acc_dtype
-        acc_np = COMPUTE[acc_dt]
-        read = self.mem.cached_read
-        addrs, shapes, dts = op.in_addrs, op.in_shapes, op.in_dtypes
-        ea = read(addrs[0], shapes[0], dts[0])
-        a = ea[2]
-        if a is None:
-            a = ea[2] = to_compute(ea[0], dts[0])
-            a.flags.writeable = False
-        eb = read(addrs[1], shapes[1], dts[1])
-        b = eb[2]
-        if b is None:
-            b = eb[2] = to_compute(eb[0], dts[1])
-            b.flags.writeable = False
+        acc_np = COMPUTE[op.acc_dtype]
+        ea, eb = self._operand_entry(op, 0), self._operand_entry(op, 1)
+        a, b = ea[2], eb[2]
         if a.dtype == acc_np and b.dtype == acc_np:
             if acc_np.kind in "iu":         # (values as cached: their max|x| kept there)
-                out = matmul(a, b, ea[3] if len(ea) > 3 else _entry_absmax(ea),
-                             eb[3] if len(eb) > 3 else _entry_absmax(eb))
+                out = matmul(a, b, _entry_absmax(ea), _entry_absmax(eb))
             else:
                 out = matmul(a, b)
         else:
             out = matmul(a.astype(acc_np), b.astype(acc_np))
-        if len(addrs) > 2:
+        if len(op.in_addrs) > 2:
             c = self._operand(op, 2)
             out = out + (c if c.dtype == acc_np else c.astype(acc_np))
-        dt = op.out_dtype
-        if (out.__class__ is not np.ndarray or out.dtype != STORAGE[dt] or dt == "bf16"
-                or not out.flags.c_contiguous or out.ndim != 2
-                or out.shape != tuple(op.out_shape)):
-            return self._write_result(op, out)
-        # (``_write_result``'s path for a result already in its storage bytes, and
-        # ``digest`` of a C-contiguous 2-d array: its buffer hashed)
-        e = [out, _from_bytes(_blake2b(out, digest_size=8).digest(), "little"), None]
-        self.mem.write_entry(op.dst_addr, dt, e)
-        return e
+        return self._write_result(op, out)
 
     def _composite(self, op: Op) -> list[Any]:
         extra = json.loads(op.extra_json or "{}")
