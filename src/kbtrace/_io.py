@@ -75,6 +75,13 @@ def _leaves(name: str, t: pa.DataType) -> list[tuple[str, pa.DataType]]:
     return [(name, t)]
 
 
+def dictionary_columns(schema: pa.Schema) -> list[str]:
+    """The columns worth a Parquet dictionary: the strings and dictionary columns only.
+    Trying one on doubles and ids costs time and rarely pays (see ``_pq_opts``)."""
+    return [f.name for f in schema if pa.types.is_dictionary(f.type)
+            or pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+
+
 def _pq_opts(schema: pa.Schema, bulk: bool = False) -> dict[str, Any]:
     """Writer options: Parquet dictionary pages only for string / dictionary columns
     (on float and id columns they cost twice the write time and make files larger), and
@@ -87,9 +94,7 @@ def _pq_opts(schema: pa.Schema, bulk: bool = False) -> dict[str, Any]:
     compresses times far better) and LZ4 instead of zstd. On 2.93 M gemm hop rows: written
     in 0.19 instead of 0.31 CPU s, read whole in 0.08 instead of 0.16, 20.9 instead of
     20.2 MB (zstd with the split: 0.27 s, 13.1 MB); pyarrow, DuckDB and polars read both."""
-    opts = {**_PQ_OPTS, "use_dictionary": [
-        f.name for f in schema if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type)
-        or pa.types.is_large_string(f.type)]}
+    opts = {**_PQ_OPTS, "use_dictionary": dictionary_columns(schema)}
     if bulk:
         opts["compression"] = "lz4"
         opts["use_byte_stream_split"] = [f.name for f in schema if pa.types.is_floating(f.type)]

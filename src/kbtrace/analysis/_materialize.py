@@ -36,7 +36,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kbtrace._io import release_memory
+from kbtrace._io import dictionary_columns, release_memory
 from kbtrace.analysis import critpath, critpred, islands, utilwindows
 from kbtrace.analysis._memory import release_cache
 from kbtrace.analysis.sqllib import view_docs
@@ -143,8 +143,7 @@ def _load_twin(run: Any, view: str, twin: Any) -> str:
             if writer is None:      # dictionaries for the strings only: the doubles'
                 writer = pq.ParquetWriter(  # cost time to try (islands: 0.4 s of 1.0)
                     path, part.schema, compression="none",
-                    use_dictionary=[f.name for f in part.schema if pa.types.is_string(f.type)
-                                    or pa.types.is_dictionary(f.type)])
+                    use_dictionary=dictionary_columns(part.schema))
             # row groups of a bounded size: a query over the file decodes one at a time
             writer.write_table(part, row_group_size=TWIN_ROW_GROUP)
     finally:
