@@ -324,7 +324,7 @@ def test_plans_are_built_for_the_second_transfer_on_a_route(tmp_path):
     fab.env.run(until=10_000.0)       # the path is free again
     fab.send(1, -1, mem, dma, 4096)
     assert isinstance(rt.plans[0], _Plan)
-    assert fab.held == held + len(rt.plans[0].res) + rt.plans[0].n_rows
+    assert fab.held == held + rt.plans[0].n_res + rt.plans[0].n_rows
 
 
 def test_an_emptied_route_cache_is_freed_without_the_cyclic_gc(tmp_path):

@@ -33,6 +33,10 @@ def _zeros(n: int) -> array:
     return array("d", bytes(8 * n))
 
 
+_EMPTY = _zeros(0)      # the buffer of a state with nothing booked yet (shared, never written)
+_CAP0 = 16              # a state's first buffer
+
+
 class _Sorted:
     """What ``Spans`` and ``Steps`` share: sorted breakpoints ``t[:n]`` in a growable array
     of C doubles (``_at``; ``t`` is a typed view of it where compiled, the array itself where
@@ -43,19 +47,21 @@ class _Sorted:
     decrement of the view's count, which cost ~90% of an append."""
     __slots__ = ("_at", "t", "_ar", "r", "n", "cap")
 
-    def __init__(self, cap: int, shares: bool) -> None:
-        self._at = _zeros(cap)
-        self.t = self._at
-        self._ar: Any = _zeros(cap) if shares else None     # Steps' shares (Spans: none)
-        self.r: Any = self._ar
+    def __init__(self, shares: bool) -> None:
+        # no buffer until the first value (``_grow``): most of a topology's nodes and links
+        # never book anything, and a buffer with its typed view costs ~4 us to make
+        self._at = _EMPTY
+        self.t: Any = None
+        self._ar: Any = _EMPTY if shares else None      # Steps' shares (Spans: none)
+        self.r: Any = None
         self.n = 0
-        self.cap = cap
+        self.cap = 0
 
     def __len__(self) -> int:
         return self.n
 
     def _grow(self, need: int) -> None:
-        cap = 2 * self.cap
+        cap = 2 * self.cap if self.cap else _CAP0
         while cap < need:
             cap *= 2
         self._at = _copied(self._at, self.n, cap)
@@ -121,8 +127,8 @@ class Spans(_Sorted):
     disjoint (they may touch)."""
     __slots__ = ()
 
-    def __init__(self, cap: int = 16) -> None:
-        super().__init__(cap, False)
+    def __init__(self) -> None:
+        super().__init__(False)
 
     def tolist(self) -> list[float]:
         return self._at[:self.n].tolist()
@@ -169,8 +175,8 @@ class Steps(_Sorted):
     booked from breakpoint ``t[i]`` to ``t[i + 1]`` (``i < n``; the last share is 0)."""
     __slots__ = ()
 
-    def __init__(self, cap: int = 16) -> None:
-        super().__init__(cap, True)
+    def __init__(self) -> None:
+        super().__init__(True)
 
     def times(self) -> list[float]:
         return self._at[:self.n].tolist()

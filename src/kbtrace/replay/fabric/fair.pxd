@@ -40,7 +40,7 @@ cpdef list coarse(list pcs, Py_ssize_t k)
 cpdef book(list link_flows, Flow f, Py_ssize_t j, double s, double e, double busy, pcs,
            double tail)
 
-@cython.locals(res=tuple, hop=list, j0=cython.Py_ssize_t, i=cython.Py_ssize_t, link=cython.bint,
+@cython.locals(off="double[::1]", hop=list, j0=cython.Py_ssize_t, i=cython.Py_ssize_t,
                S=cython.double, A=cython.double, B=cython.double, bz=cython.double,
                s=cython.double, e=cython.double, x=cython.double, nodes=tuple, own=list,
                n_links=cython.Py_ssize_t, jj=cython.Py_ssize_t, n=cython.Py_ssize_t,

@@ -267,15 +267,15 @@ def note_body(fab: Any, n: int, a: float, t_in: float, g: Flow, j: int) -> None:
 def book_plan(link_flows: list, f: Flow, pl: Any, k: int, h: float, t: float) -> None:
     """Flow ``f`` reserved the first ``k`` resources of free-path plan ``pl`` from head / tail
     times ``h`` / ``t`` (``routes._Plan.take``): ``book`` its links among them."""
-    res, hop, j0 = pl.res, pl.res_hop, pl.j0
+    off, hop, j0 = pl.off, pl.res_hop, pl.j0
     rt = f.rt
     nodes, hops = rt.nodes, rt.hops
     n_links = len(nodes) - 1
     own = f.fab.node_own
     for i in range(k):
-        _st, link, S, A, B, bz = res[i]
+        S, A, B, bz = off[4 * i], off[4 * i + 1], off[4 * i + 2], off[4 * i + 3]
         jj = j0 + hop[i]
-        if not link:        # a node's overhead, served as its head arrives: it may move
+        if bz < 0.0:        # a node's overhead, served as its head arrives: it may move
             if jj < n_links:        # (its head arrives as it starts: the flow alone)
                 n = nodes[jj]
                 own[n][h + S] = f

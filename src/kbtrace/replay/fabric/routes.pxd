@@ -14,19 +14,20 @@ cdef class _Route:
     cpdef _Plan build(self, fab, Py_ssize_t j0)
 
 cdef class _Plan:
-    cdef public Py_ssize_t j0, n_hops, n_rows
+    cdef public Py_ssize_t j0, n_hops, n_rows, n_res
     cdef public object pid
-    cdef public tuple res
-    cdef public list res_hop, first, start, rows
+    cdef public list sts, res_hop, first, start, rows
+    cdef readonly double[::1] off
     cdef public double h_in, h_end, t_a, t_b
 
-    @cython.locals(k=cython.Py_ssize_t, link=cython.bint, sp=Spans, ln=Steps,
-                   S=cython.double, A=cython.double, B=cython.double, bz=cython.double,
+    @cython.locals(k=cython.Py_ssize_t, q=cython.Py_ssize_t, sp=Spans, ln=Steps, off="double[::1]",
+                   bz=cython.double,
                    s=cython.double, e=cython.double, x=cython.double, y=cython.double,
                    r=cython.double, i=cython.Py_ssize_t, n=cython.Py_ssize_t)
     cpdef Py_ssize_t take(self, double h, double t) except -1
 
 @cython.locals(j=cython.Py_ssize_t, k=cython.Py_ssize_t, jr=cython.Py_ssize_t, pl=_Plan,
+               i=cython.Py_ssize_t,
                hh=cython.double, tt=cython.double, x=cython.double, H=cython.double,
                A=cython.double, B=cython.double, S=cython.double)
 cpdef book_route(fab, _Route rt, f, op_id, tile, addr, double h, double t, double ack,

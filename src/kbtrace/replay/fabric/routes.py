@@ -11,6 +11,7 @@ same order, so the outputs are byte-identical.
 
 from __future__ import annotations
 
+from array import array
 from typing import Any, Literal
 
 from kbtrace.replay.fabric.base import _Ev, after
@@ -70,7 +71,7 @@ class _Route:
 
     def build(self, fab: Any, j0: int) -> _Plan:
         pl = self.plans[j0] = _Plan(self, fab.rec, j0)
-        fab.held += len(pl.res) + pl.n_rows
+        fab.held += pl.n_res + pl.n_rows
         return pl
 
 
@@ -80,17 +81,18 @@ class _Plan:
     The sequential recursion (``FastFabric._hop``) solved symbolically for a
     transfer that finds every resource free: from head / tail times ``h0 <= t0``
     at hop ``j0``, the head is at ``h0 + H`` and the tail at ``max(t0 + A, h0 +
-    B)`` everywhere further on (max-plus linear). ``res``: per resource in path
-    order (node overhead, link, destination overhead) ``(state, link, S, A, B, busy)``:
-    the reservation is ``[h0 + S, max(t0 + A, h0 + B)]``, a node's exclusive (``state``
-    its ``Spans``, ``link`` False), a link's (its ``Steps``) at the share ``busy /
-    length``; ``res_hop``: the hop (relative to ``j0``, ``n_hops`` = the destination)
+    B)`` everywhere further on (max-plus linear). Per resource in path order (node
+    overhead, link, destination overhead; ``n_res`` of them): ``sts[i]``, its state, and
+    ``off[4 i:4 i + 4]``, ``(S, A, B, busy)`` (C doubles, not a tuple of Python floats per
+    resource: ``take`` reads them for every transfer): the reservation is ``[h0 + S,
+    max(t0 + A, h0 + B)]``, a node's exclusive (its ``Spans``; ``busy`` -1), a link's (its
+    ``Steps``) at the share ``busy / length``; ``res_hop``: the hop (relative to ``j0``, ``n_hops`` = the destination)
     each belongs to; ``first``: each hop's first resource; ``start``: ``(H, A, B)`` at each hop's start; ``h_end`` /
     ``t_a`` / ``t_b``: head and tail at the destination; ``pid``: the recorder
     plan of the matching hop rows (terminal row last).
     """
-    __slots__ = ("j0", "n_hops", "res", "res_hop", "first", "start", "h_in", "h_end",
-                 "t_a", "t_b", "pid", "n_rows", "rows")
+    __slots__ = ("j0", "n_hops", "n_res", "sts", "off", "res_hop", "first", "start", "h_in",
+                 "h_end", "t_a", "t_b", "pid", "n_rows", "rows")
 
     def __init__(self, rt: _Route, rec: Recorder, j0: int) -> None:
         self.j0 = j0   # (not the route: a route holds its plans, and no cycle is left
@@ -98,7 +100,8 @@ class _Plan:
         hops = rt.hops[j0:]
         self.n_hops = len(hops)
         H, A, B = 0.0, 0.0, _NEG_INF
-        res: list[tuple[Any, bool, float, float, float, float]] = []    # (a Spans / Steps)
+        res: list[Any] = []         # a Spans / Steps per resource
+        off: list[float] = []       # its S, A, B, busy
         res_hop: list[int] = []
         first: list[int] = []
         start: list[tuple[float, float, float]] = []
@@ -110,17 +113,20 @@ class _Plan:
             start.append((H, A, B))
             en = H
             if niv is not None:
-                res.append((niv, False, H, _NEG_INF, H + ov, 0.0))
+                res.append(niv)
+                off += (H, _NEG_INF, H + ov, -1.0)
                 res_hop.append(jr)
             if niv is not None or ov > 0:       # the node's overhead, reserved or not
                 H += ov
                 B = max(B, H)
             if mode == 2:
-                res.append((ln, True, H, A + last_d, max(H + body, B) + last_d, bz))
+                res.append(ln)
+                off += (H, A + last_d, max(H + body, B) + last_d, bz)
                 res_hop.append(jr)
                 A, B, H = A + last_d, max(B, H + body) + last_d, H + hd_d
             elif mode == 1:
-                res.append((ln, True, H, _NEG_INF, H + hd_d, bz))
+                res.append(ln)
+                off += (H, _NEG_INF, H + hd_d, bz)
                 res_hop.append(jr)
                 A, B, H = _NEG_INF, H + hd_d, H + hd_d
             else:
@@ -131,35 +137,40 @@ class _Plan:
         start.append((H, A, B))
         h_in = H
         if rt.dst_iv is not None:
-            res.append((rt.dst_iv, False, H, _NEG_INF, H + rt.dst_ov, 0.0))
+            res.append(rt.dst_iv)
+            off += (H, _NEG_INF, H + rt.dst_ov, -1.0)
             res_hop.append(self.n_hops)
             H += rt.dst_ov
         B = max(B, H)
         rows.append((rt.term_stage, rt.dst, -1, rt.term_busy, h_in, 0.0, 0.0, True))
-        self.res, self.res_hop, self.first, self.start = tuple(res), res_hop, first, start
+        self.sts, self.off, self.n_res = res, array("d", off), len(res)
+        self.res_hop, self.first, self.start = res_hop, first, start
         self.h_in, self.h_end, self.t_a, self.t_b = h_in, H, A, B
         self.n_rows = len(rows)
         self.rows = rows
         self.pid = rec.add_plan(rows, rt.nb)
 
     def take(self, h: float, t: float) -> int:
-        """Reserve the plan's resources (``res``, in path order) for a transfer whose head and
+        """Reserve the plan's resources (``sts``, in path order) for a transfer whose head and
         tail reach its first hop at ``h`` / ``t``, each ``[h + S, max(t + A, h + B)]``,
         while each is free as the head reaches it (a node: ``booking.take``; a link:
-        ``booking.take_rate``). Returns how many were (``len(res)``: all); nothing of the
+        ``booking.take_rate``). Returns how many were (``n_res``: all); nothing of the
         next one is reserved.
 
         Nearly every reservation is an append to a resource free from its start on: two C
         doubles in a node's ``Spans``, two breakpoints and their shares in a link's
-        ``Steps`` (compiled: no Python object made)."""
+        ``Steps`` (compiled: no Python object made, the offsets read as C doubles)."""
         k = 0
-        for st, link, S, A, B, bz in self.res:
-            s = h + S
-            e = t + A
-            x = h + B
+        off = self.off
+        for st in self.sts:
+            q = 4 * k
+            s = h + off[q]
+            e = t + off[q + 1]
+            x = h + off[q + 2]
+            bz = off[q + 3]
             if x > e:
                 e = x
-            if not link:        # a node's overhead: exclusive
+            if bz < 0.0:        # a node's overhead: exclusive
                 sp = st
                 n = sp.n
                 if not n or sp.t[n - 1] <= s:
@@ -206,7 +217,7 @@ def book_route(fab: Any, rt: _Route, f: Any, op_id: int, tile: int, addr: int, h
             k = pl.take(h, t)       # the resources free as the head reaches them
             if f is not None and k:
                 book_plan(fab.link_flows, f, pl, k, h, t)
-            if k == len(pl.res):
+            if k == pl.n_res:
                 hh = h + pl.h_end
                 tt = t + pl.t_a
                 x = h + pl.t_b
@@ -226,8 +237,9 @@ def book_route(fab: Any, rt: _Route, f: Any, op_id: int, tile: int, addr: int, h
                 return after(env, tt + ack - now, tt)
             # resource k is not free: undo its hop's earlier reservations
             jr = pl.res_hop[k]
-            for st, _link, S, _A, _B, _bz in pl.res[pl.first[jr]:k]:
-                unreserve(st, h + S)       # a node's (a hop's link is its last resource)
+            for i in range(pl.first[jr], k):
+                S = pl.off[4 * i]
+                unreserve(pl.sts[i], h + S)    # a node's (a hop's link is its last resource)
                 if f is not None:
                     fab.node_own[rt.nodes[pl.j0 + jr]].pop(h + S, None)
             if jr:
