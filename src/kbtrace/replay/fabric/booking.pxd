@@ -84,6 +84,9 @@ cpdef tuple fit_rate(Steps ln, double now, double h, double hd, double body,
 @cython.locals(k=cython.Py_ssize_t)
 cpdef prune_rate(Steps ln, double now)
 
+@cython.locals(iv=Spans, ln=Steps)
+cpdef prune_states(list node_iv, list link_steps, double now, Py_ssize_t over)
+
 @cython.locals(i=cython.Py_ssize_t)
 cpdef double _snap(Steps ln, double x)
 

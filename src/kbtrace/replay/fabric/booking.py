@@ -23,7 +23,7 @@ from typing import Any
 from kbtrace.replay.intervals import TIME_EPS
 
 __all__ = ["RATE_EPS", "Spans", "Steps", "spans_of", "steps_of", "serve", "take", "unreserve",
-           "take_rate", "add_shares", "fit_rate", "prune_rate", "unbook"]
+           "take_rate", "add_shares", "fit_rate", "prune_rate", "prune_states", "unbook"]
 
 _INF = float("inf")
 _NEG_INF = float("-inf")
@@ -478,6 +478,17 @@ def prune_rate(ln: Steps, now: float) -> None:
     k = ln.bisect_right(now) - 1
     if k > 0:
         ln.cut(0, k)
+
+
+def prune_states(node_iv: list, link_steps: list, now: float, over: int) -> None:
+    """Prune every node's ``Spans`` and every link's ``Steps`` holding more than ``over``
+    values (``heads.prune_all``; compiled: each state's count read as a C field)."""
+    for iv in node_iv:
+        if iv.n > over:
+            iv.prune(now)
+    for ln in link_steps:
+        if ln.n > over:
+            prune_rate(ln, now)
 
 
 def _snap(ln: Steps, x: float) -> float:

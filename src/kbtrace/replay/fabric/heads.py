@@ -49,7 +49,7 @@ from kbtrace.replay.fabric.booking import (
     Steps,
     add_shares,
     fit_rate,
-    prune_rate,
+    prune_states,
     serve,
     unbook,
 )
@@ -214,12 +214,7 @@ def prune_all(fab: Any, now: float) -> None:
             fab.node_body[n] = lst
         else:
             del fab.node_body[n]
-    for iv in fab.node_iv:
-        if iv.n > 64:
-            iv.prune(now)
-    for ln in fab.link_steps:
-        if ln.n > 64:
-            prune_rate(ln, now)
+    prune_states(fab.node_iv, fab.link_steps, now, 64)
 
 
 def _reserve(fab: Any, n: int, iv: Spans, g: Flow, j: int, a: float, w: float) -> float:
