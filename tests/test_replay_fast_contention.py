@@ -477,3 +477,48 @@ def test_heads_pushed_at_a_node_are_served_again_in_arrival_order():
     assert serve_head(fab, 0, niv, 0.0, 10.5, 2.0, 0, None) == 12.5
     assert niv.tolist() == [10.5, 12.5, 12.5, 14.5, 14.5, 16.5]
     assert own == {12.5: (h, 0, 11.0), 14.5: (g, 0, 11.5)}
+
+
+def _done_times(tmp_path, topo, sends):
+    """Each of ``sends`` (src node, dst node, bytes, start ns; op ids in order) started at its
+    time on a fresh flit and a fresh fast fabric of ``topo``: ``{fidelity: {op: done ns}}``."""
+    from kbtrace.replay.fabric.fast import FastFabric
+    from kbtrace.replay.fabric.flit import FlitFabric
+    from test_replay_fast import _fabric
+    out: dict = {}
+    for cls in (FlitFabric, FastFabric):
+        fab, _rec = _fabric(cls, topo, tmp_path / cls.fidelity)
+        got = out[cls.fidelity] = {}
+        for op, (src, dst, nb, t) in enumerate(sends):
+            if t > fab.env.now:
+                fab.env.run(until=t)
+            fab.send(op, -1, src, dst, nb).callbacks.append(
+                lambda _e, op=op, fab=fab, got=got: got.__setitem__(op, fab.env.now))
+        fab.env.run()
+    return out
+
+
+@pytest.mark.parametrize("src, at, flit, fast", [
+    (1, 10.0, 36.6625, 36.9325),     # before: 66.6625 (behind the whole stream)
+    (1, 20.0, 46.6625, 55.3675),     # before: 66.6625
+    (0, 10.0, 62.575, 62.575)])      # from the stream's own DMA: behind all of it, as before
+def test_a_credit_crosses_a_stream_first_come_first_served(tmp_path, src, at, flit, fast):
+    """PE 0 sends 8 KiB to PE 7 at 0 (a flow: its flits fill every mesh link on the way); an
+    IPCQ credit (16 B, one flit) from PE ``src`` to PE 7 (PE 6 for src 0) starts ``at`` ns later
+    and meets it on the links into PE 7. Flit mode's link FIFO sends the credit after the flits
+    queued when it arrives, before those arriving after it (~1 ns of queue per link). Fast mode
+    serves the credit with the flows still arriving there first come, first served
+    (``heads._in_fifo``, ``fifo.share_fifo``), the stream pushed by the flit's time: 0.27 ns
+    late at 10 ns, 8.7 ns late at 20 ns (at each router the credit's head overhead holds the
+    stream's flits in flit mode, which the fluid backlog does not see). Before, the credit took
+    what the stream spared, after all of it (66.66 ns at both). A DMA's flow on its first link
+    keeps its booking (its data is all there, a backlog its fluid arrival does not describe):
+    a credit from the stream's own DMA still goes after all of it, as in flit mode."""
+    from kbtrace.topology.model import PeCoord
+    small = compile_topology(TOPO_DIR / "small.yaml")
+    dma = [small.pe_node(PeCoord(0, 0, p), "dma").idx for p in range(8)]
+    got = _done_times(tmp_path, small, [(dma[0], dma[7], 8192, 0.0),
+                                        (dma[src], dma[7 if src else 6], 16, at)])
+    assert got["flit"][1] == pytest.approx(flit, abs=1e-3)
+    assert got["fast"][1] == pytest.approx(fast, abs=1e-3)
+    assert got["fast"][0] == pytest.approx(got["flit"][0], abs=1e-3)

@@ -20,7 +20,10 @@ single flit whose head moves gives back its booking on the link after the node a
 again from its new time (``relink``; kept where it would then wait behind bookings made after
 it). Single flits of flows cross a link in arrival order likewise (``serve_flit``: a flit
 arriving first takes the link from those booked before it, which are booked again behind it
-and their flows pushed, where that costs each no more than a flit time). Reservations of transfers that cannot move (HBM writes
+and their flows pushed, where that costs each no more than a flit time). A single flit that
+would wait on a link where streams are still arriving is served with them first come, first
+served (``_in_fifo``: an IPCQ credit crossing PCIe behind the payloads that arrived there
+before it, not behind every payload booked before it). Reservations of transfers that cannot move (HBM writes
 of two flits or more) keep their times, and a head takes the gaps between them
 (``booking.serve``: preemptive resume). At a mesh router, a stream's flits after its head
 wait behind every head that arrived there before them (flit mode's node is one FIFO), where
@@ -53,7 +56,16 @@ from kbtrace.replay.fabric.booking import (
     serve,
     unbook,
 )
-from kbtrace.replay.fabric.fair import Flow, _moved, _push, _times, note_body, prune_flows
+from kbtrace.replay.fabric.fair import (
+    Flow,
+    _moved,
+    _push,
+    _times,
+    incumbents,
+    note_body,
+    prune_flows,
+)
+from kbtrace.replay.fabric.fifo import share_fifo
 from kbtrace.replay.intervals import TIME_EPS
 
 __all__ = ["PUSH_DEPTH", "serve_head", "serve_flit", "head_at", "prune_owners", "prune_links",
@@ -288,9 +300,14 @@ def serve_flit(fab: Any, rt: Any, j: int, now: float, h: float) -> tuple[float, 
     flows booked there before it but arriving after it (``FastFabric.link_own``) that hold
     the link where it would cross are given back; it takes the link; each is booked again
     from its arrival, in arrival order, its flow delayed (``fair._push``) if it now crosses
-    later (at most ``PUSH_DEPTH`` deep). Others keep their bookings and it takes what they
-    spare (``fit_rate``). Returns ``(start, head, tail)`` as ``fit_rate``; the flow being
-    booked (``fab._f``) notes its booking."""
+    later (at most ``PUSH_DEPTH`` deep). Where it would wait and flows are still arriving
+    at the link, it is served with them first come, first served (``_in_fifo``): behind their
+    work that arrived before it, before what arrives after. A flow on its first link is left
+    out (it keeps its booking) unless it reads HBM: a DMA's data is all there at once, a
+    backlog its arrival at the link's rate does not describe, where a read's bursts arrive
+    over its span. Others keep their bookings and it takes what they spare (``fit_rate``).
+    Returns ``(start, head, tail)`` as ``fit_rate``; the flow being booked (``fab._f``)
+    notes its booking."""
     hp = rt.hops[j]
     ln, hd = hp[2], hp[5]
     busy = rt.busy[j]
@@ -298,6 +315,13 @@ def serve_flit(fab: Any, rt: Any, j: int, now: float, h: float) -> tuple[float, 
     own = fab.link_own[rt.links[j]]
     pcs: list = []
     s, hd2, td = fit_rate(ln, now, h, hd, hd, 0.0, 0.0, busy, pcs)
+    if td > h + hd + TIME_EPS:         # (it waits: also behind work arriving after it?)
+        kinds = fab.node_kind
+        inc = [b for b in incumbents(fab.link_flows, rt.links[j], f, h, now)
+               if b.j > 0 or kinds[b.f.rt.nodes[0]] == "hbm_ctrl"]
+        if inc:
+            unbook(ln, pcs, pcs[0][0])
+            pcs, s, hd2, td = _in_fifo(fab, ln, h, busy, inc)
     if own and td > h + hd + TIME_EPS and fab.push_depth < PUSH_DEPTH:
         hi = h + TIME_EPS
         late = [(o[2], s_r, o[0], o[1]) for s_r, o in own.items()
@@ -310,6 +334,32 @@ def serve_flit(fab: Any, rt: Any, j: int, now: float, h: float) -> tuple[float, 
     if f is not None:
         f.booked_flit(j, pcs, h)
     return s, hd2, td
+
+
+def _in_fifo(fab: Any, ln: Steps, h: float, busy: float, inc: list) -> tuple:
+    """``serve_flit``'s queue: a single flit arriving at ``h`` on a link where the flows
+    ``inc`` are still arriving is served with them first come, first served
+    (``fifo.share_fifo``), as flit mode's link FIFO serves it behind the flits queued when it
+    arrives and before those arriving after it: their work from ``h`` on is given back and
+    served again with the flit, and each flow whose tail now leaves later is pushed
+    (``fair._push``). Returns ``(pieces, start, head, tail)`` of the flit."""
+    streams = []
+    kept = []
+    for b in inc:
+        bp = b.pieces()
+        d = unbook(ln, bp, h)
+        kept.append([(a, z if z < h else h, r) for a, z, r in bp if a < h])
+        streams.append([b.arrival(), b.busy, d, 0.0])
+    streams.append([[(h, h + busy, 1.0)], busy, 0.0, 0.0])
+    res = share_fifo(ln, h, streams)
+    for b, kp, (bp, end, _hd) in zip(inc, kept, res[:-1], strict=True):
+        b.pcs = kp + bp
+        tail = end if end > b.e else b.e
+        if tail > b.tail + TIME_EPS:
+            b.tail = tail
+            _push(fab, b.f, b.j, tail, h)
+    pcs, end, _hd = res[-1]
+    return pcs, (pcs[0][0] if pcs else h), end, end
 
 
 def _first(fab: Any, ln: Steps, now: float, h: float, hd: float, busy: float,
