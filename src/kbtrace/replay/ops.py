@@ -61,6 +61,33 @@ def _make_assign():
 
 _assign = _make_assign()
 
+#: the fields that repeat from op to op (a kernel's few kinds of call), and the rest: replay's
+#: spill holds a template id per op and its varying fields (``spillcode``), and ``build_ops``
+#: makes the records from the two
+TEMPLATE = ("kind", "name", "is_async", "src_space", "dst_space", "in_spaces", "in_shapes",
+            "in_dtypes", "out_shape", "out_dtype", "m", "n", "k", "direction", "extra_json")
+VARYING = tuple(f for f in _FIELDS if f not in TEMPLATE)
+
+
+def _make_build():
+    # one loop for a batch: no Op() call, a template's values set by one unpacking
+    vs = ", ".join("v_" + f for f in VARYING)
+    src = (f"def build_ops(templates, ids, {', '.join(VARYING)}):\n"
+           "    out = []\n    add = out.append\n    new = object.__new__\n"
+           f"    for t, {vs} in zip(ids, {', '.join(VARYING)}, strict=True):\n"
+           "        o = new(Op)\n"
+           f"        {', '.join('o.' + f for f in TEMPLATE)}, = templates[t]\n"
+           + "".join(f"        o.{f} = v_{f}\n" for f in VARYING) +
+           "        add(o)\n    return out\n")
+    ns: dict[str, Any] = {"Op": Op}
+    exec(src, ns)  # noqa: S102 - generated from the fixed field lists above
+    return ns["build_ops"]
+
+
+#: ``build_ops(templates, ids, *varying_columns)``: one ``Op`` per row, its ``TEMPLATE``
+#: fields ``templates[ids[i]]``, its ``VARYING`` fields the columns' values (in that order)
+build_ops = _make_build()
+
 
 # list columns become tuples; these repeat from op to op (a kernel's shapes, dtypes and
 # memory spaces), so equal values share one tuple

@@ -37,12 +37,14 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from kbtrace._io import column_pylist
 from kbtrace.errors import ReplayError
 from kbtrace.replay import validate
-from kbtrace.replay.ops import _FIELDS, _LISTS, _SHARED, HOST_KINDS, Op, _tuples
+from kbtrace.replay.ops import _FIELDS, _LISTS, HOST_KINDS, VARYING, Op, build_ops
+from kbtrace.replay.spillcode import TEMPLATE_ID, SpillCoder
+from kbtrace.replay.spillcode import pylist as _pylist
+from kbtrace.replay.spillcode import tuples_of as _tuples_of
 
 __all__ = ["OpSource", "ProgramFeed", "READ_ROWS", "FEED_ROWS"]
 
@@ -50,7 +52,6 @@ __all__ = ["OpSource", "ProgramFeed", "READ_ROWS", "FEED_ROWS"]
 READ_ROWS = 1 << 16
 #: rows of one program turned into records at a time
 FEED_ROWS = 1 << 8
-_CODED = ("kind", "name", "src_space", "dst_space", "out_dtype", "direction", "extra_json")
 #: the spill is not compressed: LZ4 made reading a 256-row batch back 10x slower (0.15 vs
 #: 0.015 ms; 0.94 vs 0.49 ms with the records built) for a file 3.5x smaller (21 MB per
 #: 100 k gemm ops)
@@ -120,9 +121,7 @@ class OpSource:
         self.send_rows: list[tuple[int, int, int]] = []        # (op_id, program, seq)
         self.recvs: list[tuple[int, int, int, int, int, int | None, int]] = []
         self.used: set[tuple[int, int, int]] = set()
-        self._luts: dict[str, list[Any]] = {c: [] for c in _CODED}
-        self._codes: dict[str, dict[Any, int]] = {c: {} for c in _CODED}
-        self._memos: dict[str, dict[tuple[Any, ...], tuple[Any, ...]]] = {f: {} for f in _SHARED}
+        self.coder = SpillCoder()
         fd, spill = tempfile.mkstemp(prefix="kbtrace-replay-ops-", suffix=".arrow")
         self._spill = Path(spill)
         self._sink: Any = pa.OSFile(spill, "w")
@@ -169,7 +168,7 @@ class OpSource:
                 if check:
                     validate.validate_ops(pa.Table.from_batches([batch]), topo, meta,
                                           first_row=at, n_total=self.n, pairs=pairs)
-                batch = self._code(batch)
+                batch = self.coder.code(batch)
                 if writer is None:
                     writer = pa.ipc.new_file(self._sink, batch.schema,
                                              options=pa.ipc.IpcWriteOptions(
@@ -187,36 +186,13 @@ class OpSource:
                                    else f"/proc/self/fd/{self._fd}")
             self._reader = pa.ipc.open_file(self._file)
 
-    def _code(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """String columns as int32 codes into this source's dictionaries (shared strings;
-        an IPC file cannot change a column's dictionary from batch to batch)."""
-        arrays = []
-        for name, col in zip(batch.schema.names, batch.columns, strict=True):
-            if name in self._luts:
-                if not pa.types.is_dictionary(col.type):
-                    col = pc.dictionary_encode(col)
-                local = col.dictionary.to_pylist()
-                codes, lut = self._codes[name], self._luts[name]
-                remap = np.empty(len(local) + 1, dtype=np.int32)
-                for j, v in enumerate(local):
-                    c = codes.get(v)
-                    if c is None:
-                        c = codes[v] = len(lut)
-                        lut.append(v)
-                    remap[j] = c
-                remap[-1] = -1
-                idx = pc.fill_null(col.indices, -1).to_numpy(zero_copy_only=False)
-                col = pa.array(remap[idx], pa.int32())
-            arrays.append(col)
-        return pa.RecordBatch.from_arrays(arrays, names=batch.schema.names)
-
     def _split(self, batch: pa.RecordBatch, at: int, writer: Any) -> None:
         n = batch.num_rows
         cols = {c: batch.column(c) for c in ("op_id", "launch", "program", "seq", "kind")}
         op_id = cols["op_id"].to_numpy(zero_copy_only=False)
         if not np.array_equal(op_id, np.arange(at, at + n)):
             raise ReplayError("ops.parquet: op_id is not dense from 0; re-capture the workload")
-        kind_lut = self._luts["kind"]
+        kind_lut = self.coder.luts["kind"]
         kcode = cols["kind"].to_numpy(zero_copy_only=False)
         while len(self.kind_values) < len(kind_lut):       # kind codes follow the lut
             self.kind_values.append(kind_lut[len(self.kind_values)])
@@ -289,18 +265,11 @@ class OpSource:
 
     # ------------------------------------------------------------------ records
     def _to_ops(self, batch: pa.RecordBatch) -> list[Op]:
-        cols = []
-        for f in _FIELDS:
-            col = batch.column(f)
-            if f in self._luts:
-                lut = [*self._luts[f], None]
-                vals = [lut[c] for c in col.to_numpy(zero_copy_only=False).tolist()]
-            elif f in _LISTS:
-                vals = _tuples_of(col, self._memos.get(f), f == "in_shapes")
-            else:
-                vals = _pylist(col)
-            cols.append(vals)
-        return [Op(v) for v in zip(*cols, strict=True)]
+        """The records of a spill-form batch: its template ids and varying columns."""
+        cols = [_tuples_of(c, None, False) if f in _LISTS else _pylist(c)
+                for f in VARYING for c in (batch.column(f),)]
+        ids = batch.column(TEMPLATE_ID).to_numpy(zero_copy_only=False).tolist()
+        return build_ops(self.coder.templates, ids, *cols)
 
     def records(self, i: int) -> list[Op]:
         """The records of spill batch ``i``."""
@@ -325,7 +294,7 @@ class OpSource:
             lo, hi = np.searchsorted(want, [at, at + n])
             if hi > lo:
                 idx = pa.array([w - at for w in want[lo:hi]])
-                for o in self._to_ops(self._code(batch.take(idx))):
+                for o in self._to_ops(self.coder.code(batch.take(idx))):
                     out[o.op_id] = o
             at += n
         return out
@@ -350,74 +319,6 @@ class OpSource:
         if not self._sink.closed:
             self._sink.close()
         self._gone()
-
-
-def _valid(arr: pa.Array) -> np.ndarray | None:
-    """Per row of ``arr``, whether it is not null (None: no nulls)."""
-    if not arr.null_count:
-        return None
-    bits = np.frombuffer(arr.buffers()[0], dtype=np.uint8)
-    return np.unpackbits(bits, bitorder="little")[arr.offset:arr.offset + len(arr)].astype(bool)
-
-
-def _pylist(arr: pa.Array) -> list[Any]:
-    """``arr.to_pylist()`` of a spill column that is not a list: integers, booleans or strings,
-    read through numpy (no Arrow scalar per value, no compute call per column: a feed batch
-    has few rows, so a call's fixed cost counted). Nulls are None."""
-    n = len(arr)
-    if arr.null_count == n:
-        return [None] * n
-    t = arr.type
-    if pa.types.is_integer(t):
-        dt = np.dtype(t.to_pandas_dtype())
-        vals = np.frombuffer(arr.buffers()[1], dtype=dt, count=n,
-                             offset=arr.offset * dt.itemsize).tolist()
-    elif pa.types.is_boolean(t) and not arr.null_count:
-        return arr.to_numpy(zero_copy_only=False).tolist()
-    elif pa.types.is_string(t) or pa.types.is_large_string(t):
-        return arr.to_numpy(zero_copy_only=False).tolist()       # (nulls come out None)
-    else:
-        return arr.to_pylist()
-    ok = _valid(arr)
-    if ok is not None:
-        for i in np.flatnonzero(~ok).tolist():
-            vals[i] = None
-    return vals
-
-
-def _tuples_of(arr: pa.Array, memo: dict[tuple[Any, ...], tuple[Any, ...]] | None,
-               nested: bool) -> list[Any]:
-    """``ops._tuples(arr.to_pylist(), memo, nested)`` of a list column, built from its offsets
-    and its values' ``_pylist`` (``nested``: a list of lists, whose inner lists become tuples,
-    null ones None)."""
-    n = len(arr)
-    if arr.null_count == n:
-        vals: list[Any] = [None] * n
-        return _tuples(vals, memo, nested)
-    if not pa.types.is_list(arr.type):
-        return _tuples(arr.to_pylist(), memo, nested)
-    child = arr.values
-    if nested:
-        if not pa.types.is_list(child.type):
-            return _tuples(arr.to_pylist(), memo, nested)
-        inner = _pylist(child.values)
-        io = child.offsets.to_numpy().tolist()
-        items: list[Any] = [tuple(inner[a:b]) for a, b in zip(io, io[1:], strict=False)]
-        ok = _valid(child)
-        if ok is not None:
-            for i in np.flatnonzero(~ok).tolist():
-                items[i] = None
-    else:
-        items = _pylist(child)
-    off = arr.offsets.to_numpy().tolist()
-    out = [tuple(items[a:b]) for a, b in zip(off, off[1:], strict=False)]
-    ok = _valid(arr)
-    if ok is not None:
-        for i in np.flatnonzero(~ok).tolist():
-            out[i] = ()
-    if memo is not None:
-        out = [memo.setdefault(t, t) for t in out]
-    return out
 
 
 def _drop(spill: Path, fd: int | None) -> None:
