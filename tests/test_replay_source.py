@@ -18,7 +18,7 @@ from kbtrace.replay.ops import Op
 from kbtrace.replay.recorder import Recorder
 from kbtrace.replay.source import OpSource
 from kbtrace.topology import compile_topology
-from test_replay_util import TOPO_DIR, SynthTrace, hbm, load
+from test_replay_util import TOPO_DIR, SynthTrace, hbm, load, on
 
 
 @pytest.fixture(scope="module")
@@ -195,3 +195,46 @@ def test_columns_become_python_values_as_to_pylist_gives_them():
     got = source._tuples_of(lists["nested"][0], {}, True)
     assert got == [((1, 2), (3,)), (), (), ((4,), None, ()), ((1, 2), (3,))]
     assert got[0] is got[4]             # equal tuples shared through the memo
+
+
+def test_records_are_the_rows_values_through_the_template_coding(monkeypatch):
+    """Records built from per-template values and the varying columns (``spillcode``) hold
+    what ``load_ops`` (the column-wise conversion) gives for every field, with its type:
+    list columns with nulls inside, strings holding separators, nullable scalars, equal
+    values spread over read batches, the varying columns (ops.VARYING) sliced per program."""
+    from kbtrace.replay.ops import _FIELDS, TEMPLATE, load_ops
+    monkeypatch.setattr(source, "READ_ROWS", 7)       # templates met again in later batches
+    monkeypatch.setattr(source, "FEED_ROWS", 4)
+    rng = np.random.default_rng(3)
+    shapes = [[], [[32, 64], [64, 32]], [[1], None, []], [[2**40, -3]], [[32, 64]], [[]]]
+    spaces = [[], ["tcm", "hbm"], ["tcm", None], ["a\x1fb"], ["a", "b"], ["ab"]]
+    rows = []
+    for i in range(60):
+        v = int(rng.integers(0, 8))           # the call: its template fields follow from it
+        k = v % 3
+        rows.append({**on(program=i % 3, pe=i % 3, seq=i // 3),
+                     "kind": ("load", "dot", "math")[k], "name": ("load", "dot", "exp")[k],
+                     "is_async": v % 2 == 1, "src_addr": int(rng.integers(0, 9)),
+                     "in_shapes": shapes[v % len(shapes)], "in_spaces": spaces[v % len(spaces)],
+                     "in_dtypes": [["f32"], [], ["f16", "i8"]][v % 3],
+                     "out_shape": [[32, 32], [], [7]][v // 3], "m": [None, 32, 64][v % 3],
+                     "k": 16 if k == 1 else None, "extra_json": [None, '{"a": 1}'][v // 4],
+                     "in_addrs": [int(x) for x in rng.integers(0, 2**40, int(rng.integers(0, 3)))],
+                     "deps": list(range(max(0, i - int(rng.integers(0, 3))), i))})
+    table = SynthTrace(rows).ops()
+    want = load_ops(table)
+    src = OpSource(table)
+    try:
+        got = [src.feed(0, p)[i] for p in range(3) for i in range(20)]
+        assert sorted(o.op_id for o in got) == list(range(60))
+        for o in got:
+            w = want[o.op_id]
+            for f in _FIELDS:
+                assert getattr(o, f) == getattr(w, f), (o.op_id, f)
+                assert type(getattr(o, f)) is type(getattr(w, f)), (o.op_id, f)
+        distinct = {tuple(repr(getattr(w, f)) for f in TEMPLATE) for w in want}
+        assert len(src.coder.templates) == len(distinct) == 8
+        nested = [o for o in got if o.in_shapes == ((1,), None, ())]
+        assert len(nested) > 1 and all(o.in_shapes is nested[0].in_shapes for o in nested)
+    finally:
+        src.close()

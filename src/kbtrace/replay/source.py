@@ -10,8 +10,9 @@ trace's table) ``READ_ROWS`` rows at a time, once:
   name is removed as soon as it is open, and it is read back through its descriptor, so a
   replay killed by a signal leaves nothing behind; elsewhere ``close`` removes it) grouped
   by (launch, program), ``FEED_ROWS`` rows per record batch, in
-  ``op_id`` order within a program; string columns are stored as codes into one
-  dictionary per column kept here, so records share their strings;
+  ``op_id`` order within a program; the fields that repeat from op to op are stored as one
+  template id per op, the template's values built once as Python objects and shared by the
+  records (``spillcode``);
 * what the elaboration needs is kept in compact form: per (launch, program) its spill
   batches, op count and PE; the launch's first ``op_id``; host copies (``h2d`` / ``d2h``,
   few) as ``Op`` records; IPCQ sends and receives (their keys and matches); each op's

@@ -10,12 +10,13 @@ the varying fields, the kind's code and that id (``TEMPLATE_ID``), and a record 
 template's tuple plus its varying values (``ops.build_ops``): no per-op conversion of the
 template columns, which were ~60% of building the records (issue 22).
 
-Exactness: every template value is the one the column-wise conversion (``_pylist``,
-``_tuples_of``) gives for a row that has it. String and scalar columns are coded through
-their Arrow dictionary (as before, one dictionary per column); a list column through a text
-key per row (its length, then its items) that is one-to-one with its value, or through
-``repr`` of its Python value where the column holds nulls or a string with the key's
-separator.
+Exactness: every template value is the one the column-wise conversion (``pylist``,
+``tuples_of``) gives for a row that has it, and rows share a template only when all their
+template values are equal. Scalar and string columns are coded through their Arrow
+dictionary (one dictionary per column, as the spill's strings were before); a list column by
+sorting rows of (length, items) -- strings as dictionary codes, a nested list's inner lists
+as their own groups -- or by the ``repr`` of each row's Python value where the column holds
+nulls below its rows. The combination of a row's codes is one int64 (``_groups``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ TEMPLATE_ID = "_template"
 _SCALARS = tuple(f for f in TEMPLATE if f not in ("in_spaces", "in_shapes", "in_dtypes",
                                                    "out_shape"))
 _LIST_FIELDS = {"in_spaces": False, "in_shapes": True, "in_dtypes": False, "out_shape": False}
-_SEP = "\x1f"          # between a string list's items in its key
 
 
 class SpillCoder:
@@ -87,37 +87,26 @@ class SpillCoder:
         return remap[pc.fill_null(col.indices, -1).to_numpy(zero_copy_only=False)]
 
     def _list(self, f: str, col: pa.Array) -> np.ndarray:
-        """Codes of a list column; a new value is built from its first row by ``tuples_of``."""
-        keys = pc.dictionary_encode(_list_keys(col, _LIST_FIELDS[f]))
-        idx = keys.indices.to_numpy(zero_copy_only=False)
-        local = keys.dictionary.to_pylist()
-        _, first = np.unique(idx, return_index=True)     # every code occurs: first[code]
+        """Codes of a list column, one per distinct value (built from its first row by
+        ``tuples_of``, and compared as that value)."""
+        nested = _LIST_FIELDS[f]
+        inv, first = _list_groups(col, nested)
         ids, lut = self._ids[f], self.luts[f]
-        remap = np.empty(len(local), dtype=np.int64)
-        for j, key in enumerate(local):
-            c = ids.get(key)
+        remap = np.empty(len(first), dtype=np.int64)
+        for j, r in enumerate(first.tolist()):
+            v = tuples_of(col.take(pa.array([r])), None, nested)[0]   # (take: compact)
+            c = ids.get(v)
             if c is None:
-                c = ids[key] = len(lut)
-                row = col.take(pa.array([first[j]]))     # (compact: not the whole child)
-                lut.append(tuples_of(row, None, _LIST_FIELDS[f])[0])
+                c = ids[v] = len(lut)
+                lut.append(v)
             remap[j] = c
-        return remap[idx]
+        return remap[inv]
 
     def _templates(self, codes: np.ndarray) -> np.ndarray:
         """Each row's template id (``codes``: one row of field codes per template field)."""
-        n = codes.shape[1]
-        if not n:
+        if not codes.shape[1]:
             return np.zeros(0, dtype=np.int32)
-        key = np.zeros(n, dtype=np.int64)
-        span = 1
-        for row in codes:                    # mixed radix while it fits in 62 bits, else
-            m = int(row.max()) + 2           # renumbered (dense) first
-            if span * m >= 1 << 62:
-                _, key = np.unique(key, return_inverse=True)
-                span = int(key.max()) + 1
-            key = key * m + (row + 1)
-            span *= m
-        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        inv, first = _groups(list(codes))
         tid = np.empty(len(first), dtype=np.int32)
         for u, r in enumerate(first.tolist()):
             sig = tuple(codes[:, r].tolist())
@@ -130,33 +119,72 @@ class SpillCoder:
         return tid[inv.reshape(-1)]
 
 
-def _list_keys(col: pa.Array, nested: bool) -> pa.Array:
-    """A text key per row of a list column, equal for two rows exactly when their values are
-    (``"2:32,64"``; nested: ``"2:2:32,64|2:64,32"``); ``repr`` of each row's Python value where
-    the column has nulls below its rows or a string item holds the separator."""
+def _list_groups(col: pa.Array, nested: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(per row the index of its value among the column's distinct ones, each one's first
+    row): rows of equal values alike, found by sorting rows of (length, items...) (strings
+    as their dictionary codes; nested, the inner lists as their own groups). Where the
+    column has nulls below its rows, or types other than integers and strings, by the
+    ``repr`` of each row's Python value."""
     ok = pa.types.is_list(col.type)
     flat = pc.list_flatten(col) if ok else col
     ok = ok and (not nested or pa.types.is_list(flat.type))
     inner = pc.list_flatten(flat) if ok and nested else flat
-    text = ok and pa.types.is_string(inner.type)
+    text = ok and (pa.types.is_string(inner.type) or pa.types.is_large_string(inner.type))
     if (not ok or not (text or pa.types.is_integer(inner.type))
-            or col.null_count or flat.null_count or inner.null_count
-            or (text and len(inner) and pc.any(pc.match_substring(inner, _SEP)).as_py())):
-        return pa.array([repr(v) for v in col.to_pylist()], pa.string())
+            or col.null_count or flat.null_count or inner.null_count):
+        keys = pc.dictionary_encode(pa.array([repr(v) for v in col.to_pylist()], pa.string()))
+        idx = keys.indices.to_numpy(zero_copy_only=False)
+        _, first = np.unique(idx, return_index=True)          # every code occurs
+        return idx, first
+    if text:
+        items = pc.dictionary_encode(inner).indices.to_numpy(zero_copy_only=False)
+    else:
+        items = inner.to_numpy(zero_copy_only=False)
+    items = items.astype(np.int64, copy=False) if items.dtype != np.uint64 \
+        else items.view(np.int64)
     if nested:
-        return _joined(_joined(inner, flat, ","), col, "|")
-    return _joined(flat, col, _SEP if text else ",")
+        items, _ = _rows_groups(flat, items)
+    return _rows_groups(col, items)
 
 
-def _joined(items: pa.Array, lists: pa.Array, sep: str) -> pa.Array:
-    """``"<length>:<items joined by sep>"`` per list of ``lists`` (whose values are ``items``,
-    re-wrapped; no nulls; strings or integers)."""
-    off = lists.offsets.to_numpy()
-    wrapped = pa.ListArray.from_arrays(pa.array(off - off[0], pa.int32()),
-                                       items if pa.types.is_string(items.type)
-                                       else pc.cast(items, pa.string()))
-    n = pc.cast(pc.list_value_length(lists), pa.string())
-    return pc.binary_join_element_wise(n, pc.binary_join(wrapped, sep), ":")
+def _rows_groups(lists: pa.Array, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``_list_groups`` of a list array without nulls whose flattened items are ``items``."""
+    off = lists.offsets.to_numpy().astype(np.int64)
+    off -= off[0]
+    n = len(lists)
+    lens = np.diff(off)
+    width = int(lens.max()) if n else 0
+    cols = [lens]
+    if width:
+        m = np.zeros((width, n), dtype=np.int64)     # item j of each row (0 past its end)
+        row = np.repeat(np.arange(n), lens)
+        m[np.arange(len(items)) - off[row], row] = items
+        cols += list(m)
+    return _groups(cols)
+
+
+def _groups(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(per row its group, each group's first row) of the rows of the equal-length integer
+    columns ``cols``: rows equal in every column are one group. The columns are combined
+    into one int64 key (mixed radix; renumbered densely where it would overflow)."""
+    key = np.zeros(len(cols[0]), dtype=np.int64)
+    if not len(key):
+        return key, key
+    span = 1
+    for c in cols:
+        lo, hi = int(c.min()), int(c.max())
+        if hi - lo < 1 << 20:
+            c, m = c - lo, hi - lo + 1
+        else:
+            u, c = np.unique(c, return_inverse=True)
+            c, m = c.reshape(-1), len(u)
+        if span * m >= 1 << 62:
+            u, key = np.unique(key, return_inverse=True)
+            key, span = key.reshape(-1), len(u)
+        key = key * m + c
+        span *= m
+    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    return inv.reshape(-1), first
 
 
 # ------------------------------------------------------------------ columns as Python values
