@@ -51,6 +51,8 @@ def test_feed_gives_a_programs_ops_in_seq_order_a_chunk_at_a_time(tiny, monkeypa
         assert seen == list(range(1, 200, 2))
         with pytest.raises(IndexError):
             feed[0]                              # consumed: records are not kept
+        # iterated, as the PE_CPU reads it: the same ops in the same order
+        assert [o.op_id for o in src.feed(0, 1)] == list(range(1, 200, 2))
     finally:
         src.close()
     assert not src._spill.exists()
@@ -63,6 +65,7 @@ def test_program_out_of_seq_order_is_sorted_whole(tiny):
     try:
         feed = src.feed(0, 0)
         assert [feed[i].op_id for i in range(4)] == [1, 2, 3, 0]   # stable by seq
+        assert [o.op_id for o in src.feed(0, 0)] == [1, 2, 3, 0]
     finally:
         src.close()
 

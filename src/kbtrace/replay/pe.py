@@ -145,9 +145,9 @@ class _Cpu:
         while True:
             prog = self.prog
             assert prog is not None      # (called only while a program runs)
-            ops = prog.ops
-            while self.i < len(ops):
-                op = self.op = ops[self.i]
+            it, n = prog.it, prog.n
+            while self.i < n:
+                op = self.op = next(it)
                 self.i += 1
                 self.t_issue = t = self.env._now
                 self.sim.rec.issue(op.op_id, t)

@@ -92,6 +92,14 @@ class ProgramFeed:
     def __len__(self) -> int:
         return self.n
 
+    def __iter__(self) -> Iterator[Op]:
+        """The ops in order, built a chunk at a time as they are reached (how the PE_CPU
+        reads them: one generator step per op, no Python call; use either this or
+        indexing on a feed, not both)."""
+        yield from self._ops                  # (a program read whole: all of it)
+        for k in range(self._k, len(self.batches)):
+            yield from self.src.records(self.batches[k])
+
     def __getitem__(self, i: int) -> Op:
         j = i - self._base
         while j >= len(self._ops):
