@@ -289,19 +289,8 @@ def _same_in_both_modes(tmp_path, topo, sends, done):
     """Each of ``sends`` (src node, dst node, bytes, start ns; op ids in order) started at its
     time on a fresh flit and a fresh fast fabric of ``topo``: each op's done time equals
     ``done[op]`` to 1e-9 ns in both."""
-    from kbtrace.replay.fabric.fast import FastFabric
-    from kbtrace.replay.fabric.flit import FlitFabric
-    from test_replay_fast import _fabric
-    for cls in (FlitFabric, FastFabric):
-        fab, _rec = _fabric(cls, topo, tmp_path / cls.fidelity)
-        got: dict = {}
-        for op, (src, dst, nb, t) in enumerate(sends):
-            if t > fab.env.now:
-                fab.env.run(until=t)
-            fab.send(op, -1, src, dst, nb).callbacks.append(
-                lambda _e, op=op, fab=fab, got=got: got.__setitem__(op, fab.env.now))
-        fab.env.run()
-        assert got == pytest.approx(done, abs=1e-9), cls.fidelity
+    for fidelity, got in _done_times(tmp_path, topo, sends).items():
+        assert got == pytest.approx(done, abs=1e-9), fidelity
 
 
 @pytest.mark.parametrize("read, at, done", [

@@ -1,30 +1,29 @@
 """Fast mode's fair share: streams that meet on a link share it, the earlier ones slowed.
 
-Fast mode books a transfer when it starts (``fast.FastFabric``). A transfer to a node
-without an HBM commit (a read's data, an IPCQ payload or credit) is also a ``Flow``: what it
-booked on each link (a stream's; a single flit's is not) is kept (``Flow.links``: per hop a ``Booked`` record: start, lone
-end, share, pieces, tail, arrival), registered with the link (``FastFabric.link_flows``), and its hop rows
-wait for its completion (``Flow.segs``), which is one event that can move (``Flow.ev``).
+Fast mode books a transfer when it starts (``fast.FastFabric``). A transfer to a node without an HBM
+commit (a read's data, an IPCQ payload or credit) is also a ``Flow``: what it booked on each link (a
+stream's; a single flit's is not) is kept (``Flow.links``: per hop a ``Booked`` record: start, lone
+end, share, pieces, tail, arrival), registered with the link (``FastFabric.link_flows``), and its
+hop rows wait for its completion (``Flow.segs``), which is one event that can move (``Flow.ev``).
 
-When a stream reaches a link that has not the bandwidth it needs (``FastFabric._stream``)
-and flows booked earlier are still arriving there, they are served again together from that
-moment (``fair_hop``): their pieces from then on are given back (``booking.unbook``) and the
-link serves all of them first come, first served with the bandwidth it spares
-(``fifo.share_fifo``), as its flit FIFO does in flit mode: what arrived earlier leaves
-first, streams arriving together share in proportion to their arrival rates. An earlier
-flow whose tail now leaves later carries the delay along its path (``_push``, max-plus as
-the closed form), its rows are rewritten and its completion event moved (a SimPy event
-cannot be cancelled: the callbacks move to a new event, the old one fires with none). Its
-bookings further on keep their times (its rows there widen over them, so every link's busy
-time still fits its windows), but they are now described as arriving as the flow leaves the
-link before, and a stream that meets it there later re-serves it from that. What was
-served before a meeting keeps its times. A flow arrives at every link but its first as the
-link before serves it (``Booked.arrival``: a backlog where that link is faster).
+When a stream reaches a link that has not the bandwidth it needs (``FastFabric._stream``) and flows
+booked earlier are still arriving there, they are served again together from that moment
+(``fair_hop``): their pieces from then on are given back (``booking.unbook``) and the link serves
+all of them first come, first served with the bandwidth it spares (``fifo.share_fifo``), as its flit
+FIFO does in flit mode: what arrived earlier leaves first, streams arriving together share in
+proportion to their arrival rates. An earlier flow whose tail now leaves later carries the delay
+along its path (``_push``, max-plus as the closed form), its rows are rewritten and its completion
+event moved (a SimPy event cannot be cancelled: the callbacks move to a new event, the old one fires
+with none). Its bookings further on keep their times (its rows there widen over them, so every
+link's busy time still fits its windows), but they are now described as arriving as the flow leaves
+the link before, and a stream that meets it there later re-serves it from that. What was served
+before a meeting keeps its times. A flow arrives at every link but its first as the link before
+serves it (``Booked.arrival``: a backlog where that link is faster).
 
-A flow's head that a node serves later than booked (``heads``: node overheads serve heads in
-arrival order) carries the delay along its path too (``_push`` with ``hs``; its overheads
-further on move through ``FastFabric.head_at``). A transfer alone on its path never meets
-anyone: it is booked exactly as before.
+A flow's head that a node serves later than booked (``heads``: node overheads serve heads in arrival
+order) carries the delay along its path too (``_push`` with ``hs``; its overheads further on move
+through ``FastFabric.head_at``). A transfer alone on its path never meets anyone: it is booked
+exactly as before.
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ from kbtrace.replay.fabric.booking import unbook
 from kbtrace.replay.fabric.fifo import share_fifo
 from kbtrace.replay.intervals import TIME_EPS
 
-__all__ = ["Flow", "Booked", "book", "book_plan", "note_body", "fair_hop", "incumbents", "prune_flows", "expand", "coarse",
+__all__ = ["Flow", "Booked", "book", "book_plan", "note_body", "fair_hop", "incumbents", "prune_flows", "share_with", "expand", "coarse",
            "ARRIVAL_PIECES"]
 
 #: a flow's arrival at a link is described by at most this many pieces (``coarse``)
@@ -436,6 +435,26 @@ def prune_flows(link_flows: list, now: float) -> None:
             del lst[w:]
 
 
+def share_with(fab: Any, ln: Any, h: float, inc: list, stream: list) -> tuple:
+    """``stream`` and the flows ``inc`` served on ``ln`` from ``h`` first come, first served
+    (``fifo.share_fifo``; the flows' work given back, each now leaving later pushed)."""
+    streams, kept = [], []
+    for b in inc:
+        pcs = b.pieces()
+        d = unbook(ln, pcs, h)
+        kept.append([(a, z if z < h else h, r) for a, z, r in pcs if a < h])
+        streams.append([b.arrival(), b.busy, d, 0.0])
+    streams.append(stream)
+    res = share_fifo(ln, h, streams)
+    for b, kp, (pcs, end, _hd) in zip(inc, kept, res[:-1], strict=True):
+        b.pcs = kp + pcs
+        tail = end if end > b.e else b.e
+        if tail > b.tail + TIME_EPS:
+            b.tail = tail
+            _push(fab, b.f, b.j, tail, h)
+    return res[-1]
+
+
 def fair_hop(fab: Any, rt: Any, j: int, h: float, t: float, inc: list,
              f: Flow | None) -> tuple[float, float, float]:
     """Serve the stream of ``rt`` at hop ``j`` (its head at the link at ``h``, its tail
@@ -450,27 +469,10 @@ def fair_hop(fab: Any, rt: Any, j: int, h: float, t: float, inc: list,
     rho = busy / (e - h)
     if rho > 1.0:
         rho = 1.0
-    streams = []
-    kept = []
-    for b in inc:
-        pcs = b.pieces()
-        d = unbook(ln, pcs, h)
-        kept.append([(a, z if z < h else h, r) for a, z, r in pcs if a < h])
-        streams.append([b.arrival(), b.busy, d, 0.0])
     prev = f.links[j - 1] if f is not None and j > 0 else None
-    if prev is not None:        # it arrives as the link before serves it
-        arr = _arrival(prev.pieces(), rt.hops[j - 1][8], busy / prev.busy, h)
-    else:
-        arr = [(h, h + busy / rho, rho)]
-    streams.append([arr, busy, 0.0, hd_d * rho])
-    res = share_fifo(ln, h, streams)
-    for b, kp, (pcs, end, _hd) in zip(inc, kept, res[:-1], strict=True):
-        b.pcs = kp + pcs
-        tail = end if end > b.e else b.e
-        if tail > b.tail + TIME_EPS:
-            b.tail = tail
-            _push(fab, b.f, b.j, tail, h)
-    pcs, end, head = res[-1]
+    arr = (_arrival(prev.pieces(), rt.hops[j - 1][8], busy / prev.busy, h) if prev is not None
+           else [(h, h + busy / rho, rho)])     # it arrives as the link before serves it
+    pcs, end, head = share_with(fab, ln, h, inc, [arr, busy, 0.0, hd_d * rho])
     start = pcs[0][0] if pcs else h
     if head < 0.0:
         head = end

@@ -64,8 +64,8 @@ from kbtrace.replay.fabric.fair import (
     incumbents,
     note_body,
     prune_flows,
+    share_with,
 )
-from kbtrace.replay.fabric.fifo import share_fifo
 from kbtrace.replay.intervals import TIME_EPS
 
 __all__ = ["PUSH_DEPTH", "serve_head", "serve_flit", "head_at", "prune_owners", "prune_links",
@@ -343,22 +343,7 @@ def _in_fifo(fab: Any, ln: Steps, h: float, busy: float, inc: list) -> tuple:
     arrives and before those arriving after it: their work from ``h`` on is given back and
     served again with the flit, and each flow whose tail now leaves later is pushed
     (``fair._push``). Returns ``(pieces, start, head, tail)`` of the flit."""
-    streams = []
-    kept = []
-    for b in inc:
-        bp = b.pieces()
-        d = unbook(ln, bp, h)
-        kept.append([(a, z if z < h else h, r) for a, z, r in bp if a < h])
-        streams.append([b.arrival(), b.busy, d, 0.0])
-    streams.append([[(h, h + busy, 1.0)], busy, 0.0, 0.0])
-    res = share_fifo(ln, h, streams)
-    for b, kp, (bp, end, _hd) in zip(inc, kept, res[:-1], strict=True):
-        b.pcs = kp + bp
-        tail = end if end > b.e else b.e
-        if tail > b.tail + TIME_EPS:
-            b.tail = tail
-            _push(fab, b.f, b.j, tail, h)
-    pcs, end, _hd = res[-1]
+    pcs, end, _hd = share_with(fab, ln, h, inc, [[(h, h + busy, 1.0)], busy, 0.0, 0.0])
     return pcs, (pcs[0][0] if pcs else h), end, end
 
 
