@@ -54,21 +54,18 @@ class Token:
 
 
 class OpFeed(Protocol):
-    """A program's ops in issue order, read by index 0, 1, 2, ... or iterated once
-    (``source.ProgramFeed``, or a list)."""
+    """A program's ops in issue order, iterated once (``source.ProgramFeed``, or a list)."""
 
     def __len__(self) -> int: ...
-    def __getitem__(self, i: int, /) -> Op: ...
     def __iter__(self) -> Iterator[Op]: ...
 
 
 class Program:
     """A program to run: its ops (``n``, issued in the order ``it`` gives them) and the event
     its end succeeds."""
-    __slots__ = ("ops", "done", "n", "it")
+    __slots__ = ("done", "n", "it")
 
     def __init__(self, ops: OpFeed, done: simpy.Event) -> None:
-        self.ops = ops
         self.done = done
         self.n = len(ops)
         self.it = iter(ops)
