@@ -421,6 +421,38 @@ def test_write_shared_keeps_a_page_once_until_either_image_writes_it() -> None:
     assert not mem._shared and kmem.read(BASE, (2,), "i32").tolist() == [0, 1]
 
 
+def test_write_shared_borrows_the_whole_pages_of_the_tensor_itself() -> None:
+    """The whole pages an initial tensor covers are read-only views of its own array in both
+    images (its bytes held once); a write into either image copies the page first, so the
+    tensor's array never changes; the partial pages at its ends are the images' own."""
+    mem, kmem = MemoryImage(), MemoryImage()
+    page = 1 << 20
+    addr = BASE + page - 64                         # 64 B in page 0, pages 1-2 whole, 32 B in 3
+    a = np.arange((64 + 2 * page + 32) // 4, dtype=np.int32)
+    before = a.copy()
+    mem.write_shared(kmem, addr, a)
+    p0 = BASE >> 20
+    assert sorted(mem._pages) == sorted(kmem._pages) == [p0, p0 + 1, p0 + 2, p0 + 3]
+    for n in (p0 + 1, p0 + 2):                      # borrowed: views of ``a``, not writeable
+        assert mem._pages[n] is kmem._pages[n] and np.shares_memory(mem._pages[n], a)
+        assert not mem._pages[n].flags.writeable
+    for n in (p0, p0 + 3):
+        assert not np.shares_memory(mem._pages[n], a)
+    assert mem.read(addr, a.shape, "i32").tolist() == a.tolist()
+    kmem.write(addr + 64 + 8, np.array([-1, -2], dtype=np.int32))       # into page 1
+    mem.write(addr + 64 + page, np.array([-3], dtype=np.int32), (1,))    # into page 2
+    assert np.array_equal(a, before)
+    assert kmem.read(addr + 64, (4,), "i32").tolist() == [16, 17, -1, -2]
+    assert mem.read(addr + 64, (4,), "i32").tolist() == [16, 17, 18, 19]
+    assert mem.read(addr + 64 + page, (2,), "i32").tolist() == [-3, 16 + page // 4 + 1]
+    assert kmem.read(addr + 64 + page, (2,), "i32").tolist() == [16 + page // 4, 16 + page // 4 + 1]
+    # a later initial write over a borrowed page: each image gets its own copy, written
+    mem.write_shared(kmem, addr + 64 + 2 * page - 8, np.array([7, 7], dtype=np.int32))
+    assert np.array_equal(a, before)
+    assert mem.read(addr + 64 + 2 * page - 8, (2,), "i32").tolist() == [7, 7]
+    assert kmem.read(addr + 64 + 2 * page - 8, (2,), "i32").tolist() == [7, 7]
+
+
 def test_an_integer_dot_scans_each_cached_operand_tile_once(monkeypatch) -> None:
     """``max|x|`` of an integer dot's operands (is float32 BLAS exact?) is kept with the
     tile's cache entry: two dots of the same tiles scan each tile once; a write there

@@ -391,8 +391,29 @@ class MemoryImage:
         nos = range(addr >> _PAGE_BITS, ((addr + nbytes - 1) >> _PAGE_BITS) + 1)
         mine, theirs = self._pages, other._pages
         fresh = {no for no in nos if no not in mine and no not in theirs}
+        first, end = (addr + _MASK) >> _PAGE_BITS, (addr + nbytes) >> _PAGE_BITS
+        if (end > first and stored.flags.c_contiguous and not self._idx and not self._dirty
+                and all(no in fresh for no in range(first, end))):
+            # the whole pages it covers, in neither image yet: both borrow them from
+            # ``stored`` (read-only views, copied before a write like any shared page), so
+            # the tensor's bytes are held once, not once more by the pages (a gemm's inputs:
+            # 81 MiB at 1.0 M ops); the partial pages at either end are written as before
+            buf = stored.reshape(-1).view(np.uint8)
+            for no in range(first, end):
+                page = buf[(no << _PAGE_BITS) - addr:((no + 1) << _PAGE_BITS) - addr]
+                page.flags.writeable = False
+                mine[no] = theirs[no] = page
+                self._shared.add(no)
+                other._shared.add(no)
+            head, tail = (first << _PAGE_BITS) - addr, (end << _PAGE_BITS) - addr
+            if head:
+                self.write_shared(other, addr, buf[:head])
+            if tail < nbytes:
+                self.write_shared(other, addr + tail, buf[tail:])
+            return
         for no in nos:       # a page shared by the two takes this write once, in place
-            if no in self._shared and theirs.get(no) is mine.get(no):
+            if (no in self._shared and theirs.get(no) is mine.get(no)
+                    and mine[no].flags.writeable):      # (not a page borrowed from a tensor)
                 self._shared.discard(no)
         self.write(addr, stored)
         rest = False
