@@ -30,7 +30,7 @@ def _labels(slot: Any, op_id: np.ndarray) -> pa.Array:
     inside = (op_id >= 0) & (op_id < len(slot.has))
     inside[inside] = slot.has[op_id[inside]]
     li = np.full(len(op_id), -1, np.int64)
-    li[inside] = slot.a[op_id[inside], 4]
+    li[inside] = slot.pt[op_id[inside], 2]
     uniq, inv = np.unique(li, return_inverse=True)
     text = [json.dumps(slot.labels[k]) if k >= 0 else "" for k in uniq.tolist()]
     out = pa.array(text, pa.string()).take(pa.array(inv.reshape(-1)))

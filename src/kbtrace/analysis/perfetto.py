@@ -58,7 +58,7 @@ from typing import Any
 
 import numpy as np
 
-from kbtrace._io import atomic_path
+from kbtrace._io import atomic_path, trim_heap
 from kbtrace.analysis._memory import release_cache
 from kbtrace.analysis._perfetto_fabric import fabric_slices
 from kbtrace.analysis._perfetto_ops import Encoded, counter_steps, op_slices
@@ -170,12 +170,12 @@ def _batches(run: Any, query: str):
 
 class _Slots:
     """Per op: (pid, tid, start, end) of its slice and its label, in arrays indexed by op_id
-    (a dict of tuples costs ~25x more at a million ops). Last placement wins, as a dict's."""
+    (a dict of tuples costs ~25x more at a million ops; pid, tid and label index as int32,
+    29 B per op against 41 as five int64). Last placement wins, as a dict's."""
 
     def __init__(self) -> None:
-        import numpy as np
-        self._np = np
-        self.a = np.zeros((0, 5), dtype=np.int64)     # pid, tid, s, e, label index
+        self.pt = np.zeros((0, 3), dtype=np.int32)     # pid, tid, label index
+        self.se = np.zeros((0, 2), dtype=np.int64)     # start, end (ns)
         self.has = np.zeros(0, dtype=bool)
         self.labels: list[str] = []
         self._lab: dict[str, int] = {}
@@ -184,11 +184,13 @@ class _Slots:
         """Room for op ids up to ``top`` (doubling)."""
         if top >= len(self.has):
             n = max(top + 1, 2 * len(self.has), 1024)
-            a = self._np.zeros((n, 5), dtype=self._np.int64)
-            a[:len(self.a)] = self.a
-            h = self._np.zeros(n, dtype=bool)
+            pt = np.zeros((n, 3), dtype=np.int32)
+            pt[:len(self.pt)] = self.pt
+            se = np.zeros((n, 2), dtype=np.int64)
+            se[:len(self.se)] = self.se
+            h = np.zeros(n, dtype=bool)
             h[:len(self.has)] = self.has
-            self.a, self.has = a, h
+            self.pt, self.se, self.has = pt, se, h
 
     def put(self, op_id: int, pid: int, tid: int, s: int, e: int, label: str) -> None:
         self._grow(op_id)
@@ -196,7 +198,8 @@ class _Slots:
         if li is None:
             li = self._lab[label] = len(self.labels)
             self.labels.append(label)
-        self.a[op_id] = (pid, tid, s, e, li)
+        self.pt[op_id] = (pid, tid, li)
+        self.se[op_id] = (s, e)
         self.has[op_id] = True
 
     def put_many(self, op_id: np.ndarray, pid: np.ndarray, tid: np.ndarray, s: np.ndarray,
@@ -207,7 +210,8 @@ class _Slots:
         self._grow(int(op_id.max()))
         glob = np.array([self._lab.setdefault(lab, len(self._lab)) for lab in labels], np.int64)
         self.labels.extend(list(self._lab)[len(self.labels):])
-        self.a[op_id] = np.column_stack([pid, tid, s, e, glob[label_i]])
+        self.pt[op_id] = np.column_stack([pid, tid, glob[label_i]])
+        self.se[op_id] = np.column_stack([s, e])
         self.has[op_id] = True
 
     def __contains__(self, op_id: object) -> bool:
@@ -216,7 +220,8 @@ class _Slots:
     def get(self, op_id: int) -> tuple[int, int, int, int] | None:
         if op_id not in self:
             return None
-        pid, tid, s, e, _ = self.a[op_id].tolist()
+        pid, tid, _ = self.pt[op_id].tolist()
+        s, e = self.se[op_id].tolist()
         return pid, tid, s, e
 
     def __getitem__(self, op_id: int) -> tuple[int, int, int, int]:
@@ -226,7 +231,7 @@ class _Slots:
         return got
 
     def label(self, op_id: int) -> str:
-        return self.labels[int(self.a[op_id, 4])] if op_id in self else f"op {op_id}"
+        return self.labels[int(self.pt[op_id, 2])] if op_id in self else f"op {op_id}"
 
 
 def _fabric_cut(run: Any) -> tuple[int, str]:
@@ -267,6 +272,8 @@ def _stream(run: Any, info: dict[str, Any], tracks: _Tracks):
     ops = op_rows(run, 1 << 16)         # (numpy, from a single run's file; else the SQL)
     yield from op_slices(ops if ops is not None else _arrow_batches(run, OPS_QUERY, 1 << 16),
                          tracks, slot, split)
+    del ops
+    trim_heap()     # (the op columns' and their batches' freed arrays, before the fabric's)
     # fabric: link hops and HBM accesses, each a slice on its link's / controller's track
     n_fabric, cut = _fabric_cut(run)
     chains: dict[tuple[int, int], list[tuple[int, int, int, int]]] = defaultdict(list)

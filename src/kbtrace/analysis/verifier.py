@@ -49,6 +49,8 @@ OP_BATCH = 8192
 #: every batch cost ~2.5 of 21 CPU s at 1.0 M gemm ops, each pass walking the live batch
 #: and read cache only to move them to an older generation
 GC_YOUNG = 500_000
+#: ops rows whose dependencies ``_order_violations`` checks at a time
+_VIOLATION_ROWS = 1 << 17
 #: the op_timing columns verify reads
 _TIMED = ("op_id", "t_issue_ns", "t_start_ns", "t_end_ns")
 
@@ -218,6 +220,29 @@ def _references(path: Path) -> pa.Table:
     return t.filter(pc.equal(t.column("role").cast(pa.string()), "reference"))
 
 
+def _load_memory(path: Path, mem: Any) -> None:
+    """``executor.load_memory`` of ``memory.parquet`` (checked by ``_read`` earlier in the
+    same verify) a row group at a time, the references' row groups skipped by their
+    statistics: the whole table held every tensor's bytes beside the image's pages (at
+    1.0 M gemm ops +113 MiB: the inputs, the output's zeros and its reference)."""
+    import pyarrow.parquet as pq
+
+    from kbtrace.analysis.run import corrupt_parquet
+    from kbtrace.capture import executor as ex
+
+    try:
+        f = pq.ParquetFile(path, pre_buffer=False)
+        meta, col = f.metadata, f.schema_arrow.get_field_index("role")
+        for g in range(meta.num_row_groups):
+            st = meta.row_group(g).column(col).statistics
+            if (st is not None and st.has_min_max
+                    and str(st.min) == str(st.max) == "reference"):
+                continue
+            ex.load_memory(f.read_row_group(g, use_threads=False), mem)
+    except (pa.ArrowException, OSError) as exc:
+        raise corrupt_parquet(path, exc, _TRACE_FIX) from None
+
+
 def _trace_ops(path: Path) -> TraceOps:
     """``TraceOps`` of ``path``: a well-formed trace before numpy executes it (validated in
     batches, no topology needed); a bad op or a corrupt file is one ``SchemaError`` line."""
@@ -340,17 +365,22 @@ def _order_violations(ops: pa.Table, op_timing: pa.Table) -> list[tuple[int, int
         pos = np.minimum(np.searchsorted(uid, vals), max(len(uid) - 1, 0))
         return ((uid[pos] == vals) if len(uid) else np.zeros(len(vals), dtype=bool)), pos
 
-    deps = ops.column("deps").combine_chunks()
-    flat = pc.list_flatten(deps)
-    present = ~np.asarray(flat.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-    x = np.asarray(pc.fill_null(flat, 0).to_numpy(zero_copy_only=False), dtype=np.int64)[present]
-    parent = np.asarray(pc.list_parent_indices(deps).to_numpy(), dtype=np.int64)[present]
-    i = np.asarray(ops.column("op_id").to_numpy(), dtype=np.int64)[parent]
-    fx, px = find(x)
-    fi, pi = find(i)
-    bad = fx & fi
-    bad[bad] = start[pi[bad]] < end[px[bad]]
-    return list(zip(i[bad].tolist(), x[bad].tolist(), strict=True))
+    out: list[tuple[int, int]] = []
+    for lo in range(0, ops.num_rows, _VIOLATION_ROWS):    # (a slice of rows at a time: the
+        part = ops.slice(lo, _VIOLATION_ROWS)             # whole trace's flattened deps and
+        deps = part.column("deps").combine_chunks()       # their lookups were ~+100 MiB at
+        flat = pc.list_flatten(deps)                      # 1.0 M gemm ops)
+        present = ~np.asarray(flat.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        x = np.asarray(pc.fill_null(flat, 0).to_numpy(zero_copy_only=False),
+                       dtype=np.int64)[present]
+        parent = np.asarray(pc.list_parent_indices(deps).to_numpy(), dtype=np.int64)[present]
+        i = np.asarray(part.column("op_id").to_numpy(), dtype=np.int64)[parent]
+        fx, px = find(x)
+        fi, pi = find(i)
+        bad = fx & fi
+        bad[bad] = start[pi[bad]] < end[px[bad]]
+        out += zip(i[bad].tolist(), x[bad].tolist(), strict=True)
+    return out
 
 
 def _compare(name: str, dtype: str, got: np.ndarray | None, want: np.ndarray) -> TensorCheck:
@@ -422,17 +452,17 @@ def _verify(run_dir: Path, trace_dir: Path, ops: TraceOps,
     # (each step's temporaries before the next one's: the tensors' bytes are read last)
     dead = _dead(ops, order, _read(mem_path, schema.MEMORY, _TRACE_FIX, ["role", "addr", "nbytes"]))
     release_memory()
-    memory = _read(mem_path, schema.MEMORY, _TRACE_FIX)
-
-    machine = ex.Machine()
-    ex.load_memory(memory, machine.mem)
     # what is read after the ops ran: the outputs' shards (where they are: no bytes) and
     # the references, read again then (held while the ops ran, with the outputs' initial
     # bytes, they were 32 MiB of verify's peak at 1.0 M gemm ops)
-    roles = memory.column("role").cast(pa.string())
-    shards = memory.select([c for c in memory.column_names if c != "data"]).filter(
-        pc.is_in(roles, pa.array(["output", "reference"])))
-    del memory, roles
+    meta = _read(mem_path, schema.MEMORY, _TRACE_FIX,
+                 [f.name for f in schema.MEMORY if f.name != "data"])
+    shards = meta.filter(pc.is_in(meta.column("role").cast(pa.string()),
+                                  pa.array(["output", "reference"])))
+    del meta
+    machine = ex.Machine()
+    _load_memory(mem_path, machine.mem)
+    release_memory()
     with _gc_paused():
         _execute(machine, ops, order, result, progress, dead)
     if result.error is None:
