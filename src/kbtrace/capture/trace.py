@@ -31,8 +31,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kbtrace import __version__, schema
-from kbtrace._io import (BatchWriter, atomic_dir, file_hash, json_type, read_json_object, trim_heap,
-                         write_json)
+from kbtrace._io import (
+    BatchWriter,
+    atomic_dir,
+    file_hash,
+    json_type,
+    read_json_object,
+    trim_heap,
+    write_json,
+)
 from kbtrace._names import param_overrides, tag, variant
 from kbtrace.capture.dtypes import compare, to_storage
 from kbtrace.capture.executor import ExecResult, execute, gather_outputs
