@@ -33,6 +33,7 @@ import os
 import tempfile
 import weakref
 from collections.abc import Iterator
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -94,11 +95,10 @@ class ProgramFeed:
 
     def __iter__(self) -> Iterator[Op]:
         """The ops in order, built a chunk at a time as they are reached (how the PE_CPU
-        reads them: one generator step per op, no Python call; use either this or
-        indexing on a feed, not both)."""
-        yield from self._ops                  # (a program read whole: all of it)
-        for k in range(self._k, len(self.batches)):
-            yield from self.src.records(self.batches[k])
+        reads them: C iterators, so a ``next`` per op resumes no Python frame; use either
+        this or indexing on a feed, not both)."""
+        return chain(self._ops,              # (a program read whole: all of it)
+                     chain.from_iterable(map(self.src.records, self.batches[self._k:])))
 
     def __getitem__(self, i: int) -> Op:
         j = i - self._base

@@ -28,16 +28,13 @@ from kbtrace.replay.fabric.fair import (
     note_body,
 )
 from kbtrace.replay.fabric.heads import (
-    body_hold,
     commit_later,
     head_at,
     prune_all,
     relink,
-    serve_flit,
-    serve_head,
 )
 from kbtrace.replay.fabric.pull import pull_behind
-from kbtrace.replay.fabric.routes import _Plan, _Route, book_route
+from kbtrace.replay.fabric.routes import _Plan, _Route, book_route, hop_seq
 from kbtrace.replay.hbm import HbmController
 from kbtrace.replay.recorder import STAGE_CODE, Recorder
 
@@ -297,43 +294,8 @@ class FastFabric(Fabric):
     def _hop(self, rt: _Route, j: int, op_id: int, tile: int, h: float, t: float,
              now: float) -> tuple[float, float]:
         """Book hop ``j`` sequentially (head at ``h``, tail at ``t``); record its row;
-        return head and tail at the next node."""
-        niv, ov, ln, _li, mode, hd_d, body, last_d, p = rt.hops[j]
-        enter = h
-        q = 0.0
-        if niv is not None:
-            s = (serve_head(self, rt.nodes[j], niv, now, h, ov, j, self._f) if self.fair
-                 else serve(niv, now, h, ov))
-            q = s - (h + ov)
-            t_in = t
-            h = s
-            if t < h:
-                t = h
-            if mode == 2 and self.fair:     # (its body waits for heads that arrived before)
-                t = body_hold(self, rt, j, enter, t_in, t)
-        elif ov > 0:
-            h += ov
-            if t < h:
-                t = h
-        if mode == 2:
-            if self.link_flows[rt.links[j]] or self._f is not None:
-                s, hd, td = self._stream(rt, j, h, t, now)
-            else:
-                s, hd, td = fit_rate(ln, now, h, hd_d, body, t, last_d, rt.busy[j])
-            q += s - h
-        elif mode == 1:
-            if self.fair:
-                s, hd, td = serve_flit(self, rt, j, now, h)
-            else:
-                s, hd, td = fit_rate(ln, now, h, hd_d, hd_d, 0.0, 0.0, rt.busy[j])
-            q += s - h
-        else:
-            hd = h
-            td = t if t > h else h
-        t = td + p
-        self._rows([(op_id, tile, rt.stage[j], rt.node[j], rt.links[j], enter, t, rt.busy[j], q,
-                     rt.nb)])
-        return hd + p, t
+        return head and tail at the next node (``routes.hop_seq``, typed there)."""
+        return hop_seq(self, rt, j, op_id, tile, h, t, now)
 
     def _arrive(self, rt: _Route, op_id: int, tile: int, addr: int, h: float, t: float,
                 now: float, ack: float) -> _Ev:

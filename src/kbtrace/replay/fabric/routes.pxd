@@ -32,3 +32,9 @@ cdef class _Plan:
                A=cython.double, B=cython.double, S=cython.double)
 cpdef book_route(fab, _Route rt, f, op_id, tile, addr, double h, double t, double ack,
                  double now)
+
+@cython.locals(ov=cython.double, mode=cython.Py_ssize_t, hd_d=cython.double,
+               body=cython.double, last_d=cython.double, p=cython.double, fair=cython.bint,
+               enter=cython.double, q=cython.double, s=cython.double, t_in=cython.double,
+               hd=cython.double, td=cython.double)
+cpdef tuple hop_seq(fab, _Route rt, Py_ssize_t j, op_id, tile, double h, double t, double now)

@@ -15,13 +15,13 @@ from array import array
 from typing import Any, Literal
 
 from kbtrace.replay.fabric.base import _Ev, after
-from kbtrace.replay.fabric.booking import take_rate, unreserve
+from kbtrace.replay.fabric.booking import fit_rate, serve, take_rate, unreserve
 from kbtrace.replay.fabric.fair import book_plan
-from kbtrace.replay.fabric.heads import commit_later
+from kbtrace.replay.fabric.heads import body_hold, commit_later, serve_flit, serve_head
 from kbtrace.replay.intervals import TIME_EPS
 from kbtrace.replay.recorder import STAGE_CODE, Recorder
 
-__all__ = ["book_route"]
+__all__ = ["book_route", "hop_seq"]
 
 _NEG_INF = float("-inf")
 
@@ -199,7 +199,7 @@ def book_route(fab: Any, rt: _Route, f: Any, op_id: int, tile: int, addr: int, h
                t: float, ack: float, now: float) -> _Ev:
     """Book a transfer on ``rt`` whose head and tail are ready at ``h`` / ``t`` (``f``: its
     ``fair.Flow``, or None) for ``FastFabric.send`` (see there): plan by plan where the
-    resources are free, hop by hop (``FastFabric._hop``) where one is not. Returns the
+    resources are free, hop by hop (``hop_seq``) where one is not. Returns the
     completion event."""
     env = fab.env
     rec = fab.rec
@@ -255,5 +255,53 @@ def book_route(fab: Any, rt: _Route, f: Any, op_id: int, tile: int, addr: int, h
         # hop j (or the destination) is not free: book it sequentially, go on after it
         if j == len(rt.links):
             return fab._arrive(rt, op_id, tile, addr, h, t, now, ack)
-        h, t = fab._hop(rt, j, op_id, tile, h, t, now)
+        h, t = hop_seq(fab, rt, j, op_id, tile, h, t, now)
         j += 1
+
+
+def hop_seq(fab: Any, rt: _Route, j: int, op_id: int, tile: int, h: float, t: float,
+            now: float) -> tuple[float, float]:
+    """Book hop ``j`` of ``rt`` sequentially (head at ``h``, tail at ``t``; ``fab``: the
+    ``FastFabric``, its flow being booked ``fab._f``); record its row; return head and tail
+    at the next node (``FastFabric._hop``; here, typed, for ``book_route``)."""
+    niv, ov, ln, _li, mode, hd_d, body, last_d, p = rt.hops[j]
+    fair = fab.fair
+    f = fab._f
+    enter = h
+    q = 0.0
+    if niv is not None:
+        s = serve_head(fab, rt.nodes[j], niv, now, h, ov, j, f) if fair else serve(niv, now, h, ov)
+        q = s - (h + ov)
+        t_in = t
+        h = s
+        if t < h:
+            t = h
+        if mode == 2 and fair:     # (its body waits for heads that arrived before)
+            t = body_hold(fab, rt, j, enter, t_in, t)
+    elif ov > 0:
+        h += ov
+        if t < h:
+            t = h
+    if mode == 2:
+        if f is not None or fab.link_flows[rt.links[j]]:
+            s, hd, td = fab._stream(rt, j, h, t, now)
+        else:
+            s, hd, td = fit_rate(ln, now, h, hd_d, body, t, last_d, rt.busy[j])
+        q += s - h
+    elif mode == 1:
+        if fair:
+            s, hd, td = serve_flit(fab, rt, j, now, h)
+        else:
+            s, hd, td = fit_rate(ln, now, h, hd_d, hd_d, 0.0, 0.0, rt.busy[j])
+        q += s - h
+    else:
+        hd = h
+        td = t if t > h else h
+    t = td + p
+    if f is None:
+        fab.rec.row(op_id, tile, rt.stage[j], rt.node[j], rt.links[j], enter, t, rt.busy[j], q,
+                    rt.nb)
+    else:
+        f.segs.append(("R", (op_id, tile, rt.stage[j], rt.node[j], rt.links[j], enter, t,
+                             rt.busy[j], q, rt.nb)))
+    return hd + p, t
