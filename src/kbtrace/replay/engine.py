@@ -30,6 +30,7 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,12 @@ def _open(trace: Any, topo: Any) -> tuple[Path | None, dict[str, Any], OpSource]
                                       meta=meta, check=True)
 
 
+@lru_cache(maxsize=256)
+def _in_tcm(spaces: tuple[str | None, ...]) -> bool:
+    """Every one of ``spaces`` is TCM (memoised: a kernel's ops repeat a few)."""
+    return all(s == "tcm" for s in spaces)
+
+
 class Sim:
     """The shared simulation context the components talk through."""
 
@@ -155,11 +162,16 @@ class Sim:
         elif kind == "store":
             key = (op.dst_addr, op.nbytes, 1)
         elif kind == "dot" or kind == "composite":
-            spaces = op.in_spaces or ()
+            spaces = tuple(op.in_spaces or ())
+            addrs = op.in_addrs or ()
+            ext: Any        # the operands' addresses outside TCM
+            if _in_tcm(spaces):     # (a kernel's dots mostly: how many, an int no tuple equals)
+                ext = min(len(addrs), len(spaces))
+            else:
+                ext = tuple([a if s != "tcm" else None for a, s in zip(addrs, spaces,
+                                                                        strict=False)])
             key = (kind, op.name, op.m, op.n, op.k, op.extra_json, op.out_dtype,
-                   (op.in_dtypes or ("f32",))[0], tuple(spaces), op.dst_space,
-                   tuple([a if s != "tcm" else None for a, s in zip(op.in_addrs or (), spaces,
-                                                                     strict=False)]),
+                   (op.in_dtypes or ("f32",))[0], spaces, op.dst_space, ext,
                    op.dst_addr if kind == "composite" and op.dst_space != "tcm" else None,
                    tuple(op.out_shape or ()))
         else:
