@@ -132,7 +132,7 @@ class Recorder:
         self._carry: np.ndarray | None = None   # rows (columns) of ops in flight at last flush
         self._rid_of = np.full(0, -1, dtype=np.int64)   # node * 64 + stage -> rid (grows)
         # ops completed since the last flush (completion order) and their raw timing
-        self._done: list[tuple[int, float, float, float]] = []
+        self._done: list[tuple[int, float, float, float, int]] = []   # (+ engine code)
         self._rank = np.full(n_ops, -1, dtype=np.int64)
         self._n_ranked = 0
         # compact transfer plans: per plan (row offset, bytes) and flat per-row constants, as
@@ -210,8 +210,7 @@ class Recorder:
         if code is None:
             code = self._engine_code[engine] = len(self.engine_names)
             self.engine_names.append(engine)
-        self.engine[op] = code
-        self._done.append((op, t_issue, t_start, t_end))
+        self._done.append((op, t_issue, t_start, t_end, code))
         if self._x.n + self._c_rows >= self.batch_rows:
             self.flush(t_end)
 
@@ -343,8 +342,9 @@ class Recorder:
         ``now``: the simulated time (default: the run is over)."""
         done = self._done
         if done:
-            ops_l, ti_l, ts_l, te_l = zip(*done, strict=True)
+            ops_l, ti_l, ts_l, te_l, en_l = zip(*done, strict=True)
             ops_d = np.array(ops_l, dtype=np.int64)
+            self.engine[ops_d] = en_l
             self.t_issue[ops_d] = ti_l
             self.t_start[ops_d] = ts_l
             self.t_end[ops_d] = te_l
