@@ -435,6 +435,9 @@ class Recorder:
         """Write ``op_timing.parquet``: the trace's identifying columns (``batches``, in
         ``op_id`` order) beside this run's per-op timing, ``ROW_GROUP_SIZE`` rows at a time
         (the same row groups and bytes as one table written whole, without that table)."""
+        if self._done:      # (codes of ops completed since the last flush: stored there)
+            self.engine[np.array([d[0] for d in self._done], dtype=np.int64)] = \
+                [d[4] for d in self._done]
         # the engine column's dictionary: node ids in order of first appearance by op_id
         # (what dictionary-encoding the whole column gives; Parquet writes it as it is)
         codes, first = np.unique(self.engine, return_index=True)
