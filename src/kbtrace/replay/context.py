@@ -35,6 +35,8 @@ class SimContext(Protocol):
     rec: Recorder
     fabric: Fabric
     fast: bool
+    pe_model: Any                           # ``stations`` or its compiled twin (``Pe``)
+    pe_cpu: Any                             # ``cpu.Cpu`` or its compiled twin (``Pe``)
     host: int                               # the host's node index
     launches: list[dict[str, float]]
     _done: bytearray                        # per op: 1 once completed

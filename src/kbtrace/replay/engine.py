@@ -49,9 +49,10 @@ from kbtrace._io import (
 )
 from kbtrace._names import tag, variant
 from kbtrace.errors import KbtraceError, ReplayError
-from kbtrace.replay import invariants, ipcq
+from kbtrace.replay import invariants, ipcq, stations
+from kbtrace.replay.cpu import Cpu
 from kbtrace.replay.fabric import make_fabric
-from kbtrace.replay.fabric.core import hbm_controller, row_buffers, seg_kernels
+from kbtrace.replay.fabric.core import hbm_controller, pe_model, row_buffers, seg_kernels
 from kbtrace.replay.hbm import HbmController, pc_table
 from kbtrace.replay.ops import Op, plan_for
 from kbtrace.replay.options import Progress, ReplayOptions, Run
@@ -147,6 +148,11 @@ class Sim:
         self._plans: dict[tuple[Any, ...], Any] = {}
         self.launches: list[dict[str, float]] = []
         self.host = topo.host.idx
+        #: the PE model (the stations and servers' module, PE_CPU's class): fast mode's
+        #: compiled twins with the compiled core
+        self.pe_model: Any
+        self.pe_cpu: Any
+        self.pe_model, self.pe_cpu = (stations, Cpu) if flit else pe_model()
         self.pes = {c: Pe(self, c) for c in pes}
 
     # ------------------------------------------------------------------ op bookkeeping

@@ -57,28 +57,11 @@ timestamp).
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
-
-import simpy
-from simpy.events import NORMAL  # the priority of a Timeout
+from typing import TYPE_CHECKING
 
 from kbtrace.replay import plans as P
-from kbtrace.replay.ops import Op, is_metadata
-from kbtrace.replay.recorder import STAGE_CODE
-from kbtrace.replay.stations import (
-    Command,
-    Compute,
-    DmaFlit,
-    DmaReadFast,
-    DmaWriteFast,
-    Proc,
-    Program,
-    Scheduler,
-    Station,
-    Token,
-)
+from kbtrace.replay.ops import Op
+from kbtrace.replay.stations import Command, Program, Station, Token
 from kbtrace.topology.model import PeCoord
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -88,209 +71,6 @@ __all__ = ["Pe", "Command", "Token", "Program"]
 
 _ENGINE = {"load": "dma", "store": "dma", "dot": "gemm", "fill": "math", "math": "math",
            "composite": "scheduler"}
-
-
-DISPATCH, CYCLES = 0, 1
-_CPU_KINDS = frozenset({"wait", "cycles", "send", "recv"})   # ops PE_CPU handles itself
-_C_CPU = STAGE_CODE["pe_cpu"]
-
-
-class _Cpu:
-    """PE_CPU: issues each program's ops in program order; programs run one after another.
-
-    A state machine driven by its own timer (dispatch, ``cycles``) and by callbacks:
-    deps completed, IPCQ credits granted, the blocking op completed, all ops of the
-    program completed. It only registers a callback while it is blocked, so it is
-    never re-entered.
-    """
-    __slots__ = ("pe", "sim", "env", "callbacks", "_cbl", "progs", "prog", "i", "issued", "op",
-                 "t_issue", "t_ready", "t0", "phase", "n_wait", "_resume_cb", "_dep_cb", "_end_cb",
-                 "_credit_cb")
-    _ok = True
-
-    def __init__(self, pe: Pe) -> None:
-        self.pe = pe
-        self.sim = pe.sim
-        self.env = pe.env
-        self._cbl = [self._fire]
-        self.callbacks: list[Any] | None = None
-        self.progs: deque[Program] = deque()
-        self.prog: Program | None = None
-        self.i = 0
-        self.issued: list[int] = []
-        # the op being issued: set by ``_advance`` before anything reads it (None only
-        # before the first program starts)
-        self.op: Op = cast(Op, None)
-        self.t_issue = self.t_ready = self.t0 = 0.0
-        self.phase = DISPATCH
-        self.n_wait = 0
-        self._resume_cb = self._advance
-        self._dep_cb = self._dep_done
-        self._end_cb = self._end_done
-        self._credit_cb = self._credits
-
-    def submit(self, prog: Program) -> None:
-        self.progs.append(prog)
-        if self.prog is None:
-            self.prog = self.progs.popleft()
-            self._advance()
-
-    def _timer(self, phase: int, delay: float) -> None:
-        self.phase = phase
-        self.callbacks = self._cbl
-        self.env.schedule(self, NORMAL, delay)  # type: ignore[arg-type]  # (duck-typed: Server)
-
-    def _advance(self) -> None:
-        """Issue ops until one blocks; start the next program when one ends."""
-        while True:
-            prog = self.prog
-            assert prog is not None      # (called only while a program runs)
-            it, n = prog.it, prog.n
-            while self.i < n:
-                op = self.op = next(it)
-                self.i += 1
-                self.t_issue = t = self.env._now
-                self.sim.rec.issue(op.op_id, t)
-                # a recv's dep is its matching send: the IPCQ receive side waits for the data,
-                # so the CPU posts a recv_async (and issues a blocking recv) without waiting
-                if op.deps and op.kind != "recv" and self._wait(op.deps, self._dep_cb):
-                    return
-                if not self._dispatch():
-                    return
-            if self._wait(self.issued, self._end_cb) or not self._program_done():
-                return
-
-    def _wait(self, op_ids: list[int], cb: Callable[[], Any]) -> bool:
-        """Have ``cb`` called as each op of ``op_ids`` not yet done completes (``n_wait``
-        counts them down); False if all are done already."""
-        done = self.sim._done
-        pend = [o for o in op_ids if not done[o]]
-        if not pend:
-            return False
-        self.n_wait = len(pend)
-        for o in pend:
-            self.sim.on_done(o, cb)
-        return True
-
-    def _program_done(self) -> bool:
-        assert self.prog is not None
-        self.prog.done.succeed()
-        self.issued = []
-        self.i = 0
-        if self.progs:
-            self.prog = self.progs.popleft()
-            return True
-        self.prog = None
-        return False
-
-    def _dep_done(self) -> None:
-        self.n_wait -= 1
-        if self.n_wait == 0 and self._dispatch():
-            self._advance()
-
-    def _end_done(self) -> None:
-        self.n_wait -= 1
-        if self.n_wait == 0 and self._program_done():
-            self._advance()
-
-    def _dispatch(self) -> bool:
-        """Dispatch ``self.op`` (its deps are done); True if the CPU may issue the next op now.
-
-        A sync command dispatched while the scheduler is idle books the scheduler at
-        once from the dispatch end: the CPU is the scheduler's only feeder and stays
-        blocked until the op completes, so nothing can reach the scheduler first, and
-        dispatch + scheduling cost one event.
-        """
-        now = self.t_ready = self.env._now
-        pe = self.pe
-        op = self.op
-        if is_metadata(op):     # no command, no cost (ADR-0046 D3, D6)
-            self.sim.complete(op, self.t_issue, now, pe.names["pe_cpu"])
-            return True
-        d = pe.dispatch_ns
-        if d <= 0:
-            return self._dispatched()
-        if op.is_async or op.kind in _CPU_KINDS or not pe.sched.idle:
-            self._timer(DISPATCH, d)
-            return False
-        sim = self.sim
-        t = now + d
-        sim.rec.row(op.op_id, -1, _C_CPU, pe.n_cpu, -1, self.t_issue, t, d, now - self.t_issue, 0)
-        srv: Scheduler = pe.sched.idle.pop()  # type: ignore[assignment]  # (its only server)
-        srv.book(Command(op, sim.plan(op), self.t_issue), t)
-        sim.on_done(op.op_id, self._resume_cb)
-        return False
-
-    def _fire(self, _ev: Any) -> None:
-        if self.phase == DISPATCH:
-            if self._dispatched():
-                self._advance()
-        else:
-            self._cycles_done()
-            self._advance()
-
-    def _dispatched(self) -> bool:
-        op, pe, sim = self.op, self.pe, self.sim
-        now = self.env._now
-        sim.rec.row(op.op_id, -1, _C_CPU, pe.n_cpu, -1, self.t_issue, now, pe.dispatch_ns,
-                    self.t_ready - self.t_issue, 0)
-        kind = op.kind
-        if kind == "wait":
-            sim.complete(op, self.t_issue, self.t_ready, pe.names["pe_cpu"])
-            return True
-        if kind == "cycles":
-            self.t0 = now
-            dur = (op.cycles or 0) / pe.cpu_clock
-            if dur > 0:
-                self._timer(CYCLES, dur)
-                return False
-            self._cycles_done()
-            return True
-        if kind == "send":     # block until the receiver has free slots, then hand off
-            self.t0 = now
-            sim.sends[op.op_id] = op      # its recv reads the buffer settings from it
-            ch, k = sim.ipcq_channel(op)
-            sim.ipcq_waiting[op.op_id] = k
-            ch.get(k).callbacks.append(self._credit_cb)
-            return False
-        if kind == "recv":     # the rx engine takes it once its data is in the slot
-            item = (op, self.t_issue, now)
-            ready = sim.ipcq_ready(sim.match_of(op))
-            if ready.callbacks is None:
-                pe.rx.submit(item)
-            else:
-                def deliver(_e: Any, it: tuple[Op, float, float] = item,
-                            sub: Callable[[Any], None] = pe.rx.submit) -> None:
-                    sub(it)
-                ready.callbacks.append(deliver)
-        else:
-            pe.sched.submit(Command(op, sim.plan(op), self.t_issue))
-        if sim._done[op.op_id]:
-            return True
-        if op.is_async:
-            self.issued.append(op.op_id)
-            return True
-        sim.on_done(op.op_id, self._resume_cb)
-        return False
-
-    def _cycles_done(self) -> None:
-        op, pe = self.op, self.pe
-        now = self.env._now
-        dur = (op.cycles or 0) / pe.cpu_clock
-        self.sim.rec.hop(op.op_id, -1, "pe_cpu", pe.n_cpu, -1, self.t0, now, dur, 0.0, 0)
-        self.sim.complete(op, self.t_issue, self.t0, pe.names["pe_cpu"])
-
-    def _credits(self, _ev: simpy.Event) -> None:
-        op, pe = self.op, self.pe
-        now = self.env._now
-        sim = self.sim
-        sim.ipcq_waiting.pop(op.op_id, None)
-        sim.ipcq_held.setdefault((op.launch, op.program, op.peer_program, op.direction),
-                                 []).append(op.op_id)
-        self.sim.rec.hop(op.op_id, -1, "ipcq", pe.n_ipcq, -1, self.t0, now, 0.0, now - self.t0, 0)
-        self.issued.append(op.op_id)
-        pe.tx.submit((op, self.t_issue, now))
-        self._advance()
 
 
 class Pe:
@@ -318,24 +98,27 @@ class Pe:
         self.store_bw = min(p.fetch_store.bw_gbps, p.tcm.write_bw_gbps)
         self.gemm = p.gemm
         self.mathp = p.math
-        rd, wr, fetch, store, accel = (Station() for _ in range(5))
+        #: the stations and servers: ``stations.py``, or in fast mode its compiled twin
+        #: (``fabric.core.pe_stations``)
+        S = self.model = sim.pe_model
+        rd, wr, fetch, store, accel = (S.Station() for _ in range(5))
         self.stations: list[Station | None] = [None] * len(P.STAGE_NAMES)
         for kind, st in ((P.DMA_READ, rd), (P.DMA_WRITE, wr), (P.FETCH, fetch), (P.STORE, store),
                          (P.GEMM, accel), (P.MATH, accel)):
             self.stations[kind] = st
         for _ in range(p.dma.read_channels):
-            DmaReadFast(self, rd) if self.fast else DmaFlit(self, rd, read=True)
+            S.DmaReadFast(self, rd) if self.fast else S.DmaFlit(self, rd, read=True)
         for _ in range(p.dma.write_channels):
-            DmaWriteFast(self, wr) if self.fast else DmaFlit(self, wr, read=False)
+            S.DmaWriteFast(self, wr) if self.fast else S.DmaFlit(self, wr, read=False)
         for st in (fetch, store, accel):
-            Compute(self, st)
-        self.sched = Station()
-        Scheduler(self, self.sched)
-        self.tx = Station()            # DMA vc_comm channel
-        Proc(self, self.tx, self._ipcq_send)
-        self.rx = Station()            # IPCQ receive side
-        Proc(self, self.rx, self._ipcq_recv)
-        self.cpu = _Cpu(self)
+            S.Compute(self, st)
+        self.sched = S.Station()
+        S.Scheduler(self, self.sched)
+        self.tx = S.Station()          # DMA vc_comm channel
+        S.Proc(self, self.tx, self._ipcq_send)
+        self.rx = S.Station()          # IPCQ receive side
+        S.Proc(self, self.rx, self._ipcq_recv)
+        self.cpu = sim.pe_cpu(self)
 
     def run_program(self, prog: Program) -> None:
         """Queue a program on the PE_CPU (programs of one PE run in submission order)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
+from heapq import heappush
 from math import ceil
 from typing import Any, Protocol
 
@@ -24,6 +25,7 @@ from kbtrace.replay import plans as P
 from kbtrace.replay.ops import Op
 from kbtrace.replay.recorder import STAGE_CODE
 
+_DMA_READ, _FETCH, _STORE, _GEMM = P.DMA_READ, P.FETCH, P.STORE, P.GEMM
 _C_FABRIC, _C_SCHED = STAGE_CODE["fabric"], STAGE_CODE["scheduler"]
 _C_FETCH, _C_STORE, _C_GEMM, _C_MATH = (STAGE_CODE[s] for s in ("fetch", "store", "gemm", "math"))
 
@@ -92,13 +94,14 @@ class Server:
     """One server of a station, and the SimPy event of its current service.
 
     ``env.step()`` only needs ``callbacks`` and ``_ok`` of what it pops, so a server
-    schedules itself (``_timer``) instead of allocating a ``Timeout`` per service.
+    schedules itself (``_timer``: what ``env.schedule`` does, pushed on the event queue
+    here) instead of allocating a ``Timeout`` per service.
     Subclasses implement ``serve(tok)`` (start the service; True if it takes time,
     i.e. its completion will call ``_fire``) and ``route()`` (record the finished
     service, pass the token on; return a token to serve next in place, or None).
     """
-    __slots__ = ("callbacks", "_cbl", "_fire_cb", "station", "pe", "env", "rec", "row", "sched",
-                 "tok", "t0")
+    __slots__ = ("callbacks", "_cbl", "_fire_cb", "station", "pe", "env", "rec", "row", "queue",
+                 "eid", "tok", "t0")
     _ok = True            # a service never fails
 
     def __init__(self, pe: Any, station: Station) -> None:
@@ -106,7 +109,8 @@ class Server:
         self.env = pe.env
         self.rec = pe.sim.rec
         self.row = self.rec.row             # (``Recorder.hop`` by stage code)
-        self.sched = pe.env.schedule
+        self.queue = pe.env._queue          # (``env.schedule``: its heap and its ids)
+        self.eid = pe.env._eid
         self.station = station
         self._fire_cb = self._fire
         self._cbl = [self._fire_cb]
@@ -117,7 +121,7 @@ class Server:
 
     def _timer(self, delay: float) -> None:
         self.callbacks = self._cbl
-        self.sched(self, NORMAL, delay)
+        heappush(self.queue, (self.env._now + delay, NORMAL, next(self.eid), self))
 
     def drain(self) -> None:
         """The current service ended at once: serve the next tokens until one takes time."""
@@ -178,8 +182,8 @@ class StageServer(Server):
                 self.pe.finish_cmd(cmd)
             return None
         tok.t_in = now
-        kind = stages[idx].kind
-        if self.in_place and kind == P.DMA_READ:
+        kind = stages[idx][0]                # (its kind)
+        if self.in_place and kind == _DMA_READ:
             return tok
         self.stations[kind].submit(tok)
         return None
@@ -187,44 +191,48 @@ class StageServer(Server):
 
 class Compute(StageServer):
     """TCM read (fetch), TCM write (store) or the accel slot (GEMM and MATH): one timer."""
-    __slots__ = ("dur",)
+    __slots__ = ("dur", "fetch_bw", "store_bw", "mac_rows", "mac_cols", "pipe", "gemm_ghz",
+                 "lanes", "math_ov", "math_ghz", "n_fs", "n_gemm", "n_math")
+
+    def __init__(self, pe: Any, station: Station) -> None:
+        super().__init__(pe, station)
+        self.dur = 0.0
+        self.fetch_bw, self.store_bw = pe.fetch_bw, pe.store_bw
+        g, m = pe.gemm, pe.mathp
+        self.mac_rows, self.mac_cols = g.mac_rows, g.mac_cols
+        self.pipe, self.gemm_ghz = g.pipeline_cycles, g.clock_ghz
+        self.lanes, self.math_ov, self.math_ghz = m.simd_lanes, m.overhead_ns, m.clock_ghz
+        self.n_fs, self.n_gemm, self.n_math = pe.n_fs, pe.n_gemm, pe.n_math
 
     def serve(self, tok: Token) -> bool:
-        st = self._begin(tok)
-        kind = st.kind
-        pe = self.pe
-        if kind == P.FETCH:
-            dur = st.a / pe.fetch_bw
-        elif kind == P.STORE:
-            dur = st.a / pe.store_bw
-        elif kind == P.GEMM:
-            g = pe.gemm
-            dur = (ceil(st.a / g.mac_rows) * ceil(st.b / g.mac_cols) * st.c
-                   + g.pipeline_cycles) / g.clock_ghz
+        kind, a, b, c = self._begin(tok)
+        if kind == _FETCH:
+            dur = a / self.fetch_bw
+        elif kind == _STORE:
+            dur = a / self.store_bw
+        elif kind == _GEMM:
+            dur = (ceil(a / self.mac_rows) * ceil(b / self.mac_cols) * c
+                   + self.pipe) / self.gemm_ghz
         else:
-            m = pe.mathp
-            dur = max(m.overhead_ns, ceil(st.a / m.simd_lanes) * st.b / m.clock_ghz)
+            dur = max(self.math_ov, ceil(a / self.lanes) * b / self.math_ghz)
         self.dur = dur
         if dur > 0:
-            self.callbacks = self._cbl
-            self.sched(self, NORMAL, dur)
+            self._timer(dur)
             return True
         return False
 
     def route(self) -> Token | None:
         tok = self.tok
         now = self.env._now
-        st = tok.stages[tok.idx]
-        kind = st.kind
-        pe = self.pe
-        if kind == P.FETCH:
-            stage, node, nb = _C_FETCH, pe.n_fs, st.a
-        elif kind == P.STORE:
-            stage, node, nb = _C_STORE, pe.n_fs, st.a
-        elif kind == P.GEMM:
-            stage, node, nb = _C_GEMM, pe.n_gemm, 0
+        kind, a, _b, _c = tok.stages[tok.idx]
+        if kind == _FETCH:
+            stage, node, nb = _C_FETCH, self.n_fs, a
+        elif kind == _STORE:
+            stage, node, nb = _C_STORE, self.n_fs, a
+        elif kind == _GEMM:
+            stage, node, nb = _C_GEMM, self.n_gemm, 0
         else:
-            stage, node, nb = _C_MATH, pe.n_math, 0
+            stage, node, nb = _C_MATH, self.n_math, 0
         t_in = tok.t_in
         self.row(tok.cmd.op.op_id, tok.tile, stage, node, -1, t_in, now, self.dur, self.t0 - t_in,
                  nb)

@@ -26,8 +26,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-__all__ = ["fast_fabric", "hbm_controller", "row_buffers", "seg_kernels", "status", "PurePythonCore",
-           "PURE_ENV", "CORE"]
+__all__ = ["fast_fabric", "hbm_controller", "row_buffers", "seg_kernels", "pe_model", "status",
+           "PurePythonCore", "PURE_ENV", "CORE"]
 
 PURE_ENV = "KBTRACE_PURE_PYTHON"
 _PKG = Path(__file__).resolve().parent
@@ -41,7 +41,9 @@ CORE = {"kbtrace.replay.fabric._booking_c": _PKG / "booking.py",
         "kbtrace.replay.fabric._routes_c": _PKG / "routes.py",
         "kbtrace.replay.fabric._hbm_c": _PKG.parent / "hbm.py",
         "kbtrace.replay.fabric._rowbuf_c": _PKG.parent / "rowbuf.py",
-        "kbtrace.replay.fabric._segsort_c": _PKG.parent / "segsort.py"}
+        "kbtrace.replay.fabric._segsort_c": _PKG.parent / "segsort.py",
+        "kbtrace.replay.fabric._stations_c": _PKG.parent / "stations.py",
+        "kbtrace.replay.fabric._cpu_c": _PKG.parent / "cpu.py"}
 
 
 class PurePythonCore(RuntimeWarning):
@@ -118,3 +120,15 @@ def seg_kernels() -> Any:
     if status()[1] == "compiled":
         return importlib.import_module("kbtrace.replay.fabric._segsort_c")
     return None
+
+
+def pe_model() -> tuple[Any, type]:
+    """Fast mode's PE model: the module of its stations and servers (``replay/stations.py``)
+    and PE_CPU's class (``replay/cpu.py``): their compiled twins (typed by ``stations.pxd`` /
+    ``cpu.pxd``) with the compiled core (``status``), else the ``.py`` ones (what flit mode
+    always runs)."""
+    if status()[1] == "compiled":
+        return (importlib.import_module("kbtrace.replay.fabric._stations_c"),
+                importlib.import_module("kbtrace.replay.fabric._cpu_c").Cpu)
+    from kbtrace.replay import cpu, stations
+    return stations, cpu.Cpu
