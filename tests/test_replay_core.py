@@ -113,3 +113,27 @@ def test_a_compiled_core_older_than_its_source_is_not_used(monkeypatch):
                                               "pip install -e .")
     finally:
         core.status.cache_clear()
+
+
+def test_fast_mode_pe_model_is_compiled_with_the_core(monkeypatch):
+    """With the compiled core, fast mode's stations, servers and PE_CPU are the typed twins
+    of ``stations.py`` / ``cpu.py`` (extension types: their fields are slots, not a
+    ``__dict__``); switched off, the ``.py`` modules run (as flit mode's always do)."""
+    from kbtrace.replay import cpu, stations
+    if core.status()[1] != "compiled":
+        if os.environ.get("CI"):
+            pytest.fail(core.status()[1])
+        pytest.skip(f"compiled core not available here: {core.status()[1]}")
+    mod, cpu_cls = core.pe_model()
+    assert (mod.__name__, cpu_cls.__module__) == ("kbtrace.replay.fabric._stations_c",
+                                                  "kbtrace.replay.fabric._cpu_c")
+    assert type(mod.Server.__dict__["t0"]).__name__ == "getset_descriptor"
+    assert type(stations.Server.__dict__["t0"]).__name__ == "member_descriptor"
+    assert mod.Server._ok is True and cpu_cls._ok is True      # what env.step reads
+    assert issubclass(mod.DmaReadFast, mod.StageServer) and mod.Command is not stations.Command
+    monkeypatch.setenv(core.PURE_ENV, "1")
+    core.status.cache_clear()
+    try:
+        assert core.pe_model() == (stations, cpu.Cpu)
+    finally:
+        core.status.cache_clear()

@@ -9,9 +9,9 @@ Outputs: a run directory with ``op_timing.parquet`` (``schema.OP_TIMING``),
 of the topology tables) and ``run.json``; the ``Run`` handle.
 Phases: build -> elaborate -> run -> finalize (``engine``); components:
 ``fabric`` (a package: links and forwarding nodes, flit and fast modes; ``fabric.booking``
-holds fast mode's reservation arithmetic), ``hbm`` (per-PE controller), ``pe`` (PE_CPU
-and the wiring of a PE) with ``stations`` (scheduler, DMA, fetch/store, GEMM, MATH, TCM,
-IPCQ servers), ``plans`` (pure tile-plan generator), ``intervals`` (busy-interval lists of
+holds fast mode's reservation arithmetic), ``hbm`` (per-PE controller), ``pe`` (the wiring
+of a PE) with ``cpu`` (PE_CPU) and ``stations`` (scheduler, DMA, fetch/store, GEMM, MATH,
+TCM, IPCQ servers; fast mode runs both compiled with the compiled core), ``plans`` (pure tile-plan generator), ``intervals`` (busy-interval lists of
 fast mode's exclusive resources), ``recorder`` (columnar outputs), ``invariants``
 (physical checks). ``sweep``: many replays of traces on topologies over a grid of
 parameter values (``kbtrace sweep``; hive-partitioned run directories plus

@@ -4,7 +4,7 @@
 # the generated _cpu_c.py. PE_CPU is the SimPy event of its timers: ``callbacks`` stays a
 # Python-visible attribute and ``_ok`` a class attribute (``env.step`` reads both).
 import cython
-from kbtrace.replay.fabric._stations_c cimport Command, Scheduler
+from kbtrace.replay.fabric._stations_c cimport Command, Scheduler, Station
 
 cdef Py_ssize_t DISPATCH, CYCLES
 
@@ -15,6 +15,9 @@ cdef class Cpu:
     cdef public double t_issue, t_ready, t0
     cdef public object _resume_cb, _dep_cb, _end_cb, _credit_cb, queue, eid, issue
     cdef public bytearray done
+    cdef public object row, n_cpu, cpu_name
+    cdef public double dispatch_ns
+    cdef public Station sched
     cpdef submit(self, prog)
     cdef _timer(self, Py_ssize_t phase, double delay)
     @cython.locals(n=Py_ssize_t, t=double)
@@ -22,7 +25,7 @@ cdef class Cpu:
     @cython.locals(done=bytearray)
     cdef bint _wait(self, op_ids, cb) except -1
     cdef bint _program_done(self) except -1
-    @cython.locals(now=double, d=double, t=double, srv=Scheduler)
+    @cython.locals(now=double, d=double, t=double, srv=Scheduler, idle=list)
     cdef bint _dispatch(self) except -1
     @cython.locals(now=double)
     cdef bint _dispatched(self) except -1

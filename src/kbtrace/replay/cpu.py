@@ -40,7 +40,8 @@ class Cpu:
     """
     __slots__ = ("pe", "sim", "env", "callbacks", "_cbl", "progs", "prog", "i", "issued", "op",
                  "t_issue", "t_ready", "t0", "phase", "n_wait", "_resume_cb", "_dep_cb", "_end_cb",
-                 "_credit_cb", "queue", "eid", "done", "issue")
+                 "_credit_cb", "queue", "eid", "done", "issue", "row", "dispatch_ns", "sched",
+                 "n_cpu", "cpu_name")
     _ok = True
 
     def __init__(self, pe: Any) -> None:
@@ -67,6 +68,10 @@ class Cpu:
         self.eid = pe.env._eid
         self.done: bytearray = pe.sim._done     # per op: 1 once completed
         self.issue = pe.sim.rec.issue
+        self.row = pe.sim.rec.row
+        self.dispatch_ns: float = pe.dispatch_ns
+        self.sched = pe.sched               # the scheduler's station
+        self.n_cpu, self.cpu_name = pe.n_cpu, pe.names["pe_cpu"]
 
     def submit(self, prog: Program) -> None:
         self.progs.append(prog)
@@ -141,21 +146,21 @@ class Cpu:
         dispatch + scheduling cost one event.
         """
         now = self.t_ready = self.env._now
-        pe = self.pe
         op = self.op
         if is_metadata(op):     # no command, no cost (ADR-0046 D3, D6)
-            self.sim.complete(op, self.t_issue, now, pe.names["pe_cpu"])
+            self.sim.complete(op, self.t_issue, now, self.cpu_name)
             return True
-        d = pe.dispatch_ns
+        d = self.dispatch_ns
         if d <= 0:
             return self._dispatched()
-        if op.is_async or op.kind in _CPU_KINDS or not pe.sched.idle:
+        idle = self.sched.idle
+        if op.is_async or op.kind in _CPU_KINDS or not idle:
             self._timer(DISPATCH, d)
             return False
         sim = self.sim
         t = now + d
-        sim.rec.row(op.op_id, -1, _C_CPU, pe.n_cpu, -1, self.t_issue, t, d, now - self.t_issue, 0)
-        srv: Scheduler = pe.sched.idle.pop()        # (its only server)
+        self.row(op.op_id, -1, _C_CPU, self.n_cpu, -1, self.t_issue, t, d, now - self.t_issue, 0)
+        srv: Scheduler = idle.pop()        # (its only server)
         srv.book(Command(op, sim.plan(op), self.t_issue), t)
         sim.on_done(op.op_id, self._resume_cb)
         return False
@@ -171,11 +176,11 @@ class Cpu:
     def _dispatched(self) -> bool:
         op, pe, sim = self.op, self.pe, self.sim
         now = self.env._now
-        sim.rec.row(op.op_id, -1, _C_CPU, pe.n_cpu, -1, self.t_issue, now, pe.dispatch_ns,
-                    self.t_ready - self.t_issue, 0)
+        self.row(op.op_id, -1, _C_CPU, self.n_cpu, -1, self.t_issue, now, self.dispatch_ns,
+                 self.t_ready - self.t_issue, 0)
         kind = op.kind
         if kind == "wait":
-            sim.complete(op, self.t_issue, self.t_ready, pe.names["pe_cpu"])
+            sim.complete(op, self.t_issue, self.t_ready, self.cpu_name)
             return True
         if kind == "cycles":
             self.t0 = now
@@ -200,7 +205,7 @@ class Cpu:
             else:
                 ready.callbacks.append(partial(_deliver, pe.rx.submit, item))
         else:
-            pe.sched.submit(Command(op, sim.plan(op), self.t_issue))
+            self.sched.submit(Command(op, sim.plan(op), self.t_issue))
         if self.done[op.op_id]:
             return True
         if op.is_async:

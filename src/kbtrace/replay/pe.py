@@ -39,7 +39,7 @@ event (to HBM: one more, the commit when the data arrives). DMA channels are hel
 (request, HBM, data, ack). Consecutive DMA_READ stages of one tile run in
 place on the channel.
 
-PE_CPU issues in program order: an op waits for its ``deps``, is dispatched
+PE_CPU (``cpu.Cpu``) issues in program order: an op waits for its ``deps``, is dispatched
 (metadata-only calls, ``ops.is_metadata``, complete there at no cost: no command),
 then either blocks the CPU (sync ops, until they complete) or lets it issue
 the next op; a program ends when all its ops completed. Op completions reach
@@ -53,6 +53,12 @@ the order they were registered; a fused dispatch + scheduling event (a) is
 inserted when the dispatch starts; an idle station's servers are reused last
 idle, first busy (servers of a station are identical, so this never moves a
 timestamp).
+
+Compiled: in fast mode with the compiled core (``fabric.core.pe_model``) the stations,
+servers and PE_CPU are the compiled twins of ``stations.py`` and ``cpu.py``, typed by their
+``.pxd`` files (the same operations in the same order: byte-identical outputs,
+``tests/test_replay_core.py``); flit mode and ``KBTRACE_PURE_PYTHON=1`` run the ``.py``
+files. A PE reaches them through ``SimContext.pe_model`` / ``pe_cpu``.
 """
 
 from __future__ import annotations
@@ -123,11 +129,6 @@ class Pe:
     def run_program(self, prog: Program) -> None:
         """Queue a program on the PE_CPU (programs of one PE run in submission order)."""
         self.cpu.submit(prog)
-
-    def finish_cmd(self, cmd: Command) -> None:
-        t_start = cmd.t_start if cmd.t_start >= 0 else self.env._now
-        eng = self.engine_of.get(cmd.op.kind) or self.names["scheduler"]
-        self.sim.complete(cmd.op, cmd.t_issue, t_start, eng)
 
     # ------------------------------------------------------------------ IPCQ
     def _ipcq_send(self, item: tuple[Op, float, float]):

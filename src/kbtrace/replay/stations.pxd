@@ -28,7 +28,8 @@ cdef class Station:
 cdef class Server:
     cdef public object callbacks
     cdef public list _cbl
-    cdef public object _fire_cb, pe, env, rec, row, queue, eid, tok
+    cdef public object _fire_cb, pe, env, rec, row, queue, eid, tok, complete, sched_name
+    cdef public dict engine_of
     cdef public Station station
     cdef public double t0
     cpdef _timer(self, double delay)
@@ -36,6 +37,8 @@ cdef class Server:
     cpdef _next(self)
     cpdef bint serve(self, tok) except -1
     cpdef route(self)
+    @cython.locals(t_start=double)
+    cdef _finish(self, Command cmd)
 
 cdef class StageServer(Server):
     cdef public list stations

@@ -101,7 +101,7 @@ class Server:
     service, pass the token on; return a token to serve next in place, or None).
     """
     __slots__ = ("callbacks", "_cbl", "_fire_cb", "station", "pe", "env", "rec", "row", "queue",
-                 "eid", "tok", "t0")
+                 "eid", "tok", "t0", "complete", "engine_of", "sched_name")
     _ok = True            # a service never fails
 
     def __init__(self, pe: Any, station: Station) -> None:
@@ -111,6 +111,9 @@ class Server:
         self.row = self.rec.row             # (``Recorder.hop`` by stage code)
         self.queue = pe.env._queue          # (``env.schedule``: its heap and its ids)
         self.eid = pe.env._eid
+        self.complete = pe.sim.complete
+        self.engine_of = pe.engine_of       # op kind -> the engine its completion names
+        self.sched_name = pe.names["scheduler"]
         self.station = station
         self._fire_cb = self._fire
         self._cbl = [self._fire_cb]
@@ -146,6 +149,12 @@ class Server:
             self.station.idle.append(self)
         return tok
 
+    def _finish(self, cmd: Command) -> None:
+        """``cmd``'s last tile is done (or it had none): its op completes now."""
+        t_start = cmd.t_start if cmd.t_start >= 0 else self.env._now
+        op = cmd.op
+        self.complete(op, cmd.t_issue, t_start, self.engine_of.get(op.kind) or self.sched_name)
+
     def serve(self, tok: Any) -> bool:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -179,7 +188,7 @@ class StageServer(Server):
             cmd = tok.cmd
             cmd.left -= 1
             if cmd.left == 0:
-                self.pe.finish_cmd(cmd)
+                self._finish(cmd)
             return None
         tok.t_in = now
         kind = stages[idx][0]                # (its kind)
@@ -373,7 +382,7 @@ class Scheduler(Server):
         self.row(cmd.op.op_id, -1, _C_SCHED, pe.n_sched, -1, self.t0, now, pe.sched_ov, 0.0, 0)
         plan = cmd.plan
         if not plan:
-            pe.finish_cmd(cmd)
+            self._finish(cmd)
             return None
         stations = pe.stations
         if len(plan) == 1:
