@@ -511,3 +511,78 @@ def test_a_credit_crosses_a_stream_first_come_first_served(tmp_path, src, at, fl
     assert got["flit"][1] == pytest.approx(flit, abs=1e-3)
     assert got["fast"][1] == pytest.approx(fast, abs=1e-3)
     assert got["fast"][0] == pytest.approx(got["flit"][0], abs=1e-3)
+
+
+def _read_done_times(tmp_path, topo, mem, reads):
+    """Each of ``reads`` (destination node, bytes, start ns, per-burst ready times; op ids in
+    order) read from HBM controller ``mem`` on a fresh flit and a fresh fast fabric of
+    ``topo``, as the engine sends them (fast: the first and last burst, and the bursts):
+    ``{fidelity: {op: done ns}}``."""
+    from kbtrace.replay.fabric.fast import FastFabric
+    from kbtrace.replay.fabric.flit import FlitFabric
+    from test_replay_fast import _fabric
+    out: dict = {}
+    for cls in (FlitFabric, FastFabric):
+        fab, _rec = _fabric(cls, topo, tmp_path / cls.fidelity)
+        got = out[cls.fidelity] = {}
+        for op, (dst, nb, t, ready) in enumerate(reads):
+            if t > fab.env.now:
+                fab.env.run(until=t)
+            if cls is FlitFabric:
+                ev = fab.send(op, -1, mem, dst, nb, ready=ready)
+            else:
+                ev = fab.send(op, -1, mem, dst, nb, span=(min(ready), max(ready)),
+                              bursts=ready if len(ready) > 1 else None)
+            ev.callbacks.append(lambda _e, op=op, fab=fab, got=got: got.__setitem__(op, fab.env.now))
+        fab.env.run()
+    return out
+
+
+@pytest.mark.parametrize("first, at, fast", [
+    ("flit", 11.4, 52.600001),     # before: 47.6 (across the link as the read's flits queued)
+    ("flit", 16.0, 52.600001),     # before: 51.6
+    ("read", 11.4, 52.923077),     # before: 47.769
+    ("read", 16.0, 53.984615)])    # before: 52.369
+def test_a_one_flit_read_waits_behind_the_bursts_ready_before_it(tmp_path, first, at, fast):
+    """PE 0 reads 2 KiB from its own HBM slice whose bursts are ready seven at 10 ns and the
+    last at 19.4 ns (its pseudo-channel busy), and PE 7 reads one flit from the same slice,
+    ready ``at`` ns, booked before the 2 KiB read (``first`` "flit") or after it ("read").
+    Flit mode's link FIFO out of the controller sends the one flit behind the seven bursts
+    ready before it (17 -> 18 ns) and before the last: done at 52.6 ns, the 2 KiB read at
+    21.5. Fast mode describes the read's arrival at its first link as its bursts are ready
+    (``fifo.burst_arrival``) and serves single flits booked before it with it first come,
+    first served (``pull.read_first``): exact to the 1e-6 ns a group of bursts takes to
+    arrive there. Booked after the read, the flit meets the read's booking, a mean share
+    from its first burst to its last, which has served less than the link would have by
+    then: 0.32 / 1.38 ns late. Before, it crossed in the share the read left: up to 5 ns
+    early, as in llama_layer on default.yaml, where the cube's gemms after it then read
+    their weights from the slice 32 ns apart."""
+    from kbtrace.topology.model import PeCoord
+    small = compile_topology(TOPO_DIR / "small.yaml")
+    mem = small.hbm_ctrl(PeCoord(0, 0, 0)).idx
+    dma = [small.pe_node(PeCoord(0, 0, p), "dma").idx for p in range(8)]
+    flit = (dma[7], 256, 0.0, [at])
+    read = (dma[0], 2048, 0.0, [10.0] * 7 + [19.4])
+    reads = [flit, read] if first == "flit" else [read, flit]
+    got = _read_done_times(tmp_path, small, mem, reads)
+    i = 0 if first == "flit" else 1
+    assert got["flit"][i] == pytest.approx(52.6, abs=1e-9)
+    assert got["flit"][1 - i] == pytest.approx(21.5, abs=1e-9)
+    assert got["fast"][i] == pytest.approx(fast, abs=1e-6)
+    assert got["fast"][1 - i] == pytest.approx(21.5, abs=1e-5)
+
+
+def test_bursts_ready_together_go_in_the_order_their_reads_were_booked(tmp_path):
+    """Two 2 KiB reads from one slice: PE 7's bursts ready four at 10 and four at 18 ns, PE 0's
+    booked after it four at 18 and four at 26. Flit mode puts PE 7's four of 18 ns on the
+    link first (done 52.6 ns, PE 0's at 33.1). Fast mode serves them first come, first
+    served, the later-booked read's bursts put ``fifo.BURST_NS`` later: the same (equal
+    arrivals would share the link in proportion; before, at mean shares: PE 0 29.88 ns)."""
+    from kbtrace.topology.model import PeCoord
+    small = compile_topology(TOPO_DIR / "small.yaml")
+    mem = small.hbm_ctrl(PeCoord(0, 0, 0)).idx
+    dma = [small.pe_node(PeCoord(0, 0, p), "dma").idx for p in range(8)]
+    got = _read_done_times(tmp_path, small, mem, [(dma[7], 2048, 0.0, [10.0] * 4 + [18.0] * 4),
+                                                  (dma[0], 2048, 1.0, [18.0] * 4 + [26.0] * 4)])
+    assert got["flit"] == pytest.approx({0: 52.6, 1: 33.1}, abs=1e-9)
+    assert got["fast"] == pytest.approx({0: 52.6, 1: 33.1}, abs=1e-5)

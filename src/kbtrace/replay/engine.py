@@ -130,6 +130,8 @@ class Sim:
             self.rec.busy = invariants.BusyCheck(self, kernels)
         self.fabric = make_fabric(opts.fidelity, self.env, topo, self.rec, self.hbm)
         self.fast = opts.fidelity != "flit"
+        #: fast mode's flows (``fabric.fair``) take an HBM read's per-burst ready times
+        self.flows = opts.fidelity == "fast"
         self._done = bytearray(source.n)
         #: IPCQ sends issued and not yet received (op_id -> record): a recv reads its send's
         #: buffer settings from it
@@ -259,9 +261,13 @@ class Sim:
             shape = 1 if short < min(full) else 0 if short >= max(full) else 2
             group = bursts.count(last)      # ready together at the end: they queue
             ready = None
-        elif self.fast:   # the closed form needs only the first and last burst
-            first, last = h.read_span(addr, nbytes, t, op_id)
+        elif self.flows and nbytes > h.burst:   # a flow: its bursts, how
+            bursts = h.read(addr, nbytes, t, op_id)     # it reaches its first link (``fair``)
+            first, last = min(bursts), max(bursts)
             ready = None
+        elif self.fast:
+            first, last = h.read_span(addr, nbytes, t, op_id)
+            ready = bursts = None
         else:
             ready = h.read(addr, nbytes, t, op_id)
             first, last = min(ready), max(ready)
@@ -269,7 +275,7 @@ class Sim:
                      max(0.0, first - t - min(nbytes, h.burst) / h.bw), nbytes)
         if ready is None:
             return self.fabric.send(op_id, tile, src, dst, nbytes, addr, span=(first, last),
-                                    shape=shape, group=group)
+                                    shape=shape, group=group, bursts=bursts)
         return self.fabric.send(op_id, tile, src, dst, nbytes, addr, ready=ready)
 
     def dma_read(self, op_id: int, tile: int, dma: int, addr: int, nbytes: int):

@@ -4,7 +4,7 @@
 import cython
 
 cdef class Flow:
-    cdef public object fab, rt, op_id, tile, ev, rows, nres, sl
+    cdef public object fab, rt, op_id, tile, ev, rows, nres, sl, rd
     cdef public double ack, tt
     cdef public list segs, links
     cdef public object en, lv
@@ -29,12 +29,6 @@ cdef class Booked:
 
 @cython.locals(a=cython.double, b=cython.double, r=cython.double)
 cpdef list _arrival(list src, double p0, double k, double s)
-
-@cython.locals(total=cython.double, acc=cython.double, start=cython.double,
-               step=cython.double, goal=cython.double, done=cython.double, end=cython.double,
-               a=cython.double, b=cython.double, r=cython.double,
-               a2=cython.double, b2=cython.double, r2=cython.double)
-cpdef list coarse(list pcs, Py_ssize_t k)
 
 @cython.locals(r=cython.double, b=Booked)
 cpdef book(list link_flows, Flow f, Py_ssize_t j, double s, double e, double busy, pcs,

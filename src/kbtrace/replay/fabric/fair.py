@@ -18,7 +18,8 @@ with none). Its bookings further on keep their times (its rows there widen over 
 link's busy time still fits its windows), but they are now described as arriving as the flow leaves
 the link before, and a stream that meets it there later re-serves it from that. What was served
 before a meeting keeps its times. A flow arrives at every link but its first as the link before
-serves it (``Booked.arrival``: a backlog where that link is faster).
+serves it (``Booked.arrival``: a backlog where that link is faster), an HBM read at its first
+link as its bursts are ready (``fifo.burst_arrival``; ``pull.read_first``).
 
 A flow's head that a node serves later than booked (``heads``: node overheads serve heads in arrival
 order) carries the delay along its path too (``_push`` with ``hs``; its overheads further on move
@@ -32,54 +33,23 @@ from typing import Any
 
 from kbtrace.replay.fabric.base import after
 from kbtrace.replay.fabric.booking import unbook
-from kbtrace.replay.fabric.fifo import share_fifo
+from kbtrace.replay.fabric.fifo import (
+    ARRIVAL_PIECES,
+    BURST_NS,
+    burst_arrival,
+    coarse,
+    served_as_ready,
+    share_fifo,
+)
 from kbtrace.replay.intervals import TIME_EPS
 
 __all__ = ["Flow", "Booked", "book", "book_plan", "note_body", "fair_hop", "incumbents", "prune_flows", "share_with", "expand", "coarse",
            "ARRIVAL_PIECES"]
 
-#: a flow's arrival at a link is described by at most this many pieces (``coarse``)
-ARRIVAL_PIECES = 16
-
-
-def coarse(pcs: list, k: int) -> list:
-    """``pcs`` (``(start, end, share)`` in order) as at most ``k`` pieces: consecutive pieces
-    merged into one of the same work over their span (first start, last end and total work
-    kept), about equal work each, so the arrival a link serves stays a short list however
-    often the flow was re-served upstream."""
-    if len(pcs) <= k:
-        return pcs
-    total = 0.0
-    for a, b, r in pcs:
-        total += r * (b - a)
-    out: list[tuple[float, float, float]] = []
-    acc = 0.0
-    start = pcs[0][0]
-    step = total / k
-    goal = step
-    for a, b, r in pcs:
-        acc += r * (b - a)
-        if acc >= goal - 1e-12 * total and len(out) < k - 1:
-            done = 0.0
-            for a2, b2, r2 in out:
-                done += r2 * (b2 - a2)
-            if b > start:
-                out.append((start, b, (acc - done) / (b - start)))
-            start = b
-            goal += step
-    done = 0.0
-    for a, b, r in out:
-        done += r * (b - a)
-    end = pcs[-1][1]
-    if end > start:
-        out.append((start, end, (total - done) / (end - start)))
-    return out
-
-
 class Flow:
     """A movable transfer (see the module docstring)."""
     __slots__ = ("rt", "op_id", "tile", "ack", "ev", "segs", "rows", "links", "fin", "tt",
-                 "fab", "en", "lv", "nres", "wr", "sl")
+                 "fab", "en", "lv", "nres", "wr", "sl", "rd")
 
     def __init__(self, fab: Any, rt: Any, op_id: int, tile: int, ack: float,
                  wr: bool = False) -> None:
@@ -99,6 +69,7 @@ class Flow:
         self.nres: dict[int, float] | None = None
         #: per hop of a single flit, the pieces its link booking holds (``heads.relink``)
         self.sl: dict[int, list] | None = None
+        self.rd: list[float] | None = None    # an HBM read's burst ready times (``arrival``)
 
     def booked_flit(self, j: int, pcs: list, a: float = -1.0) -> None:
         """Its single flit took hop ``j``'s link as ``pcs`` (``(start, end, share)``), arriving
@@ -177,6 +148,8 @@ class Booked:
             if prev is not None:    # as the link before serves it (a backlog if faster)
                 self.arr = _arrival(prev.pieces(), f.rt.hops[j - 1][8], self.busy / prev.busy,
                                     self.s)
+            elif j == 0 and f.rd is not None:   # an HBM read's bursts, as they are ready
+                self.arr = burst_arrival(f.rd, self.busy, f.rt.nb, f.fab.flit_bytes)
             else:
                 self.arr = [(self.s, self.s + self.busy / self.r, self.r)]
         return self.arr
@@ -435,24 +408,27 @@ def prune_flows(link_flows: list, now: float) -> None:
             del lst[w:]
 
 
-def share_with(fab: Any, ln: Any, h: float, inc: list, stream: list) -> tuple:
-    """``stream`` and the flows ``inc`` served on ``ln`` from ``h`` first come, first served
-    (``fifo.share_fifo``; the flows' work given back, each now leaving later pushed)."""
+def share_with(fab: Any, ln: Any, h: float, inc: list, extra: list) -> list:
+    """The streams ``extra`` and the flows ``inc`` served on ``ln`` from ``h`` first come, first
+    served (``fifo.share_fifo``; the flows' work given back, each now leaving later pushed);
+    the results of ``extra``."""
     streams, kept = [], []
     for b in inc:
         pcs = b.pieces()
         d = unbook(ln, pcs, h)
-        kept.append([(a, z if z < h else h, r) for a, z, r in pcs if a < h])
+        kp = [(a, z if z < h else h, r) for a, z, r in pcs if a < h]
+        if b.j == 0 and b.f.rd is not None:     # (no more than its bursts ready by h)
+            kp, d = served_as_ready(ln, kp, d, b.arrival(), h)
+        kept.append(kp)
         streams.append([b.arrival(), b.busy, d, 0.0])
-    streams.append(stream)
-    res = share_fifo(ln, h, streams)
-    for b, kp, (pcs, end, _hd) in zip(inc, kept, res[:-1], strict=True):
+    res = share_fifo(ln, h, streams + extra)
+    for b, kp, (pcs, end, _hd) in zip(inc, kept, res[:len(inc)], strict=True):
         b.pcs = kp + pcs
         tail = end if end > b.e else b.e
         if tail > b.tail + TIME_EPS:
             b.tail = tail
             _push(fab, b.f, b.j, tail, h)
-    return res[-1]
+    return res[len(inc):]
 
 
 def fair_hop(fab: Any, rt: Any, j: int, h: float, t: float, inc: list,
@@ -470,9 +446,14 @@ def fair_hop(fab: Any, rt: Any, j: int, h: float, t: float, inc: list,
     if rho > 1.0:
         rho = 1.0
     prev = f.links[j - 1] if f is not None and j > 0 else None
-    arr = (_arrival(prev.pieces(), rt.hops[j - 1][8], busy / prev.busy, h) if prev is not None
-           else [(h, h + busy / rho, rho)])     # it arrives as the link before serves it
-    pcs, end, head = share_with(fab, ln, h, inc, [arr, busy, 0.0, hd_d * rho])
+    hw = hd_d * rho
+    if prev is not None:                # it arrives as the link before serves it
+        arr = _arrival(prev.pieces(), rt.hops[j - 1][8], busy / prev.busy, h)
+    elif j == 0 and f is not None and f.rd is not None:     # an HBM read: as it is ready
+        arr, hw = burst_arrival(f.rd, busy, rt.nb, fab.flit_bytes, BURST_NS), hd_d
+    else:
+        arr = [(h, h + busy / rho, rho)]
+    pcs, end, head = share_with(fab, ln, h, inc, [[arr, busy, 0.0, hw]])[0]
     start = pcs[0][0] if pcs else h
     if head < 0.0:
         head = end

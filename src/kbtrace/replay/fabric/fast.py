@@ -33,7 +33,7 @@ from kbtrace.replay.fabric.heads import (
     prune_all,
     relink,
 )
-from kbtrace.replay.fabric.pull import pull_behind
+from kbtrace.replay.fabric.pull import pull_behind, read_first
 from kbtrace.replay.fabric.routes import _Plan, _Route, book_route, hop_seq
 from kbtrace.replay.hbm import HbmController
 from kbtrace.replay.recorder import STAGE_CODE, Recorder
@@ -168,7 +168,8 @@ class FastFabric(Fabric):
     def send(  # type: ignore[override]  # the base's **fast, by name
             self, op_id: int, tile: int, src: int, dst: int, nbytes: int, addr: int = 0,
             ready: list[float] | None = None, at: float | None = None, ack: float = 0.0,
-            span: tuple[float, float] | None = None, shape: int = 0, group: int = 1) -> _Ev:
+            span: tuple[float, float] | None = None, shape: int = 0, group: int = 1,
+            bursts: list[float] | None = None) -> _Ev:
         """As ``Fabric.send``, but the event is a bare one (``after``): yield it or add
         callbacks; it is not a ``simpy.Event`` (no ``all_of``). ``at``: flits ready at this
         (future) time instead of now;
@@ -183,7 +184,9 @@ class FastFabric(Fabric):
         path one after another, so the last cannot arrive before ``(group - 1)`` full flit
         times on the slowest link after it would alone (exact for a tandem of FIFO links):
         its ready time is moved by that much. Without it, a read whose short burst leads
-        three full ones ready together came out two flit times early."""
+        three full ones ready together came out two flit times early. ``bursts``: an HBM
+        read's ready time per burst, how a flow's work arrives at its first link
+        (``fair.Booked.arrival``)."""
         key = (src, dst, nbytes) if not shape else (src, dst, nbytes, shape)
         rt = self._routes_nb.get(key)
         if rt is None:
@@ -206,6 +209,8 @@ class FastFabric(Fabric):
         if self._sends % self.PRUNE_EVERY == 0:
             prune_all(self, now)
         f = self._f = self.begin(rt, op_id, tile, ack)
+        if f is not None:
+            f.rd = bursts
         return book_route(self, rt, f, op_id, tile, addr, h, t, ack, now)
 
     def _walk(self, rt: _Route, j0: int, op_id: int, tile: int, h: float, t: float,
@@ -361,6 +366,10 @@ class FastFabric(Fabric):
                 book(self.link_flows, f, j, h, e, busy, None, e)
             return h, h + hd_d, e
         inc = incumbents(self.link_flows, li, f, h, now)
+        if j == 0 and f is not None and f.rd is not None and self.link_own[li]:
+            got = read_first(self, rt, j, h, t, inc, f)
+            if got is not None:
+                return got
         if inc:
             return fair_hop(self, rt, j, h, t, inc, f)
         if f is None:

@@ -42,3 +42,9 @@ cpdef double _t_of(list ts, list ss, double tiny, double u) except? -1.0
 
 @cython.locals(i=cython.Py_ssize_t)
 cpdef double _s_at(list ts, list ss, double t)
+
+@cython.locals(total=cython.double, acc=cython.double, start=cython.double,
+               step=cython.double, goal=cython.double, done=cython.double, end=cython.double,
+               a=cython.double, b=cython.double, r=cython.double,
+               a2=cython.double, b2=cython.double, r2=cython.double)
+cpdef list coarse(list pcs, Py_ssize_t k)

@@ -4,8 +4,12 @@
 link FIFO serves their flits, with the bandwidth the link's step function (``booking.Steps``:
 the breakpoints ``t``, the shares ``r``) has to spare, and books what each is served
 (``booking.add_shares``). ``fair.fair_hop`` calls it after giving back what the streams had
-booked there (``booking.unbook``). Pure functions, no SimPy; compiled with the
-rest of fast mode's core (``fifo.pxd``).
+booked there (``booking.unbook``). How a stream arrives: ``coarse`` keeps the arrival a link
+serves a short list; an HBM read reaches its first link as its bursts are ready
+(``burst_arrival``: a group ready together at once, so a flit arriving while it queues goes
+behind it), and what its booking there (a mean share from its first burst to its last) had
+served before a meeting is no more than had arrived (``served_as_ready``). Pure functions, no
+SimPy; compiled with the rest of fast mode's core (``fifo.pxd``).
 """
 
 from __future__ import annotations
@@ -14,15 +18,101 @@ from bisect import bisect_left, bisect_right
 from math import nextafter
 from typing import TYPE_CHECKING
 
-from kbtrace.replay.fabric.booking import RATE_EPS, add_shares
+from kbtrace.replay.fabric.booking import RATE_EPS, add_shares, unbook
 from kbtrace.replay.intervals import TIME_EPS
 
 if TYPE_CHECKING:
     from kbtrace.replay.fabric.booking import Steps
 
-__all__ = ["share_fifo"]
+__all__ = ["share_fifo", "burst_arrival", "served_as_ready", "coarse", "ARRIVAL_PIECES"]
 
 _INF = float("inf")
+#: how long a group of flits ready together takes to arrive (``burst_arrival``): at once,
+#: as far as first come, first served can tell
+BURST_NS = 1e-6
+
+
+def burst_arrival(ready: list, busy: float, nb: int, fb: int, lag: float = 0.0) -> list:
+    """An HBM read's arrival at its first link (``busy`` ns of its ``nb`` bytes there) as
+    flit mode's link FIFO receives it: burst ``i`` (``fb`` bytes, the last one the rest) put
+    whole when ready (``ready[i]``), the bursts ready together at once (``BURST_NS``), so a
+    flit that arrives while they queue goes behind them. ``lag``: each put that much later
+    (``BURST_NS``: a read booked later, whose bursts ready at the same moment as one booked
+    before go after them, as flit mode puts them). Pieces ``(start, end, share)``."""
+    n = len(ready)
+    order = sorted(range(n), key=ready.__getitem__)
+    out: list = []
+    x = -1.0
+    w = 0.0
+    for i in order:
+        sz = fb if i < n - 1 else nb - (n - 1) * fb
+        y = ready[i]
+        if w > 0.0 and y > x + BURST_NS:
+            out.append((x + lag, x + lag + BURST_NS, w / BURST_NS))
+            w = 0.0
+        if w == 0.0:
+            x = y
+        w += busy * sz / nb
+    if w > 0.0:
+        out.append((x + lag, x + lag + BURST_NS, w / BURST_NS))
+    return out
+
+
+#: a flow's arrival at a link is described by at most this many pieces (``coarse``)
+ARRIVAL_PIECES = 16
+
+
+def coarse(pcs: list, k: int) -> list:
+    """``pcs`` (``(start, end, share)`` in order) as at most ``k`` pieces: consecutive pieces
+    merged into one of the same work over their span (first start, last end and total work
+    kept), about equal work each, so the arrival a link serves stays a short list however
+    often the flow was re-served upstream."""
+    if len(pcs) <= k:
+        return pcs
+    total = 0.0
+    for a, b, r in pcs:
+        total += r * (b - a)
+    out: list[tuple[float, float, float]] = []
+    acc = 0.0
+    start = pcs[0][0]
+    step = total / k
+    goal = step
+    for a, b, r in pcs:
+        acc += r * (b - a)
+        if acc >= goal - 1e-12 * total and len(out) < k - 1:
+            done = 0.0
+            for a2, b2, r2 in out:
+                done += r2 * (b2 - a2)
+            if b > start:
+                out.append((start, b, (acc - done) / (b - start)))
+            start = b
+            goal += step
+    done = 0.0
+    for a, b, r in out:
+        done += r * (b - a)
+    end = pcs[-1][1]
+    if end > start:
+        out.append((start, end, (total - done) / (end - start)))
+    return out
+
+
+def served_as_ready(ln: Steps, kept: list, d: float, arr: list, h: float) -> tuple:
+    """An HBM read's booking on its first link before ``h`` (pieces ``kept``, ``d`` of work)
+    served no more than its bursts ready by then (``arr``, ``burst_arrival``): booked at a
+    mean share from its first burst to its last, it runs ahead of bursts that are ready late.
+    Its shares there are scaled down (given back and booked again) to what had arrived.
+    Returns ``(kept, d)`` as they now are."""
+    got = _cum_at(arr, [h])[0]
+    if d <= got + 1e-9 or not kept:
+        return kept, d
+    unbook(ln, kept, kept[0][0])
+    k = got / d
+    out = []
+    for a, b, r in kept:
+        if b > a:
+            out.append((a, b, r * k))
+            add_shares(ln, a, b, (r * k,))
+    return out, got
 
 
 def _when(arr: list, w: float, x: float) -> float:

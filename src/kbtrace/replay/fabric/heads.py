@@ -23,7 +23,8 @@ arriving first takes the link from those booked before it, which are booked agai
 and their flows pushed, where that costs each no more than a flit time). A single flit that
 would wait on a link where streams are still arriving is served with them first come, first
 served (``_in_fifo``: an IPCQ credit crossing PCIe behind the payloads that arrived there
-before it, not behind every payload booked before it). Reservations of transfers that cannot move (HBM writes
+before it, not behind every payload booked before it; an HBM read arriving as its bursts are
+ready, ``fifo.burst_arrival``). Reservations of transfers that cannot move (HBM writes
 of two flits or more) keep their times, and a head takes the gaps between them
 (``booking.serve``: preemptive resume). At a mesh router, a stream's flits after its head
 wait behind every head that arrived there before them (flit mode's node is one FIFO), where
@@ -343,7 +344,7 @@ def _in_fifo(fab: Any, ln: Steps, h: float, busy: float, inc: list) -> tuple:
     arrives and before those arriving after it: their work from ``h`` on is given back and
     served again with the flit, and each flow whose tail now leaves later is pushed
     (``fair._push``). Returns ``(pieces, start, head, tail)`` of the flit."""
-    pcs, end, _hd = share_with(fab, ln, h, inc, [[(h, h + busy, 1.0)], busy, 0.0, 0.0])
+    pcs, end, _hd = share_with(fab, ln, h, inc, [[[(h, h + busy, 1.0)], busy, 0.0, 0.0]])[0]
     return pcs, (pcs[0][0] if pcs else h), end, end
 
 

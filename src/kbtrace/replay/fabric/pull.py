@@ -20,7 +20,14 @@ router, reached router 26 after credit 263, which had been booked behind 212's o
 reservation there; flit mode serves 263 first, fast mode served it 1.9 ns late, and the
 ring after it.
 
-Imports ``booking``, ``fair`` and ``heads``; ``heads.head_at`` reaches ``pull_behind``
+An HBM read's stream booked on its first link after single flits of flows that arrive there
+after its first bursts is served with them first come, first served (``read_first``, from
+``FastFabric._stream``): they were booked first, at their arrival, and crossed in what the
+read then left, where flit mode's link FIFO sends each behind the bursts ready before it;
+they move later (pushed). The other order, a flit booked after the read, is
+``heads._in_fifo``'s.
+
+Imports ``booking``, ``fair``, ``fifo`` and ``heads``; ``heads.head_at`` reaches ``pull_behind``
 through ``FastFabric.pull_behind`` (no cycle).
 """
 
@@ -29,11 +36,12 @@ from __future__ import annotations
 from typing import Any
 
 from kbtrace.replay.fabric.booking import Spans, fit_rate, unbook
-from kbtrace.replay.fabric.fair import Flow, _move, _times, expand
-from kbtrace.replay.fabric.heads import _by_arrival, _rebook, _reserve, head_at
+from kbtrace.replay.fabric.fair import Flow, _move, _push, _times, book, expand, share_with
+from kbtrace.replay.fabric.fifo import BURST_NS, burst_arrival
+from kbtrace.replay.fabric.heads import PUSH_DEPTH, _by_arrival, _rebook, _reserve, head_at
 from kbtrace.replay.intervals import TIME_EPS
 
-__all__ = ["pull_behind"]
+__all__ = ["pull_behind", "read_first"]
 
 
 def pull_behind(fab: Any, n: int, iv: Spans, s0: float, ha: float, g: Flow) -> None:
@@ -161,3 +169,49 @@ def _row(rows: list, k: int, en: float, lv: float) -> None:
             q = 0.0
     rows[k] = (rw[0], rw[1], rw[2], rw[3], rw[4], en, lv, rw[7], q, rw[9])
 
+
+
+def read_first(fab: Any, rt: Any, j: int, h: float, t: float, inc: list,
+               f: Flow) -> tuple | None:
+    """Book an HBM read's stream ``f`` on its first link (hop ``j``; its first burst ready at
+    ``h``, its last at ``t``) where single flits of flows booked before it arrive after its
+    first burst and before it would be done alone: flit mode's link FIFO sends each behind
+    the bursts that were ready before it (llama_layer on default.yaml: a one-flit read
+    arriving 1.4 ns after a 2 KiB read's first seven bursts crossed 5.6 ns later there, and
+    the cube's gemms after it, 32 ns apart). Their bookings are given back and they are
+    served with the read (and the flows ``inc`` still arriving there) first come, first
+    served (``fair.share_with``), the read arriving as its bursts are ready
+    (``fifo.burst_arrival``); each flit that now crosses later is pushed (``fair._push``).
+    Returns ``(start, head, tail)`` as ``fair.fair_hop``; None (nothing changed) where no
+    such flit is booked."""
+    _niv, _ov, ln, _li, _mode, hd_d, body, last_d, _p = rt.hops[j]
+    busy = rt.busy[j]
+    own = fab.link_own[rt.links[j]]
+    e = h + body
+    if e < t:
+        e = t
+    e += last_d
+    hi = h + TIME_EPS
+    late = [(o[2], s_r, o[0], o[1]) for s_r, o in own.items()
+            if hi < o[2] < e and o[0] is not f and not o[0].fin]
+    if not late or fab.push_depth >= PUSH_DEPTH:
+        return None
+    late.sort(key=_by_arrival)
+    olds = [g.sl[jg] for _a, _s, g, jg in late]
+    for (_a, s_r, _g, _jg), old in zip(late, olds, strict=True):
+        unbook(ln, old, old[0][0])
+        del own[s_r]
+    extra = [[[(a, a + g.rt.busy[jg], 1.0)], g.rt.busy[jg], 0.0, 0.0] for a, _s, g, jg in late]
+    extra.append([burst_arrival(f.rd, busy, rt.nb, fab.flit_bytes, BURST_NS), busy, 0.0, hd_d])
+    res = share_with(fab, ln, h, inc, extra)
+    fab.push_depth += 1
+    for (a, _s, g, jg), old, (pcs, end, _hd) in zip(late, olds, res, strict=False):
+        g.booked_flit(jg, pcs, a)
+        if end > old[-1][1] + TIME_EPS:
+            _push(fab, g, jg, end, h, end - g.rt.hops[jg][5])
+    fab.push_depth -= 1
+    pcs, end, head = res[-1]
+    tl = t + last_d
+    tail = end if end > tl else tl
+    book(fab.link_flows, f, j, h, e, busy, pcs, tail)
+    return (pcs[0][0] if pcs else h), (head if head >= 0.0 else end), tail
