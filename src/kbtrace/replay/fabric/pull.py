@@ -184,6 +184,9 @@ def read_first(fab: Any, rt: Any, j: int, h: float, t: float, inc: list,
     (``fifo.burst_arrival``); each flit that now crosses later is pushed (``fair._push``).
     Returns ``(start, head, tail)`` as ``fair.fair_hop``; None (nothing changed) where no
     such flit is booked."""
+    rd = f.rd
+    if rd is None:
+        return None
     _niv, _ov, ln, _li, _mode, hd_d, body, last_d, _p = rt.hops[j]
     busy = rt.busy[j]
     own = fab.link_own[rt.links[j]]
@@ -202,7 +205,7 @@ def read_first(fab: Any, rt: Any, j: int, h: float, t: float, inc: list,
         unbook(ln, old, old[0][0])
         del own[s_r]
     extra = [[[(a, a + g.rt.busy[jg], 1.0)], g.rt.busy[jg], 0.0, 0.0] for a, _s, g, jg in late]
-    extra.append([burst_arrival(f.rd, busy, rt.nb, fab.flit_bytes, BURST_NS), busy, 0.0, hd_d])
+    extra.append([burst_arrival(rd, busy, rt.nb, fab.flit_bytes, BURST_NS), busy, 0.0, hd_d])
     res = share_with(fab, ln, h, inc, extra)
     fab.push_depth += 1
     for (a, _s, g, jg), old, (pcs, end, _hd) in zip(late, olds, res, strict=False):
