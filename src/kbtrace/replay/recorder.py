@@ -342,9 +342,8 @@ class Recorder:
         ``now``: the simulated time (default: the run is over)."""
         done = self._done
         if done:
-            ops_l, ti_l, ts_l, te_l, en_l = zip(*done, strict=True)
-            ops_d = np.array(ops_l, dtype=np.int64)
-            self.engine[ops_d] = en_l
+            ops_d = self._store_engines()
+            _ops, ti_l, ts_l, te_l, _codes = zip(*done, strict=True)
             self.t_issue[ops_d] = ti_l
             self.t_start[ops_d] = ts_l
             self.t_end[ops_d] = te_l
@@ -423,6 +422,14 @@ class Recorder:
         if self.busy is not None:
             self.busy.add(*self._intervals_of(r), w)
 
+    def _store_engines(self) -> np.ndarray:
+        """Store the engine codes of the ops completed since the last flush (``_done``, not
+        emptied: ``flush`` stores the rest of their timing); return their ids."""
+        done = self._done
+        ops = np.array([d[0] for d in done], dtype=np.int64)
+        self.engine[ops] = [d[4] for d in done]
+        return ops
+
     def close(self) -> None:
         """Finalise the last batch and close the hop writer (atomic rename)."""
         self.flush()
@@ -435,9 +442,8 @@ class Recorder:
         """Write ``op_timing.parquet``: the trace's identifying columns (``batches``, in
         ``op_id`` order) beside this run's per-op timing, ``ROW_GROUP_SIZE`` rows at a time
         (the same row groups and bytes as one table written whole, without that table)."""
-        if self._done:      # (codes of ops completed since the last flush: stored there)
-            self.engine[np.array([d[0] for d in self._done], dtype=np.int64)] = \
-                [d[4] for d in self._done]
+        if self._done:      # (ops completed since the last flush: a test writes without one)
+            self._store_engines()
         # the engine column's dictionary: node ids in order of first appearance by op_id
         # (what dictionary-encoding the whole column gives; Parquet writes it as it is)
         codes, first = np.unique(self.engine, return_index=True)
