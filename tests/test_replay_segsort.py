@@ -186,3 +186,97 @@ def test_finish_gives_the_columns_numpy_gives(tmp_path, impl, n):
     assert want.equals(got)
     for c in ("t_end", "queue", "t_issue"):
         assert getattr(recs[0], c).tobytes() == getattr(recs[1], c).tobytes(), c
+
+
+@pytest.mark.parametrize(("impl", "n"), IMPLS)
+def test_intervals_give_the_numpy_rows(tmp_path, impl, n):
+    """The busy intervals of a finalised batch (links and node-side rows, idle rows skipped,
+    node-side resources first seen in this batch and in an earlier one): the compiled pass
+    gives ``Recorder._intervals_of``'s numpy arrays and registers the same resources."""
+    rng = np.random.default_rng(n + 2)
+    recs = [_recorder(tmp_path, "a", None), _recorder(tmp_path, "b", impl)]
+    for rnd in range(2):
+        P = np.empty((10, n))
+        P[0] = rng.integers(0, 100, n)
+        P[1] = rng.integers(-1, 4, n)
+        P[2] = rng.integers(0, 14, n)
+        P[3] = rng.integers(0, 40 * (rnd + 1), n)
+        P[4] = np.where(rng.random(n) < 0.5, -1, rng.integers(0, 8, n))
+        P[5] = rng.random(n) * 1e3
+        P[6] = P[5] + rng.random(n)
+        P[7] = np.where(rng.random(n) < 0.2, 0.0, rng.random(n))
+        P[8] = rng.random(n) * 0.1
+        P[9] = 64
+        want, got = (rec._intervals_of(P) for rec in recs)
+        for w, g in zip(want, got, strict=True):
+            assert w.dtype == g.dtype and w.tobytes() == g.tobytes()
+        assert len(got[0]) == int((P[7] > 0).sum()) and (got[0] >= 8).any()
+    assert recs[0].res_names == recs[1].res_names and len(recs[0].res_names) > 14
+
+
+def _sim(n_res):
+    from types import SimpleNamespace as NS
+    return NS(rec=NS(n_links=n_res, res_names=[]),
+              topo=NS(links=[NS(src=0, dst=1)] * n_res, nodes=[NS(id="a"), NS(id="b")]))
+
+
+def _batches(rng, n, k, n_res):
+    """``k`` batches of busy intervals, each starting at or after the watermark before it;
+    in every other batch a few reach past the next watermark (their windows are carried)."""
+    out = []
+    for i in range(k):
+        res = rng.integers(0, n_res, n).astype(np.int64)
+        s = 600.0 * i + rng.random(n) * 500.0
+        d = rng.random(n) * 30.0
+        if i % 2:
+            s[::50] = 600.0 * i + 450.0
+            d[::50] = 200.0
+        b = d * rng.random(n) * 0.5 * min(1.0, 10.0 * n_res / n)
+        out.append((res, s, s + d, b, 600.0 * (i + 1)))
+    return out
+
+
+@pytest.mark.parametrize(("impl", "n"), IMPLS)
+@pytest.mark.parametrize("n_res", [1, 5, 300])
+def test_busy_add_keeps_the_numpy_windows(impl, n, n_res):
+    """Batches of intervals with a rising watermark: the compiled ``busy_add`` carries the same
+    open windows, drops and checks as many, and finds the same highest utilisation as the
+    numpy passes (busy sums, added in another order, to the last bits)."""
+    rng = np.random.default_rng(n + n_res)
+    chks = [BusyCheck(_sim(n_res), None), BusyCheck(_sim(n_res), impl)]
+    for res, s, e, b, w in _batches(rng, n, 4, n_res):
+        for chk in chks:
+            chk.add(res.copy(), s.copy(), e.copy(), b.copy(), w)
+        a, c = chks
+        for x, y, name in zip(a._open, c._open, ("res", "s", "e", "b", "c"), strict=True):
+            if name == "b":
+                np.testing.assert_allclose(y, x, rtol=1e-12, atol=1e-9)
+            else:
+                assert np.array_equal(x, y), name
+        assert (a.n_windows, a.max_open) == (c.n_windows, c.max_open)
+    assert chks[1].max_open > 0 and chks[1].n_windows > 0 and 0.0 < chks[1].max_util <= 1.0
+    np.testing.assert_allclose(chks[1].max_util, chks[0].max_util, rtol=1e-12)
+    assert chks[0].close() == pytest.approx(chks[1].close(), rel=1e-12)
+
+
+@pytest.mark.parametrize("impl", [p.values[0] for p in IMPLS])
+@pytest.mark.parametrize(("bad", "message"), [
+    ("negative", "negative time: busy -1.000 ns in interval [10.000, 12.000] ns"),
+    ("over", "busy 3.000 ns inside a 2.000 ns interval [10.000, 12.000] ns (over 100%)"),
+    ("early", "busy interval [10.000, 12.000] ns starts before 50.000 ns"),
+    ("window", "busy 3.000 ns in window [10.000, 12.000] ns of 2.000 ns with capacity 1"),
+])
+def test_busy_add_fails_as_numpy_does(impl, bad, message):
+    """An interval that breaks a check (in the second batch, after a clean first one): the
+    compiled path leaves it to the numpy passes, which raise the same error."""
+    from kbtrace.errors import InvariantError
+    res = np.array([0, 1, 1], dtype=np.int64)
+    s, e = np.array([10.0, 10.0, 11.0]), np.array([12.0, 12.0, 12.0])
+    b = {"negative": [-1.0, 1.0, 0.5], "over": [3.0, 1.0, 0.5], "early": [1.0, 1.0, 0.5],
+         "window": [1.0, 2.0, 1.0]}[bad]
+    chk = BusyCheck(_sim(4), impl)
+    chk.add(np.array([3], dtype=np.int64), np.array([0.0]), np.array([1.0]), np.array([1.0]),
+            50.0 if bad == "early" else 5.0)
+    with pytest.raises(InvariantError, match=message.replace("[", r"\[").replace("(", r"\(")
+                       .replace(")", r"\)")):
+        chk.add(res, s, e, np.array(b), 100.0)

@@ -116,6 +116,8 @@ class BusyCheck:
 
     def add(self, res: np.ndarray, s: np.ndarray, e: np.ndarray, b: np.ndarray,
             watermark: float) -> None:
+        if self._kernels is not None and self._compiled_add(res, s, e, b, watermark):
+            return
         sim = self.sim
         if len(res):
             te = tol(e)
@@ -140,6 +142,32 @@ class BusyCheck:
                     f"flight when the previous hop batch was written (a replay engine bug: an "
                     f"op's rows must not start before it is issued)")
         self._w = max(self._w, watermark)
+        self._numpy_add(res, s, e, b)
+
+    def _compiled_add(self, res: np.ndarray, s: np.ndarray, e: np.ndarray, b: np.ndarray,
+                      watermark: float) -> bool:
+        """``add`` in one compiled call (``segsort.busy_add``: the same checks, windows and
+        results as the numpy passes); False where those must decide (a check fails: they
+        raise; a time is not finite; resources too far apart to count), nothing done."""
+        k = self._kernels
+        w = max(self._w, watermark)
+        for retry in (False, True):
+            got = k.busy_add(*self._open, res, s, e, b, self._w, w, self._cap, EPS_NS, REL_EPS)
+            if not isinstance(got, int):
+                break
+            if got != k.BUSY_CAPACITY or retry:
+                return False
+            self._caps(np.concatenate((self._open[0], res)))    # resources first seen
+        self._w = w
+        self._open, shut, u = got
+        if shut:
+            self.max_util = max(self.max_util, u)
+            self.n_windows += shut
+        self.max_open = max(self.max_open, self.n_open)
+        return True
+
+    def _numpy_add(self, res: np.ndarray, s: np.ndarray, e: np.ndarray, b: np.ndarray) -> None:
+        """``add``'s sweep by numpy passes (the watermark already taken)."""
         o_res, o_s, o_e, o_b, o_c = self._open
         if len(o_res):
             res = np.concatenate((o_res, res))
@@ -150,16 +178,6 @@ class BusyCheck:
         n = len(res)
         if not n:
             return
-        k = self._kernels
-        if k is not None:
-            lo = int(res.min())
-            span = int(res.max()) - lo + 1
-            if span <= 4 * n + (1 << 16) and np.isfinite(s).all() and np.isfinite(e).all():
-                res, s, e, b = (np.ascontiguousarray(x, dtype=t) for x, t in (
-                    (res, np.int64), (s, np.float64), (e, np.float64), (b, np.float64)))
-                w = k.windows(res, s, e, b, c, k.order(s, res, lo, span), EPS_NS, REL_EPS)
-                self._close(w)
-                return
         order = lexsort2(s, res)
         res, s, e, b, c = res[order], s[order], e[order], b[order], c[order]
         first = np.empty(n, dtype=bool)
@@ -192,17 +210,21 @@ class BusyCheck:
         self._open = _no_windows()
         return self.max_util
 
-    def _check(self, res: np.ndarray, ws: np.ndarray, we: np.ndarray, wb: np.ndarray,
-               wc: np.ndarray) -> None:
-        if not len(res):
-            return
+    def _caps(self, res: np.ndarray) -> np.ndarray:
+        """The capacity of each resource of ``res`` (looked up once per resource)."""
         top = int(res.max()) + 1
         if top > len(self._cap):
             self._cap = np.concatenate((self._cap, np.zeros(top - len(self._cap))))
         miss = np.unique(res[self._cap[res] == 0])
         for r in miss.tolist():
             self._cap[r] = _cap(self.sim, r)
-        cap = self._cap[res]
+        return self._cap[res]
+
+    def _check(self, res: np.ndarray, ws: np.ndarray, we: np.ndarray, wb: np.ndarray,
+               wc: np.ndarray) -> None:
+        if not len(res):
+            return
+        cap = self._caps(res)
         span = we - ws
         over = np.flatnonzero(wb > cap * span + tol(we) * wc)
         if over.size:

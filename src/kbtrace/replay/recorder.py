@@ -304,24 +304,35 @@ class Recorder:
 
     def _intervals_of(self, r: np.ndarray
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        if self._kernels is not None:       # one compiled pass; node-side rows first seen:
+            res, s, e, b = self._kernels.intervals(r, self._rid_of)     # -1 - their key
+            miss = np.flatnonzero(res < 0)
+            if miss.size:
+                key = -1 - res[miss]
+                self._rids(key)
+                res[miss] = self._rid_of[key]
+            return res, s, e, b
         busy = r[_BUSY]
         sel = np.flatnonzero(busy > 0)
         link = r[_LINK][sel].astype(np.int64)
         side = np.flatnonzero(link < 0)
         if side.size:
             key = r[_NODE][sel][side].astype(np.int64) * 64 + r[_STAGE][sel][side].astype(np.int64)
-            top = int(key.max()) + 1
-            if top > len(self._rid_of):
-                self._rid_of = np.concatenate(
-                    (self._rid_of, np.full(top - len(self._rid_of), -1, dtype=np.int64)))
-            ids = self._rid_of[key]
-            miss = ids < 0
-            if miss.any():
-                for k in np.unique(key[miss]).tolist():
-                    self._rid_of[k] = self.rid(k >> 6, schema.STAGES[k & 63])
-                ids = self._rid_of[key]
-            link[side] = ids
+            self._rids(key)
+            link[side] = self._rid_of[key]
         return (link, r[_EN][sel] + r[_Q][sel], r[_LV][sel], busy[sel])
+
+    def _rids(self, key: np.ndarray) -> None:
+        """Resource ids for node-side keys (``node * 64 + stage``) not seen before, in key
+        order, into the ``_rid_of`` look-up table."""
+        top = int(key.max()) + 1
+        if top > len(self._rid_of):
+            self._rid_of = np.concatenate(
+                (self._rid_of, np.full(top - len(self._rid_of), -1, dtype=np.int64)))
+        miss = self._rid_of[key] < 0
+        if miss.any():
+            for k in np.unique(key[miss]).tolist():
+                self._rid_of[k] = self.rid(k >> 6, schema.STAGES[k & 63])
 
     def _sort(self, minor: np.ndarray, major: np.ndarray) -> np.ndarray:
         """``np.lexsort((minor, major))``: compiled (``segsort.order``) where it is given and

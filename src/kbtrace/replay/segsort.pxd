@@ -47,3 +47,23 @@ cpdef Py_ssize_t _finish(double[:, ::1] P, long[::1] order, long[::1] lo, double
                          double[::1] en, double[::1] lv, double[::1] busy, double[::1] q,
                          double[::1] crit, long[::1] nb, long[::1] starts,
                          long[::1] seg_ops) except -1
+
+@cython.locals(n=cython.Py_ssize_t, top=cython.Py_ssize_t, m=cython.Py_ssize_t,
+               i=cython.Py_ssize_t, bz=cython.double, r=cython.long, key=cython.long)
+cpdef Py_ssize_t _intervals(double[:, ::1] P, long[::1] rid_of, long[::1] res, double[::1] s,
+                            double[::1] e, double[::1] b) except -1
+
+@cython.locals(lo=cython.long, hi=cython.long, first=cython.bint, inf=cython.double,
+               w_lo=cython.double, i=cython.Py_ssize_t, r=cython.long, x=cython.double,
+               y=cython.double, z=cython.double, te=cython.double, ncap=cython.Py_ssize_t,
+               miss=cython.bint)
+cpdef int _busy_scan(long[::1] o_res, double[::1] o_s, double[::1] o_e, long[::1] res,
+                     double[::1] s, double[::1] e, double[::1] b, double w_prev, double eps,
+                     double rel, double[::1] cap, long[::1] mm) except -3
+
+@cython.locals(m=cython.Py_ssize_t, ncap=cython.Py_ssize_t, shut=cython.Py_ssize_t,
+               u=cython.double, i=cython.Py_ssize_t, k=cython.Py_ssize_t, x=cython.double,
+               r=cython.long, c=cython.double, d=cython.double, v=cython.double)
+cpdef Py_ssize_t _busy_close(long[::1] w_r, double[::1] w_s, double[::1] w_e, double[::1] w_b,
+                             long[::1] w_c, double w_new, double[::1] cap, double eps,
+                             double rel, double[::1] out) except -3

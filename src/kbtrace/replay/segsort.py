@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["order", "windows", "expand", "finish", "SMALL"]
+__all__ = ["order", "windows", "expand", "finish", "intervals", "busy_add", "SMALL"]
 
 #: a key's rows sorted by insertion up to this many, by merging beyond
 SMALL = 24
@@ -318,3 +318,175 @@ def _finish(P: np.ndarray, order: np.ndarray, lo: np.ndarray, t_issue: np.ndarra
         crit[k] = crit_r[r]
         nb[k] = int(P[9, r])
     return m
+
+
+def intervals(P: np.ndarray, rid_of: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``Recorder._intervals_of`` in one pass: per row of ``P`` (``(10, n)``, as ``expand``
+    writes them) with ``busy > 0``, in row order, ``(resource, enter + queue, leave, busy)``;
+    a link row's resource is its link, a node-side row's ``rid_of[node * 64 + stage]``, or
+    ``-1 - key`` where that is not known yet (negative or past ``rid_of``: the caller
+    assigns it)."""
+    n = P.shape[1]
+    res = np.empty(n, dtype=np.int64)
+    s = np.empty(n)
+    e = np.empty(n)
+    b = np.empty(n)
+    m = _intervals(P, rid_of, res, s, e, b)
+    return res[:m], s[:m], e[:m], b[:m]
+
+
+def _intervals(P: np.ndarray, rid_of: np.ndarray, res: np.ndarray, s: np.ndarray,
+               e: np.ndarray, b: np.ndarray) -> int:
+    n = P.shape[1]
+    top = rid_of.shape[0]
+    m = 0
+    for i in range(n):
+        bz = P[7, i]
+        if not bz > 0.0:
+            continue
+        r = int(P[4, i])                    # (truncated, as astype does)
+        if r < 0:
+            key = int(P[3, i]) * 64 + int(P[2, i])
+            r = rid_of[key] if 0 <= key < top else -1
+            if r < 0:
+                r = -1 - key
+        res[m] = r
+        s[m] = P[5, i] + P[8, i]
+        e[m] = P[6, i]
+        b[m] = bz
+        m += 1
+    return m
+
+
+#: ``busy_add``'s answers other than the windows: the numpy passes must decide (a check
+#: failed, so they raise with the message; a time is not finite; the resources span too
+#: wide a range to count) or a resource's capacity is not known yet
+BUSY_NUMPY = -1
+BUSY_CAPACITY = -2
+
+
+def busy_add(o_res: np.ndarray, o_s: np.ndarray, o_e: np.ndarray, o_b: np.ndarray,
+             o_c: np.ndarray, res: np.ndarray, s: np.ndarray, e: np.ndarray, b: np.ndarray,
+             w_prev: float, w_new: float, cap: np.ndarray, eps: float, rel: float
+             ) -> int | tuple[tuple[np.ndarray, ...], int, float]:
+    """``invariants.BusyCheck.add``'s compiled path in one call: the new intervals ``(res, s,
+    e, b)`` checked (no negative busy time or length, none busier than its interval, none
+    starting before the previous watermark ``w_prev``), swept with the open windows
+    ``o_*`` (``order`` then ``windows``), and the windows ending before ``w_new`` checked
+    against their capacity ``cap[resource]`` and dropped. Returns ``(open windows, windows
+    dropped, their highest utilisation (0.0: none))``, or ``BUSY_NUMPY`` /
+    ``BUSY_CAPACITY`` (nothing done: see there). The same comparisons, sums and order as
+    the numpy passes, so the same windows."""
+    no = o_res.shape[0]
+    n = no + res.shape[0]
+    mm = np.empty(2, dtype=np.int64)
+    if n:
+        k = _busy_scan(o_res, o_s, o_e, res, s, e, b, w_prev, eps, rel, cap, mm)
+        if k < 0:
+            return BUSY_CAPACITY if k == -2 else BUSY_NUMPY
+    if not n:
+        return (o_res, o_s, o_e, o_b, o_c), 0, 0.0
+    lo = int(mm[0])
+    span = int(mm[1]) - lo + 1
+    if span > 4 * n + (1 << 16):
+        return BUSY_NUMPY
+    a_res = np.concatenate((o_res, res))
+    a_s, a_e, a_b = np.concatenate((o_s, s)), np.concatenate((o_e, e)), np.concatenate((o_b, b))
+    a_c = np.ones(n, dtype=np.int64)
+    a_c[:no] = o_c
+    w_r, w_s, w_e, w_b, w_c = windows(a_res, a_s, a_e, a_b, a_c, order(a_s, a_res, lo, span),
+                                      eps, rel)
+    out = np.empty(2)
+    k = _busy_close(w_r, w_s, w_e, w_b, w_c, w_new, cap, eps, rel, out)
+    if k < 0:
+        return BUSY_CAPACITY if k == -2 else BUSY_NUMPY
+    return (w_r[:k], w_s[:k], w_e[:k], w_b[:k], w_c[:k]), int(out[0]), out[1]
+
+
+def _busy_scan(o_res: np.ndarray, o_s: np.ndarray, o_e: np.ndarray, res: np.ndarray,
+               s: np.ndarray, e: np.ndarray, b: np.ndarray, w_prev: float, eps: float,
+               rel: float, cap: np.ndarray, mm: np.ndarray) -> int:
+    """``BusyCheck.add``'s checks of the new intervals (-1: one fails, or a time of them or
+    of the open windows is not finite; -2: a new interval's resource has no capacity in
+    ``cap`` yet) and the resources' range (``mm``: min, max)."""
+    ncap = cap.shape[0]
+    miss = False
+    lo = 0
+    hi = 0
+    first = True
+    inf = float("inf")
+    w_lo = w_prev - (eps + rel * abs(w_prev))
+    for i in range(o_res.shape[0]):
+        if not (-inf < o_s[i] < inf and -inf < o_e[i] < inf):
+            return -1
+        r = o_res[i]
+        if first or r < lo:
+            lo = r
+        if first or r > hi:
+            hi = r
+        first = False
+    for i in range(res.shape[0]):
+        x = e[i]
+        y = s[i]
+        z = b[i]
+        if not (-inf < y < inf and -inf < x < inf):
+            return -1
+        te = eps + rel * abs(x)
+        if z < -te or x < y - te or z > (x - y) + te or y < w_lo:
+            return -1
+        r = res[i]
+        if r < 0 or r >= ncap or cap[r] == 0.0:
+            miss = True
+        if first or r < lo:
+            lo = r
+        if first or r > hi:
+            hi = r
+        first = False
+    if miss:
+        return -2
+    mm[0] = lo
+    mm[1] = hi
+    return 0
+
+
+def _busy_close(w_r: np.ndarray, w_s: np.ndarray, w_e: np.ndarray, w_b: np.ndarray,
+                w_c: np.ndarray, w_new: float, cap: np.ndarray, eps: float, rel: float,
+                out: np.ndarray) -> int:
+    """``BusyCheck._close`` over windows ``w_*``: those ending before ``w_new`` checked
+    (``busy <= cap * length + tol(end) * count``) and their count and highest utilisation put
+    in ``out``; the others moved to the front, in order; their number (-2: a capacity not
+    known, -1: a check fails; nothing moved then)."""
+    m = w_r.shape[0]
+    ncap = cap.shape[0]
+    shut = 0
+    u = 0.0
+    for i in range(m):                      # first the checks, so a failure changes nothing
+        x = w_e[i]
+        if not x + (eps + rel * abs(x)) < w_new:
+            continue
+        r = w_r[i]
+        if r < 0 or r >= ncap or cap[r] == 0.0:
+            return -2
+        c = cap[r]
+        d = x - w_s[i]
+        if w_b[i] > c * d + (eps + rel * abs(x)) * w_c[i]:
+            return -1
+        if d > 0:
+            v = w_b[i] / (c * d)
+            if v > u:
+                u = v
+        shut += 1
+    k = 0
+    for i in range(m):
+        x = w_e[i]
+        if x + (eps + rel * abs(x)) < w_new:
+            continue
+        w_r[k] = w_r[i]
+        w_s[k] = w_s[i]
+        w_e[k] = w_e[i]
+        w_b[k] = w_b[i]
+        w_c[k] = w_c[i]
+        k += 1
+    out[0] = shut
+    out[1] = u
+    return k
