@@ -280,3 +280,34 @@ def test_busy_add_fails_as_numpy_does(impl, bad, message):
     with pytest.raises(InvariantError, match=message.replace("[", r"\[").replace("(", r"\(")
                        .replace(")", r"\)")):
         chk.add(res, s, e, np.array(b), 100.0)
+
+
+@pytest.mark.parametrize(("impl", "n"), IMPLS)
+def test_split_and_order2_give_the_numpy_partition(impl, n):
+    """Pending rows of completed ops (ranks from ``rank_lo`` on) and of ops in flight (-1):
+    ``split`` keeps each part in row order with the ranks numpy gathers, and ``order2``
+    gives the two ``np.lexsort`` orders (by rank, then enter / leave)."""
+    rng = np.random.default_rng(n + 3)
+    n_ops = max(20, n // 8)
+    rank_of = np.where(rng.random(n_ops) < 0.7, rng.permutation(n_ops) + 5, -1).astype(np.int64)
+    P = np.zeros((10, n))
+    P[0] = rng.integers(0, n_ops, n)
+    P[5] = rng.integers(0, 40, n) * 0.5
+    P[6] = P[5] + rng.integers(0, 9, n) * 0.25
+    P[9] = np.arange(n)
+    K, C, rk, lo, hi, nan = impl.split(P, rank_of, 5)
+    fin = rank_of[P[0].astype(np.int64)] >= 0
+    assert K.tobytes() == np.ascontiguousarray(P[:, fin]).tobytes()
+    assert C.tobytes() == np.ascontiguousarray(P[:, ~fin]).tobytes() and 0 < C.shape[1] < n
+    assert rk.tolist() == rank_of[K[0].astype(np.int64)].tolist() and not nan
+    assert (lo, hi) == (int(rk.min()), int(rk.max()))
+    a, b = impl.order2(K[5], K[6], rk, lo, hi - lo + 1)
+    assert np.array_equal(a, np.lexsort((K[5], rk))) and np.array_equal(b, np.lexsort((K[6], rk)))
+    whole = impl.split(K, rank_of, 5)
+    assert whole[1] is None and whole[0] is K
+    K[6, 3] = np.nan
+    assert impl.split(K, rank_of, 5)[5]
+    P[0, 7] = int(np.flatnonzero(rank_of == 5)[0])      # an op written by an earlier flush
+    rk_all = rank_of[P[0].astype(np.int64)]
+    first = int(np.flatnonzero((rk_all >= 0) & (rk_all < 6))[0])
+    assert first <= 7 and impl.split(P, rank_of, 6) == -1 - first

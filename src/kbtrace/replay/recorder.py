@@ -371,28 +371,38 @@ class Recorder:
         if r is None:
             self._carry = None
             return
-        op = r[_OP].astype(np.int64)
-        rank = self._rank[op]
-        late = np.flatnonzero((rank >= 0) & (rank < rank_lo))
-        if late.size:
-            o = int(op[late[0]])
-            raise InvariantError(f"a hop row of op {o} was recorded after the op completed and "
-                                 f"its rows were written (stage {schema.STAGES[int(r[_STAGE][late[0]])]})")
-        fin = rank >= 0
-        if not fin.all():                   # (``take``: C-contiguous rows, and fastest)
-            keep = np.flatnonzero(fin)
-            self._carry = np.take(r, np.flatnonzero(~fin), axis=1)
-            r = np.take(r, keep, axis=1)
-            op, rank = op[keep], rank[keep]
-        else:
-            self._carry = None
-        n = len(op)
-        if not n:
-            return
-        enter, leave, queue = r[_EN], r[_LV], r[_Q]
-        order = self._sort(enter, rank)     # hop order within ops (stable: ties by creation)
-        lo = self._sort(leave, rank)        # crit order
         k = self._kernels
+        if k is not None:                   # rows of completed ops and the others, one pass
+            got = k.split(r, self._rank, rank_lo)
+            if isinstance(got, int):
+                self._late(r, -1 - got)
+            r, self._carry, rank, lo_r, hi_r, nan = got
+            n = len(rank)
+            if not n:
+                return
+        else:
+            op = r[_OP].astype(np.int64)
+            rank = self._rank[op]
+            late = np.flatnonzero((rank >= 0) & (rank < rank_lo))
+            if late.size:
+                self._late(r, int(late[0]))
+            fin = rank >= 0
+            if not fin.all():                   # (``take``: C-contiguous rows, and fastest)
+                keep = np.flatnonzero(fin)
+                self._carry = np.take(r, np.flatnonzero(~fin), axis=1)
+                r = np.take(r, keep, axis=1)
+                op, rank = op[keep], rank[keep]
+            else:
+                self._carry = None
+            n = len(op)
+            if not n:
+                return
+        enter, leave, queue = r[_EN], r[_LV], r[_Q]
+        if k is not None and not nan and hi_r - lo_r + 1 <= 4 * n + 1024:
+            order, lo = k.order2(enter, leave, rank, lo_r, hi_r - lo_r + 1)
+        else:
+            order = self._sort(enter, rank)     # hop order within ops (ties by creation)
+            lo = self._sort(leave, rank)        # crit order
         if k is not None:                   # the columns in hop order and crit, one pass
             cols, starts, seg_ops = k.finish(r, order, lo, self.t_issue, self.t_end)
             q_o, crit_o = cols[9], cols[10]
@@ -432,6 +442,12 @@ class Recorder:
         w = self._watermark(now)    # (also trims the issued-op queue when nothing is checked)
         if self.busy is not None:
             self.busy.add(*self._intervals_of(r), w)
+
+    def _late(self, r: np.ndarray, i: int) -> None:
+        """Row ``i`` of ``r`` belongs to an op whose rows were written: the error."""
+        raise InvariantError(f"a hop row of op {int(r[_OP][i])} was recorded after the op "
+                             f"completed and its rows were written (stage "
+                             f"{schema.STAGES[int(r[_STAGE][i])]})")
 
     def _store_engines(self) -> np.ndarray:
         """Store the engine codes of the ops completed since the last flush (``_done``, not

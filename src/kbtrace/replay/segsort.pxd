@@ -4,11 +4,16 @@
 # the LP64 platforms the core is built on (numpy's int64 buffers have the format 'l').
 import cython
 
-@cython.locals(n=cython.Py_ssize_t, span=cython.Py_ssize_t, i=cython.Py_ssize_t,
-               k=cython.Py_ssize_t, a=cython.Py_ssize_t, b=cython.Py_ssize_t,
-               j=cython.Py_ssize_t, x=cython.long, v=cython.double, small=cython.Py_ssize_t)
 cpdef _order(double[::1] minor, long[::1] major, long lo, long[::1] cnt, long[::1] out,
              long[::1] tmp)
+
+@cython.locals(n=cython.Py_ssize_t, span=cython.Py_ssize_t, i=cython.Py_ssize_t,
+               k=cython.Py_ssize_t)
+cdef int _count(long[::1] major, long lo, long[::1] cnt, long[::1] out) except -1
+
+@cython.locals(span=cython.Py_ssize_t, k=cython.Py_ssize_t, a=cython.Py_ssize_t,
+               b=cython.Py_ssize_t, small=cython.Py_ssize_t)
+cdef int _within(double[::1] minor, long[::1] cnt, long[::1] out, long[::1] tmp) except -1
 
 @cython.locals(i=cython.Py_ssize_t, j=cython.Py_ssize_t, x=cython.long, v=cython.double)
 cdef int _insertion(double[::1] minor, long[::1] out, Py_ssize_t a, Py_ssize_t b) except -1
@@ -67,3 +72,13 @@ cpdef int _busy_scan(long[::1] o_res, double[::1] o_s, double[::1] o_e, long[::1
 cpdef Py_ssize_t _busy_close(long[::1] w_r, double[::1] w_s, double[::1] w_e, double[::1] w_b,
                              long[::1] w_c, double w_new, double[::1] cap, double eps,
                              double rel, double[::1] out) except -3
+
+@cython.locals(n=cython.Py_ssize_t, m=cython.Py_ssize_t, i=cython.Py_ssize_t, r=cython.long,
+               lo=cython.long, hi=cython.long, nan=cython.long)
+cpdef Py_ssize_t _ranks(double[:, ::1] P, long[::1] rank_of, long rank_lo, long[::1] rank,
+                        long[::1] info) except -2
+
+@cython.locals(n=cython.Py_ssize_t, a=cython.Py_ssize_t, c=cython.Py_ssize_t,
+               i=cython.Py_ssize_t, f=cython.Py_ssize_t)
+cpdef _part(double[:, ::1] P, long[::1] rank, double[:, ::1] K, double[:, ::1] C,
+            long[::1] rk)

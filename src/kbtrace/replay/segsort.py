@@ -29,9 +29,11 @@ with a tolerance and written nowhere), ``expand`` and ``finish`` the same values
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-__all__ = ["order", "windows", "expand", "finish", "intervals", "busy_add", "SMALL"]
+__all__ = ["order", "order2", "split", "windows", "expand", "finish", "intervals", "busy_add", "SMALL"]
 
 #: a key's rows sorted by insertion up to this many, by merging beyond
 SMALL = 24
@@ -49,12 +51,33 @@ def order(minor: np.ndarray, major: np.ndarray, lo: int, span: int) -> np.ndarra
     return out
 
 
+def order2(minor: np.ndarray, minor2: np.ndarray, major: np.ndarray, lo: int,
+           span: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(order(minor, major, lo, span), order(minor2, major, lo, span))``, with one counting
+    pass for both (``Recorder.flush``'s hop and crit orders)."""
+    n = len(minor)
+    out = np.empty(n, dtype=np.int64)
+    cnt = np.zeros(span + 1, dtype=np.int64)
+    _count(major, lo, cnt, out)
+    out2 = out.copy()
+    tmp = np.empty(n, dtype=np.int64)
+    _within(minor, cnt, out, tmp)
+    _within(minor2, cnt, out2, tmp)
+    return out, out2
+
+
 def _order(minor: np.ndarray, major: np.ndarray, lo: int, cnt: np.ndarray, out: np.ndarray,
            tmp: np.ndarray) -> None:
-    n = minor.shape[0]
+    _count(major, lo, cnt, out)
+    _within(minor, cnt, out, tmp)
+
+
+def _count(major: np.ndarray, lo: int, cnt: np.ndarray, out: np.ndarray) -> None:
+    """``out``: the positions by ``major`` (a counting sort: stable); ``cnt[k]``: where key
+    ``lo + k``'s positions end."""
+    n = major.shape[0]
     span = cnt.shape[0] - 1
-    small = SMALL
-    for i in range(n):                      # counting sort by major (stable)
+    for i in range(n):
         cnt[major[i] - lo + 1] += 1
     for k in range(1, span + 1):
         cnt[k] += cnt[k - 1]
@@ -62,6 +85,12 @@ def _order(minor: np.ndarray, major: np.ndarray, lo: int, cnt: np.ndarray, out: 
         k = major[i] - lo
         out[cnt[k]] = i
         cnt[k] += 1
+
+
+def _within(minor: np.ndarray, cnt: np.ndarray, out: np.ndarray, tmp: np.ndarray) -> None:
+    """Each key's positions in ``out`` (ending at ``cnt``) stably by ``minor``."""
+    span = cnt.shape[0] - 1
+    small = SMALL
     a = 0
     for k in range(span):                   # each key's rows [a, b) by minor (stable)
         b = cnt[k]
@@ -490,3 +519,70 @@ def _busy_close(w_r: np.ndarray, w_s: np.ndarray, w_e: np.ndarray, w_b: np.ndarr
     out[0] = shut
     out[1] = u
     return k
+
+
+def split(P: np.ndarray, rank_of: np.ndarray, rank_lo: int) -> int | tuple[Any, ...]:
+    """``Recorder.flush``'s partition of the pending rows ``P`` (``(10, n)``) by the rank of
+    their op (``rank_of[op]``, -1: not completed): ``-1 - i`` where row ``i`` is the first of
+    an op written before (rank in ``[0, rank_lo)``), else ``(rows of completed ops, rows of
+    the others or None, the former's ranks, their lowest and highest rank, whether an enter
+    or leave time of them is NaN)``, each part in row order."""
+    n = P.shape[1]
+    rank = np.empty(n, dtype=np.int64)
+    info = np.zeros(4, dtype=np.int64)      # rows of completed ops, lowest, highest, NaN
+    bad = _ranks(P, rank_of, rank_lo, rank, info)
+    if bad >= 0:
+        return -1 - bad
+    m = int(info[0])
+    if m == n:
+        return P, None, rank, int(info[1]), int(info[2]), bool(info[3])
+    K = np.empty((10, m))
+    C = np.empty((10, n - m))
+    rk = np.empty(m, dtype=np.int64)
+    _part(P, rank, K, C, rk)
+    return K, C, rk, int(info[1]), int(info[2]), bool(info[3])
+
+
+def _ranks(P: np.ndarray, rank_of: np.ndarray, rank_lo: int, rank: np.ndarray,
+           info: np.ndarray) -> int:
+    n = P.shape[1]
+    m = 0
+    lo = 0
+    hi = 0
+    nan = 0
+    for i in range(n):
+        r = rank_of[int(P[0, i])]           # (truncated, as astype does)
+        rank[i] = r
+        if r < 0:
+            continue
+        if r < rank_lo:
+            return i
+        if m == 0 or r < lo:
+            lo = r
+        if m == 0 or r > hi:
+            hi = r
+        if P[5, i] != P[5, i] or P[6, i] != P[6, i]:
+            nan = 1
+        m += 1
+    info[0] = m
+    info[1] = lo
+    info[2] = hi
+    info[3] = nan
+    return -1
+
+
+def _part(P: np.ndarray, rank: np.ndarray, K: np.ndarray, C: np.ndarray,
+          rk: np.ndarray) -> None:
+    n = P.shape[1]
+    a = 0
+    c = 0
+    for i in range(n):
+        if rank[i] >= 0:
+            for f in range(10):
+                K[f, a] = P[f, i]
+            rk[a] = rank[i]
+            a += 1
+        else:
+            for f in range(10):
+                C[f, c] = P[f, i]
+            c += 1
