@@ -219,3 +219,29 @@ def test_memory_ops_below_their_lower_bound_are_caught_in_op_order():
     with pytest.raises(InvariantError, match=r"op 1 \(store, 128 B\) took 3\.000 ns, below its "
                        r"analytical lower bound 3\.500 ns \(fast-fcfs mode\)"):
         _above_bounds(rec, [0, 1, 4], [8.0, 3.5, 2.0], what, 0.0, "fast-fcfs")
+
+
+def test_memory_bounds_once_per_key_and_first_op_below_is_the_error(tiny, tmp_path,
+                                                                    monkeypatch):
+    """Invariant 5 over a trace's loads and stores (vectorised per read batch): a bound is
+    computed once per (kind, DMA, memory node, bytes), with the DMA of the op's PE and the
+    node its address resolves to; the first op (by op_id) under its bound is the error."""
+    from test_replay_util import store
+    rows = [load(hbm(0, 0, 0, tiny), 4096), store(hbm(0, 0, 0, tiny, 8192), 4096),
+            load(hbm(0, 0, 0, tiny, 4096), 4096, seq=2), load(hbm(0, 0, 0, tiny), 256, seq=3)]
+    rows[1]["seq"] = 1
+    calls = []
+
+    def bound(topo, kind, a, mem, nb):
+        calls.append((kind, a, mem, nb))
+        return 1e9 if kind == "store" else 0.0
+
+    monkeypatch.setattr(invariants, "_lower_bound", bound)
+    with pytest.raises(InvariantError, match=r"op 1 \(store, 4096 B\) took [0-9.]+ ns, below "
+                       r"its analytical lower bound 1000000000\.000 ns \(fast mode\)"):
+        replay(SynthTrace(rows), tiny, ReplayOptions(out_dir=str(tmp_path / "run")))
+    from kbtrace.topology.model import PeCoord
+    dma = tiny.pe_node(PeCoord(0, 0, 0), "dma").idx
+    mem = tiny.resolve(hbm(0, 0, 0, tiny)).idx
+    assert sorted(calls) == [("load", dma, mem, 256), ("load", dma, mem, 4096),
+                             ("store", dma, mem, 4096)]
