@@ -69,6 +69,13 @@ def test_compiled_and_pure_cores_write_identical_outputs(tmp_path, workload, par
     got = _digest(tmp_path / "pure")
     assert "hbm_pcs.parquet" in got
     assert got == _digest(tmp_path / "default")
+    # hops.parquet keeps statistics where a reader can skip by them (``critpred`` scans
+    # ``queue_ns``), none on the dictionary column ``stage`` (every row group has its values)
+    import pyarrow.parquet as pq
+    rg = pq.ParquetFile(tmp_path / "default" / "hops.parquet").metadata.row_group(0)
+    stats = {rg.column(i).path_in_schema: rg.column(i).statistics for i in range(rg.num_columns)}
+    assert stats["stage"] is None
+    assert stats["queue_ns"].has_min_max and stats["op_id"].has_min_max
 
 
 def test_pure_core_says_so_once(monkeypatch):
