@@ -265,8 +265,8 @@ class Recorder:
         elif self._kernels is not None:         # the same columns, one compiled pass
             C = self._c.take()
             tot = int(C[:, 7].sum())
-            new = self._kernels.expand(C, X if nx else np.empty((0, 10)), *self._plans_np(),
-                                       nx + tot)
+            return self._kernels.expand(C, X if nx else np.empty((0, 10)), *self._plans_np(),
+                                        nx + tot, carry)      # (the carry first)
         else:
             C = self._c.take()
             off, pnb, pst, pnd, plk, pbusy, pen, pla, plb, pterm = self._plans_np()

@@ -38,7 +38,8 @@ cpdef Py_ssize_t _windows(long[::1] res, double[::1] s, double[::1] e, double[::
                a=cython.double, b=cython.double)
 cpdef _expand(double[:, ::1] C, double[:, ::1] X, long[::1] off, long[::1] pnb, long[::1] pst,
               long[::1] pnd, long[::1] plk, double[::1] pbusy, double[::1] pen,
-              double[::1] pla, double[::1] plb, unsigned char[::1] pterm, double[:, ::1] out)
+              double[::1] pla, double[::1] plb, unsigned char[::1] pterm, double[:, ::1] out,
+              Py_ssize_t r0)
 
 cdef double _mx(double a, double b)
 

@@ -206,24 +206,30 @@ def _windows(res: np.ndarray, s: np.ndarray, e: np.ndarray, b: np.ndarray, c: np
 
 def expand(C: np.ndarray, X: np.ndarray, off: np.ndarray, pnb: np.ndarray, pst: np.ndarray,
            pnd: np.ndarray, plk: np.ndarray, pbusy: np.ndarray, pen: np.ndarray,
-           pla: np.ndarray, plb: np.ndarray, pterm: np.ndarray, m: int) -> np.ndarray:
+           pla: np.ndarray, plb: np.ndarray, pterm: np.ndarray, m: int,
+           carry: np.ndarray | None = None) -> np.ndarray:
     """``Recorder._pending``'s columns (``(10, m)``: op, tile, stage, node, link, enter,
     leave, busy, queue, nbytes) of compact transfers ``C`` (``(position, op, tile, plan, h0,
     t0, done, n)`` rows) and explicit rows ``X`` in creation order: explicit row ``i`` after
     the rows of every transfer recorded at position ``<= i``. A transfer's ``j``-th row is
     its plan's (row ``off[plan] + j``): enter ``h0 + EN``, leave ``max(t0 + LA, h0 + LB)``
-    (as ``np.maximum``: a NaN first operand wins) or ``done`` for the terminal row, queue 0."""
-    out = np.empty((10, m))
-    _expand(C, X, off, pnb, pst, pnd, plk, pbusy, pen, pla, plb, pterm.view(np.uint8), out)
+    (as ``np.maximum``: a NaN first operand wins) or ``done`` for the terminal row, queue 0.
+    ``carry``: rows (``(10, k)``) put before them (no second copy to join them)."""
+    k = 0 if carry is None else carry.shape[1]
+    out = np.empty((10, k + m))
+    if k:
+        out[:, :k] = carry
+    _expand(C, X, off, pnb, pst, pnd, plk, pbusy, pen, pla, plb, pterm.view(np.uint8), out, k)
     return out
 
 
 def _expand(C: np.ndarray, X: np.ndarray, off: np.ndarray, pnb: np.ndarray, pst: np.ndarray,
             pnd: np.ndarray, plk: np.ndarray, pbusy: np.ndarray, pen: np.ndarray,
-            pla: np.ndarray, plb: np.ndarray, pterm: np.ndarray, out: np.ndarray) -> None:
+            pla: np.ndarray, plb: np.ndarray, pterm: np.ndarray, out: np.ndarray,
+            r0: int) -> None:
     nc = C.shape[0]
     nx = X.shape[0]
-    r = 0                                   # the next output row
+    r = r0                                  # the next output row
     ix = 0                                  # the next explicit row
     for t in range(nc + 1):
         pos = int(C[t, 0]) if t < nc else nx
