@@ -353,8 +353,7 @@ class Recorder:
         ``now``: the simulated time (default: the run is over)."""
         done = self._done
         if done:
-            ops_d = self._store_engines()
-            _ops, ti_l, ts_l, te_l, _codes = zip(*done, strict=True)
+            ops_d, ti_l, ts_l, te_l = self._store_engines()
             self.t_issue[ops_d] = ti_l
             self.t_start[ops_d] = ts_l
             self.t_end[ops_d] = te_l
@@ -449,13 +448,14 @@ class Recorder:
                              f"completed and its rows were written (stage "
                              f"{schema.STAGES[int(r[_STAGE][i])]})")
 
-    def _store_engines(self) -> np.ndarray:
+    def _store_engines(self) -> tuple[np.ndarray, tuple, tuple, tuple]:
         """Store the engine codes of the ops completed since the last flush (``_done``, not
-        emptied: ``flush`` stores the rest of their timing); return their ids."""
-        done = self._done
-        ops = np.array([d[0] for d in done], dtype=np.int64)
-        self.engine[ops] = [d[4] for d in done]
-        return ops
+        emptied: ``flush`` stores the rest of their timing); their ids and issue, start and
+        end times."""
+        ops, ti, ts, te, codes = zip(*self._done, strict=True)
+        ops_d = np.array(ops, dtype=np.int64)
+        self.engine[ops_d] = codes
+        return ops_d, ti, ts, te
 
     def close(self) -> None:
         """Finalise the last batch and close the hop writer (atomic rename)."""
