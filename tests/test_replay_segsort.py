@@ -47,6 +47,11 @@ def test_order_small_cases():
     m = np.repeat(np.arange(40, 0, -1, dtype=np.float64), 2)
     assert segsort.order(m, np.zeros(80, dtype=np.int64), 0, 1).tolist() == \
         np.lexsort((m, np.zeros(80))).tolist()
+    # runs already in order are not merged (ties across a run's end stay in place), one
+    # that is not is
+    for m in (np.repeat(np.arange(40, dtype=np.float64), 2), np.r_[np.arange(48.0), 3.0, 47.0]):
+        assert segsort.order(m, np.zeros(len(m), dtype=np.int64), 0, 1).tolist() == \
+            np.lexsort((m, np.zeros(len(m)))).tolist()
 
 
 def _numpy_windows(res, s, e, b, c):

@@ -128,6 +128,9 @@ def _merge_sort(minor: np.ndarray, out: np.ndarray, tmp: np.ndarray, a: int, b: 
         while r < b:
             m = r + w if r + w < b else b
             e = r + 2 * w if r + 2 * w < b else b
+            if m >= e or minor[out[m - 1]] <= minor[out[m]]:
+                r = e                       # already in order (most are): nothing to merge
+                continue
             i = r
             j = m
             k = r
