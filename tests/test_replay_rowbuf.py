@@ -41,3 +41,17 @@ def test_rows_come_back_in_order_across_growth_and_clear(mod):
         c.add(i, 10 + i, -1, 3, 0.5, 1.5, 0.0, 29)
     assert c.take()[:, 1].tolist() == [10.0, 11.0, 12.0, 13.0, 14.0]
     assert c.take().shape == (5, 8)
+
+
+@pytest.mark.parametrize("mod", _impls(), ids=lambda m: m.__name__.rpartition(".")[2])
+def test_a_transfer_is_placed_after_the_explicit_rows_so_far(mod):
+    h = mod.HopRows(2)
+    c = mod.CompactRows(1, x=h)
+    c.transfer(4, -1, 0, 0.5, 1.5, 0.0, 29)
+    h.add(1, 0, 2, 5, -1, 0.0, 1.0, 0.5, 0.0, 64)
+    h.add(2, 0, 2, 5, -1, 0.0, 1.0, 0.5, 0.0, 64)
+    c.transfer(5, 3, 1, 2.5, 3.5, 9.0, 7)
+    assert c.take()[:, :2].tolist() == [[0.0, 4.0], [2.0, 5.0]]
+    assert (c.n, c.rows) == (2, 36.0)
+    c.clear()
+    assert (c.n, c.rows) == (0, 0.0)

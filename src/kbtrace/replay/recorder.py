@@ -127,8 +127,12 @@ class Recorder:
         #: ``hop`` with the stage as its ``STAGE_CODE`` (the buffer's own ``add``: the hot
         #: callers, the PE's servers, skip a call and a dict look-up per row)
         self.row = self._x.add
-        self._c: CompactRows = rows[1]()    # compact transfers
-        self._c_rows = 0                    # rows the compact transfers expand to
+        self._c: CompactRows = rows[1](x=self._x)   # compact transfers (``rows``: theirs)
+        #: ``transfer(op, tile, plan, h0, t0, done, n)``: a transfer (or the leading part of
+        #: one) on a free path: the first ``n`` rows of ``plan`` from head / tail ready times
+        #: ``h0`` / ``t0`` (expanded at finalisation), placed after the explicit rows so far
+        #: (the buffer's own method: the booking walk calls it with no Python frame)
+        self.transfer = self._c.transfer
         self._carry: np.ndarray | None = None   # rows (columns) of ops in flight at last flush
         self._rid_of = np.full(0, -1, dtype=np.int64)   # node * 64 + stage -> rid (grows)
         # ops completed since the last flush (completion order) and their raw timing
@@ -188,13 +192,6 @@ class Recorder:
         self._p_new = []
         self._p_n = self._p_rows_n = self._p_built = self._p_rows_built = 0
 
-    def transfer(self, op: int, tile: int, plan: int, h0: float, t0: float, done: float,
-                 n: int) -> None:
-        """A transfer (or the leading part of one) on a free path: the first ``n`` rows of
-        ``plan`` from head / tail ready times ``h0`` / ``t0`` (expanded at finalisation)."""
-        self._c.add(self._x.n, op, tile, plan, h0, t0, done, n)
-        self._c_rows += n
-
     @property
     def n_done(self) -> int:
         """Ops completed so far."""
@@ -211,7 +208,7 @@ class Recorder:
             code = self._engine_code[engine] = len(self.engine_names)
             self.engine_names.append(engine)
         self._done.append((op, t_issue, t_start, t_end, code))
-        if self._x.n + self._c_rows >= self.batch_rows:
+        if self._x.n + self._c.rows >= self.batch_rows:
             self.flush(t_end)
 
     def _watermark(self, now: float) -> float:
@@ -366,7 +363,6 @@ class Recorder:
         r = self._pending()
         self._x.clear()
         self._c.clear()
-        self._c_rows = 0
         if r is None:
             self._carry = None
             return

@@ -11,12 +11,16 @@ cdef class _Rows:
     cpdef _grow(self)
 
 cdef class HopRows(_Rows):
-    @cython.locals(b=cython.double[::1], i=cython.Py_ssize_t)
+    @cython.locals(i=cython.Py_ssize_t)
     cpdef add(self, double op, double tile, double stage, double node, double link,
               double enter, double leave, double busy, double queue, double nbytes)
     cpdef extend(self, rows)
 
 cdef class CompactRows(_Rows):
-    @cython.locals(b=cython.double[::1], i=cython.Py_ssize_t)
+    cdef public HopRows x
+    cdef public double rows
+    @cython.locals(i=cython.Py_ssize_t)
     cpdef add(self, double pos, double op, double tile, double plan, double h0, double t0,
               double done, double n)
+    cpdef transfer(self, double op, double tile, double plan, double h0, double t0,
+                   double done, double n)

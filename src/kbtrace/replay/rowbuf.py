@@ -63,18 +63,17 @@ class HopRows(_Rows):
             enter: float, leave: float, busy: float, queue: float, nbytes: float) -> None:
         if self.n == self.cap:
             self._grow()
-        b = self._buf
-        i = self.n * 10
-        b[i] = op
-        b[i + 1] = tile
-        b[i + 2] = stage
-        b[i + 3] = node
-        b[i + 4] = link
-        b[i + 5] = enter
-        b[i + 6] = leave
-        b[i + 7] = busy
-        b[i + 8] = queue
-        b[i + 9] = nbytes
+        i = self.n * 10                 # (the view indexed in place: a local copy of it
+        self._buf[i] = op               # costs two atomic reference counts per row)
+        self._buf[i + 1] = tile
+        self._buf[i + 2] = stage
+        self._buf[i + 3] = node
+        self._buf[i + 4] = link
+        self._buf[i + 5] = enter
+        self._buf[i + 6] = leave
+        self._buf[i + 7] = busy
+        self._buf[i + 8] = queue
+        self._buf[i + 9] = nbytes
         self.n += 1
 
     def extend(self, rows: list[tuple]) -> None:
@@ -84,24 +83,37 @@ class HopRows(_Rows):
 
 
 class CompactRows(_Rows):
-    """Compact transfer records: ``(position, op, tile, plan, h0, t0, done, n)``."""
-    __slots__ = ()
+    """Compact transfer records: ``(position, op, tile, plan, h0, t0, done, n)``; ``rows``:
+    the rows they stand for (the sum of ``n``); ``x``: the explicit rows, among which
+    ``transfer`` places a record."""
+    __slots__ = ("x", "rows")
 
-    def __init__(self, cap: int = 1024) -> None:
+    def __init__(self, cap: int = 1024, x: HopRows | None = None) -> None:
         super().__init__(8, cap)
+        self.x = x
+        self.rows = 0.0
 
     def add(self, pos: float, op: float, tile: float, plan: float, h0: float, t0: float,
             done: float, n: float) -> None:
         if self.n == self.cap:
             self._grow()
-        b = self._buf
         i = self.n * 8
-        b[i] = pos
-        b[i + 1] = op
-        b[i + 2] = tile
-        b[i + 3] = plan
-        b[i + 4] = h0
-        b[i + 5] = t0
-        b[i + 6] = done
-        b[i + 7] = n
+        self._buf[i] = pos
+        self._buf[i + 1] = op
+        self._buf[i + 2] = tile
+        self._buf[i + 3] = plan
+        self._buf[i + 4] = h0
+        self._buf[i + 5] = t0
+        self._buf[i + 6] = done
+        self._buf[i + 7] = n
         self.n += 1
+        self.rows += n
+
+    def transfer(self, op: float, tile: float, plan: float, h0: float, t0: float,
+                 done: float, n: float) -> None:
+        """A record placed after the explicit rows ``x`` holds so far."""
+        self.add(self.x.n, op, tile, plan, h0, t0, done, n)
+
+    def clear(self) -> None:
+        self.n = 0
+        self.rows = 0.0
