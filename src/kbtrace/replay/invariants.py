@@ -267,8 +267,8 @@ def check(sim: SimContext, makespan: float) -> None:
                              f"{lb_end:.3f} ns")
 
 
-def _above_bounds(rec: Any, ids: list[int], lbs: list[float], what: list[tuple[str, int]],
-                  lb_end: float, fidelity: str) -> float:
+def _above_bounds(rec: Any, ids: np.ndarray | list[int], lbs: np.ndarray | list[float],
+                  what: _What | list[tuple[str, int]], lb_end: float, fidelity: str) -> float:
     """Invariant 5 for memory ops ``ids`` (op_id order) with lower bounds ``lbs``: each lasted
     at least its bound (else the first that did not is the error); returns ``lb_end`` raised
     to the latest ``t_issue + bound`` (an undefined one, NaN, is passed over)."""
@@ -334,7 +334,7 @@ def _memory_bounds(sim: SimContext, bounds: dict[tuple, float]
     code = {k: i for i, k in enumerate(names) if k in ("load", "store", "h2d", "d2h")}
     reads = [code[k] for k in ("load", "d2h") if k in code]     # (their source is memory)
     dev = [code[k] for k in ("load", "store") if k in code]
-    dmas: dict[tuple[int, int, int], int] = {}
+    dmas: dict[tuple[int, ...], int] = {}
     at = 0
     for batch in src.scan(_MEM_COLS):
         n = batch.num_rows
@@ -357,11 +357,10 @@ def _memory_bounds(sim: SimContext, bounds: dict[tuple, float]
         if on.any():
             pes, pinv = _rows_unique((sip[on], cube[on], pe[on]))
             d = np.empty(len(pes), dtype=np.int64)
-            for j, key in enumerate(pes):
-                s_, c_, p_ = key
-                if key not in dmas:
-                    dmas[key] = topo.pe_node(_coord(s_, c_, p_), "dma").idx
-                d[j] = dmas[key]
+            for j, pkey in enumerate(pes):
+                if pkey not in dmas:
+                    dmas[pkey] = topo.pe_node(_coord(*pkey), "dma").idx
+                d[j] = dmas[pkey]
             a[on] = d[pinv]
         if not on.all():
             ends = {m: sim.copy_end(m) for m in np.unique(mem[~on]).tolist()}
@@ -369,10 +368,10 @@ def _memory_bounds(sim: SimContext, bounds: dict[tuple, float]
         keys, kinv = _rows_unique((kc, a, mem, nb))
         lb_u = np.empty(len(keys))
         for j, (k_, a_, m_, nb_) in enumerate(keys):
-            key = (names[k_], a_, m_, nb_)
-            lb = bounds.get(key)
+            bkey = (str(names[k_]), a_, m_, nb_)
+            lb = bounds.get(bkey)
             if lb is None:
-                lb = bounds[key] = _lower_bound(topo, *key)
+                lb = bounds[bkey] = _lower_bound(topo, *bkey)
             lb_u[j] = lb
         yield ids, lb_u[kinv], _What(names, kc, nb)
 
@@ -386,9 +385,9 @@ def _rows_unique(cols: tuple[np.ndarray, ...]) -> tuple[list[tuple[int, ...]], n
         u, inv = np.unique(c, return_inverse=True)
         key = key * len(u) + inv.reshape(-1)
     _, first, kinv = np.unique(key, return_index=True, return_inverse=True)
-    return list(zip(*(c[first].tolist() for c in cols))), kinv.reshape(-1)
+    return list(zip(*(c[first].tolist() for c in cols), strict=True)), kinv.reshape(-1)
 
 
-def _coord(sip: int, cube: int, pe: int):
+def _coord(sip: int, cube: int, pe: int) -> Any:
     from kbtrace.topology.model import PeCoord
     return PeCoord(sip, cube, pe)

@@ -22,5 +22,6 @@ cdef class CompactRows(_Rows):
     @cython.locals(i=cython.Py_ssize_t)
     cpdef add(self, double pos, double op, double tile, double plan, double h0, double t0,
               double done, double n)
+    @cython.locals(x=HopRows)
     cpdef transfer(self, double op, double tile, double plan, double h0, double t0,
                    double done, double n)

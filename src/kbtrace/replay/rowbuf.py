@@ -112,7 +112,9 @@ class CompactRows(_Rows):
     def transfer(self, op: float, tile: float, plan: float, h0: float, t0: float,
                  done: float, n: float) -> None:
         """A record placed after the explicit rows ``x`` holds so far."""
-        self.add(self.x.n, op, tile, plan, h0, t0, done, n)
+        x = self.x
+        assert x is not None, "CompactRows.transfer: no explicit rows (x) to place it among"
+        self.add(x.n, op, tile, plan, h0, t0, done, n)
 
     def clear(self) -> None:
         self.n = 0
