@@ -468,9 +468,11 @@ def test_heads_pushed_at_a_node_are_served_again_in_arrival_order():
     assert own == {12.5: (h, 0, 11.0), 14.5: (g, 0, 11.5)}
 
 
-def _done_times(tmp_path, topo, sends):
+def _done_times(tmp_path, topo, sends, send=None):
     """Each of ``sends`` (src node, dst node, bytes, start ns; op ids in order) started at its
-    time on a fresh flit and a fresh fast fabric of ``topo``: ``{fidelity: {op: done ns}}``."""
+    time on a fresh flit and a fresh fast fabric of ``topo``: ``{fidelity: {op: done ns}}``.
+    ``send(fab, op, item)``: how an item is sent (its start ns is ``item[-2]`` then; default:
+    ``fab.send`` of the item's nodes and bytes, start ns last)."""
     from kbtrace.replay.fabric.fast import FastFabric
     from kbtrace.replay.fabric.flit import FlitFabric
     from test_replay_fast import _fabric
@@ -478,11 +480,12 @@ def _done_times(tmp_path, topo, sends):
     for cls in (FlitFabric, FastFabric):
         fab, _rec = _fabric(cls, topo, tmp_path / cls.fidelity)
         got = out[cls.fidelity] = {}
-        for op, (src, dst, nb, t) in enumerate(sends):
+        for op, item in enumerate(sends):
+            t = item[-1] if send is None else item[-2]
             if t > fab.env.now:
                 fab.env.run(until=t)
-            fab.send(op, -1, src, dst, nb).callbacks.append(
-                lambda _e, op=op, fab=fab, got=got: got.__setitem__(op, fab.env.now))
+            ev = (fab.send(op, -1, *item[:3]) if send is None else send(fab, op, item))
+            ev.callbacks.append(lambda _e, op=op, fab=fab, got=got: got.__setitem__(op, fab.env.now))
         fab.env.run()
     return out
 
@@ -518,24 +521,15 @@ def _read_done_times(tmp_path, topo, mem, reads):
     order) read from HBM controller ``mem`` on a fresh flit and a fresh fast fabric of
     ``topo``, as the engine sends them (fast: the first and last burst, and the bursts):
     ``{fidelity: {op: done ns}}``."""
-    from kbtrace.replay.fabric.fast import FastFabric
     from kbtrace.replay.fabric.flit import FlitFabric
-    from test_replay_fast import _fabric
-    out: dict = {}
-    for cls in (FlitFabric, FastFabric):
-        fab, _rec = _fabric(cls, topo, tmp_path / cls.fidelity)
-        got = out[cls.fidelity] = {}
-        for op, (dst, nb, t, ready) in enumerate(reads):
-            if t > fab.env.now:
-                fab.env.run(until=t)
-            if cls is FlitFabric:
-                ev = fab.send(op, -1, mem, dst, nb, ready=ready)
-            else:
-                ev = fab.send(op, -1, mem, dst, nb, span=(min(ready), max(ready)),
-                              bursts=ready if len(ready) > 1 else None)
-            ev.callbacks.append(lambda _e, op=op, fab=fab, got=got: got.__setitem__(op, fab.env.now))
-        fab.env.run()
-    return out
+
+    def send(fab, op, read):
+        dst, nb, _t, ready = read
+        if isinstance(fab, FlitFabric):
+            return fab.send(op, -1, mem, dst, nb, ready=ready)
+        return fab.send(op, -1, mem, dst, nb, span=(min(ready), max(ready)),
+                        bursts=ready if len(ready) > 1 else None)
+    return _done_times(tmp_path, topo, reads, send)
 
 
 @pytest.mark.parametrize("first, at, fast", [
