@@ -77,6 +77,11 @@ def _ns_axis(axis: Any, what: str) -> None:
     axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
 
 
+def _num(v: float) -> str:
+    """A tick value as matplotlib's own formatter writes it (a true minus sign)."""
+    return f"{v:g}".replace("-", "\N{MINUS SIGN}")
+
+
 def _f(v: Any) -> float:
     """A polars scalar (``Series.min()`` and the like: typed as any Python value) as float."""
     return float(v)
@@ -144,10 +149,13 @@ _LINK_LW = 2.2     # points: link segment width in the heat map (each direction 
 
 @_styled
 def plot_mesh_heatmap(nodes: pl.DataFrame, links: pl.DataFrame, path: str | os.PathLike[str]) -> Path:
-    """Utilisation of nodes (dots) and intra-cube links (segments) of every cube, one panel per
-    cube (a SIP's cubes in a grid, SIPs side by side; positions in mm within the cube). Each
-    direction of a link is its own segment, offset to the right of its direction (``link_segments``),
-    hotter segments on top."""
+    """Utilisation of nodes (dots) and intra-cube links (segments) of every cube, one framed
+    panel per cube (a SIP's cubes in a grid, SIPs side by side; positions in mm within the
+    cube, ticks on the outer edges). Each direction of a link is its own segment, offset to
+    the right of its direction (``link_segments``), hotter segments on top.
+
+    All panels are drawn in one axes, each cube moved to its slot: 32 axes (default.yaml)
+    spent most of the plot's time laying out hundreds of tick labels and titles."""
     cubes = [tuple(r) for r in nodes.select("sip", "cube").unique().sort("sip", "cube").rows()]
     cmap = plt.get_cmap("inferno_r")
     norm = plt.Normalize(0, 1)
@@ -160,43 +168,44 @@ def plot_mesh_heatmap(nodes: pl.DataFrame, links: pl.DataFrame, path: str | os.P
     span_x, span_y = max(x_hi - x_lo, 1e-9), max(y_hi - y_lo, 1e-9)
     pad = 0.06 * max(span_x, span_y)
     where, rows, cols = _cube_grid(cubes)
-    # a fixed layout, inches (a layout engine took half of the plot's time at 32 panels):
-    # margins for the axis labels, the two-line title and the colour bar, gaps for the
-    # panel titles; the panels have the data's aspect, so they fill their slots
+    # a fixed layout, inches: margins for the axis labels, the two-line title and the colour
+    # bar, gaps for the panel titles; the panels have the data's aspect, so they fill their slots
     left, right, top, bottom, gap_w, gap_h = 0.75, 1.15, 0.8, 0.55, 0.2, 0.42
     panel_w = min(4.0, (MAX_W_IN - left - right - gap_w * (cols - 1)) / cols)
-    panel_h = panel_w * (span_y + 2 * pad) / (span_x + 2 * pad)
+    mm = panel_w / (span_x + 2 * pad)                  # inches per mm
+    panel_h = mm * (span_y + 2 * pad)
     fig_w = left + panel_w * cols + gap_w * (cols - 1) + right
     fig_h = top + panel_h * rows + gap_h * (rows - 1) + bottom
-    # no shared axes (each draw then walks every sibling: seconds at 32 panels); the same
-    # limits and ticks set on each, the inner panels' tick labels off
-    fig, axes = plt.subplots(rows, cols, figsize=(fig_w, fig_h), squeeze=False, gridspec_kw={
-                                 "left": left / fig_w, "right": 1 - right / fig_w,
-                                 "bottom": bottom / fig_h, "top": 1 - top / fig_h,
-                                 "wspace": gap_w / panel_w, "hspace": gap_h / panel_h})
+    step_x, step_y = span_x + 2 * pad + gap_w / mm, span_y + 2 * pad + gap_h / mm   # slot pitch, mm
+    fig = plt.figure(figsize=(fig_w, fig_h))
+    ax = fig.add_axes((left / fig_w, bottom / fig_h, (fig_w - left - right) / fig_w,
+                       (fig_h - top - bottom) / fig_h))
+    ax.set_xlim(x_lo - pad, x_lo - pad + step_x * cols - gap_w / mm)
+    ax.set_ylim(y_lo - pad + step_y * rows - gap_h / mm, y_lo - pad)   # y grows downwards
+    ax.set_aspect("equal")
+    for side in ax.spines.values():
+        side.set_visible(False)
     x_ticks = np.asarray(MaxNLocator(nbins=6).tick_values(x_lo - pad, x_hi + pad))
     y_ticks = np.asarray(MaxNLocator(nbins=6).tick_values(y_lo - pad, y_hi + pad))
     x_ticks = x_ticks[(x_ticks >= x_lo - pad) & (x_ticks <= x_hi + pad)]
     y_ticks = y_ticks[(y_ticks >= y_lo - pad) & (y_ticks <= y_hi + pad)]
-    for ax in axes.flat:
-        ax.set_xlim(x_lo - pad, x_hi + pad)
-        ax.set_ylim(y_hi + pad, y_lo - pad)          # y grows downwards, as on the die drawing
-        ax.set_xticks(x_ticks)
-        ax.set_yticks(y_ticks)
-        ax.set_aspect("equal")
-        ax.set_visible(False)
+    ax.set_xticks(np.concatenate([x_ticks + c * step_x for c in range(cols)]),
+                  [_num(v) for _ in range(cols) for v in x_ticks])
+    ax.set_yticks(np.concatenate([y_ticks + r * step_y for r in range(rows)]),
+                  [_num(v) for _ in range(rows) for v in y_ticks])
+    ax.set_xlabel("x in the cube (mm)")
+    ax.set_ylabel("y in the cube (mm)")
+    boxes, titles = [], []
     for (sip, cube), (r, c) in where.items():
-        ax = axes[r][c]
-        ax.set_visible(True)
-        ax.set_title(f"sip{sip}.cube{cube}")
-        if r == rows - 1 or (r + 1, c) not in where.values():
-            ax.set_xlabel("x in the cube (mm)")
-        else:
-            ax.tick_params(labelbottom=False)
-        if c == 0:
-            ax.set_ylabel("y in the cube (mm)")
-        else:
-            ax.tick_params(labelleft=False)
+        x0, y0 = x_lo - pad + c * step_x, y_lo - pad + r * step_y
+        x1, y1 = x0 + span_x + 2 * pad, y0 + span_y + 2 * pad
+        boxes.append([(x0, y0), (x1, y0), (x1, y1), (x0, y1)])
+        titles.append((x0 + (span_x + 2 * pad) / 2, y0, f"sip{sip}.cube{cube}"))
+    ax.add_collection(PolyCollection(boxes, facecolors="none", edgecolors="k",
+                                     linewidths=0.8, clip_on=False, zorder=2.5))
+    for x, y, label in titles:       # above the frame: 4 pt of air, as an axes title has
+        ax.annotate(label, (x, y), xytext=(0, 4), textcoords="offset points", ha="center",
+                    va="bottom", fontsize=_RC["axes.titlesize"])
     body_h = fig_h - top - bottom
     cax = fig.add_axes(((fig_w - right + 0.25) / fig_w, (bottom + 0.1 * body_h) / fig_h,
                         0.18 / fig_w, 0.8 * body_h / fig_h))
@@ -205,33 +214,41 @@ def plot_mesh_heatmap(nodes: pl.DataFrame, links: pl.DataFrame, path: str | os.P
     fig.suptitle("Utilisation over the cube mesh: nodes (dots) and intra-cube links\n"
                  "(each direction of a link drawn right of its travel, hotter on top)",
                  y=1 - 0.08 / fig_h, va="top")
-    ax0 = axes.flat[0]
-    ax0.apply_aspect()      # the layout is final: 1 pt in data units, for the offset
-    pt = 72.0 / fig.dpi / max(1e-12, abs(ax0.transData.transform((1.0, 0.0))[0]
-                                          - ax0.transData.transform((0.0, 0.0))[0]))
+    pt = 1.0 / 72.0 / mm                              # 1 pt in mm (data units)
+    seg_parts, seg_util, dots, dot_util = [], [], [], []
     by_cube_links = links.partition_by(["sip", "cube"], as_dict=True) if links.height else {}
     by_cube_nodes = nodes.partition_by(["sip", "cube"], as_dict=True) if nodes.height else {}
     for (sip, cube), (r, c) in where.items():
-        ax = axes[r][c]
+        shift = np.array([c * step_x, r * step_y])
         lk = by_cube_links.get((sip, cube))
         if lk is not None and lk.height:
             segs, util = link_segments(lk, 0.55 * _LINK_LW * pt)
-            lc = LineCollection(list(segs), cmap=cmap, norm=norm, linewidths=_LINK_LW,
-                                capstyle="butt")
-            lc.set_array(util)
-            ax.add_collection(lc)
+            seg_parts.append(segs + shift)
+            seg_util.append(util)
         nd = by_cube_nodes.get((sip, cube))
         if nd is not None and nd.height:
-            ax.scatter(nd["x_mm"].to_numpy(), nd["y_mm"].to_numpy(), c=nd["util"].to_numpy(),
-                       cmap=cmap, norm=norm, s=14, edgecolors="k", linewidths=0.3, zorder=3)
+            dots.append(np.stack([nd["x_mm"].to_numpy(), nd["y_mm"].to_numpy()], axis=1)
+                        + shift)
+            dot_util.append(nd["util"].to_numpy())
+    if seg_parts:
+        segs, util = np.concatenate(seg_parts), np.concatenate(seg_util)
+        order = np.argsort(util, kind="stable")     # hotter on top across cubes too
+        lc = LineCollection(list(segs[order]), cmap=cmap, norm=norm, linewidths=_LINK_LW,
+                            capstyle="butt")
+        lc.set_array(util[order])
+        ax.add_collection(lc)
+    if dots:
+        xy = np.concatenate(dots)
+        ax.scatter(xy[:, 0], xy[:, 1], c=np.concatenate(dot_util), cmap=cmap, norm=norm,
+                   s=14, edgecolors="k", linewidths=0.3, zorder=3)
     return _save(fig, path, relayout=False)    # the offsets assume the drawn layout
 
 
 def _bar_labels(ax: plt.Axes, labels: list[str], rotation: int = 90) -> None:
     """One x tick label per bar while each gets the room of its text (14 px turned on its
     side, 8 px a character level), else every k-th."""
-    ax.figure.canvas.draw()       # (the axes' width once laid out)
-    width_px = ax.get_window_extent().width
+    # the axes' width as laid out: what a draw would give, without one
+    width_px = ax.get_position().width * ax.figure.bbox.width
     need = 14 if rotation else 8 * max((len(t) for t in labels), default=1) + 6
     step = max(1, math.ceil(len(labels) * need / max(width_px, 1.0)))
     ax.set_xticks(range(0, len(labels), step), labels[::step], rotation=rotation)
