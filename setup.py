@@ -7,9 +7,10 @@ kbtrace runs the same code as pure Python where it is not built (saying so once;
 
 The reference sources stay the readable ``.py`` files (``replay/fabric/booking.py``,
 ``fifo.py``, ``fair.py``, ``heads.py``, ``pull.py``, ``routes.py``, ``fast.py``, ``replay/hbm.py``,
-``rowbuf.py``, ``segsort.py``, ``stations.py``, ``cpu.py``); Cython compiles copies of them
-under other module names (``_booking_c``, ``_fifo_c``, ``_fair_c``, ``_heads_c``, ``_pull_c``,
-``_routes_c``, ``_fast_c``, ``_hbm_c``, ``_rowbuf_c``, ``_segsort_c``, ``_stations_c``, ``_cpu_c``,
+``rowbuf.py``, ``segsort.py``, ``stations.py``, ``cpu.py``, ``opcore.py``); Cython compiles copies
+of them under other module names (``_booking_c``, ``_fifo_c``, ``_fair_c``, ``_heads_c``,
+``_pull_c``, ``_routes_c``, ``_fast_c``, ``_hbm_c``, ``_rowbuf_c``, ``_segsort_c``, ``_stations_c``,
+``_cpu_c``, ``_opcore_c``,
 all in ``replay/fabric/``), generated into ``build/kbtrace-core/`` with the imports between
 them pointed at the compiled twins, the types of their ``.pxd`` files (Cython's pure-Python mode: an augmenting ``.pxd`` beside the
 ``.py``), and the SHA-256 of the reference source appended (``SOURCE_SHA256``), so a compiled
@@ -40,6 +41,7 @@ CORE = {
     "kbtrace.replay.fabric._segsort_c": "kbtrace/replay/segsort.py",
     "kbtrace.replay.fabric._stations_c": "kbtrace/replay/stations.py",
     "kbtrace.replay.fabric._cpu_c": "kbtrace/replay/cpu.py",
+    "kbtrace.replay.fabric._opcore_c": "kbtrace/replay/opcore.py",
 }
 TWINS = {"kbtrace.replay.fabric.booking": "kbtrace.replay.fabric._booking_c",
          "kbtrace.replay.fabric.fair": "kbtrace.replay.fabric._fair_c",

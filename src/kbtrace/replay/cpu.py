@@ -40,7 +40,7 @@ class Cpu:
     """
     __slots__ = ("pe", "sim", "env", "callbacks", "_cbl", "progs", "prog", "i", "issued", "op",
                  "t_issue", "t_ready", "t0", "phase", "n_wait", "_resume_cb", "_dep_cb", "_end_cb",
-                 "_credit_cb", "queue", "eid", "done", "issue", "row", "dispatch_ns", "sched",
+                 "_credit_cb", "queue", "eid", "done", "core", "row", "dispatch_ns", "sched",
                  "n_cpu", "cpu_name")
     _ok = True
 
@@ -67,7 +67,7 @@ class Cpu:
         self.queue = pe.env._queue          # (``env.schedule``: its heap and its ids)
         self.eid = pe.env._eid
         self.done: bytearray = pe.sim._done     # per op: 1 once completed
-        self.issue = pe.sim.rec.issue
+        self.core = pe.sim.core             # (``opcore.OpCore``: plans, issues, completions)
         self.row = pe.sim.rec.row
         self.dispatch_ns: float = pe.dispatch_ns
         self.sched = pe.sched               # the scheduler's station
@@ -94,7 +94,7 @@ class Cpu:
                 op = self.op = next(it)
                 self.i += 1
                 self.t_issue = t = self.env._now
-                self.issue(op.op_id, t)
+                self.core.issue(op.op_id, t)
                 # a recv's dep is its matching send: the IPCQ receive side waits for the data,
                 # so the CPU posts a recv_async (and issues a blocking recv) without waiting
                 if op.deps and op.kind != "recv" and self._wait(op.deps, self._dep_cb):
@@ -113,7 +113,7 @@ class Cpu:
             return False
         self.n_wait = len(pend)
         for o in pend:
-            self.sim.on_done(o, cb)
+            self.core.on_done(o, cb)
         return True
 
     def _program_done(self) -> bool:
@@ -148,7 +148,7 @@ class Cpu:
         now = self.t_ready = self.env._now
         op = self.op
         if is_metadata(op):     # no command, no cost (ADR-0046 D3, D6)
-            self.sim.complete(op, self.t_issue, now, self.cpu_name)
+            self.core.complete(op, self.t_issue, now, self.cpu_name)
             return True
         d = self.dispatch_ns
         if d <= 0:
@@ -157,12 +157,11 @@ class Cpu:
         if op.is_async or op.kind in _CPU_KINDS or not idle:
             self._timer(DISPATCH, d)
             return False
-        sim = self.sim
         t = now + d
         self.row(op.op_id, -1, _C_CPU, self.n_cpu, -1, self.t_issue, t, d, now - self.t_issue, 0)
         srv: Scheduler = idle.pop()        # (its only server)
-        srv.book(Command(op, sim.plan(op), self.t_issue), t)
-        sim.on_done(op.op_id, self._resume_cb)
+        srv.book(Command(op, self.core.plan(op), self.t_issue), t)
+        self.core.on_done(op.op_id, self._resume_cb)
         return False
 
     def _fire(self, _ev: Any) -> None:
@@ -180,7 +179,7 @@ class Cpu:
                  self.t_ready - self.t_issue, 0)
         kind = op.kind
         if kind == "wait":
-            sim.complete(op, self.t_issue, self.t_ready, self.cpu_name)
+            self.core.complete(op, self.t_issue, self.t_ready, self.cpu_name)
             return True
         if kind == "cycles":
             self.t0 = now
@@ -205,13 +204,13 @@ class Cpu:
             else:
                 ready.callbacks.append(partial(_deliver, pe.rx.submit, item))
         else:
-            self.sched.submit(Command(op, sim.plan(op), self.t_issue))
+            self.sched.submit(Command(op, self.core.plan(op), self.t_issue))
         if self.done[op.op_id]:
             return True
         if op.is_async:
             self.issued.append(op.op_id)
             return True
-        sim.on_done(op.op_id, self._resume_cb)
+        self.core.on_done(op.op_id, self._resume_cb)
         return False
 
     def _cycles_done(self) -> None:
@@ -219,7 +218,7 @@ class Cpu:
         now = self.env._now
         dur = (op.cycles or 0) / pe.cpu_clock
         self.sim.rec.hop(op.op_id, -1, "pe_cpu", pe.n_cpu, -1, self.t0, now, dur, 0.0, 0)
-        self.sim.complete(op, self.t_issue, self.t0, pe.names["pe_cpu"])
+        self.core.complete(op, self.t_issue, self.t0, pe.names["pe_cpu"])
 
     def _credits(self, _ev: simpy.Event) -> None:
         op, pe = self.op, self.pe

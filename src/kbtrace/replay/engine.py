@@ -17,7 +17,7 @@ host issues work in ``op_id`` order, launches hand programs to PE_CPUs in
 (launch, program) order and every station queue is FIFO. Work that needs no
 event runs synchronously inside the callback that caused it, in a fixed
 order (``pe.py``: a finished token is routed on before its server takes the
-next waiting token; ``Sim.complete`` runs an op's ``on_done`` callbacks in
+next waiting token; ``OpCore.complete`` runs an op's ``on_done`` callbacks in
 registration order). In ``fast`` mode link and node reservations are
 granted in the order transfers start, i.e. the same order.
 """
@@ -30,7 +30,6 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +51,20 @@ from kbtrace.errors import KbtraceError, ReplayError
 from kbtrace.replay import invariants, ipcq, stations
 from kbtrace.replay.cpu import Cpu
 from kbtrace.replay.fabric import make_fabric
-from kbtrace.replay.fabric.core import hbm_controller, pe_model, row_buffers, seg_kernels
+from kbtrace.replay.fabric.core import (
+    hbm_controller,
+    op_core,
+    pe_model,
+    row_buffers,
+    seg_kernels,
+)
 from kbtrace.replay.hbm import HbmController, pc_table
-from kbtrace.replay.ops import Op, plan_for
+from kbtrace.replay.opcore import OpCore
+from kbtrace.replay.ops import Op
 from kbtrace.replay.options import Progress, ReplayOptions, Run
 from kbtrace.replay.pe import Pe, Program
-from kbtrace.replay.recorder import STAGE_CODE, Recorder
-from kbtrace.replay.rowbuf import CompactRows, HopRows
+from kbtrace.replay.recorder import Recorder
+from kbtrace.replay.rowbuf import CompactRows, DoneRows, HopRows
 from kbtrace.replay.source import OpSource
 from kbtrace.topology.model import PeCoord
 
@@ -68,13 +74,11 @@ __all__ = ["replay", "Sim"]
 RUN_FILES = ("op_timing.parquet", "hops.parquet", "nodes.parquet", "links.parquet")
 GC_GEN0_THRESHOLD = 1_000_000
 PROGRESS_EVERY = 1 << 15          # SimPy events between progress reports
-PLAN_CACHE = 1 << 14              # memoised tile plans (cleared when full)
 RESOLVE_CACHE = 1 << 16           # memoised address -> node lookups (cleared when full)
 
 
 _OT_COLUMNS = ("op_id", "launch", "program", "sip", "cube", "pe", "seq", "kind", "name", "nbytes")
 _EXTRA = ("src_file", "src_line")      # read for error messages only
-_C_HBM = STAGE_CODE["hbm"]
 
 
 def _open(trace: Any, topo: Any) -> tuple[Path | None, dict[str, Any], OpSource]:
@@ -95,12 +99,6 @@ def _open(trace: Any, topo: Any) -> tuple[Path | None, dict[str, Any], OpSource]
     meta = dict(trace.meta)
     return trace.path, meta, OpSource(path=trace.ops_path, columns=list(_EXTRA), topo=topo,
                                       meta=meta, check=True)
-
-
-@lru_cache(maxsize=256)
-def _in_tcm(spaces: tuple[str | None, ...]) -> bool:
-    """Every one of ``spaces`` is TCM (memoised: a kernel's ops repeat a few)."""
-    return all(s == "tcm" for s in spaces)
 
 
 class Sim:
@@ -125,18 +123,25 @@ class Sim:
             alias[topo.pe_node(c, "math").idx] = topo.pe_node(c, "gemm").idx
         kernels = None if flit else seg_kernels()
         self.rec = Recorder(out_dir, source.n, len(topo.links), opts.batch_rows, alias,
-                            (HopRows, CompactRows) if flit else row_buffers(), kernels)
+                            (HopRows, CompactRows, DoneRows) if flit else row_buffers(), kernels)
         if opts.check_invariants:
             self.rec.busy = invariants.BusyCheck(self, kernels)
         self.fabric = make_fabric(opts.fidelity, self.env, topo, self.rec, self.hbm)
         self.fast = opts.fidelity != "flit"
-        #: fast mode's flows (``fabric.fair``) take an HBM read's per-burst ready times
-        self.flows = opts.fidelity == "fast"
-        self._done = bytearray(source.n)
+        #: the per-op work the PE model asks for (``opcore``; its compiled twin in fast mode
+        #: with the compiled core): plans, issues, completions, HBM reads
+        self.core: Any = (OpCore if flit else op_core())(self.env, self.params, self.rec,
+                                                         self.hbm, self.fabric, source.n,
+                                                         opts.fidelity)
+        core = self.core
+        self.plan = core.plan
+        self.on_done = core.on_done
+        self.complete = core.complete
+        self.hbm_read = core.hbm_read
+        self._done: bytearray = core.done
         #: IPCQ sends issued and not yet received (op_id -> record): a recv reads its send's
         #: buffer settings from it
         self.sends: dict[int, Op] = {}
-        self._on_done: dict[int, list[Callable[[], Any]]] = {}
         self._waiters: dict[int, simpy.Event] = {}
         self._ready: dict[int, simpy.Event] = {}
         self._chan: dict[tuple[int, int, int, str], simpy.Container] = {}
@@ -147,7 +152,6 @@ class Sim:
         self.ipcq_held: dict[tuple[int, int, int, str], list[int]] = {}
         self._match: dict[int, int] = {}
         self._resolved: dict[int, int] = {}
-        self._plans: dict[tuple[Any, ...], Any] = {}
         self.launches: list[dict[str, float]] = []
         self.host = topo.host.idx
         #: the PE model (the stations and servers' module, PE_CPU's class): fast mode's
@@ -158,48 +162,6 @@ class Sim:
         self.pes = {c: Pe(self, c) for c in pes}
 
     # ------------------------------------------------------------------ op bookkeeping
-    def plan(self, op: Op):
-        """``plan_for(op)``, memoised (plans are immutable, and a kernel's ops repeat them):
-        loads and stores by (address, size); dots and composites by everything their plan
-        reads (shape, tiling, dtypes, epilogue, and the addresses of operands outside TCM); at
-        most ``PLAN_CACHE`` entries."""
-        kind = op.kind
-        key: tuple[Any, ...]
-        if kind == "load":
-            key = (op.src_addr, op.nbytes, 0)
-        elif kind == "store":
-            key = (op.dst_addr, op.nbytes, 1)
-        elif kind == "dot" or kind == "composite":
-            spaces = tuple(op.in_spaces or ())
-            addrs = op.in_addrs or ()
-            ext: Any        # the operands' addresses outside TCM
-            if _in_tcm(spaces):     # (a kernel's dots mostly: how many, an int no tuple equals)
-                ext = min(len(addrs), len(spaces))
-            else:
-                ext = tuple([a if s != "tcm" else None for a, s in zip(addrs, spaces,
-                                                                        strict=False)])
-            key = (kind, op.name, op.m, op.n, op.k, op.extra_json, op.out_dtype,
-                   (op.in_dtypes or ("f32",))[0], spaces, op.dst_space, ext,
-                   op.dst_addr if kind == "composite" and op.dst_space != "tcm" else None,
-                   tuple(op.out_shape or ()))
-        else:
-            return plan_for(op, self.params)
-        cache = self._plans
-        pl = cache.get(key)
-        if pl is None:
-            if len(cache) >= PLAN_CACHE:
-                cache.clear()
-            pl = cache[key] = plan_for(op, self.params)
-        return pl
-
-    def on_done(self, op_id: int, fn: Callable[[], Any]) -> None:
-        """Call ``fn()`` when op ``op_id`` completes (it must not have completed yet)."""
-        cbs = self._on_done.get(op_id)
-        if cbs is None:
-            self._on_done[op_id] = [fn]
-        else:
-            cbs.append(fn)
-
     def done_event(self, op_id: int) -> simpy.Event:
         """A SimPy event that fires when op ``op_id`` completes (for generator code)."""
         ev = self._waiters.get(op_id)
@@ -216,16 +178,6 @@ class Sim:
         if not pend:
             return None
         return pend[0] if len(pend) == 1 else self.env.all_of(pend)
-
-    def complete(self, op: Op, t_issue: float, t_start: float, engine: str) -> None:
-        """Record op ``op``'s completion (now) and run its ``on_done`` callbacks, in order."""
-        op_id = op.op_id
-        self.rec.op_done(op_id, t_issue, t_start, self.env._now, engine)
-        self._done[op_id] = 1
-        cbs = self._on_done.pop(op_id, None)
-        if cbs is not None:
-            for fn in cbs:
-                fn()
 
     def progress(self, events: int, t_wall: float) -> Progress:
         return Progress(self.rec.n_done, self.n_ops, events, float(self.env.now),
@@ -247,37 +199,6 @@ class Sim:
         return n
 
     # ------------------------------------------------------------------ memory paths
-    def hbm_read(self, op_id: int, tile: int, src: int, dst: int, addr: int, nbytes: int):
-        h = self.hbm[src]
-        t = self.env.now
-        shape = 0
-        group = 1
-        if self.fast and nbytes % h.burst and nbytes > h.burst:
-            # a short last burst: the closed form needs to know where it falls in ready order
-            # (flits leave in that order; ties keep burst order): head, middle or tail
-            bursts = h.read(addr, nbytes, t, op_id)
-            first, last = min(bursts), max(bursts)
-            short, full = bursts[-1], bursts[:-1]
-            shape = 1 if short < min(full) else 0 if short >= max(full) else 2
-            group = bursts.count(last)      # ready together at the end: they queue
-            ready = None
-        elif self.flows and nbytes > h.burst:   # a flow: its bursts, how
-            bursts = h.read(addr, nbytes, t, op_id)     # it reaches its first link (``fair``)
-            first, last = min(bursts), max(bursts)
-            ready = None
-        elif self.fast:
-            first, last = h.read_span(addr, nbytes, t, op_id)
-            ready = bursts = None
-        else:
-            ready = h.read(addr, nbytes, t, op_id)
-            first, last = min(ready), max(ready)
-        self.rec.row(op_id, tile, _C_HBM, src, -1, t, last, nbytes / (h.bw * h.n_pcs),
-                     max(0.0, first - t - min(nbytes, h.burst) / h.bw), nbytes)
-        if ready is None:
-            return self.fabric.send(op_id, tile, src, dst, nbytes, addr, span=(first, last),
-                                    shape=shape, group=group, bursts=bursts)
-        return self.fabric.send(op_id, tile, src, dst, nbytes, addr, ready=ready)
-
     def dma_read(self, op_id: int, tile: int, dma: int, addr: int, nbytes: int):
         src = self.resolve(addr)
         yield self.fabric.command(op_id, tile, dma, src)
@@ -382,7 +303,7 @@ class Sim:
     def host_copy(self, op: Op):
         env, fab = self.env, self.fabric
         t0 = env.now
-        self.rec.issue(op.op_id, t0)
+        self.core.issue(op.op_id, t0)
         nb = int(op.nbytes)
         if op.kind == "h2d":     # a posted write: done at the last commit (ADR-0034 D8)
             dst = self.resolve(op.dst_addr)

@@ -59,7 +59,7 @@ from kbtrace import schema
 from kbtrace._io import ROW_GROUP_SIZE, BatchWriter
 from kbtrace.errors import InvariantError
 from kbtrace.replay.colsort import lexsort2
-from kbtrace.replay.rowbuf import CompactRows, HopRows
+from kbtrace.replay.rowbuf import CompactRows, DoneRows, HopRows
 
 __all__ = ["Recorder", "STAGE_CODE"]
 
@@ -101,9 +101,10 @@ def _put(arrays: tuple[np.ndarray, ...], at: int, cols, dtypes) -> tuple[np.ndar
 class Recorder:
     def __init__(self, out_dir: Path, n_ops: int, n_links: int, batch_rows: int,
                  res_alias: dict[int, int] | None = None,
-                 rows: tuple[type, type] = (HopRows, CompactRows), kernels: Any = None) -> None:
-        """``rows``: the classes of the pending-row buffers (``rowbuf``'s, or their compiled
-        twins: ``fabric.core.row_buffers()``); ``kernels``: the compiled batch sorts
+                 rows: tuple[type, type, type] = (HopRows, CompactRows, DoneRows),
+                 kernels: Any = None) -> None:
+        """``rows``: the classes of the pending-row buffers and of the completions since the
+        last flush (``rowbuf``'s, or their compiled twins: ``fabric.core.row_buffers()``); ``kernels``: the compiled batch sorts
         (``fabric.core.seg_kernels()``), or None for numpy's (the same order)."""
         self.hops = BatchWriter(out_dir / "hops.parquet", schema.HOPS, batch_rows=batch_rows,
                                 bulk=True)
@@ -115,8 +116,6 @@ class Recorder:
         self.queue = np.zeros(n_ops)
         #: per op the code of its engine's node id in ``engine_names`` (-1: not completed)
         self.engine = np.full(n_ops, -1, dtype=np.int32)
-        self.engine_names: list[str] = []
-        self._engine_code: dict[str, int] = {}
         self.n_links = n_links
         self.res_alias = res_alias or {}
         self._res: dict[tuple[int, str], int] = {}
@@ -124,6 +123,7 @@ class Recorder:
         self.n_hops = 0
         # pending rows
         self._x: HopRows = rows[0]()        # explicit rows
+        self.hop_rows = self._x             # (``opcore.OpCore`` writes HBM rows into it)
         #: ``hop`` with the stage as its ``STAGE_CODE`` (the buffer's own ``add``: the hot
         #: callers, the PE's servers, skip a call and a dict look-up per row)
         self.row = self._x.add
@@ -135,8 +135,11 @@ class Recorder:
         self.transfer = self._c.transfer
         self._carry: np.ndarray | None = None   # rows (columns) of ops in flight at last flush
         self._rid_of = np.full(0, -1, dtype=np.int64)   # node * 64 + stage -> rid (grows)
-        # ops completed since the last flush (completion order) and their raw timing
-        self._done: list[tuple[int, float, float, float, int]] = []   # (+ engine code)
+        #: ops completed since the last flush (completion order), their raw timing and engine
+        #: code (``engine_names``: the engines' node ids by code); ``op_done`` adds to it (and
+        #: fast mode's ``opcore.OpCore.complete``, compiled, directly)
+        self.dones: DoneRows = rows[2](self._x, self._c, batch_rows)
+        self.engine_names: list[str] = self.dones.names
         self._rank = np.full(n_ops, -1, dtype=np.int64)
         self._n_ranked = 0
         # compact transfer plans: per plan (row offset, bytes) and flat per-row constants, as
@@ -148,8 +151,10 @@ class Recorder:
         self._p_row: tuple[np.ndarray, ...] = tuple(np.empty(0, dtype=t) for t in _PLAN_ROW_DT)
         # invariant 1, fed per batch; (t_issue, op) of issued ops, in issue (= time) order
         self.busy: BusySink | None = None
-        self._iss_t = array("d")            # issue time of each op issued, in issue order
-        self._iss_op = array("q")           # ... and its id
+        #: issue time of each op issued, in issue order, and its id (``issue``; appended to by
+        #: ``opcore.OpCore.issue`` too)
+        self.iss_t = array("d")
+        self.iss_op = array("q")
         self._iss_lo = 0                    # the first of them not known finalised
 
     # ------------------------------------------------------------------ resources
@@ -195,37 +200,33 @@ class Recorder:
     @property
     def n_done(self) -> int:
         """Ops completed so far."""
-        return self._n_ranked + len(self._done)
+        return self._n_ranked + self.dones.n
 
     def issue(self, op: int, t_issue: float) -> None:
         """Op ``op`` was issued at ``t_issue`` (now): none of its rows starts earlier."""
-        self._iss_t.append(t_issue)
-        self._iss_op.append(op)
+        self.iss_t.append(t_issue)
+        self.iss_op.append(op)
 
     def op_done(self, op: int, t_issue: float, t_start: float, t_end: float, engine: str) -> None:
-        code = self._engine_code.get(engine)
-        if code is None:
-            code = self._engine_code[engine] = len(self.engine_names)
-            self.engine_names.append(engine)
-        self._done.append((op, t_issue, t_start, t_end, code))
-        if self._x.n + self._c.rows >= self.batch_rows:
+        """Op ``op`` completed at ``t_end`` on ``engine`` (its node id); flushes a full batch."""
+        if self.dones.add(op, t_issue, t_start, t_end, engine):
             self.flush(t_end)
 
     def _watermark(self, now: float) -> float:
         """No row finalised after this flush starts before the returned time: the issue time
         of the first op issued (issue order is time order) not finalised yet, if it is
         earlier. The ops before it are forgotten (the arrays are cut once half of them is)."""
-        lo, n = self._iss_lo, len(self._iss_op)
+        lo, n = self._iss_lo, len(self.iss_op)
         if lo < n:
-            fin = self._rank[np.frombuffer(self._iss_op, dtype=np.int64)[lo:]] >= 0
+            fin = self._rank[np.frombuffer(self.iss_op, dtype=np.int64)[lo:]] >= 0
             lo += int(fin.argmin()) if not fin.all() else n - lo
         if lo > 4096 and 2 * lo > n:
-            del self._iss_t[:lo]
-            del self._iss_op[:lo]
+            del self.iss_t[:lo]
+            del self.iss_op[:lo]
             n -= lo
             lo = 0
         self._iss_lo = lo
-        return min(now, self._iss_t[lo]) if lo < n else now
+        return min(now, self.iss_t[lo]) if lo < n else now
 
     # ------------------------------------------------------------------ finalisation
     def _plans_np(self) -> tuple[np.ndarray, ...]:
@@ -348,16 +349,16 @@ class Recorder:
         """Finalise the rows of the ops completed so far (hop, crit, per-op t_end / queue).
 
         ``now``: the simulated time (default: the run is over)."""
-        done = self._done
-        if done:
-            ops_d, ti_l, ts_l, te_l = self._store_engines()
-            self.t_issue[ops_d] = ti_l
-            self.t_start[ops_d] = ts_l
-            self.t_end[ops_d] = te_l
-            self._rank[ops_d] = np.arange(self._n_ranked, self._n_ranked + len(done))
+        n_done = self.dones.n
+        if n_done:
+            ops_d, D = self._store_engines()
+            self.t_issue[ops_d] = D[:, 1]
+            self.t_start[ops_d] = D[:, 2]
+            self.t_end[ops_d] = D[:, 3]
+            self._rank[ops_d] = np.arange(self._n_ranked, self._n_ranked + n_done)
             rank_lo = self._n_ranked
-            self._n_ranked += len(done)
-            self._done = []
+            self._n_ranked += n_done
+            self.dones.clear()
         else:
             rank_lo = self._n_ranked
         r = self._pending()
@@ -444,14 +445,14 @@ class Recorder:
                              f"completed and its rows were written (stage "
                              f"{schema.STAGES[int(r[_STAGE][i])]})")
 
-    def _store_engines(self) -> tuple[np.ndarray, tuple, tuple, tuple]:
-        """Store the engine codes of the ops completed since the last flush (``_done``, not
-        emptied: ``flush`` stores the rest of their timing); their ids and issue, start and
-        end times."""
-        ops, ti, ts, te, codes = zip(*self._done, strict=True)
-        ops_d = np.array(ops, dtype=np.int64)
-        self.engine[ops_d] = codes
-        return ops_d, ti, ts, te
+    def _store_engines(self) -> tuple[np.ndarray, np.ndarray]:
+        """Store the engine codes of the ops completed since the last flush (``dones``, not
+        emptied: ``flush`` stores the rest of their timing); their ids and their rows
+        ``(op, t_issue, t_start, t_end, engine code)``."""
+        D = self.dones.take()
+        ops_d = D[:, 0].astype(np.int64)
+        self.engine[ops_d] = D[:, 4].astype(np.int32)
+        return ops_d, D
 
     def close(self) -> None:
         """Finalise the last batch and close the hop writer (atomic rename)."""
@@ -465,7 +466,7 @@ class Recorder:
         """Write ``op_timing.parquet``: the trace's identifying columns (``batches``, in
         ``op_id`` order) beside this run's per-op timing, ``ROW_GROUP_SIZE`` rows at a time
         (the same row groups and bytes as one table written whole, without that table)."""
-        if self._done:      # (ops completed since the last flush: a test writes without one)
+        if self.dones.n:    # (ops completed since the last flush: a test writes without one)
             self._store_engines()
         # the engine column's dictionary: node ids in order of first appearance by op_id
         # (what dictionary-encoding the whole column gives; Parquet writes it as it is)

@@ -25,3 +25,13 @@ cdef class CompactRows(_Rows):
     @cython.locals(x=HopRows)
     cpdef transfer(self, double op, double tile, double plan, double h0, double t0,
                    double done, double n)
+
+cdef class DoneRows(_Rows):
+    cdef public dict codes
+    cdef public list names
+    cdef public HopRows x
+    cdef public CompactRows c
+    cdef public Py_ssize_t batch_rows
+    @cython.locals(i=cython.Py_ssize_t)
+    cpdef bint add(self, double op, double t_issue, double t_start, double t_end,
+                   str engine) except -1

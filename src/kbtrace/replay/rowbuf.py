@@ -1,7 +1,8 @@
 """The recorder's pending rows: float64 fields written in place into one growable buffer.
 
 ``Recorder`` keeps the hop rows it cannot finalise yet (explicit rows, ten fields; fast
-mode's compact transfer records, eight) until their batch is flushed. A row is written
+mode's compact transfer records, eight) and the ops completed since the last flush (five)
+until their batch is flushed. A row is written
 field by field into a flat ``array('d')`` (``HopRows.add``, ``CompactRows.add``) instead of
 being kept as a tuple of Python numbers and converted with ``np.fromiter`` at the flush;
 ``take()`` hands the rows over as an ``(n, width)`` numpy array, ``clear()`` empties the
@@ -19,7 +20,7 @@ from array import array
 
 import numpy as np
 
-__all__ = ["HopRows", "CompactRows"]
+__all__ = ["HopRows", "CompactRows", "DoneRows"]
 
 
 class _Rows:
@@ -119,3 +120,37 @@ class CompactRows(_Rows):
     def clear(self) -> None:
         self.n = 0
         self.rows = 0.0
+
+
+class DoneRows(_Rows):
+    """Ops completed since the last flush, in completion order: ``(op, t_issue, t_start,
+    t_end, engine code)``; ``codes`` / ``names``: the engines' codes (in order of first
+    completion); ``x`` / ``c``: the pending hop rows, whose count says when a flush is due
+    (``batch_rows``)."""
+    __slots__ = ("codes", "names", "x", "c", "batch_rows")
+
+    def __init__(self, x: HopRows, c: CompactRows, batch_rows: int, cap: int = 1024) -> None:
+        super().__init__(5, cap)
+        self.codes: dict[str, int] = {}
+        self.names: list[str] = []
+        self.x = x
+        self.c = c
+        self.batch_rows = batch_rows
+
+    def add(self, op: int, t_issue: float, t_start: float, t_end: float, engine: str) -> bool:
+        """Op ``op`` completed on ``engine`` (a node id); True when the pending hop rows make
+        a batch (the recorder flushes then)."""
+        code = self.codes.get(engine)
+        if code is None:
+            code = self.codes[engine] = len(self.names)
+            self.names.append(engine)
+        if self.n == self.cap:
+            self._grow()
+        i = self.n * 5
+        self._buf[i] = op
+        self._buf[i + 1] = t_issue
+        self._buf[i + 2] = t_start
+        self._buf[i + 3] = t_end
+        self._buf[i + 4] = code
+        self.n += 1
+        return self.x.n + self.c.rows >= self.batch_rows

@@ -5,6 +5,7 @@
 # _stations_c.py. A server is the SimPy event of its service: ``callbacks`` stays a
 # Python-visible attribute and ``_ok`` a class attribute (``env.step`` reads both).
 import cython
+from kbtrace.replay.fabric._opcore_c cimport OpCore
 
 cdef Py_ssize_t _DMA_READ, _FETCH, _STORE, _GEMM
 
@@ -28,7 +29,8 @@ cdef class Station:
 cdef class Server:
     cdef public object callbacks
     cdef public list _cbl
-    cdef public object _fire_cb, pe, env, rec, row, queue, eid, tok, complete, sched_name
+    cdef public object _fire_cb, pe, env, rec, row, queue, eid, tok, sched_name
+    cdef public OpCore core
     cdef public dict engine_of
     cdef public Station station
     cdef public double t0

@@ -101,7 +101,7 @@ class Server:
     service, pass the token on; return a token to serve next in place, or None).
     """
     __slots__ = ("callbacks", "_cbl", "_fire_cb", "station", "pe", "env", "rec", "row", "queue",
-                 "eid", "tok", "t0", "complete", "engine_of", "sched_name")
+                 "eid", "tok", "t0", "core", "engine_of", "sched_name")
     _ok = True            # a service never fails
 
     def __init__(self, pe: Any, station: Station) -> None:
@@ -111,7 +111,7 @@ class Server:
         self.row = self.rec.row             # (``Recorder.hop`` by stage code)
         self.queue = pe.env._queue          # (``env.schedule``: its heap and its ids)
         self.eid = pe.env._eid
-        self.complete = pe.sim.complete
+        self.core = pe.sim.core             # (``opcore.OpCore``: completions, HBM reads)
         self.engine_of = pe.engine_of       # op kind -> the engine its completion names
         self.sched_name = pe.names["scheduler"]
         self.station = station
@@ -153,7 +153,8 @@ class Server:
         """``cmd``'s last tile is done (or it had none): its op completes now."""
         t_start = cmd.t_start if cmd.t_start >= 0 else self.env._now
         op = cmd.op
-        self.complete(op, cmd.t_issue, t_start, self.engine_of.get(op.kind) or self.sched_name)
+        self.core.complete(op, cmd.t_issue, t_start,
+                           self.engine_of.get(op.kind) or self.sched_name)
 
     def serve(self, tok: Any) -> bool:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -309,7 +310,7 @@ class DmaReadFast(DmaServer):
         if nb <= 0:
             ev = self.fab.command(op_id, tile, src, self.n_dma)
         elif src in self.sim.hbm:
-            ev = self.sim.hbm_read(op_id, tile, src, self.n_dma, st.a, nb)
+            ev = self.core.hbm_read(op_id, tile, src, self.n_dma, st.a, nb)
         else:
             ev = self.fab.send(op_id, tile, src, self.n_dma, nb, st.a)
         ev.callbacks.append(self._data_cb)

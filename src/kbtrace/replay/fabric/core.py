@@ -26,8 +26,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-__all__ = ["fast_fabric", "hbm_controller", "row_buffers", "seg_kernels", "pe_model", "status",
-           "PurePythonCore", "PURE_ENV", "CORE"]
+__all__ = ["fast_fabric", "hbm_controller", "row_buffers", "seg_kernels", "pe_model", "op_core",
+           "status", "PurePythonCore", "PURE_ENV", "CORE"]
 
 PURE_ENV = "KBTRACE_PURE_PYTHON"
 _PKG = Path(__file__).resolve().parent
@@ -43,7 +43,8 @@ CORE = {"kbtrace.replay.fabric._booking_c": _PKG / "booking.py",
         "kbtrace.replay.fabric._rowbuf_c": _PKG.parent / "rowbuf.py",
         "kbtrace.replay.fabric._segsort_c": _PKG.parent / "segsort.py",
         "kbtrace.replay.fabric._stations_c": _PKG.parent / "stations.py",
-        "kbtrace.replay.fabric._cpu_c": _PKG.parent / "cpu.py"}
+        "kbtrace.replay.fabric._cpu_c": _PKG.parent / "cpu.py",
+        "kbtrace.replay.fabric._opcore_c": _PKG.parent / "opcore.py"}
 
 
 class PurePythonCore(RuntimeWarning):
@@ -103,14 +104,14 @@ def hbm_controller() -> type:
     return HbmController
 
 
-def row_buffers() -> tuple[type, type]:
-    """The recorder's pending-row buffer classes of fast mode (``HopRows``, ``CompactRows``):
+def row_buffers() -> tuple[type, type, type]:
+    """The recorder's buffer classes of fast mode (``HopRows``, ``CompactRows``, ``DoneRows``):
     the compiled ones with the compiled core (``status``), else ``rowbuf.py``'s."""
     if status()[1] == "compiled":
         mod = importlib.import_module("kbtrace.replay.fabric._rowbuf_c")
     else:
         from kbtrace.replay import rowbuf as mod
-    return mod.HopRows, mod.CompactRows
+    return mod.HopRows, mod.CompactRows, mod.DoneRows
 
 
 def seg_kernels() -> Any:
@@ -132,3 +133,13 @@ def pe_model() -> tuple[Any, type]:
                 importlib.import_module("kbtrace.replay.fabric._cpu_c").Cpu)
     from kbtrace.replay import cpu, stations
     return stations, cpu.Cpu
+
+
+def op_core() -> type:
+    """Fast mode's ``OpCore`` (``replay/opcore.py``: plans, issues, completions, HBM reads):
+    its compiled twin (typed by ``opcore.pxd``, called by the compiled PE model) with the
+    compiled core (``status``), else the ``.py`` one (what flit mode always runs)."""
+    if status()[1] == "compiled":
+        return importlib.import_module("kbtrace.replay.fabric._opcore_c").OpCore
+    from kbtrace.replay.opcore import OpCore
+    return OpCore
