@@ -19,7 +19,7 @@ from typing import Any, cast
 import simpy
 from simpy.events import NORMAL  # the priority of a Timeout
 
-from kbtrace.replay.ops import Op, is_metadata
+from kbtrace.replay.ops import METADATA_KINDS, Op, is_metadata
 from kbtrace.replay.recorder import STAGE_CODE
 from kbtrace.replay.stations import Command, Program, Scheduler
 
@@ -147,7 +147,8 @@ class Cpu:
         """
         now = self.t_ready = self.env._now
         op = self.op
-        if is_metadata(op):     # no command, no cost (ADR-0046 D3, D6)
+        # a metadata-only call: no command, no cost (ADR-0046 D3, D6)
+        if op.kind in METADATA_KINDS and is_metadata(op):
             self.core.complete(op, self.t_issue, now, self.cpu_name)
             return True
         d = self.dispatch_ns

@@ -27,12 +27,13 @@ from kbtrace.replay import plans as P
 from kbtrace.topology.params import TopologyParams
 
 __all__ = ["Op", "load_ops", "plan_for", "is_metadata", "DTYPE_BYTES", "TRANSCENDENTAL",
-           "HOST_KINDS"]
+           "HOST_KINDS", "METADATA_KINDS"]
 
 DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4, "i8": 1, "bool": 1}
 TRANSCENDENTAL = frozenset({"exp", "log", "sqrt", "rsqrt", "sin", "cos", "sigmoid", "tanh",
                             "softmax", "gelu", "silu", "erf", "pow", "div"})
 HOST_KINDS = frozenset({"h2d", "d2h"})
+METADATA_KINDS = frozenset({"fill", "math"})    # the kinds ``is_metadata`` can be true of
 
 _FIELDS = ("op_id", "launch", "program", "sip", "cube", "pe", "seq", "kind", "name", "is_async",
            "src_space", "src_addr", "dst_space", "dst_addr", "nbytes", "in_addrs", "in_spaces",

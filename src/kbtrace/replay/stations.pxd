@@ -61,9 +61,12 @@ cdef class Compute(StageServer):
 cdef class DmaServer(StageServer):
     cdef public object sim, fab, resolved, n_dma, src, _data_cb, _sent_cb, _stage
     cdef public double setup, lat, t_ack
+    cdef public bint fast
+    cdef public dict hbm, lats
     @cython.locals(tok=Token, now=double, t_in=double, t0=double, t_ack=double, lat=double)
     cpdef route(self)
     cdef _begin_at(self, Token tok)
+    cdef double _cmd_ns(self, node) except? -1.0
 
 cdef class DmaReadFast(DmaServer):
     @cython.locals(lat=double, t=double)

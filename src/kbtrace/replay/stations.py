@@ -252,23 +252,28 @@ class Compute(StageServer):
 class DmaServer(StageServer):
     """One DMA channel (read or write), held through the whole round trip."""
     __slots__ = ("sim", "fab", "resolved", "n_dma", "setup", "src", "lat", "t_ack", "_data_cb",
-                 "_sent_cb", "_stage")
+                 "_sent_cb", "_stage", "fast", "hbm", "lats")
 
     def __init__(self, pe: Any, station: Station, read: bool) -> None:
         super().__init__(pe, station, in_place=read)
         self.sim = pe.sim
         self.fab = pe.sim.fabric
         self.resolved = pe.sim._resolved
+        self.hbm = pe.sim.hbm
+        self.fast = pe.fast
         self.n_dma = pe.n_dma
         self.setup = pe.dma_ov
         self.src = self.lat = self.t_ack = 0
         self._stage = STAGE_CODE["dma_read" if read else "dma_write"]
+        #: control-message latencies between this DMA engine and each node it has talked to
+        #: (``_cmd_ns``; as many as the nodes at most)
+        self.lats: dict[int, float] = {}
 
     def route(self) -> Token | None:
         tok = self.tok
         now = self.env._now
         st = tok.stages[tok.idx]
-        if not self.in_place and self.pe.fast:   # fast write: the ack leg's row
+        if not self.in_place and self.fast:   # fast write: the ack leg's row
             t_ack, lat = self.t_ack, self.lat
             self.row(tok.cmd.op.op_id, tok.tile, _C_FABRIC, self.src, -1, t_ack, t_ack + lat,
                      0.0, 0.0, 0)
@@ -284,6 +289,16 @@ class DmaServer(StageServer):
         self.src = node if node is not None else self.sim.resolve(st.a)
         return st
 
+    def _cmd_ns(self, node: int) -> float:
+        """``fabric.command_ns`` of this engine's control message to / from ``node`` (a read's
+        request to its source, a write's ack from its destination), memoised per server."""
+        lat = self.lats.get(node)
+        if lat is None:
+            fab = self.fab
+            lat = self.lats[node] = (fab.command_ns(self.n_dma, node) if self.in_place
+                                     else fab.command_ns(node, self.n_dma))
+        return lat
+
 
 class DmaReadFast(DmaServer):
     """fast read: one timer (setup + request leg), then the data leg's one fabric event."""
@@ -296,7 +311,7 @@ class DmaReadFast(DmaServer):
 
     def serve(self, tok: Token) -> bool:
         self._begin_at(tok)
-        lat = self.fab.command_ns(self.n_dma, self.src)
+        lat = self._cmd_ns(self.src)
         t = self.t0 + self.setup
         self.row(tok.cmd.op.op_id, tok.tile, _C_FABRIC, self.n_dma, -1, t, t + lat, 0.0, 0.0, 0)
         self._timer(self.setup + lat)
@@ -309,7 +324,7 @@ class DmaReadFast(DmaServer):
         op_id, tile, src, nb = tok.cmd.op.op_id, tok.tile, self.src, st.b
         if nb <= 0:
             ev = self.fab.command(op_id, tile, src, self.n_dma)
-        elif src in self.sim.hbm:
+        elif src in self.hbm:
             ev = self.core.hbm_read(op_id, tile, src, self.n_dma, st.a, nb)
         else:
             ev = self.fab.send(op_id, tile, src, self.n_dma, nb, st.a)
@@ -327,10 +342,10 @@ class DmaWriteFast(DmaServer):
     def serve(self, tok: Token) -> bool:
         st = self._begin_at(tok)
         dst = self.src
-        lat = self.lat = self.fab.command_ns(dst, self.n_dma)
-        if st.b > 0:
+        lat = self.lat = self._cmd_ns(dst)
+        if st.b > 0:            # (fast mode's send: addr, ready, at, ack)
             ev = self.fab.send(tok.cmd.op.op_id, tok.tile, self.n_dma, dst, st.b, st.a,
-                               at=self.t0 + self.setup, ack=lat)
+                               None, self.t0 + self.setup, lat)
             ev.callbacks.append(self._sent_cb)
         else:
             self.t_ack = self.t0 + self.setup
