@@ -5,12 +5,13 @@
 # Python-visible attribute and ``_ok`` a class attribute (``env.step`` reads both).
 import cython
 from kbtrace.replay.fabric._opcore_c cimport OpCore
-from kbtrace.replay.fabric._stations_c cimport Command, Scheduler, Station
+from kbtrace.replay.fabric._stations_c cimport Command, Program, Scheduler, Station
 
 cdef Py_ssize_t DISPATCH, CYCLES
 
 cdef class Cpu:
-    cdef public object pe, sim, env, callbacks, progs, prog, op
+    cdef public object pe, sim, env, callbacks, progs, op
+    cdef public Program prog
     cdef public list _cbl, issued
     cdef public Py_ssize_t i, phase, n_wait
     cdef public double t_issue, t_ready, t0
@@ -22,7 +23,7 @@ cdef class Cpu:
     cdef public Station sched
     cpdef submit(self, prog)
     cdef _timer(self, Py_ssize_t phase, double delay)
-    @cython.locals(n=Py_ssize_t, t=double)
+    @cython.locals(n=Py_ssize_t, t=double, prog=Program)
     cpdef _advance(self)
     @cython.locals(done=bytearray)
     cdef bint _wait(self, op_ids, cb) except -1

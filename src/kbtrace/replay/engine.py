@@ -62,7 +62,7 @@ from kbtrace.replay.hbm import HbmController, pc_table
 from kbtrace.replay.opcore import OpCore
 from kbtrace.replay.ops import Op
 from kbtrace.replay.options import Progress, ReplayOptions, Run
-from kbtrace.replay.pe import Pe, Program
+from kbtrace.replay.pe import Pe
 from kbtrace.replay.recorder import Recorder
 from kbtrace.replay.rowbuf import CompactRows, DoneRows, HopRows
 from kbtrace.replay.source import OpSource
@@ -349,7 +349,7 @@ class Sim:
                     back(env.now + u)
                 ev.callbacks.append(arrived)
                 dones.append(ev)
-                self.pes[c].run_program(Program(ops, ev))
+                self.pes[c].run_program(self.pe_model.Program(ops, ev))
             yield env.all_of(dones)
             t_body = env.now
             yield env.timeout(max(t_back) - t_body)

@@ -10,7 +10,7 @@ from kbtrace.replay.fabric._opcore_c cimport OpCore
 cdef Py_ssize_t _DMA_READ, _FETCH, _STORE, _GEMM
 
 cdef class Command:
-    cdef public object op, plan
+    cdef public object op, op_id, plan
     cdef public Py_ssize_t left
     cdef public double t_start, t_issue
 
@@ -20,6 +20,10 @@ cdef class Token:
     cdef public tuple stages
     cdef public Py_ssize_t idx
     cdef public double t_in
+
+cdef class Program:
+    cdef public object done, it
+    cdef public Py_ssize_t n
 
 cdef class Station:
     cdef public list idle
@@ -80,6 +84,10 @@ cdef class DmaFlit(DmaServer):
     cpdef bint serve(self, tok) except -1
 
 cdef class Scheduler(Server):
+    cdef public double ov
+    cdef public object n_sched
+    cdef public list stations
+    @cython.locals(ov=double)
     cpdef bint serve(self, cmd) except -1
     cpdef book(self, Command cmd, double t0)
     @cython.locals(cmd=Command, now=double, stations=list, ti=Py_ssize_t)

@@ -34,10 +34,11 @@ __all__ = ["Command", "Token", "Program", "Station", "Server", "StageServer", "C
 
 
 class Command:
-    __slots__ = ("op", "plan", "left", "t_start", "t_issue")
+    __slots__ = ("op", "op_id", "plan", "left", "t_start", "t_issue")
 
     def __init__(self, op: Op, plan: P.Plan, t_issue: float) -> None:
         self.op = op
+        self.op_id = op.op_id               # (read by every row of its stages)
         self.plan = plan
         self.left = len(plan)
         self.t_start = -1.0
@@ -244,7 +245,7 @@ class Compute(StageServer):
         else:
             stage, node, nb = _C_MATH, self.n_math, 0
         t_in = tok.t_in
-        self.row(tok.cmd.op.op_id, tok.tile, stage, node, -1, t_in, now, self.dur, self.t0 - t_in,
+        self.row(tok.cmd.op_id, tok.tile, stage, node, -1, t_in, now, self.dur, self.t0 - t_in,
                  nb)
         return self._pass_on(tok, now)
 
@@ -275,10 +276,10 @@ class DmaServer(StageServer):
         st = tok.stages[tok.idx]
         if not self.in_place and self.fast:   # fast write: the ack leg's row
             t_ack, lat = self.t_ack, self.lat
-            self.row(tok.cmd.op.op_id, tok.tile, _C_FABRIC, self.src, -1, t_ack, t_ack + lat,
+            self.row(tok.cmd.op_id, tok.tile, _C_FABRIC, self.src, -1, t_ack, t_ack + lat,
                      0.0, 0.0, 0)
         t_in, t0 = tok.t_in, self.t0
-        self.row(tok.cmd.op.op_id, tok.tile, self._stage, self.n_dma, -1, t_in, now, now - t0,
+        self.row(tok.cmd.op_id, tok.tile, self._stage, self.n_dma, -1, t_in, now, now - t0,
                  t0 - t_in, st.b)
         return self._pass_on(tok, now)
 
@@ -313,7 +314,7 @@ class DmaReadFast(DmaServer):
         self._begin_at(tok)
         lat = self._cmd_ns(self.src)
         t = self.t0 + self.setup
-        self.row(tok.cmd.op.op_id, tok.tile, _C_FABRIC, self.n_dma, -1, t, t + lat, 0.0, 0.0, 0)
+        self.row(tok.cmd.op_id, tok.tile, _C_FABRIC, self.n_dma, -1, t, t + lat, 0.0, 0.0, 0)
         self._timer(self.setup + lat)
         return True
 
@@ -321,7 +322,7 @@ class DmaReadFast(DmaServer):
         """The request reached the source: read HBM, book the data transfer back."""
         tok = self.tok
         st = tok.stages[tok.idx]
-        op_id, tile, src, nb = tok.cmd.op.op_id, tok.tile, self.src, st.b
+        op_id, tile, src, nb = tok.cmd.op_id, tok.tile, self.src, st.b
         if nb <= 0:
             ev = self.fab.command(op_id, tile, src, self.n_dma)
         elif src in self.hbm:
@@ -344,7 +345,7 @@ class DmaWriteFast(DmaServer):
         dst = self.src
         lat = self.lat = self._cmd_ns(dst)
         if st.b > 0:            # (fast mode's send: addr, ready, at, ack)
-            ev = self.fab.send(tok.cmd.op.op_id, tok.tile, self.n_dma, dst, st.b, st.a,
+            ev = self.fab.send(tok.cmd.op_id, tok.tile, self.n_dma, dst, st.b, st.a,
                                None, self.t0 + self.setup, lat)
             ev.callbacks.append(self._sent_cb)
         else:
@@ -363,7 +364,7 @@ class DmaFlit(DmaServer):
 
     def serve(self, tok: Token) -> bool:
         st = self._begin(tok)
-        self.env.process(self._leg(tok.cmd.op.op_id, tok.tile, st)).callbacks.append(self._fire_cb)
+        self.env.process(self._leg(tok.cmd.op_id, tok.tile, st)).callbacks.append(self._fire_cb)
         return True
 
     def _leg(self, op_id: int, tile: int, st: P.Stage):
@@ -375,12 +376,18 @@ class DmaFlit(DmaServer):
 
 class Scheduler(Server):
     """Scheduler: ``overhead_ns`` per command, then its tiles go to their first stations."""
-    __slots__ = ()
+    __slots__ = ("ov", "n_sched", "stations")
+
+    def __init__(self, pe: Any, station: Station) -> None:
+        super().__init__(pe, station)
+        self.ov = pe.sched_ov
+        self.n_sched = pe.n_sched
+        self.stations = pe.stations
 
     def serve(self, cmd: Command) -> bool:
         self.tok = cmd
         self.t0 = self.env._now
-        ov = self.pe.sched_ov
+        ov = self.ov
         if ov > 0:
             self._timer(ov)
             return True
@@ -390,17 +397,17 @@ class Scheduler(Server):
         """Serve ``cmd`` from ``t0`` (a dispatch end, ``>= now``); the server was idle."""
         self.tok = cmd
         self.t0 = t0
-        self._timer(t0 + self.pe.sched_ov - self.env._now)
+        self._timer(t0 + self.ov - self.env._now)
 
     def route(self) -> None:
-        cmd, pe = self.tok, self.pe
+        cmd = self.tok
         now = self.env._now
-        self.row(cmd.op.op_id, -1, _C_SCHED, pe.n_sched, -1, self.t0, now, pe.sched_ov, 0.0, 0)
+        self.row(cmd.op_id, -1, _C_SCHED, self.n_sched, -1, self.t0, now, self.ov, 0.0, 0)
         plan = cmd.plan
         if not plan:
             self._finish(cmd)
             return None
-        stations = pe.stations
+        stations = self.stations
         if len(plan) == 1:
             stations[plan[0][0].kind].submit(Token(cmd, -1, plan[0], now))
         else:
