@@ -144,3 +144,60 @@ def test_fast_mode_pe_model_is_compiled_with_the_core(monkeypatch):
         assert core.pe_model() == (stations, cpu.Cpu)
     finally:
         core.status.cache_clear()
+
+
+def test_fast_mode_op_core_is_compiled_with_the_core(monkeypatch):
+    """With the compiled core, fast mode's per-op work (``opcore.OpCore``: plans, issues,
+    completions, HBM reads) and the recorder's completions (``rowbuf.DoneRows``) are the typed
+    twins; switched off, the ``.py`` classes run (as flit mode's always do)."""
+    from kbtrace.replay import opcore, rowbuf
+    if core.status()[1] != "compiled":
+        if os.environ.get("CI"):
+            pytest.fail(core.status()[1])
+        pytest.skip(f"compiled core not available here: {core.status()[1]}")
+    cls = core.op_core()
+    assert cls.__module__ == "kbtrace.replay.fabric._opcore_c"
+    assert type(cls.__dict__["done"]).__name__ == "getset_descriptor"
+    assert core.row_buffers()[2].__module__ == "kbtrace.replay.fabric._rowbuf_c"
+    monkeypatch.setenv(core.PURE_ENV, "1")
+    core.status.cache_clear()
+    try:
+        assert core.op_core() is opcore.OpCore
+        assert core.row_buffers()[2] is rowbuf.DoneRows
+    finally:
+        core.status.cache_clear()
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_op_core_records_a_completion_flushes_a_full_batch_then_calls_back_in_order(
+        tmp_path, compiled):
+    """``OpCore.complete``: the completion record (a full batch flushed with it: the op's rows
+    written, its ``t_end`` the later of now and its last row), the done flag, then the op's
+    callbacks in registration order; the compiled twin the same."""
+    import simpy
+
+    from kbtrace.replay import opcore, rowbuf
+    from kbtrace.replay.recorder import Recorder
+    if compiled:
+        if core.status()[1] != "compiled":
+            pytest.skip(f"compiled core not available here: {core.status()[1]}")
+        rows, cls = core.row_buffers(), core.op_core()
+    else:
+        rows, cls = (rowbuf.HopRows, rowbuf.CompactRows, rowbuf.DoneRows), opcore.OpCore
+    rec = Recorder(tmp_path, 4, 0, 2, rows=rows)
+    oc = cls(simpy.Environment(initial_time=2.5), None, rec, {}, None, 4, "fast")
+    calls: list[str] = []
+    oc.on_done(1, lambda: calls.append(f"a{rec.n_hops}"))
+    oc.on_done(1, lambda: calls.append(f"b{oc.done[1]}"))
+    oc.issue(0, 0.0)
+    oc.issue(1, 0.5)
+    rec.row(1, -1, 0, 5, -1, 0.5, 1.0, 0.5, 0.0, 0)
+    assert not rec.dones.add(0, 0.0, 0.0, 0.25, "pe0")     # 1 pending row < batch_rows 2
+    rec.row(1, -1, 0, 5, -1, 1.0, 3.0, 2.0, 0.0, 0)
+    oc.complete(types.SimpleNamespace(op_id=1), 0.5, 0.75, "pe1")
+    assert calls == ["a2", "b1"]                           # after the flush and the flag
+    assert (rec.n_done, rec.dones.n, bytes(oc.done)) == (2, 0, b"\x00\x01\x00\x00")
+    assert rec.t_end[:2].tolist() == [0.25, 3.0] and rec.t_start[1] == 0.75
+    assert rec.engine[:3].tolist() == [0, 1, -1] and rec.engine_names == ["pe0", "pe1"]
+    assert (list(rec.iss_op), list(rec.iss_t)) == ([0, 1], [0.0, 0.5])
+    rec.close()

@@ -162,8 +162,8 @@ def test_progress_reports_and_changes_nothing(traces, small, tmp_path, monkeypat
 
 
 def test_memoised_plans_equal_fresh_ones(small, traces, tmp_path):
-    """Sim.plan memoises plans: for every op of every workload (including the same op
-    shapes at other addresses, operands in and out of TCM) it returns what plan_for builds."""
+    """Sim.plan (``OpCore.plan``) memoises plans: for every op of every workload (the same op
+    shapes at other addresses too, operands in and out of TCM) it returns what plan_for builds."""
     from kbtrace.replay.engine import Sim
     from kbtrace.replay.ops import load_ops, plan_for
 

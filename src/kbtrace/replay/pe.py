@@ -33,7 +33,7 @@ process whose completion ends the service. (c) IPCQ services (rare) are
 processes too.
 
 fast DMA: a read is one timer for setup + request leg, whose callback reads
-HBM and books the data transfer (``Sim.hbm_read`` -> ``fabric.send``), whose
+HBM and books the data transfer (``OpCore.hbm_read`` -> ``fabric.send``), whose
 one event ends the service; a write is the ``fabric.send(..., at=..., ack=...)``
 event (to HBM: one more, the commit when the data arrives). DMA channels are held through the whole round trip
 (request, HBM, data, ack). Consecutive DMA_READ stages of one tile run in
@@ -43,7 +43,7 @@ PE_CPU (``cpu.Cpu``) issues in program order: an op waits for its ``deps``, is d
 (metadata-only calls, ``ops.is_metadata``, complete there at no cost: no command),
 then either blocks the CPU (sync ops, until they complete) or lets it issue
 the next op; a program ends when all its ops completed. Op completions reach
-the CPU as direct callbacks (``Sim.on_done``), not SimPy events.
+the CPU as direct callbacks (``OpCore.on_done``), not SimPy events.
 
 Tie-break rule (within a PE): services ending at the same time complete in
 the order they were scheduled (SimPy's insertion id). On completion a token
@@ -58,7 +58,9 @@ Compiled: in fast mode with the compiled core (``fabric.core.pe_model``) the sta
 servers and PE_CPU are the compiled twins of ``stations.py`` and ``cpu.py``, typed by their
 ``.pxd`` files (the same operations in the same order: byte-identical outputs,
 ``tests/test_replay_core.py``); flit mode and ``KBTRACE_PURE_PYTHON=1`` run the ``.py``
-files. A PE reaches them through ``SimContext.pe_model`` / ``pe_cpu``.
+files. A PE reaches them through ``SimContext.pe_model`` / ``pe_cpu``; they ask
+``opcore.OpCore`` (``Sim.core``, compiled with them) for plans, issues, completions and HBM
+reads.
 """
 
 from __future__ import annotations

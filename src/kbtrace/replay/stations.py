@@ -264,7 +264,8 @@ class DmaServer(StageServer):
         self.fast = pe.fast
         self.n_dma = pe.n_dma
         self.setup = pe.dma_ov
-        self.src = self.lat = self.t_ack = 0
+        self.src = 0
+        self.lat = self.t_ack = 0.0
         self._stage = STAGE_CODE["dma_read" if read else "dma_write"]
         #: control-message latencies between this DMA engine and each node it has talked to
         #: (``_cmd_ns``; as many as the nodes at most)
