@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 
 from kbtrace.replay.options import Run
 
-__all__ = ["MATCH_GROUPS", "Agreement", "compare_runs", "matched_op_errors"]
+__all__ = ["MATCH_GROUPS", "Agreement", "compare_runs", "latency_errors", "matched_op_errors"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,12 +26,22 @@ class Agreement:
     max_op_err: float = 0.0
 
 
-def compare_runs(a: Run, ref: Run) -> Agreement:
+def latency_errors(a: Run, ref: Run) -> tuple[np.ndarray, np.ndarray]:
+    """Per op (in ``op_id`` order) the latency (``t_end - t_issue``) relative error of ``a``
+    against ``ref``, 0 where ``ref``'s latency is 0; and the mask of the ops whose ``ref``
+    latency is over 0 (the ones ``compare_runs`` counts)."""
     ta, tr = a.op_timing(), ref.op_timing()
     la = ta["t_end_ns"].to_numpy() - ta["t_issue_ns"].to_numpy()
     lr = tr["t_end_ns"].to_numpy() - tr["t_issue_ns"].to_numpy()
     keep = lr > 0
-    err = np.abs(la[keep] - lr[keep]) / lr[keep]
+    err = np.zeros(len(lr))
+    err[keep] = np.abs(la[keep] - lr[keep]) / lr[keep]
+    return err, keep
+
+
+def compare_runs(a: Run, ref: Run) -> Agreement:
+    every, keep = latency_errors(a, ref)
+    err = every[keep]
     diff = abs(a.makespan_ns - ref.makespan_ns)
     q = (lambda p: float(np.percentile(err, p))) if err.size else (lambda p: 0.0)
     return Agreement(

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow.parquet as pq
 
+from kbtrace.replay.compare import latency_errors
 from kbtrace.replay.options import Run
 
 __all__ = ["LinkDelay", "op_errors", "over_by_seq", "head_delays", "first_divergence",
@@ -38,13 +39,7 @@ def op_errors(a: Run, ref: Run) -> np.ndarray:
     """Per op (in ``op_id`` order) the latency (``t_end - t_issue``) relative error of ``a``
     against ``ref``; 0 where ``ref``'s latency is 0 (``compare.compare_runs`` leaves those
     out)."""
-    ta, tr = a.op_timing(), ref.op_timing()
-    la = ta["t_end_ns"].to_numpy() - ta["t_issue_ns"].to_numpy()
-    lr = tr["t_end_ns"].to_numpy() - tr["t_issue_ns"].to_numpy()
-    out = np.zeros(len(lr))
-    keep = lr > 0
-    out[keep] = np.abs(la[keep] - lr[keep]) / lr[keep]
-    return out
+    return latency_errors(a, ref)[0]
 
 
 def over_by_seq(a: Run, ref: Run, threshold: float = 0.05) -> dict[tuple[int, str], int]:
