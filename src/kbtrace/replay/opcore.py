@@ -97,7 +97,8 @@ class OpCore:
         return pl
 
     def issue(self, op_id: int, t_issue: float) -> None:
-        """Op ``op_id`` was issued at ``t_issue`` (now): ``Recorder.issue``."""
+        """Op ``op_id`` was issued at ``t_issue`` (now), appended to the recorder's issue log:
+        none of its rows starts earlier (the recorder's watermark)."""
         self.iss_t.append(t_issue)
         self.iss_op.append(op_id)
 

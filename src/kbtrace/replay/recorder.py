@@ -40,8 +40,8 @@ For the physical invariants every finalised row with ``busy_ns > 0`` yields
 ``(resource, t_enter + queue, t_leave, busy)``; a link is its own resource, a
 node-side row's resource is ``rid(node, stage)``. Each batch's intervals go to
 the ``busy`` checker (``invariants.BusyCheck``) with a watermark no later row
-starts before: the earliest issue time of the ops issued (``issue``) and not yet
-finalised, or the flush time if none is in flight. The checker keeps only the
+starts before: the earliest issue time of the ops issued (``opcore.OpCore.issue``)
+and not yet finalised, or the flush time if none is in flight. The checker keeps only the
 windows that may still grow, so no per-hop state outlives its batch.
 """
 
@@ -151,8 +151,8 @@ class Recorder:
         self._p_row: tuple[np.ndarray, ...] = tuple(np.empty(0, dtype=t) for t in _PLAN_ROW_DT)
         # invariant 1, fed per batch; (t_issue, op) of issued ops, in issue (= time) order
         self.busy: BusySink | None = None
-        #: issue time of each op issued, in issue order, and its id (``issue``; appended to by
-        #: ``opcore.OpCore.issue`` too)
+        #: issue time of each op issued, in issue order, and its id (appended to by
+        #: ``opcore.OpCore.issue``)
         self.iss_t = array("d")
         self.iss_op = array("q")
         self._iss_lo = 0                    # the first of them not known finalised
@@ -201,11 +201,6 @@ class Recorder:
     def n_done(self) -> int:
         """Ops completed so far."""
         return self._n_ranked + self.dones.n
-
-    def issue(self, op: int, t_issue: float) -> None:
-        """Op ``op`` was issued at ``t_issue`` (now): none of its rows starts earlier."""
-        self.iss_t.append(t_issue)
-        self.iss_op.append(op)
 
     def op_done(self, op: int, t_issue: float, t_start: float, t_end: float, engine: str) -> None:
         """Op ``op`` completed at ``t_end`` on ``engine`` (its node id); flushes a full batch."""
