@@ -369,18 +369,20 @@ def work(job: dict[str, Any]) -> int:
 def execute(fn: Callable[[dict[str, Any]], dict[str, Any]], jobs: list[dict[str, Any]],
             pool: Pool | int | None, executor: str,
             done: Callable[[int, dict[str, Any]], None],
-            took: Sequence[float] | None = None) -> tuple[list[int], set[int]]:
+            took: Sequence[float] | None = None,
+            size: Callable[[dict[str, Any]], float] | None = None) -> tuple[list[int], set[int]]:
     """Run ``fn`` on every job: as Ray tasks, in worker processes, or in this process;
     ``done(index, result)`` as each finishes. ``pool``: a ``Pool`` (its workers are used when
     started already or when the jobs' work is at least ``MIN_PARALLEL_OPS``; largest first:
-    by ``took``, each job's CPU seconds in an earlier run, if given, else by ``work``), or a
+    by ``took``, each job's CPU seconds in an earlier run, if given, else by ``size(job)``,
+    a predicted cost, asked only when the work is that large, else by ``work``), or a
     number of workers to use whatever the work (1: this process). Returns the jobs' indices
     in the order workers would take them (largest first) and those run here."""
     owned = isinstance(pool, int)
     workers: Pool | None = ((Pool(pool, spare_cores_only=False) if pool > 1 else None)
                             if isinstance(pool, int) else pool)
     try:
-        return _run_jobs(fn, jobs, workers, owned, executor, done, took)
+        return _run_jobs(fn, jobs, workers, owned, executor, done, took, size)
     finally:
         if owned and workers is not None:
             workers.close()
@@ -389,7 +391,8 @@ def execute(fn: Callable[[dict[str, Any]], dict[str, Any]], jobs: list[dict[str,
 def _run_jobs(fn: Callable[[dict[str, Any]], dict[str, Any]], jobs: list[dict[str, Any]],
               pool: Pool | None, forced: bool, executor: str,
               done: Callable[[int, dict[str, Any]], None],
-              took: Sequence[float] | None = None) -> tuple[list[int], set[int]]:
+              took: Sequence[float] | None = None,
+              size: Callable[[dict[str, Any]], float] | None = None) -> tuple[list[int], set[int]]:
     if executor == "ray":
         try:
             import ray
@@ -408,10 +411,13 @@ def _run_jobs(fn: Callable[[dict[str, Any]], dict[str, Any]], jobs: list[dict[st
         return list(range(len(jobs))), set()
     cost = [work(j) for j in jobs]
     least = MIN_PARALLEL_OPS_FORK if start_method() == "fork" else MIN_PARALLEL_OPS
-    size = took or cost
-    order = sorted(range(len(jobs)), key=lambda i: (-size[i], i))     # largest first
-    if pool is None or len(jobs) <= 1 or (
-            not forced and not pool.started and sum(cost) < least):
+    big = sum(cost) >= least
+    parallel = pool is not None and len(jobs) > 1 and (forced or pool.started or big)
+    # (a predicted size only where it may matter: -j 1 orders its jobs the same, for the
+    # record, once they are as large as -j N would run in parallel)
+    sizes = took or ([size(j) for j in jobs] if size is not None and (parallel or big) else cost)
+    order = sorted(range(len(jobs)), key=lambda i: (-sizes[i], i))     # largest first
+    if not parallel:
         for i, j in enumerate(jobs):
             done(i, fn(j))
         return order, set(range(len(jobs)))
@@ -421,5 +427,6 @@ def _run_jobs(fn: Callable[[dict[str, Any]], dict[str, Any]], jobs: list[dict[st
             raise res
         done(order[k], res)
 
+    assert pool is not None
     here = pool.run(fn, [jobs[i] for i in order], settle)
     return order, {order[k] for k in here}

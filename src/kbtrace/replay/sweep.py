@@ -67,13 +67,13 @@ from kbtrace import __version__, schema
 from kbtrace._io import claim_dir, read_json_object, stable_hash, write_json, write_table
 from kbtrace._owned import MARKER, owner
 from kbtrace.errors import KbtraceError, SweepError
+from kbtrace.replay._sweepcost import cost
 from kbtrace.replay._sweepcpu import Clock, JobCpu, SweepCpu, children_cpu_s
 from kbtrace.replay._sweepsafe import (
     Pool,
     check_pinned,
     execute,
     pin_traces,
-    work,
     write_point,
 )
 from kbtrace.replay.sweep_config import (
@@ -473,7 +473,10 @@ def _run(cfg: SweepConfig, out: Path, meta: dict[str, Any], created: bool, pool:
 
     cap_of = {c[3]: k for k, c in enumerate(caps)}     # trace dir -> its capture
     took = _took(jobs_l) if not created else None
-    size = (lambda i: took[i]) if took else (lambda i: work(jobs_l[i]))   # largest first
+    # largest first: by the CPU seconds of the previous run, else by a prediction
+    # (``_sweepcost``; asked for a point once its trace is captured)
+    size = (lambda i: took[i]) if took else (lambda i: cost(jobs_l[i]))
+    order: list[int] = []      # the points in the order -j N prefers them
     if piped:
         assert pool is not None
         here, errors = _piped(caps, pts, jobs_l, pool, prepare, finished, cap_of, cpu, size)
@@ -483,6 +486,7 @@ def _run(cfg: SweepConfig, out: Path, meta: dict[str, Any], created: bool, pool:
             raise _capture_error(cfg, caps, errors) from None
         todo = list(range(len(pts)))
         reused = 0
+        order = sorted(todo, key=lambda i: (-size(i), i))
     else:
         prepare(range(len(pts)))
         todo, reused = [], 0
@@ -494,15 +498,16 @@ def _run(cfg: SweepConfig, out: Path, meta: dict[str, Any], created: bool, pool:
                 reused += 1
                 finished(i, r)
         clock.lap("prepare")
-        _order, here_k = execute(run_point, [jobs_l[i] for i in todo], pool, executor,
-                                 lambda k, res: finished(todo[k], res),
-                                 [took[i] for i in todo] if took else None)
+        order_k, here_k = execute(run_point, [jobs_l[i] for i in todo], pool, executor,
+                                  lambda k, res: finished(todo[k], res),
+                                  [took[i] for i in todo] if took else None, cost)
         here = {todo[k] for k in here_k}
+        order = [todo[k] for k in order_k]
     clock.lap("run")
     # the points as -j N prefers them (largest first), each after its trace's capture
     cpu.jobs += [JobCpu("point", i, float((results[i] or {}).get("cpu_s") or 0.0), i in here,
                         (cap_of[pts[i].trace_dir],) if pts[i].trace_dir in cap_of else ())
-                 for i in sorted(todo, key=lambda i: (-size(i), i))]
+                 for i in order]
     res_l = [r for r in results if r is not None]
     table = points_table(cfg, pts, res_l)
     write_table(out / "points.parquet", table)
