@@ -1,7 +1,7 @@
 """Sweeps, ``-j 2`` against ``-j 1`` (issue 22, target 7): wall time, and where the CPU time
 goes; not part of the default test run.
 
-Run:  python benchmarks/bench_sweep.py [--repeats 2] [--force-workers]
+Run:  python benchmarks/bench_sweep.py [--repeats 2] [--force-workers] [--sweeps 10k,capture] [--ab]
       pytest benchmarks/bench_sweep.py -m benchmark
 
 Sweeps over ``small.yaml`` (4 points, ``cube.hbm.pc_bw_gbps`` in 8, 16, 32, 64, unless said),
@@ -18,7 +18,13 @@ each run with ``jobs=1`` and ``jobs=2``, alternating, best wall time of ``--repe
   costs 2.5x each other one;
 * ``capture``: two gemm workloads (BM 16 / 32, M = N = 512, K = 1024) captured by the
   sweep (2 points each: 8, 32): captures and points are one set of jobs, each point
-  starting once its trace is captured.
+  starting once its trace is captured;
+* ``10k by ops`` (``--ab``): ``10k`` handed out as before the cost prediction
+  (``replay/_sweepcost``): by trace ops alone, so config order for one trace; measured
+  alternating with the others, for the A/B in one run.
+
+A first run hands points out largest first by ``_sweepcost.cost`` (trace ops x a contention
+factor of the point's topology parameters). ``--sweeps`` picks sweeps by name.
 
 ``-j 2`` is this process plus one worker (``_sweepsafe.Pool``). The first table gives the
 best wall times, the CPU seconds of those runs (this process and its workers, reaped) and
@@ -72,6 +78,7 @@ def configs(tmp: Path) -> dict[str, dict]:
         out[name] = {"traces": [str(d)], "topologies": [SMALL], "grid": GRID}
     out["10k re-run"] = out["10k"]
     out["10k x 8"] = dict(out["10k"], grid=GRID8)
+    out["10k by ops"] = out["10k"]
     out["capture"] = {"workloads": [{"path": str(ROOT / "capture" / "gemm.py"),
                                      "params": {"M": 512, "N": 512, "K": 1024},
                                      "grid": {"BM": [16, 32]}}],
@@ -95,30 +102,39 @@ class Row:
     cpu: dict[int, float] = field(default_factory=dict)
     load: float = 0.0
     prof: dict[int, SweepCpu] = field(default_factory=dict)
+    walls: dict[int, list[float]] = field(default_factory=dict)     # every run's, in order
 
 
-def measure(repeats: int, tmp: Path, force_workers: bool = False) -> list[Row]:
-    """Each sweep at -j 1 and -j 2, alternating, ``repeats`` times. ``force_workers``: -j 2
-    starts its worker whatever the load average says (``_sweepsafe.free_cores``), so that a
-    loaded machine still yields the -j 2 decomposition (its wall time then means little)."""
-    from kbtrace.replay import _sweepsafe
+def measure(repeats: int, tmp: Path, force_workers: bool = False,
+            names: list[str] | None = None) -> list[Row]:
+    """Each sweep (of ``names``, default all but ``10k by ops``) at -j 1 and -j 2,
+    alternating, ``repeats`` times; with several sweeps, round by round over them, so that
+    the load falls on all alike. ``force_workers``: -j 2 starts its worker whatever the load
+    average says (``_sweepsafe.free_cores``), so that a loaded machine still yields the
+    -j 2 decomposition (its wall time then means little)."""
+    from kbtrace.replay import _sweepsafe, sweep
     from kbtrace.replay.sweep import run_sweep
     if force_workers:
         _sweepsafe.free_cores = lambda: os.cpu_count() or 1
-    rows = []
-    for name, cfg in configs(tmp).items():
-        row = Row(name, {1: float("inf"), 2: float("inf")})
-        loads = []
-        for r in range(repeats):
+    every = configs(tmp)
+    names = names or [n for n in every if n != "10k by ops"]
+    rows = {n: Row(n, {1: float("inf"), 2: float("inf")}) for n in names}
+    loads: dict[str, list[float]] = {n: [] for n in names}
+    predicted = sweep.cost
+    for r in range(repeats):
+        for name in names:
+            cfg, row = every[name], rows[name]
+            sweep.cost = _sweepsafe.work if name.endswith("by ops") else predicted
             for jobs in (1, 2):
                 rerun = name.endswith("re-run")     # into the sweep's earlier directory
                 out = tmp / f"{name}-{jobs}" if rerun else tmp / f"{name}-{jobs}-{r}"
                 if rerun and not out.exists():
                     run_sweep(cfg, out, jobs=jobs)  # (untimed: the run it re-runs)
-                loads.append(os.getloadavg()[0])
+                loads[name].append(os.getloadavg()[0])
                 c0, t0 = _cpu(), time.perf_counter()
                 res = run_sweep(cfg, out, jobs=jobs)
                 wall, used = time.perf_counter() - t0, _cpu() - c0
+                row.walls.setdefault(jobs, []).append(round(wall, 2))
                 if wall < row.wall[jobs]:
                     row.wall[jobs], row.cpu[jobs] = wall, used
                 if jobs not in row.prof or res.cpu.total_s < row.prof[jobs].total_s:
@@ -126,9 +142,10 @@ def measure(repeats: int, tmp: Path, force_workers: bool = False) -> list[Row]:
                 assert res.ok, res.failed
                 if not rerun:
                     shutil.rmtree(out)
-        row.load = sum(loads) / len(loads)
-        rows.append(row)
-    return rows
+    sweep.cost = predicted
+    for n in names:
+        rows[n].load = sum(loads[n]) / len(loads[n])
+    return list(rows.values())
 
 
 def table(rows: list[Row]) -> str:
@@ -140,6 +157,10 @@ def table(rows: list[Row]) -> str:
              "|---|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {r.name} | {r.wall[1]:.2f} | {r.wall[2]:.2f} | {r.wall[1] / r.wall[2]:.2f}x | "
               f"{r.cpu[1]:.2f} | {r.cpu[2]:.2f} | {r.load:.1f} |" for r in rows]
+    lines += ["", "every run's wall s (-j 1 / -j 2, in the order run):", ""]
+    lines += [f"- {r.name}: " + ", ".join(f"{a} / {b}" for a, b in zip(r.walls.get(1, []),
+                                                                     r.walls.get(2, [])))
+              for r in rows]
     return "\n".join(lines)
 
 
@@ -183,7 +204,7 @@ def test_sweep_jobs(tmp_path):
     rows = measure(1, tmp_path, force_workers=True)
     print(table(rows))
     print(cpu_table(rows))
-    assert len(rows) == 5
+    assert [r.name for r in rows] == ["tiny", "10k", "10k re-run", "10k x 8", "capture"]
     assert all(r.prof[1].serial_s < 0.2 * r.prof[1].total_s for r in rows[1:])
 
 
@@ -193,9 +214,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--force-workers", action="store_true",
                     help="start -j 2's worker whatever the load (for the CPU decomposition on a "
                          "loaded machine; its wall times then mean little)")
+    ap.add_argument("--sweeps", help="comma-separated sweep names (default: all but "
+                    "'10k by ops')")
+    ap.add_argument("--ab", action="store_true",
+                    help="also '10k by ops' (points handed out by trace ops, as before the "
+                         "cost prediction), alternating with the others")
     a = ap.parse_args(argv)
+    names = a.sweeps.split(",") if a.sweeps else None
+    if a.ab:
+        names = [*(names or ["tiny", "10k", "10k re-run", "10k x 8", "capture"]), "10k by ops"]
     with tempfile.TemporaryDirectory() as tmp:
-        rows = measure(a.repeats, Path(tmp), a.force_workers)
+        rows = measure(a.repeats, Path(tmp), a.force_workers, names)
         print(table(rows))
         print()
         print(cpu_table(rows))
