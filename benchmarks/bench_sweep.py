@@ -158,9 +158,8 @@ def table(rows: list[Row]) -> str:
     lines += [f"| {r.name} | {r.wall[1]:.2f} | {r.wall[2]:.2f} | {r.wall[1] / r.wall[2]:.2f}x | "
               f"{r.cpu[1]:.2f} | {r.cpu[2]:.2f} | {r.load:.1f} |" for r in rows]
     lines += ["", "every run's wall s (-j 1 / -j 2, in the order run):", ""]
-    lines += [f"- {r.name}: " + ", ".join(f"{a} / {b}" for a, b in zip(r.walls.get(1, []),
-                                                                     r.walls.get(2, [])))
-              for r in rows]
+    lines += [f"- {r.name}: " + ", ".join(f"{a} / {b}" for a, b in zip(
+        r.walls.get(1, []), r.walls.get(2, []), strict=True)) for r in rows]
     return "\n".join(lines)
 
 
