@@ -92,6 +92,16 @@ def _cpu() -> float:
     return me.ru_utime + me.ru_stime + ch.ru_utime + ch.ru_stime
 
 
+def _busy_s() -> float:
+    """CPU seconds every process on the machine has used (``/proc/stat``; 0 where none)."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return 0.0
+    return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")     # all but idle and iowait
+
+
 @dataclass
 class Row:
     """One sweep's figures: best wall time per -j, the CPU seconds of that run (this
@@ -102,7 +112,8 @@ class Row:
     cpu: dict[int, float] = field(default_factory=dict)
     load: float = 0.0
     prof: dict[int, SweepCpu] = field(default_factory=dict)
-    walls: dict[int, list[float]] = field(default_factory=dict)     # every run's, in order
+    #: every run's wall s and the cores other processes used meanwhile, in order
+    walls: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
 
 
 def measure(repeats: int, tmp: Path, force_workers: bool = False,
@@ -131,10 +142,11 @@ def measure(repeats: int, tmp: Path, force_workers: bool = False,
                 if rerun and not out.exists():
                     run_sweep(cfg, out, jobs=jobs)  # (untimed: the run it re-runs)
                 loads[name].append(os.getloadavg()[0])
-                c0, t0 = _cpu(), time.perf_counter()
+                c0, b0, t0 = _cpu(), _busy_s(), time.perf_counter()
                 res = run_sweep(cfg, out, jobs=jobs)
                 wall, used = time.perf_counter() - t0, _cpu() - c0
-                row.walls.setdefault(jobs, []).append(round(wall, 2))
+                others = max(0.0, _busy_s() - b0 - used) / wall
+                row.walls.setdefault(jobs, []).append((round(wall, 2), round(others, 2)))
                 if wall < row.wall[jobs]:
                     row.wall[jobs], row.cpu[jobs] = wall, used
                 if jobs not in row.prof or res.cpu.total_s < row.prof[jobs].total_s:
@@ -157,9 +169,12 @@ def table(rows: list[Row]) -> str:
              "|---|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {r.name} | {r.wall[1]:.2f} | {r.wall[2]:.2f} | {r.wall[1] / r.wall[2]:.2f}x | "
               f"{r.cpu[1]:.2f} | {r.cpu[2]:.2f} | {r.load:.1f} |" for r in rows]
-    lines += ["", "every run's wall s (-j 1 / -j 2, in the order run):", ""]
-    lines += [f"- {r.name}: " + ", ".join(f"{a} / {b}" for a, b in zip(
-        r.walls.get(1, []), r.walls.get(2, []), strict=True)) for r in rows]
+    lines += ["", "every run's wall s, -j 1 / -j 2 in the order run, with the cores other "
+              "processes used meanwhile (/proc/stat; the machine was quiet for a pair where "
+              "both are near 0):", ""]
+    lines += [f"- {r.name}: " + ", ".join(
+        f"{a[0]} ({a[1]}) / {b[0]} ({b[1]}) = {a[0] / b[0]:.2f}x" for a, b in zip(
+            r.walls.get(1, []), r.walls.get(2, []), strict=True)) for r in rows]
     return "\n".join(lines)
 
 
