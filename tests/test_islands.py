@@ -198,3 +198,67 @@ def test_materialize_uses_the_twins_and_changes_no_query(run_dir, monkeypatch):
     monkeypatch.setattr(run_mod, "TWINS", {})       # the SQL views, as before the twins
     sql = materialized()
     assert twins == sql and all(sql)
+
+
+_SCAN_COLS = ("placed", "pk", "busy", "rk", "hq", "t_enter_ns", "t_leave_ns", "t_busy_start_ns",
+              "queue_ns", "op_id")
+
+
+def _scanned(con) -> pa.Table:
+    """Every row ``islands._hop_rows`` gives, as a table sorted by all its columns."""
+    parts = [pa.table(dict(zip(_SCAN_COLS, cols, strict=True)))
+             for cols in islands._hop_rows(con)]
+    return pa.concat_tables(parts).sort_by([(c, "ascending") for c in _SCAN_COLS])
+
+
+# op_timing rewritten: some ops without a kind or a placement, so the join's NULL cases show
+_HOLES = ("CREATE OR REPLACE VIEW op_timing AS SELECT * REPLACE ("
+          "CASE WHEN op_id % 5 = 1 THEN NULL ELSE kind END AS kind, "
+          "CASE WHEN op_id % 7 = 2 THEN NULL ELSE sip END AS sip) FROM _ot")
+
+
+@pytest.mark.parametrize("op_timing", [
+    None, _HOLES,
+    # dense op_ids, fewer ops than the hops name: the hops of the others are dropped
+    "CREATE OR REPLACE VIEW op_timing AS SELECT * FROM _ot WHERE op_id < (SELECT max(op_id) "
+    "FROM _ot) // 2",
+    # not 0, 1, 2, ...: the scan is _SCAN_SQL's own
+    "CREATE OR REPLACE VIEW op_timing AS SELECT * FROM _ot WHERE op_id % 3 <> 1"])
+def test_hop_rows_are_the_scan_sqls_rows(run_dir, op_timing, monkeypatch):
+    """``_hop_ctx``'s join and categories done in numpy give ``_SCAN_SQL``'s rows: every
+    category bit, HBM queueing, resource key and busy start, hops of no op dropped."""
+    monkeypatch.setattr(islands, "STREAM_ROWS", 1000)
+    with open_run(run_dir) as r:
+        con = r.con
+        if op_timing is not None:
+            con.execute("CREATE TEMP TABLE _ot AS SELECT * FROM op_timing")
+            con.execute(op_timing)
+        cols = ", ".join(_SCAN_COLS)
+        ref = con.sql(f"SELECT {cols} FROM ({islands._SCAN_SQL}) ORDER BY ALL").to_arrow_table()
+        got = _scanned(con)
+        dense = islands._op_ctx(con) is not None
+        bits = {int(b) for b in (got.column("pk").to_numpy() & 511)}
+    assert ref.num_rows > 0
+    assert got.num_rows == ref.num_rows
+    for c in _SCAN_COLS:
+        assert np.array_equal(got.column(c).to_numpy(), ref.column(c).to_numpy()), c
+    assert dense == (op_timing is None or "% 3" not in op_timing)
+    if op_timing == _HOLES:         # kindless hops fall to their transfer, sip-less unplaced
+        assert 0 in bits and not got.column("placed").to_numpy().all()
+    if op_timing is None and "gemm" in run_dir.name:
+        assert {1, 32, 64, 256} <= bits       # gemm, dma_read, dma_write, other
+        assert got.column("hq").to_numpy().any()
+
+
+def test_category_bits_follow_hop_ctx():
+    """Per stage and op kind, the bit of the category ``_hop_ctx.sql`` gives the hop."""
+    lut, bit = islands._category_bits(), dict(islands._STAGE_BITS)
+    code = {st: i for i, st in enumerate(islands._OWN + islands._CARRY, 1)}
+    plain_, host, store, ipcq = 0, 1, 2, 3
+    assert lut[code["gemm"], plain_] == bit["gemm"] and lut[code["gemm"], host] == bit["other"]
+    assert lut[code["hbm"], plain_] == bit["dma_read"] == lut[code["fabric"], plain_]
+    assert lut[code["sram"], store] == bit["dma_write"] and lut[code["hbm"], ipcq] == bit["ipcq"]
+    assert lut[code["store"], store] == bit["store"] and lut[code["ipcq"], ipcq] == bit["ipcq"]
+    assert (lut[0] == bit["other"]).all() and (lut[:, host] == bit["other"]).all()
+    assert islands._KIND_CODE == {"h2d": host, "d2h": host, "store": store, "send": ipcq,
+                                  "recv": ipcq}
