@@ -260,5 +260,5 @@ def test_category_bits_follow_hop_ctx():
     assert lut[code["sram"], store] == bit["dma_write"] and lut[code["hbm"], ipcq] == bit["ipcq"]
     assert lut[code["store"], store] == bit["store"] and lut[code["ipcq"], ipcq] == bit["ipcq"]
     assert (lut[0] == bit["other"]).all() and (lut[:, host] == bit["other"]).all()
-    assert islands._KIND_CODE == {"h2d": host, "d2h": host, "store": store, "send": ipcq,
-                                  "recv": ipcq}
+    assert {"h2d": host, "d2h": host, "store": store, "send": ipcq,
+                                  "recv": ipcq} == islands._KIND_CODE
