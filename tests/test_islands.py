@@ -204,10 +204,10 @@ _SCAN_COLS = ("placed", "pk", "busy", "rk", "hq", "t_enter_ns", "t_leave_ns", "t
               "queue_ns", "op_id")
 
 
-def _scanned(con) -> pa.Table:
+def _scanned(con, hops=None) -> pa.Table:
     """Every row ``islands._hop_rows`` gives, as a table sorted by all its columns."""
     parts = [pa.table(dict(zip(_SCAN_COLS, cols, strict=True)))
-             for cols in islands._hop_rows(con)]
+             for cols in islands._hop_rows(con, hops)]
     return pa.concat_tables(parts).sort_by([(c, "ascending") for c in _SCAN_COLS])
 
 
@@ -226,7 +226,8 @@ _HOLES = ("CREATE OR REPLACE VIEW op_timing AS SELECT * REPLACE ("
     "CREATE OR REPLACE VIEW op_timing AS SELECT * FROM _ot WHERE op_id % 3 <> 1"])
 def test_hop_rows_are_the_scan_sqls_rows(run_dir, op_timing, monkeypatch):
     """``_hop_ctx``'s join and categories done in numpy give ``_SCAN_SQL``'s rows: every
-    category bit, HBM queueing, resource key and busy start, hops of no op dropped."""
+    category bit, HBM queueing, resource key and busy start, hops of no op dropped; the hops
+    read through the view or from its file."""
     monkeypatch.setattr(islands, "STREAM_ROWS", 1000)
     with open_run(run_dir) as r:
         con = r.con
@@ -236,12 +237,14 @@ def test_hop_rows_are_the_scan_sqls_rows(run_dir, op_timing, monkeypatch):
         cols = ", ".join(_SCAN_COLS)
         ref = con.sql(f"SELECT {cols} FROM ({islands._SCAN_SQL}) ORDER BY ALL").to_arrow_table()
         got = _scanned(con)
+        from_file = _scanned(con, r.run_dirs[0] / "hops.parquet")
         dense = islands._op_ctx(con) is not None
         bits = {int(b) for b in (got.column("pk").to_numpy() & 511)}
     assert ref.num_rows > 0
     assert got.num_rows == ref.num_rows
     for c in _SCAN_COLS:
         assert np.array_equal(got.column(c).to_numpy(), ref.column(c).to_numpy()), c
+    assert from_file.equals(got)
     assert dense == (op_timing is None or "% 3" not in op_timing)
     if op_timing == _HOLES:         # kindless hops fall to their transfer, sip-less unplaced
         assert 0 in bits and not got.column("placed").to_numpy().all()
@@ -262,3 +265,19 @@ def test_category_bits_follow_hop_ctx():
     assert (lut[0] == bit["other"]).all() and (lut[:, host] == bit["other"]).all()
     assert {"h2d": host, "d2h": host, "store": store, "send": ipcq,
                                   "recv": ipcq} == islands._KIND_CODE
+
+
+def test_materialize_hands_the_scan_the_hops_file(run_dir, monkeypatch):
+    """A single run's twins read its hops.parquet with pyarrow (once, for both views), and
+    nothing of the hand-over is left on the run."""
+    seen: list = []
+    raw = islands._raw_hops
+
+    def spy(con, hops):
+        seen.append(hops)
+        return raw(con, hops)
+    monkeypatch.setattr(islands, "_raw_hops", spy)
+    with open_run(run_dir) as r:
+        r.materialize(("_pe_segments", "_busy_islands"))
+        assert r._scans == {}
+    assert seen == [run_dir / "hops.parquet"]

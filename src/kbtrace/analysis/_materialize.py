@@ -86,10 +86,13 @@ def materialize(run: Any, views: tuple[str, ...]) -> None:
     if twins and "_crit_pred" in views and any(
             v in islands.TWINS for v in views[:views.index("_crit_pred")]):
         run._scans["_collect"] = critpred.Collect   # the islands' scan takes its hops too
+    if twins:           # (a single run's hops view reads this file)
+        run._scans[islands.HOPS_FILE] = run.run_dirs[0] / "hops.parquet"
     try:
         _materialize(run, views, twins)
     finally:
         run._scans.pop("_collect", None)
+        run._scans.pop(islands.HOPS_FILE, None)
 
 
 def _materialize(run: Any, views: tuple[str, ...], twins: bool) -> None:

@@ -327,12 +327,38 @@ def _op_ctx(con: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     return np.where(placed, key << 9, 0), placed, lut[idx]
 
 
-def _hop_rows(con: Any) -> Iterator[tuple[np.ndarray, ...]]:
+def _raw_hops(con: Any, hops: Any) -> Iterator[tuple[np.ndarray, ...]]:
+    """``_RAW_SQL``'s columns as numpy arrays, a batch at a time; ``hops``: the Parquet file
+    the ``hops`` view reads (a single run's), read with pyarrow, the stage codes taken from
+    its dictionary (gemm at 1.0 M ops: 1.3 CPU s, DuckDB's ``_RAW_SQL`` 2.7)."""
+    if hops is None:
+        for b in con.sql(_RAW_SQL).to_arrow_reader(STREAM_ROWS):
+            yield tuple(b.column(i).to_numpy() for i in range(8))
+        return
+    import pyarrow.parquet as pq
+
+    code = {st: i for i, st in enumerate(_OWN + _CARRY, 1)}
+    cols = ["op_id", "stage", "link_idx", "node_idx", "t_enter_ns", "t_leave_ns", "busy_ns",
+            "queue_ns"]
+    with pq.ParquetFile(hops) as f:
+        for b in f.iter_batches(batch_size=STREAM_ROWS, columns=cols):
+            st = b.column(1)
+            if pa.types.is_dictionary(st.type):
+                lut = np.array([code.get(v, 0) for v in st.dictionary.to_pylist()] + [0],
+                               np.uint8)
+                sc = lut[pc.fill_null(st.indices, len(st.dictionary)).to_numpy()]
+            else:
+                sc = np.array([code.get(v, 0) for v in st.to_pylist()], np.uint8)
+            yield (b.column(0).to_numpy(), sc, *(b.column(i).to_numpy() for i in range(2, 8)))
+
+
+def _hop_rows(con: Any, hops: Any = None) -> Iterator[tuple[np.ndarray, ...]]:
     """``_SCAN_SQL``'s columns as numpy arrays, a batch of hops at a time: (placed, pk, busy,
     rk, hq, t_enter_ns, t_leave_ns, t_busy_start_ns, queue_ns, op_id). ``_hop_ctx``'s join
     and category are done here, from ``hops`` and ``op_timing`` read apart (gemm at 1.0 M
-    ops, 29.4 M hops: ~2.7 CPU s, where DuckDB took 7.4-9.4 to evaluate ``_SCAN_SQL``); the
-    SQL where ``op_timing``'s op_ids are not 0, 1, 2, ..."""
+    ops, 29.4 M hops: ~2.5 CPU s, where DuckDB took 7.3-9.3 to evaluate ``_SCAN_SQL``); the
+    SQL where ``op_timing``'s op_ids are not 0, 1, 2, ... ``hops``: the file of the ``hops``
+    view, when it reads one (``_raw_hops``)."""
     ctx = _op_ctx(con)
     if ctx is None:
         for b in con.sql(_SCAN_SQL).to_arrow_reader(STREAM_ROWS):
@@ -340,8 +366,7 @@ def _hop_rows(con: Any) -> Iterator[tuple[np.ndarray, ...]]:
         return
     op_key, op_placed, op_kind = ctx
     bits, other = _category_bits(), dict(_STAGE_BITS)["other"]
-    for b in con.sql(_RAW_SQL).to_arrow_reader(STREAM_ROWS):
-        op, sc, link, node, s, e, busy, q = (b.column(i).to_numpy() for i in range(8))
+    for op, sc, link, node, s, e, busy, q in _raw_hops(con, hops):
         joined = (op >= 0) & (op < len(op_key))      # (the join drops a hop of no op)
         if not joined.all():
             op, sc, link, node, s, e, busy, q = (x[joined] for x in (op, sc, link, node, s,
@@ -354,7 +379,7 @@ def _hop_rows(con: Any) -> Iterator[tuple[np.ndarray, ...]]:
         yield placed, pk, busy > 0, rk, hq, s, e, np.maximum(s, e - busy), q, op
 
 
-def _scan(con: Any, collect: Any = None) -> dict[str, Any]:
+def _scan(con: Any, collect: Any = None, hops: Any = None) -> dict[str, Any]:
     """One pass over ``_hop_ctx`` for both views: the busy intervals dealt by resource, the
     PEs' category intervals (and HBM queueing) ``premerge``d and dealt by PE. ``collect``:
     another view's collector (``critpred.Collect``), handed every row too; what its
@@ -370,7 +395,7 @@ def _scan(con: Any, collect: Any = None) -> dict[str, Any]:
     rows = 0
     con.execute(f"SET threads TO {os.cpu_count() or 1}")   # any row order: all is sorted
     try:
-        for placed, pk, is_busy, rk, hq, s, e, bs, q, op in _hop_rows(con):
+        for placed, pk, is_busy, rk, hq, s, e, bs, q, op in _hop_rows(con, hops):
             busy.add(rk[is_busy], bs[is_busy], e[is_busy])
             pe.add(*premerge(pk[placed], s[placed], e[placed]))
             hq = hq & placed
@@ -396,10 +421,12 @@ def _scan(con: Any, collect: Any = None) -> dict[str, Any]:
 def _parts(con: Any, view: str, shared: dict[str, Any] | None) -> Parts:
     """``view``'s rows from the scan: the ones ``shared`` holds (another view's scan left
     them there), or a new scan, whose rows of the other views are left in ``shared`` (and
-    which takes ``shared["_collect"]``, a collector for a view materialised later)."""
+    which takes ``shared["_collect"]``, a collector for a view materialised later, and reads
+    ``shared[HOPS_FILE]``, the hops' file, if it is there)."""
     if shared is not None and view in shared:
         return cast(Parts, shared.pop(view))
-    got = _scan(con, shared.pop("_collect", None) if shared is not None else None)
+    got = _scan(con, shared.pop("_collect", None) if shared is not None else None,
+                shared.get(HOPS_FILE) if shared is not None else None)
     mine = got.pop(view)
     for other, parts in got.items():       # (each has a close())
         if shared is None:
@@ -495,5 +522,8 @@ def _segments(k: np.ndarray, s: np.ndarray, e: np.ndarray, span_k: np.ndarray,
         "has_compute": (mask & 15) != 0, "has_comm": (mask & 240) != 0})
 
 
+#: ``shared``'s key for the Parquet file the ``hops`` view reads (``Run.materialize`` sets it
+#: for a single run): the scan reads it with pyarrow instead of through DuckDB
+HOPS_FILE = "_hops_file"
 #: view -> the function computing its rows a batch at a time (``Run.materialize``, single runs)
 TWINS = {"_busy_islands": busy_island_parts, "_pe_segments": pe_segment_parts}
