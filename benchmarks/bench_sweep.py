@@ -29,7 +29,8 @@ factor of the point's topology parameters). ``--sweeps`` picks sweeps by name.
 ``-j 2`` is this process plus one worker (``_sweepsafe.Pool``). The first table gives the
 best wall times, the CPU seconds of those runs (this process and its workers, reaped) and
 the mean load average: on a machine where other jobs hold the cores a second process gains
-little wall time (and by default none starts: ``_sweepsafe.free_cores``).
+little wall time (and by default none starts where other processes use every core:
+``_sweepsafe.free_cores``).
 
 The second table is the check that holds on a loaded machine: ``SweepResult.cpu``
 (``replay/_sweepcpu``) of the least-CPU run at each ``-j``. The serial part is this
@@ -94,12 +95,8 @@ def _cpu() -> float:
 
 def _busy_s() -> float:
     """CPU seconds every process on the machine has used (``/proc/stat``; 0 where none)."""
-    try:
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:9]]
-    except (OSError, ValueError):
-        return 0.0
-    return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")     # all but idle and iowait
+    from kbtrace.replay._sweepsafe import _busy_jiffy_s
+    return _busy_jiffy_s() or 0.0
 
 
 @dataclass
@@ -120,8 +117,8 @@ def measure(repeats: int, tmp: Path, force_workers: bool = False,
             names: list[str] | None = None) -> list[Row]:
     """Each sweep (of ``names``, default all but ``10k by ops``) at -j 1 and -j 2,
     alternating, ``repeats`` times; with several sweeps, round by round over them, so that
-    the load falls on all alike. ``force_workers``: -j 2 starts its worker whatever the load
-    average says (``_sweepsafe.free_cores``), so that a loaded machine still yields the
+    the load falls on all alike. ``force_workers``: -j 2 starts its worker whatever other
+    processes use (``_sweepsafe.free_cores``), so that a loaded machine still yields the
     -j 2 decomposition (its wall time then means little)."""
     from kbtrace.replay import _sweepsafe, sweep
     from kbtrace.replay.sweep import run_sweep

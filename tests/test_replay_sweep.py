@@ -398,6 +398,35 @@ def test_pool_shares_jobs_between_this_process_and_workers(tmp_path):
     assert not pool.started
 
 
+def test_free_cores_measures_the_machine_now(monkeypatch):
+    """free_cores: the cores less this process less what the others used over the window
+    (/proc/stat's busy seconds less this process's CPU), rounded; the load average only where
+    /proc/stat is missing."""
+    clock = {"wall": 100.0, "own": 5.0}
+    monkeypatch.setattr(_sweepsafe.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(_sweepsafe.time, "perf_counter", lambda: clock["wall"])
+    monkeypatch.setattr(_sweepsafe.time, "process_time", lambda: clock["own"])
+    monkeypatch.setattr(_sweepsafe.os, "getloadavg", lambda: (3.4, 3.0, 2.0))
+
+    def run(others_busy_s: float, own_s: float) -> int:
+        busy = iter([1000.0, 1000.0 + others_busy_s + own_s])
+        monkeypatch.setattr(_sweepsafe, "_busy_jiffy_s", lambda: next(busy))
+
+        def sleep(s: float) -> None:
+            clock["wall"] += s
+            clock["own"] += own_s
+        monkeypatch.setattr(_sweepsafe.time, "sleep", sleep)
+        return _sweepsafe.free_cores(0.1)
+
+    assert run(0.0, 0.0) == 3           # idle machine: 4 cores less this process
+    assert run(0.0, 0.05) == 3          # this process's own threads do not count
+    assert run(0.1, 0.0) == 2           # one other core busy
+    assert run(0.16, 0.0) == 1          # 1.6 cores busy -> 4 - 1.6 - 1 = 1.4 -> 1
+    assert run(0.4, 0.0) == 0           # every core busy: none left for a worker
+    monkeypatch.setattr(_sweepsafe, "_busy_jiffy_s", lambda: None)
+    assert _sweepsafe.free_cores(0.1) == 1      # no /proc/stat: 4 - 3.4 (load average)
+
+
 def test_workers_start_only_on_free_cores(tmp_path, monkeypatch):
     """With every core busy (free_cores() <= 0) -j 2 starts no worker and runs every job
     here; with one free core it starts one; a forced pool (execute with a number) ignores

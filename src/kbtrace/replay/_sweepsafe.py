@@ -18,8 +18,9 @@
   it is up) and works through the jobs itself meanwhile, largest first. A job may wait on
   others (``Pool.run``'s ``after``: a point on its trace's capture); it is handed out once
   they have ended. Workers start only
-  on cores the load average shows free (``free_cores``): where every core is busy a second
-  process gains no CPU and would make ``-j N`` slower than ``-j 1`` by its start-up.
+  on cores no process is using at the start (``free_cores``: the machine's CPU counters
+  over 0.1 s): where every core is busy a second process gains no CPU and would make
+  ``-j N`` slower than ``-j 1`` by its start-up.
 * **Workers die with the sweep.** Worker processes ask the kernel for SIGKILL when their
   parent dies (Linux ``PR_SET_PDEATHSIG``) and also poll their parent, so killing the sweep
   leaves no workers running.
@@ -114,15 +115,45 @@ def worker_init(ppid: int) -> None:
                      name="kbtrace-parent-watch").start()
 
 
-def free_cores() -> int:
-    """Cores no process is using, by the 1-minute load average (which counts this one): on a
-    machine whose cores are all busy, a second process of the same session gains no CPU
-    (Linux shares it between sessions, ``sched_autogroup``) and only adds its start-up."""
+#: how long ``free_cores`` watches the machine (its CPU time counters tick every 10 ms)
+FREE_CORES_WINDOW_S = 0.1
+
+
+def _busy_jiffy_s() -> float | None:
+    """CPU seconds every process on the machine has used since boot (``/proc/stat``'s first
+    line: all but idle and iowait), or None where there is no such file."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def free_cores(window_s: float = FREE_CORES_WINDOW_S) -> int:
+    """Cores left for workers beside this process: the cores, less this process, less what
+    the others use now (their CPU seconds over ``window_s``, from ``/proc/stat`` less this
+    process's, per second of wall time), rounded. On a machine whose cores are all busy, a
+    second process of the same session gains no CPU (Linux shares it between sessions,
+    ``sched_autogroup``) and only adds its start-up.
+
+    It measures the machine now, not the 1-minute load average it read before: that average
+    lags, so for a minute after a busy spell (a sweep just ended, the previous ``-j 1`` run
+    of a benchmark) it kept ``-j 2`` serial on an idle machine. Where ``/proc/stat`` is
+    missing, the load average (which counts this process) is still what it reads."""
+    cores = os.cpu_count() or 1
+    b0, c0, t0 = _busy_jiffy_s(), time.process_time(), time.perf_counter()
+    if b0 is not None:
+        time.sleep(window_s)
+        b1, c1, t1 = _busy_jiffy_s(), time.process_time(), time.perf_counter()
+        if b1 is not None and t1 > t0:
+            others = max(0.0, (b1 - b0) - (c1 - c0)) / (t1 - t0)
+            return int(cores - others - 1 + 0.5)
     try:
         load = os.getloadavg()[0]
     except OSError:
-        return os.cpu_count() or 1
-    return int((os.cpu_count() or 1) - load + 0.5)
+        return cores
+    return int(cores - load + 0.5)
 
 
 def _ready() -> int:
@@ -184,7 +215,7 @@ class Pool:
                 if free < n:            # said, not silent: the user asked for more
                     logging.getLogger("kbtrace.sweep").warning(
                         f"-j {self.n_jobs}: {max(free, 0)} worker process(es) beside this one, "
-                        f"not {n}: the 1-minute load average leaves {max(free, 0)} of "
+                        f"not {n}: other processes leave {max(free, 0)} of "
                         f"{os.cpu_count() or 1} cores free", extra={"label": "note"})
                 n = min(n, free)
                 if n <= 0:              # every core is busy: a worker would only add its
