@@ -7,7 +7,9 @@ and are copied in between markers:
   a stage's manual page (headings demoted one level);
 * ``<!-- BEGIN:schemas -->`` … ``<!-- END:schemas -->``: every table of
   ``kbtrace.schema``;
-* ``<!-- BEGIN:cli-help -->`` … ``<!-- END:cli-help -->``: ``kbtrace --help``.
+* ``<!-- BEGIN:cli-help -->`` … ``<!-- END:cli-help -->``: ``kbtrace --help``;
+* ``<!-- BEGIN:contents -->`` … ``<!-- END:contents -->``: the README's ``##`` and ``###``
+  headings (after the other blocks are filled in) as links, with GitHub's anchors.
 
 ``tests/test_readme.py`` fails when README.md is stale; run
 ``python scripts/gen_readme.py`` to refresh it. It first refreshes the SQL view catalogue
@@ -57,6 +59,33 @@ def _include(rel: str) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+def _anchor(title: str, seen: dict[str, int]) -> str:
+    """GitHub's heading anchor: markup dropped, lower case, punctuation but ``-`` and ``_``
+    dropped, spaces to ``-``; the n-th repeat of an anchor gets ``-n``."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", title).replace("`", "").lower()
+    slug = re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+    n = seen.get(slug, 0)
+    seen[slug] = n + 1
+    return slug if n == 0 else f"{slug}-{n}"
+
+
+def _contents(text: str) -> str:
+    """Links to the ``##`` sections, their ``###`` subsections nested, from ``text``."""
+    out, seen, fenced = [], {}, False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        m = None if fenced else re.match(r"(#{1,6}) (.+?)\s*$", line)
+        if m is None:
+            continue
+        level, title = len(m.group(1)), m.group(2)
+        slug = _anchor(title, seen)
+        if level in (2, 3) and title != "Contents":
+            label = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", title)
+            out.append(f"{'  ' * (level - 2)}- [{label}](#{slug})")
+    return "\n".join(out) + "\n"
+
+
 def block(name: str) -> str:
     if name == "schemas":
         return _schemas()
@@ -68,7 +97,12 @@ def block(name: str) -> str:
 
 
 def render(text: str) -> str:
-    return _BLOCK.sub(lambda m: m.group(1) + block(m.group("name")) + m.group(3), text)
+    filled = _BLOCK.sub(lambda m: m.group(1) + (m.group(0)[len(m.group(1)):-len(m.group(3))]
+                                                if m.group("name") == "contents"
+                                                else block(m.group("name"))) + m.group(3), text)
+    toc = _contents(filled)
+    return _BLOCK.sub(lambda m: m.group(1) + toc + m.group(3) if m.group("name") == "contents"
+                      else m.group(0), filled)
 
 
 def _catalogue(check: bool) -> bool:

@@ -60,3 +60,19 @@ def test_readme_typical_session_runs(tmp_path, monkeypatch, capsys) -> None:
     assert (tmp_path / "gemm.json").is_file()
     assert (tmp_path / "data" / "sweeps" / "hbm_bandwidth" / "points.parquet").is_file()
     assert (tmp_path / "data" / "runs" / "softmax-hbm16" / "run.json").is_file()
+
+
+def test_contents_links_use_githubs_anchors() -> None:
+    """The generated contents: GitHub's anchors (markup and punctuation dropped, repeats
+    numbered), one link per ``##`` / ``###`` heading outside code fences."""
+    gen = _gen()
+    seen: dict[str, int] = {}
+    assert gen._anchor("`kbtrace run` — the main job", seen) == "kbtrace-run--the-main-job"
+    assert gen._anchor("Topology: hardware YAML → compiled `Topology`", seen) == \
+        "topology-hardware-yaml--compiled-topology"
+    assert [gen._anchor("CLI", seen) for _ in range(3)] == ["cli", "cli-1", "cli-2"]
+    toc = gen._contents("# T\n## A b\n```\n## not a heading\n```\n### C\n## A b\n#### deep\n")
+    assert toc == "- [A b](#a-b)\n  - [C](#c)\n- [A b](#a-b-1)\n"
+    text = (ROOT / "README.md").read_text()
+    assert "- [Quick start](#quick-start)\n" in text
+    assert "  - [`kbtrace diff` — CI gate](#kbtrace-diff--ci-gate)\n" in text
