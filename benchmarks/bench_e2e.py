@@ -17,6 +17,13 @@ The baseline, measured in this same run: raw SimPy, one process yielding ``env.t
 (timeouts per CPU second), sampled before, between and after the children; the median
 sample is used (the cost figures are single runs, so neither is a best-of). The cost per
 op in raw SimPy timeouts is ``child CPU s * raw rate / ops``.
+These machines also change speed within minutes (the raw rate moved between ~0.55 and
+~1.05 M/s within one run), which the samples between children can miss. So the child also
+samples the raw rate itself, right before and right after every stage call (100 k
+timeouts each, ~0.1 CPU s, not counted in any figure), and prices each stage at the mean
+of its own two samples, the CPU outside the stages at the median of all of them: the
+``local`` cost per op is the sum over ops, independent of where the machine's phase was
+when the parent sampled.
 
 Sizes: gemm with M = N and BM = BN = 32, BK = 64; ops = MT * NT * (3 * KT + 2) with
 MT = M / 32, NT = N / 32, KT = K / 64. ``--ops`` picks the K (and M = N) giving at least
@@ -47,6 +54,7 @@ TARGET_TIMEOUTS_PER_OP = 150      # issue 22 target 2
 TARGET_STAGE_SHARE = 0.40         # no stage over 40% of the whole
 TARGET_RSS_GIB = 2.0              # target 3
 TARGET_RSS_GROWTH = 1.3           # ... growing <= 1.3x when the trace grows 10x
+LOCAL_SAMPLE = 100_000            # timeouts per raw-rate sample around each stage call
 
 
 def gemm_params(ops: int) -> dict[str, int]:
@@ -85,19 +93,33 @@ def child(params: dict[str, int], topology: str, out: str, fidelity: str = "fast
 
     stats: dict[str, dict[str, float]] = {}
     outside = [0]      # the peak between stages (imports, topology), before each reset
+    sampling = [0.0]   # CPU s spent sampling the raw rate, left out of every figure
+    rates: list[float] = []
+
+    def sample() -> float:
+        c = time.process_time()
+        r = raw_rate(LOCAL_SAMPLE)
+        sampling[0] += time.process_time() - c
+        rates.append(r)
+        return r
 
     def timed(stage, fn):
         def wrapper(*a, **k):
             outside[0] = max(outside[0], _hwm_kib())
+            before = sample()
             _reset_hwm()
             c0, w0 = time.process_time(), time.perf_counter()
             try:
                 return fn(*a, **k)
             finally:
-                s = stats.setdefault(stage, {"cpu_s": 0.0, "wall_s": 0.0, "peak_rss_mib": 0.0})
-                s["cpu_s"] += time.process_time() - c0
-                s["wall_s"] += time.perf_counter() - w0
+                cpu = time.process_time() - c0
+                wall = time.perf_counter() - w0
+                s = stats.setdefault(stage, {"cpu_s": 0.0, "wall_s": 0.0, "peak_rss_mib": 0.0,
+                                             "timeouts": 0.0})
+                s["cpu_s"] += cpu
+                s["wall_s"] += wall
                 s["peak_rss_mib"] = max(s["peak_rss_mib"], _hwm_kib() / 1024)
+                s["timeouts"] += cpu * (before + sample()) / 2
         return wrapper
 
     capture_pkg.capture = timed("capture", capture_pkg.capture)
@@ -111,8 +133,12 @@ def child(params: dict[str, int], topology: str, out: str, fidelity: str = "fast
                           params={k: v for k, v in params.items()}, out=out,
                           fidelity=fidelity)
     peak = max([outside[0] / 1024, _hwm_kib() / 1024] + [v["peak_rss_mib"] for v in stats.values()])
+    cpu = time.process_time() - t_cpu0 - sampling[0]
+    rest = cpu - sum(v["cpu_s"] for v in stats.values())
+    local = sum(v["timeouts"] for v in stats.values()) + rest * statistics.median(rates)
     return {"ops": s.n_ops, "hops": s.hops, "events": s.events, "verify_ok": s.ok,
-            "stages": stats, "cpu_s": time.process_time() - t_cpu0, "peak_rss_mib": peak}
+            "stages": stats, "cpu_s": cpu, "peak_rss_mib": peak,
+            "local_timeouts": local, "local_rates": rates}
 
 
 # ----------------------------------------------------------------------------- the parent
@@ -147,17 +173,20 @@ def table(figs: list[dict], raws: list[float]) -> str:
     raw = statistics.median(raws)
     lines = [f"raw SimPy: median {raw / 1e6:.2f} M timeouts per CPU s over {len(raws)} samples "
              f"({min(raws) / 1e6:.2f}-{max(raws) / 1e6:.2f})", "",
-             "| ops | hops | CPU s | timeouts/op | " + " | ".join(STAGES)
-             + " | peak RSS MiB | per-stage peak RSS MiB |",
-             "|---:|---:|---:|---:|" + "---:|" * len(STAGES) + "---:|---|"]
+             "| ops | hops | CPU s | timeouts/op | local timeouts/op (child's samples) | "
+             + " | ".join(STAGES) + " | peak RSS MiB | per-stage peak RSS MiB |",
+             "|---:|---:|---:|---:|---|" + "---:|" * len(STAGES) + "---:|---|"]
     for f in figs:
         cost = f["cpu_s"] * raw / f["ops"]
+        lr = f.get("local_rates") or [0.0]
+        local = (f"{f.get('local_timeouts', 0.0) / f['ops']:.0f} ({len(lr)} samples "
+                 f"{min(lr) / 1e6:.2f}-{max(lr) / 1e6:.2f} M/s)")
         shares = " | ".join(f"{f['stages'].get(s, {}).get('cpu_s', 0.0):.1f} s "
                             f"({f['stages'].get(s, {}).get('cpu_s', 0.0) / f['cpu_s']:.0%})"
                             for s in STAGES)
         peaks = ", ".join(f"{s} {f['stages'].get(s, {}).get('peak_rss_mib', 0):.0f}"
                           for s in STAGES)
-        lines.append(f"| {f['ops']:,} | {f['hops']:,} | {f['cpu_s']:.1f} | {cost:.0f} | "
+        lines.append(f"| {f['ops']:,} | {f['hops']:,} | {f['cpu_s']:.1f} | {cost:.0f} | {local} | "
                      f"{shares} | {f['peak_rss_mib']:.0f} | {peaks} |")
     if len(figs) > 1:
         a, b = figs[0], figs[-1]
