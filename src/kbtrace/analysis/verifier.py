@@ -548,47 +548,46 @@ def _execute(machine: Any, ops: TraceOps, order: np.ndarray, result: VerifyResul
     goes into ``result``. One ``np.errstate`` around all ops (``Machine.digest_of``), as
     ``Machine.step`` holds around each. ``dead``: positions, and the spans whose bytes the
     image forgets once the op there ran, and the addresses whose cached reads it forgets
-    (``_dead``)."""
+    (``_dead``). The executor's ``ExecOp`` of each op of ``order`` (the columns the executor
+    reads) are built ``OP_BATCH`` at a time from the row groups that hold them
+    (``TraceOps.in_order``; holding every op as a Python object took ~2.3 KiB per op), and
+    looped over here (a generator yielding each op cost a frame resume per op)."""
     step = machine.digest_of
     drop, forget = machine.mem.drop, machine.mem.forget_reads_at
     at, starts, addrs, sizes, e_starts, e_addrs = dead
     k, nxt = 0, (at[0] if at else -1)
+    base = 0
     with np.errstate(all="ignore"):
-        for pos, op in enumerate(_ops_in_order(ops, order)):
-            if progress is not None and not pos % PROGRESS_EVERY:
-                progress(pos, len(order))
-            op_id = op.op_id
-            try:
-                dig = step(op)
-            except (KbtraceError, ValueError, KeyError, IndexError) as exc:
-                result.first_divergence = (result.first_divergence
-                                           or _div(ops, op_id, pos, f"could not execute: {exc}"))
-                result.error = f"execution stopped at op {op_id}: {exc}"
-                break
-            want = op.out_digest
-            if (result.first_divergence is None and dig is not None and want is not None
-                    and dig != want):
-                result.first_divergence = _div(ops, op_id, pos, f"result digest {dig:016x} != "
-                                                                f"capture {want:016x}")
-            if pos == nxt:
-                a, b = starts[k], starts[k + 1]
-                if b > a:
-                    drop(zip(addrs[a:b], sizes[a:b], strict=True))
-                a, b = e_starts[k], e_starts[k + 1]
-                if b > a:
-                    forget(e_addrs[a:b])
-                k += 1
-                nxt = at[k] if k < len(at) else -1
-
-
-def _ops_in_order(ops: TraceOps, order: np.ndarray) -> Iterator[Any]:
-    """The executor's ``ExecOp`` of each op_id of ``order`` (the columns the executor
-    reads), built ``OP_BATCH`` at a time from the row groups that hold them
-    (``TraceOps.in_order``; holding every op as a Python object took ~2.3 KiB per op)."""
-    for batch in ops.in_order(order, OP_BATCH):
-        yield from batch
-        if gc.get_count()[0] >= GC_YOUNG:
-            gc.collect(0)
+        for batch in ops.in_order(order, OP_BATCH):
+            for pos, op in enumerate(batch, base):
+                if progress is not None and not pos % PROGRESS_EVERY:
+                    progress(pos, len(order))
+                try:
+                    dig = step(op)
+                except (KbtraceError, ValueError, KeyError, IndexError) as exc:
+                    op_id = op.op_id
+                    result.first_divergence = (result.first_divergence or _div(
+                        ops, op_id, pos, f"could not execute: {exc}"))
+                    result.error = f"execution stopped at op {op_id}: {exc}"
+                    return
+                want = op.out_digest
+                if (dig != want and dig is not None and want is not None
+                        and result.first_divergence is None):
+                    result.first_divergence = _div(ops, op.op_id, pos, f"result digest "
+                                                   f"{dig:016x} != capture {want:016x}")
+                if pos == nxt:
+                    a, b = starts[k], starts[k + 1]
+                    if b > a:
+                        drop(zip(addrs[a:b], sizes[a:b], strict=True))
+                    a, b = e_starts[k], e_starts[k + 1]
+                    if b > a:
+                        forget(e_addrs[a:b])
+                    k += 1
+                    nxt = at[k] if k < len(at) else -1
+            base += len(batch)
+            del batch
+            if gc.get_count()[0] >= GC_YOUNG:
+                gc.collect(0)
 
 
 def _div(ops: TraceOps, op_id: int, pos: int, reason: str) -> DivergingOp:

@@ -120,14 +120,21 @@ def from_bytes(buf: bytes | memoryview | np.ndarray, dtype: str, shape: tuple[in
     return to_compute(arr, dtype)
 
 
+_blake2b = hashlib.blake2b
+_from_bytes = int.from_bytes
+
+
 def digest(data: bytes | np.ndarray) -> int:
-    """64-bit digest of result bytes (blake2b-64), as an unsigned int."""
-    if isinstance(data, np.ndarray):  # hash the array's buffer (no bytes copy)
-        data = np.ascontiguousarray(data)
-        if data.ndim == 0:
-            data = data.reshape(1)
-    buf: Any = data       # (numpy's stubs do not declare the buffer protocol)
-    return int.from_bytes(hashlib.blake2b(buf, digest_size=8).digest(), "little")
+    """64-bit digest of result bytes (blake2b-64), as an unsigned int. An array's buffer is
+    hashed (no bytes copy): a C-contiguous one's as it is (a 0-d array's is its one
+    element), any other through a contiguous copy (numpy refuses it a simple buffer)."""
+    try:
+        return _from_bytes(_blake2b(data, digest_size=8).digest(), "little")
+    except (ValueError, BufferError):
+        if not isinstance(data, np.ndarray):
+            raise
+    buf: Any = np.ascontiguousarray(data)   # (numpy's stubs do not declare the buffer protocol)
+    return _from_bytes(_blake2b(buf, digest_size=8).digest(), "little")
 
 
 COMPARE_CHUNK = 1 << 20   # elements compared at a time (float64 temporaries stay ~10 MB)
