@@ -403,7 +403,12 @@ class Machine:
             if ec[2] is None:
                 self._fill_compute(ec, dts[2])
             c = ec[2]
-            out = out + (c if c.dtype == acc_np else c.astype(acc_np))
+            if c.dtype != acc_np:
+                c = c.astype(acc_np)
+            if out.shape == c.shape and out.dtype == acc_np:
+                out += c            # (``matmul``'s result is a new array: added in place)
+            else:
+                out = out + c
         return self._write_result(op, out)
 
     def _composite(self, op: Op) -> list[Any]:
