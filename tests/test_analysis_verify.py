@@ -354,3 +354,91 @@ def test_young_generation_collected_between_batches_past_the_threshold(run_dir, 
         gc.callbacks.remove(note)
     assert res.ok, res.text()
     assert len(seen) == collections
+
+
+def _int_gemm(tmp_path, acc_of_dot4=0x10400):
+    """An i32 trace of one tile accumulated over two K steps: loads of A0, B0, A1, B1, a
+    zeros fill, dot(A0, B0, acc) -> 0x10400, dot(A1, B1, 0x10400) -> 0x10500, store to the
+    output. ``acc_of_dot4``: the accumulator op 6 reads (0x10400 as captured; the golden
+    digests are always the captured trace's)."""
+    rng = np.random.default_rng(7)
+    a = rng.integers(-2**15, 2**15, (4, 16), dtype=np.int32)     # two 4x8 K tiles
+    b = rng.integers(-2**15, 2**15, (16, 4), dtype=np.int32)
+    want = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.int32)   # (wraps as int32)
+    t = 0x10000
+    rows = [  # op_id, kind, name, src, dst, in_addrs, in_shapes, out_shape, strides, deps
+        (0, "load", "load", 0x1000, t, [], [], [4, 8], [16, 1], []),
+        (1, "load", "load", 0x2000, t + 0x100, [], [], [8, 4], [4, 1], []),
+        (2, "load", "load", 0x1000 + 32, t + 0x200, [], [], [4, 8], [16, 1], []),
+        (3, "load", "load", 0x2000 + 128, t + 0x280, [], [], [8, 4], [4, 1], []),
+        (4, "fill", "zeros", None, t + 0x300, [], [], [4, 4], [], []),
+        (5, "dot", "dot", None, t + 0x400, [t, t + 0x100, t + 0x300],
+         [[4, 8], [8, 4], [4, 4]], [4, 4], [], [0, 1, 4]),
+        (6, "dot", "dot", None, t + 0x500, [t + 0x200, t + 0x280, t + 0x400],
+         [[4, 8], [8, 4], [4, 4]], [4, 4], [], [2, 3, 5]),
+        (7, "store", "store", t + 0x500, 0x3000, [], [], [4, 4], [], [6]),
+    ]
+
+    def ops_table(acc, digests=None):
+        n = len(rows)
+        ins = [r[5] if r[0] != 6 else [*r[5][:2], acc] for r in rows]
+        return make_table(schema.OPS, {
+            "op_id": [r[0] for r in rows], "launch": [0] * n, "program": [0] * n,
+            "pid0": [0] * n, "pid1": [0] * n, "sip": [0] * n, "cube": [0] * n, "pe": [0] * n,
+            "seq": [r[0] for r in rows], "kind": [r[1] for r in rows],
+            "name": [r[2] for r in rows], "is_async": [False] * n,
+            "src_addr": [r[3] for r in rows], "dst_addr": [r[4] for r in rows],
+            "nbytes": [64] * n, "in_addrs": ins, "in_spaces": [["tcm"] * len(i) for i in ins],
+            "in_shapes": [r[6] for r in rows], "in_dtypes": [["i32"] * len(i) for i in ins],
+            "scalars": [[]] * n, "out_shape": [r[7] for r in rows], "out_dtype": ["i32"] * n,
+            "acc_dtype": ["i32" if r[1] == "dot" else None for r in rows],
+            "mem_strides": [r[8] for r in rows], "deps": [r[9] for r in rows],
+            "src_file": ["k.py"] * n, "src_line": [200 + r[0] for r in rows],
+            "out_digest": [None if digests is None else digests.get(r[0]) for r in rows]})
+
+    mem_rows = [("a", "input", 0x1000, a), ("b", "input", 0x2000, b),
+                ("c", "output", 0x3000, np.zeros_like(want)), ("c", "reference", None, want)]
+    memory = make_table(schema.MEMORY, {
+        "tensor": [r[0] for r in mem_rows], "role": [r[1] for r in mem_rows],
+        "shard": [0] * 4, "sip": [0] * 4, "cube": [0] * 4, "pe": [0] * 4, "space": ["hbm"] * 4,
+        "addr": [r[2] for r in mem_rows], "dtype": ["i32"] * 4,
+        "shape": [list(r[3].shape) for r in mem_rows], "offset": [[0, 0]] * 4,
+        "global_shape": [list(r[3].shape) for r in mem_rows],
+        "nbytes": [r[3].nbytes for r in mem_rows],
+        "data": [np.ascontiguousarray(r[3]).tobytes() for r in mem_rows]})
+    golden = ex.execute(ops_table(t + 0x400), memory)
+    assert np.array_equal(golden.outputs["c"], want)
+    trace, run = tmp_path / "trace", tmp_path / "run"
+    write_table(trace / "ops.parquet", ops_table(acc_of_dot4, golden.digests))
+    write_table(trace / "memory.parquet", memory)
+    n = len(rows)
+    write_table(run / "op_timing.parquet", make_table(schema.OP_TIMING, {
+        "op_id": list(range(n)), "launch": [0] * n, "program": [0] * n, "sip": [0] * n,
+        "cube": [0] * n, "pe": [0] * n, "seq": list(range(n)), "kind": [r[1] for r in rows],
+        "name": [r[2] for r in rows], "engine": ["e"] * n,
+        "t_issue_ns": [10.0 * i for i in range(n)], "t_start_ns": [10.0 * i for i in range(n)],
+        "t_end_ns": [10.0 * i + 5 for i in range(n)], "queue_ns": [0.0] * n,
+        "nbytes": [64] * n}))
+    write_json(run / "run.json", {"run_id": "i", "trace_dir": str(trace),
+                                  "schema_version": schema.SCHEMA_VERSION})
+    return run
+
+
+@pytest.mark.parametrize("batch", [8192, 3])
+def test_integer_dots_accumulate_exactly_and_a_wrong_accumulator_is_named(tmp_path, monkeypatch,
+                                                                        batch):
+    """i32 dots with an accumulator (products through BLAS, the accumulator added in place,
+    int32 wrap-around as numpy's): the captured trace passes; a dot reading the wrong
+    accumulator (the zeros, not the first dot's result) is named, in a later batch of ops
+    too, and the output fails."""
+    from kbtrace.analysis import verifier
+    monkeypatch.setattr(verifier, "OP_BATCH", batch)
+    res = verify(_int_gemm(tmp_path / "ok"))
+    assert res.ok and res.first_divergence is None, res.text()
+    assert [(t.tensor, t.ok, t.max_abs) for t in res.tensors] == [("c", True, 0.0)]
+    res = verify(_int_gemm(tmp_path / "bad", acc_of_dot4=0x10300))
+    fd = res.first_divergence
+    assert not res.ok and res.error is None and fd is not None
+    assert (fd.op_id, fd.position, fd.kind, fd.src_line) == (6, 6, "dot", 206)
+    assert fd.reason.startswith("result digest ") and "!= capture" in fd.reason
+    assert not res.tensors[0].ok and res.tensors[0].n_bad > 0
