@@ -128,12 +128,13 @@ def digest(data: bytes | np.ndarray) -> int:
     """64-bit digest of result bytes (blake2b-64), as an unsigned int. An array's buffer is
     hashed (no bytes copy): a C-contiguous one's as it is (a 0-d array's is its one
     element), any other through a contiguous copy (numpy refuses it a simple buffer)."""
+    buf: Any = data       # (numpy's stubs do not declare the buffer protocol)
     try:
-        return _from_bytes(_blake2b(data, digest_size=8).digest(), "little")
+        return _from_bytes(_blake2b(buf, digest_size=8).digest(), "little")
     except (ValueError, BufferError):
         if not isinstance(data, np.ndarray):
             raise
-    buf: Any = np.ascontiguousarray(data)   # (numpy's stubs do not declare the buffer protocol)
+    buf = np.ascontiguousarray(data)
     return _from_bytes(_blake2b(buf, digest_size=8).digest(), "little")
 
 
