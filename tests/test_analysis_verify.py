@@ -361,7 +361,7 @@ def _int_gemm(tmp_path, acc_of_dot4=0x10400, bits=15):
     zeros fill, dot(A0, B0, acc) -> 0x10400, dot(A1, B1, 0x10400) -> 0x10500, store to the
     output. ``acc_of_dot4``: the accumulator op 6 reads (0x10400 as captured; the golden
     digests are always the captured trace's). ``bits``: the operands' magnitude (15: products
-    in float64, 8: in float32 from the tiles' kept float32 copies)."""
+    in float64, 8: in float32)."""
     rng = np.random.default_rng(7)
     a = rng.integers(-2**bits, 2**bits, (4, 16), dtype=np.int32)     # two 4x8 K tiles
     b = rng.integers(-2**bits, 2**bits, (16, 4), dtype=np.int32)
@@ -425,17 +425,15 @@ def _int_gemm(tmp_path, acc_of_dot4=0x10400, bits=15):
     return run
 
 
-@pytest.mark.parametrize("batch, bits, kept", [(8192, 15, 512), (3, 15, 512), (8192, 8, 512),
-                                              (3, 8, 1)])
+@pytest.mark.parametrize("batch, bits", [(8192, 15), (3, 15), (8192, 8), (3, 8)])
 def test_integer_dots_accumulate_exactly_and_a_wrong_accumulator_is_named(tmp_path, monkeypatch,
-                                                                        batch, bits, kept):
+                                                                        batch, bits):
     """i32 dots with an accumulator (products through BLAS, the accumulator added in place,
     int32 wrap-around as numpy's): the captured trace passes; a dot reading the wrong
     accumulator (the zeros, not the first dot's result) is named, in a later batch of ops
     too, and the output fails."""
     from kbtrace.analysis import verifier
     monkeypatch.setattr(verifier, "OP_BATCH", batch)
-    monkeypatch.setattr(ex, "F32_KEPT", kept)
     res = verify(_int_gemm(tmp_path / "ok", bits=bits))
     assert res.ok and res.first_divergence is None, res.text()
     assert [(t.tensor, t.ok, t.max_abs) for t in res.tensors] == [("c", True, 0.0)]
@@ -446,37 +444,3 @@ def test_integer_dots_accumulate_exactly_and_a_wrong_accumulator_is_named(tmp_pa
     assert fd.reason.startswith("result digest ") and "!= capture" in fd.reason
     assert not res.tensors[0].ok and res.tensors[0].n_bad > 0
 
-
-def test_int32_dots_keep_float32_copies_of_the_last_tiles_only(monkeypatch):
-    """``Machine._f32``: a tile's float32 copy is made once and reused while it is among the
-    ``F32_KEPT`` last converted; older ones lose it (and convert again when read again);
-    the products are numpy's int32 products either way."""
-    from kbtrace.capture.image import MemoryImage
-    monkeypatch.setattr(ex, "F32_KEPT", 2)
-    rng = np.random.default_rng(3)
-    mem = MemoryImage()
-    tiles = [rng.integers(-100, 100, (8, 8), dtype=np.int32) for _ in range(3)]
-    for i, t in enumerate(tiles):
-        mem.write(0x1000 * (i + 1), t)
-    m = ex.Machine(mem)
-
-    def dot(i, j, dst):
-        op = ex.ExecOp(op_id=dst, kind="dot", in_addrs=(0x1000 * (i + 1), 0x1000 * (j + 1)),
-                       in_shapes=((8, 8), (8, 8)), in_dtypes=("i32", "i32"), out_shape=(8, 8),
-                       out_dtype="i32", acc_dtype="i32", dst_addr=0x100000 + 0x1000 * dst)
-        return m.step(op)[0]
-
-    def entry(i):
-        return mem.cached_read(0x1000 * (i + 1), (8, 8), "i32")
-
-    assert np.array_equal(dot(0, 1, 0), tiles[0] @ tiles[1])
-    f0 = entry(0)[4]
-    assert f0.dtype == np.float32 and np.array_equal(f0, tiles[0])
-    assert np.array_equal(dot(0, 0, 1), tiles[0] @ tiles[0]) and entry(0)[4] is f0
-    assert np.array_equal(dot(2, 1, 2), tiles[2] @ tiles[1])     # tile 0's copy is dropped
-    assert len(entry(0)) == 4 and len(entry(1)) == 5 and len(entry(2)) == 5
-    # tile 0 converted again: the oldest conversion (tile 1's, reused or not) is dropped
-    assert np.array_equal(dot(1, 0, 3), tiles[1] @ tiles[0])
-    assert [len(entry(i)) for i in range(3)] == [5, 4, 5]
-    m.clear()
-    assert [len(entry(i)) for i in range(3)] == [4, 4, 4]

@@ -23,7 +23,7 @@ snapshots its payload, the matching recv (``match_op_id``) writes it.
 from __future__ import annotations
 
 import json
-from collections import deque, namedtuple
+from collections import namedtuple
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -188,9 +188,6 @@ _EXACT_F64 = 1 << 53
 _I32 = 1 << 31
 _INT32 = np.dtype(np.int32)
 _dot = np.dot
-#: the int32 operand tiles whose float32 copies a ``Machine`` keeps (``Machine._f32``;
-#: 8 KiB each for a 32 x 64 tile)
-F32_KEPT = 512
 
 
 def absmax(x: np.ndarray) -> int:
@@ -247,15 +244,12 @@ class Machine:
     read-only; nothing here modifies an operand in place.
     """
 
-    __slots__ = ("mem", "_inflight", "_dispatch", "_fills", "_f32s")
+    __slots__ = ("mem", "_inflight", "_dispatch", "_fills")
 
     def __init__(self, mem: MemoryImage | None = None) -> None:
         self.mem = mem if mem is not None else MemoryImage()
         self._inflight: dict[int, list[Any]] = {}
         self._fills: dict[tuple[Any, ...], list[Any]] = {}
-        #: the entries holding a float32 copy of their int32 value (slot 4, ``_f32``),
-        #: oldest first
-        self._f32s: deque[list[Any]] = deque()
         self._dispatch: dict[str, Callable[[Op], list[Any] | None]] = {
             "load": self._load, "store": self._store, "fill": self._fill, "math": self._math_op,
             "dot": self._dot, "composite": self._composite, "send": self._send, "recv": self._recv,
@@ -267,8 +261,6 @@ class Machine:
         caller's: ``MemoryImage.clear``)."""
         self._inflight.clear()
         self._fills.clear()
-        while self._f32s:
-            del self._f32s.popleft()[4:]
 
     def step(self, op: Op) -> tuple[np.ndarray | None, int | None]:
         with np.errstate(all="ignore"):
@@ -320,23 +312,6 @@ class Machine:
         if e[2] is None:
             self._fill_compute(e, dt)
         return e
-
-    def _f32(self, e: list[Any]) -> np.ndarray:
-        """A float32 copy of an int32 cache entry's compute value (slot 2; ``absmax``
-        in slot 3), kept as slot 4 for the ``F32_KEPT`` entries converted last: a gemm's
-        A tile is read by the dots of every column of output tiles, its B tile by those of
-        every row, in the same window of the replay order, so most dots convert neither
-        (keeping every cached tile's copy held up to ~47 MiB more at 1.0 M ops)."""
-        if len(e) > 4:
-            f: np.ndarray = e[4]
-            return f
-        f = e[2].astype(np.float32)
-        e.append(f)
-        kept = self._f32s
-        kept.append(e)
-        if len(kept) > F32_KEPT:
-            del kept.popleft()[4:]
-        return f
 
     @staticmethod
     def _fill_compute(e: list[Any], dt: str) -> None:
@@ -418,13 +393,7 @@ class Machine:
         a, b = ea[2], eb[2]
         if a.dtype == acc_np and b.dtype == acc_np:
             if acc_np.kind in "iu":         # (values as cached: their max|x| kept there)
-                am, bm = _entry_absmax(ea), _entry_absmax(eb)
-                if (acc_np == _INT32 and a.ndim == 2 == b.ndim and a.size and b.size
-                        and am * bm * a.shape[-1] < _EXACT_F32):
-                    # ``matmul``'s float32 path, the operands' float32 copies kept
-                    out = _dot(self._f32(ea), self._f32(eb)).astype(_INT32)
-                else:
-                    out = matmul(a, b, am, bm)
+                out = matmul(a, b, _entry_absmax(ea), _entry_absmax(eb))
             else:
                 out = matmul(a, b)
         else:
