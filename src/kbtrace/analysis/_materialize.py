@@ -88,11 +88,15 @@ def materialize(run: Any, views: tuple[str, ...]) -> None:
         run._scans["_collect"] = critpred.Collect   # the islands' scan takes its hops too
     if twins:           # (a single run's hops view reads this file)
         run._scans[islands.HOPS_FILE] = run.run_dirs[0] / "hops.parquet"
+    if twins and WINDOWED in views and "_busy_islands" in views[:views.index(WINDOWED)]:
+        run._scans[utilwindows.WANT] = True     # its busy times added up with the islands
     try:
         _materialize(run, views, twins)
     finally:
         run._scans.pop("_collect", None)
         run._scans.pop(islands.HOPS_FILE, None)
+        run._scans.pop(utilwindows.WANT, None)
+        run._scans.pop(utilwindows.SUMS, None)
 
 
 def _materialize(run: Any, views: tuple[str, ...], twins: bool) -> None:
@@ -100,8 +104,8 @@ def _materialize(run: Any, views: tuple[str, ...], twins: bool) -> None:
     for v in views:
         safe = v in PARALLEL_SAFE      # sorted on any machine: same rows, same order
         twin: Any = TWINS.get(v) if twins else None
-        if twin is not None and v in SHARED:     # one scan of the hops for these
-            twin = functools.partial(twin, shared=run._scans)
+        if twin is not None and (v in SHARED or v == WINDOWED):   # one scan of the hops
+            twin = functools.partial(twin, shared=run._scans)   # for these (and the islands)
         par = safe and cores > 1 and not run.sandbox and twin is None   # (locked: 1 thread)
         t0 = time.perf_counter()
         try:

@@ -43,6 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kbtrace import schema
+from kbtrace.analysis import utilwindows
 
 __all__ = ["busy_islands", "pe_segments", "islands", "premerge", "plain", "Parts", "TWINS",
            "STREAM_ROWS", "SORT_ROWS", "PARTS", "RESOURCE_KEY"]
@@ -89,6 +90,26 @@ def _islands_sorted(key: np.ndarray, s: np.ndarray, e: np.ndarray
     start = np.flatnonzero(new)
     last = np.r_[start[1:] - 1, len(key) - 1]
     return key[start], s[start], run_end[last]
+
+
+def _island_order(key: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """An order of the rows by key, then start, that gives ``_islands_sorted`` the islands
+    ``np.lexsort((e, s, key))`` gives it: where every interval is a set (``e >= s``, no NaN)
+    and no bound is -0.0, rows of one key and start may come in any order (the first of
+    them opens an island or not as any would; the others never do, as an earlier one of the
+    same start ends at or after it; an island's end is the maximum of the same ends). Then
+    the starts are sorted alone (numpy's SIMD sort) and the keys' ranks after them by a
+    stable radix sort of 16 bits: gemm at a million ops, 23 M islands, ~5x faster than the
+    three-key ``lexsort`` (a merge sort per key) on a chunk. Otherwise the ``lexsort``."""
+    if len(key) < 2:
+        return np.arange(len(key))
+    if not (e >= s).all() or np.signbit(s).any() or np.signbit(e).any():
+        return np.lexsort((e, s, key))
+    uniq, rank = np.unique(key, return_inverse=True)
+    if len(uniq) > 1 << 16:
+        return np.lexsort((e, s, key))
+    by_s = np.argsort(s)
+    return by_s[np.argsort(rank.astype(np.uint16)[by_s], kind="stable")]
 
 
 def _strings(idx: np.ndarray, names: tuple[str, ...]) -> pa.Array:
@@ -247,7 +268,7 @@ class Parts:
             for p0, p1 in self.bounds():
                 rec = self.read(p0, p1)
                 key, s, e = rec["k"], rec["s"], rec["e"]
-                o = np.lexsort((e, s, key))
+                o = _island_order(key, s, e)
                 yield key[o], s[o], e[o], p0, p1
                 del rec, key, s, e, o
         finally:
@@ -452,9 +473,20 @@ def busy_islands(con: Any) -> pa.Table:
 def busy_island_parts(con: Any, shared: dict[str, Any] | None = None) -> Iterator[pa.Table]:
     """``busy_islands`` a batch of rows at a time (at least one table, maybe empty; its
     strings as a dictionary column, ``plain``).
-    ``shared``: where the scan leaves ``_pe_segments``' rows (``_parts``)."""
+    ``shared``: where the scan leaves ``_pe_segments``' rows (``_parts``); with
+    ``utilwindows.WANT`` in it, the current windows' busy times are added up from the
+    islands as they are made and left there (``utilwindows.SUMS``), so the twin of
+    ``utilisation_windows`` need not read the 23 M islands of a million gemm ops back."""
+    sums = None
+    if shared is not None and shared.pop(utilwindows.WANT, False):
+        sums = utilwindows.WindowSums(*utilwindows.window_bounds(con))
     for key, s, e, _, _ in _parts(con, "_busy_islands", shared).chunks():
-        yield _busy_rows(*_islands_sorted(key, s, e))
+        isl = _islands_sorted(key, s, e)
+        if sums is not None:    # the islands in the order the view's file holds them
+            sums.add(*isl)
+        yield _busy_rows(*isl)
+    if sums is not None and shared is not None:
+        shared[utilwindows.SUMS] = (sums.n, sums.table())
 
 
 def _busy_rows(k: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> pa.Table:

@@ -29,10 +29,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["busy_by_window", "rows", "rows_parts", "STREAM_ROWS", "WINDOWS_SQL", "VIEW_SQL"]
+__all__ = ["busy_by_window", "rows", "rows_parts", "window_bounds", "WindowSums", "STREAM_ROWS",
+           "WINDOWS_SQL", "VIEW_SQL", "WANT", "SUMS"]
 
 #: islands read at a time
 STREAM_ROWS = 1 << 19
+#: ``shared``'s key asking ``islands.busy_island_parts`` to add up the windows' busy times as
+#: it makes the islands (``Run.materialize``, when this view is materialised after it) ...
+WANT = "_uw_want"
+#: ... and the key of what it left: (window count, ``WindowSums.table()``)
+SUMS = "_uw_sums"
 
 #: the view's windows (as ``utilisation_windows.sql`` computes them)
 WINDOWS_SQL = """SELECT g.w AS win, g.w * s.makespan_ns / c.n_windows AS t0_ns,
@@ -52,25 +58,27 @@ ORDER BY b.resource_kind, b.resource_idx, w.win"""
 _KINDS = ("link", "node")
 
 
-def busy_by_window(con: Any) -> pa.Table:
-    """Every used resource's busy time in each window (resource_kind, resource_idx, win,
-    busy_ns), from ``_busy_islands`` and the current window count, by resource and window."""
+def window_bounds(con: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The current windows' bounds (``WINDOWS_SQL``), t0_ns and t1_ns by window."""
     w = con.sql(f"SELECT win, t0_ns, t1_ns FROM ({WINDOWS_SQL}) ORDER BY win").to_arrow_table()
-    win_t0 = w.column("t0_ns").to_numpy()
-    win_t1 = w.column("t1_ns").to_numpy()
-    n = len(win_t0)
-    rank_of: dict[int, int] = {}                # resource key -> rank, in order met
-    acc = np.zeros(0, np.float64)               # busy time per (resource rank, window)
-    reader = con.sql("SELECT CASE resource_kind WHEN 'link' THEN 0 ELSE 1 END AS k, "
-                     "resource_idx, t0_ns, t1_ns FROM _busy_islands").to_arrow_reader(STREAM_ROWS)
-    for b in reader:
-        key = ((b.column(0).to_numpy().astype(np.int64) << 32)
-               | b.column(1).to_numpy().astype(np.int64))
-        t0, t1 = b.column(2).to_numpy(), b.column(3).to_numpy()
+    return w.column("t0_ns").to_numpy(), w.column("t1_ns").to_numpy()
+
+
+class WindowSums:
+    """Busy time per (resource, window), islands (resource key: link 0 / node 1 << 32 |
+    index, as ``islands`` keys them) added a batch at a time, each window's in island order."""
+
+    def __init__(self, win_t0: np.ndarray, win_t1: np.ndarray) -> None:
+        self.win_t0, self.win_t1, self.n = win_t0, win_t1, len(win_t0)
+        self.rank_of: dict[int, int] = {}       # resource key -> rank, in order met
+        self.acc = np.zeros(0, np.float64)      # busy time per (resource rank, window)
+
+    def add(self, key: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> None:
+        n, win_t0, win_t1, rank_of = self.n, self.win_t0, self.win_t1, self.rank_of
         uniq, inv = np.unique(key, return_inverse=True)
         for k in uniq.tolist():
             rank_of.setdefault(k, len(rank_of))
-        acc = np.concatenate([acc, np.zeros(len(rank_of) * n - len(acc))])
+        self.acc = np.concatenate([self.acc, np.zeros(len(rank_of) * n - len(self.acc))])
         rank = np.array([rank_of[k] for k in uniq.tolist()], np.int64)[inv]
         # the windows each island overlaps: w.t1_ns > b.t0_ns and w.t0_ns < b.t1_ns
         first = np.searchsorted(win_t1, t0, "right")
@@ -78,14 +86,31 @@ def busy_by_window(con: Any) -> pa.Table:
         isl = np.repeat(np.arange(len(t0)), cnt)
         win = np.repeat(first - np.cumsum(cnt) + cnt, cnt) + np.arange(int(cnt.sum()))
         part = np.minimum(win_t1[win], t1[isl]) - np.maximum(win_t0[win], t0[isl])
-        np.add.at(acc, rank[isl] * n + win, part)       # in island order, one at a time
+        np.add.at(self.acc, rank[isl] * n + win, part)      # in island order, one at a time
+
+    def table(self) -> pa.Table:
+        """(resource_kind, resource_idx, win, busy_ns) by resource and window."""
+        n = self.n
+        keys = np.array(sorted(self.rank_of), np.int64)
+        ranks = np.array([self.rank_of[k] for k in keys.tolist()], np.int64)
+        at = (ranks[:, None] * n + np.arange(n)[None, :]).ravel()
+        t = _key_table(np.repeat(keys, n))
+        t = t.append_column("win", pa.array(np.tile(np.arange(n, dtype=np.int64), len(keys))))
+        return t.append_column("busy_ns", pa.array(self.acc[at], pa.float64()))
+
+
+def busy_by_window(con: Any) -> pa.Table:
+    """Every used resource's busy time in each window (resource_kind, resource_idx, win,
+    busy_ns), from ``_busy_islands`` and the current window count, by resource and window."""
+    sums = WindowSums(*window_bounds(con))
+    reader = con.sql("SELECT CASE resource_kind WHEN 'link' THEN 0 ELSE 1 END AS k, "
+                     "resource_idx, t0_ns, t1_ns FROM _busy_islands").to_arrow_reader(STREAM_ROWS)
+    for b in reader:
+        sums.add((b.column(0).to_numpy().astype(np.int64) << 32)
+                 | b.column(1).to_numpy().astype(np.int64),
+                 b.column(2).to_numpy(), b.column(3).to_numpy())
     del reader
-    keys = np.array(sorted(rank_of), np.int64)
-    ranks = np.array([rank_of[k] for k in keys.tolist()], np.int64)
-    at = (ranks[:, None] * n + np.arange(n)[None, :]).ravel()
-    t = _key_table(np.repeat(keys, n))
-    t = t.append_column("win", pa.array(np.tile(np.arange(n, dtype=np.int64), len(keys))))
-    return t.append_column("busy_ns", pa.array(acc[at], pa.float64()))
+    return sums.table()
 
 
 def _key_table(k: np.ndarray) -> pa.Table:
@@ -95,16 +120,24 @@ def _key_table(k: np.ndarray) -> pa.Table:
                      "resource_idx": pa.array((k & 0xFFFFFFFF).astype(np.int32))})
 
 
-def rows(con: Any) -> pa.Table:
+def rows(con: Any, shared: dict[str, Any] | None = None) -> pa.Table:
     """The rows of ``utilisation_windows`` for the current window count, by resource and
-    window."""
-    con.register("_uw_busy", busy_by_window(con))
+    window. ``shared``: where ``islands.busy_island_parts`` left the busy times it added up
+    as it made the islands (``SUMS``: the window count and ``WindowSums.table``), used if
+    they are for the current count, else the islands are read again."""
+    got = shared.pop(SUMS, None) if shared is not None else None
+    busy = got[1] if got is not None and got[0] == _n_windows(con) else busy_by_window(con)
+    con.register("_uw_busy", busy)
     try:
         return con.sql(VIEW_SQL).to_arrow_table()
     finally:
         con.unregister("_uw_busy")
 
 
-def rows_parts(con: Any) -> Iterator[pa.Table]:
+def _n_windows(con: Any) -> int:
+    return int(con.sql("SELECT n_windows FROM _config").fetchall()[0][0])
+
+
+def rows_parts(con: Any, shared: dict[str, Any] | None = None) -> Iterator[pa.Table]:
     """``rows`` as one table (the twins' interface)."""
-    yield rows(con)
+    yield rows(con, shared)
