@@ -91,16 +91,37 @@ def crit_pred_parts(con: Any, shared: dict[str, Any] | None = None) -> Iterator[
     del tx
     xi, pi, prio, tp = xi[keep], pi[keep], prio[keep], tp[keep]
     del keep
-    # the latest-ending candidate of each op; ties by edge priority, then op_id
-    o = np.lexsort((pi, prio, -tp, xi))
-    xi, pi, prio, tp = xi[o], pi[o], prio[o], tp[o]
-    del o
-    first = np.r_[True, xi[1:] != xi[:-1]] if len(xi) else np.zeros(0, bool)
-    x, p, prio, tp = ids_s[xi[first]], ids_s[pi[first]], prio[first], tp[first]
+    at, p_at, prio, tp = _latest(len(ids_s), xi, pi, prio, tp)
+    x, p = ids_s[at], ids_s[p_at]
     edge = pa.DictionaryArray.from_arrays(pa.array(prio.astype(np.int32)),
                                           pa.array(EDGES)).cast(pa.string())
     yield pa.table({"op_id": pa.array(x, pa.int64()), "pred_op_id": pa.array(p, pa.int64()),
                     "edge": edge, "pred_end_ns": pa.array(tp, pa.float64())})
+
+
+def _latest(n: int, xi: np.ndarray, pi: np.ndarray, prio: np.ndarray, tp: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Of each op (position ``xi`` < ``n``) with candidates, the one (predecessor position
+    ``pi``, edge ``prio``, its end ``tp``, never NaN) ending latest, ties by edge priority,
+    then position: (xi, pi, prio, tp) by xi. The first row of each op once sorted by ``xi``,
+    ``-tp``, ``prio``, ``pi`` (``np.lexsort``, 0.8 CPU s at a million gemm ops), found
+    instead by a running maximum and minimum per op (``ufunc.at``): rows that tie on all
+    four keys are the same candidate (its end is its predecessor's)."""
+    best = np.full(n, -np.inf)
+    np.maximum.at(best, xi, tp)
+    top = tp == best[xi]
+    xi, pi, prio, tp = xi[top], pi[top], prio[top], tp[top]
+    rank = (prio.astype(np.int64) << 32) | pi.astype(np.int64)
+    low = np.full(n, np.iinfo(np.int64).max)
+    np.minimum.at(low, xi, rank)
+    win = rank == low[xi]
+    xi, pi, prio, tp = xi[win], pi[win], prio[win], tp[win]
+    has = np.zeros(n, bool)
+    has[xi] = True
+    p_of, prio_of, tp_of = np.zeros(n, pi.dtype), np.zeros(n, prio.dtype), np.zeros(n)
+    p_of[xi], prio_of[xi], tp_of[xi] = pi, prio, tp
+    at = np.flatnonzero(has)
+    return at, p_of[at], prio_of[at], tp_of[at]
 
 
 def _candidates(con: Any, ot: pa.Table, ids: np.ndarray, shared: dict[str, Any] | None

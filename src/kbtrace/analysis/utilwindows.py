@@ -75,7 +75,11 @@ class WindowSums:
 
     def add(self, key: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> None:
         n, win_t0, win_t1, rank_of = self.n, self.win_t0, self.win_t1, self.rank_of
-        uniq, inv = np.unique(key, return_inverse=True)
+        if len(key) and bool((key[1:] >= key[:-1]).all()):    # (islands come by resource)
+            new = np.r_[True, key[1:] != key[:-1]]
+            uniq, inv = key[new], np.cumsum(new) - 1
+        else:
+            uniq, inv = np.unique(key, return_inverse=True)
         for k in uniq.tolist():
             rank_of.setdefault(k, len(rank_of))
         self.acc = np.concatenate([self.acc, np.zeros(len(rank_of) * n - len(self.acc))])
