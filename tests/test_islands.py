@@ -167,6 +167,78 @@ def test_utilisation_windows_twin_rows_equal_the_sql_view(run_dir, n_windows, st
     assert (got.column("busy_ns").to_numpy() > 0).any()
 
 
+@pytest.mark.parametrize("n_windows", [20, 7])
+def test_utilisation_windows_takes_its_sums_from_the_islands(run_dir, n_windows, monkeypatch):
+    """Run.materialize has busy_island_parts add up the windows' busy times as it makes the
+    islands: utilisation_windows then reads no island back, and its rows are the ones read
+    from the islands' file, bit for bit; nothing of the hand-over is left on the run."""
+    with open_run(run_dir) as r:
+        r.set_windows(n_windows)
+        r.materialize(("_busy_islands",))
+        want = utilwindows.rows(r.con)      # (from the materialised islands' file)
+    read = utilwindows.busy_by_window
+
+    def no_read(con):
+        raise AssertionError("utilisation_windows read the islands back")
+    monkeypatch.setattr(utilwindows, "busy_by_window", no_read)
+    with open_run(run_dir) as r:
+        r.set_windows(n_windows)
+        r.materialize()
+        assert r._scans == {}
+        got = r.con.sql("SELECT * FROM utilisation_windows").to_arrow_table()
+        monkeypatch.setattr(utilwindows, "busy_by_window", read)
+        r.set_windows(n_windows + 1)    # another count: its SQL (no sums were kept)
+        assert r.con.sql("SELECT count(DISTINCT win) FROM utilisation_windows"
+                         ).fetchall() == [(n_windows + 1,)]
+    assert got.num_rows > 0 and got.equals(want)
+    assert (got.column("busy_ns").to_numpy() > 0).any()
+
+
+def test_window_sums_by_batch_and_key_order():
+    """WindowSums adds each window's islands in the order given, whether the keys come
+    sorted (their ranks from the change points) or not, in one batch or several."""
+    t0 = np.array([0.0, 10.0, 20.0])
+    t1 = np.array([10.0, 20.0, 30.0])
+    key = np.array([5, 5, 1 << 32, 5, 1 << 32], np.int64)
+    s = np.array([1.0, 8.0, 0.0, 25.0, 12.0])
+    e = np.array([2.0, 12.5, 30.0, 26.0, 19.0])
+    one = utilwindows.WindowSums(t0, t1)
+    one.add(key, s, e)
+    many = utilwindows.WindowSums(t0, t1)
+    for a, b in ((0, 2), (2, 3), (3, 5)):       # sorted batches and an unsorted one
+        many.add(key[a:b], s[a:b], e[a:b])
+    for sums in (one, many):
+        t = sums.table()
+        assert t.column("resource_kind").to_pylist() == ["link"] * 3 + ["node"] * 3
+        assert t.column("resource_idx").to_pylist() == [5] * 3 + [0] * 3
+        assert t.column("win").to_pylist() == [0, 1, 2] * 2
+        assert t.column("busy_ns").to_pylist() == [1.0 + 2.0, 2.5, 1.0, 10.0, 10.0 + 7.0, 10.0]
+
+
+def test_latest_candidate_is_the_lexsorts_first():
+    """_crit_pred's choice per op: the latest end, then the lowest edge priority, then the
+    lowest predecessor position, as the first row of the four-key lexsort; duplicates and
+    signed zeros included."""
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        m, n = int(rng.integers(1, 80)), int(rng.integers(1, 12))
+        xi = rng.integers(0, n, m).astype(np.int32)
+        pi = rng.integers(0, 2 * n, m).astype(np.int32)
+        prio = rng.integers(0, 4, m).astype(np.int8)
+        tp = rng.integers(-3, 4, m).astype(np.float64)
+        tp[rng.random(m) < 0.1] = -0.0
+        tp[rng.random(m) < 0.05] = -np.inf
+        dup = rng.integers(0, m, m // 4)
+        xi, pi, prio, tp = (np.r_[a, a[dup]] for a in (xi, pi, prio, tp))
+        o = np.lexsort((pi, prio, -tp, xi))
+        first = np.r_[True, xi[o][1:] != xi[o][:-1]]
+        want = (xi[o][first], pi[o][first], prio[o][first], tp[o][first])
+        got = critpred._latest(n, xi, pi, prio, tp)
+        assert got[0].tolist() == want[0].tolist()
+        for a, b in zip(got[1:], want[1:], strict=True):
+            assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
 def test_materialize_uses_the_twins_and_changes_no_query(run_dir, monkeypatch):
     queries = ("SELECT stage, sum(dur_ns) FROM _pe_segments GROUP BY ALL ORDER BY ALL",
                "SELECT resource_kind, resource_idx, util FROM utilisation ORDER BY ALL",

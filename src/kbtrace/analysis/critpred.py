@@ -269,9 +269,10 @@ def _resource(con: Any, shared: dict[str, Any] | None = None
 def _chunk(q: np.ndarray, lv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``_resource``'s candidates of the queries ``q`` and leaves ``lv`` of some resources
     (records ``_QUERY``, ``_LEAF``: every one of theirs)."""
-    q_op, q_ri, q_free = _queued(q["op"], q["k"], q["te"], q["tf"])
-    o = np.lexsort((lv["op"], lv["t"], lv["k"]))
-    l_ri, l_t, l_op = lv["k"][o], lv["t"][o], lv["op"][o]
+    q_op, q_ri, q_free = _queued(*(np.ascontiguousarray(q[f]) for f in ("op", "k", "te", "tf")))
+    l_ri, l_t, l_op = (np.ascontiguousarray(lv[f]) for f in ("k", "t", "op"))  # (islands.Parts)
+    o = np.lexsort((l_op, l_t, l_ri))
+    l_ri, l_t, l_op = l_ri[o], l_t[o], l_op[o]
     del o
     # leave_t: one group per resource and leave time (a leave listed twice changes
     # neither the group's sole op nor the candidates, which are only compared)
