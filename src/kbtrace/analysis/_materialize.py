@@ -18,7 +18,9 @@ A materialised view ``v`` becomes ``CREATE VIEW v AS SELECT * FROM _m_v``, where
   points the view at the table of ``n`` if there is one, else back at its SQL, so the view
   is never stale (the report reads it twice: its plot and the timeline's counters). Of a
   single run, the table holds its numpy twin's rows (``analysis.utilwindows``: the same
-  rows, each window's busy time added up in time order, not in DuckDB's join order).
+  rows, each window's busy time added up in time order, not in DuckDB's join order), added
+  up as the islands are made when ``_busy_islands`` is materialised before it in the same
+  call (``utilwindows.WindowSums``), else from the islands read back.
 
 Every materialised view keeps its name; the run's files do not change.
 """

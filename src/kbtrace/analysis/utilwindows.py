@@ -19,6 +19,12 @@ differ in the last bits (on gemm at a million ops, 128 of 71,740 windows, by up 
 Why: DuckDB evaluates the view as a hash join of every window with every island of its
 resource (build side: the islands, 23 M at a million gemm ops, ~350 MB spilled under the
 run's 512 MB budget), 4.2 CPU s and the headline's peak; here one pass over the islands.
+
+When ``Run.materialize`` computes ``_busy_islands`` (its numpy twin) before this view, the
+pass is made there, on each chunk of islands as it is made (``WindowSums``; ``WANT`` and
+``SUMS`` in the run's shared scans), in the order the islands' file holds them, so the
+sums are the same bit for bit and the 23 M islands are not read back from the file (gemm
+at a million ops: the view 2.7 -> 0.2 CPU s, ~1.8 s of it now in ``_busy_islands``).
 """
 
 from __future__ import annotations
