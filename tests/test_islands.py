@@ -215,6 +215,46 @@ def test_window_sums_by_batch_and_key_order():
         assert t.column("busy_ns").to_pylist() == [1.0 + 2.0, 2.5, 1.0, 10.0, 10.0 + 7.0, 10.0]
 
 
+def test_window_sums_add_each_window_in_island_order():
+    """WindowSums against one float addition at a time, island after island (the SQL's
+    clipped lengths), on random islands of a few resources, some spanning windows, in one
+    batch or cut anywhere: the same sums bit for bit."""
+    rng = np.random.default_rng(11)
+    for case in range(200):
+        n = int(rng.integers(1, 5))
+        span = float(rng.uniform(50, 500))
+        w = np.arange(n, dtype=np.int64)
+        t0, t1 = (w * span) / n, ((w + 1) * span) / n
+        m = int(rng.integers(1, 1500))
+        key = rng.integers(0, 2, m).astype(np.int64) | (rng.integers(0, 2, m) << 32)
+        # starts of every magnitude (the parts' sums then round, in an order of their own),
+        # many short islands a window and a few long ones
+        s = span * rng.random(m) ** 4 - 1.0
+        long = rng.random(m) < 0.01
+        e = s + np.where(long, rng.exponential(span / (2 * n), m),
+                         (np.abs(s) + 1e-3) * rng.exponential(0.01, m))
+        k, a, b = islands.islands(key, s, e)
+        want: dict[tuple[int, int], float] = {}
+        for kk, aa, bb in zip(k.tolist(), a.tolist(), b.tolist(), strict=True):
+            want.setdefault((kk, 0), 0.0)
+            for j in range(n):
+                want.setdefault((kk, j), 0.0)
+                if t1[j] > aa and t0[j] < bb:
+                    want[kk, j] += min(t1[j], bb) - max(t0[j], aa)
+        sums = utilwindows.WindowSums(t0, t1)
+        cuts = sorted({0, len(k), *rng.integers(0, len(k) + 1, case % 4).tolist()})
+        for x, y in zip(cuts, cuts[1:]):
+            sums.add(k[x:y], a[x:y], b[x:y])
+        got = sums.table()
+        keys = ((np.array(got.column("resource_kind").to_pylist()) == "node").astype(np.int64)
+                << 32) | got.column("resource_idx").to_numpy()
+        have = dict(zip(zip(keys.tolist(), got.column("win").to_pylist()),
+                        got.column("busy_ns").to_pylist(), strict=True))
+        assert have.keys() == want.keys()
+        assert all(np.float64(have[x]).tobytes() == np.float64(want[x]).tobytes()
+                   for x in want)
+
+
 def test_latest_candidate_is_the_lexsorts_first():
     """_crit_pred's choice per op: the latest end, then the lowest edge priority, then the
     lowest predecessor position, as the first row of the four-key lexsort; duplicates and

@@ -88,15 +88,36 @@ class WindowSums:
             uniq, inv = np.unique(key, return_inverse=True)
         for k in uniq.tolist():
             rank_of.setdefault(k, len(rank_of))
-        self.acc = np.concatenate([self.acc, np.zeros(len(rank_of) * n - len(self.acc))])
-        rank = np.array([rank_of[k] for k in uniq.tolist()], np.int64)[inv]
+        size = len(rank_of) * n
+        acc = np.concatenate([self.acc, np.zeros(size - len(self.acc))])
+        at = np.array([rank_of[k] for k in uniq.tolist()], np.int64)[inv] * n
         # the windows each island overlaps: w.t1_ns > b.t0_ns and w.t0_ns < b.t1_ns
         first = np.searchsorted(win_t1, t0, "right")
         cnt = np.maximum(np.searchsorted(win_t0, t1, "left") - first, 0)
-        isl = np.repeat(np.arange(len(t0)), cnt)
-        win = np.repeat(first - np.cumsum(cnt) + cnt, cnt) + np.arange(int(cnt.sum()))
-        part = np.minimum(win_t1[win], t1[isl]) - np.maximum(win_t0[win], t0[isl])
-        np.add.at(self.acc, rank[isl] * n + win, part)      # in island order, one at a time
+        # each island's part in each of its windows, min(w.t1_ns, b.t1_ns) - max(w.t0_ns,
+        # b.t0_ns), added into the window in island order. The islands of a resource come
+        # in time order and are apart, so a window holds first the part of the one island
+        # that began in an earlier window (if any), then the first parts of the islands
+        # beginning in it: the later parts of the islands spanning windows (few) go first,
+        # then every island's first part, and ``bincount`` adds them in that order (after
+        # each window's sum so far: 0.0 + x is x, and a sum is never -0.0).
+        one = cnt > 0
+        if not one.all():
+            first, at, s, e, cnt = first[one], at[one], t0[one], t1[one], cnt[one]
+        else:
+            s, e = t0, t1
+        part = np.minimum(win_t1[first], e) - np.maximum(win_t0[first], s)
+        idx = [np.arange(size), at + first]
+        parts = [acc, part]
+        more = np.flatnonzero(cnt > 1)
+        if len(more):
+            k = cnt[more] - 1
+            isl = np.repeat(more, k)
+            win = (np.repeat(first[more] + 1 - np.cumsum(k) + k, k)
+                   + np.arange(int(k.sum())))
+            idx.insert(1, at[isl] + win)
+            parts.insert(1, np.minimum(win_t1[win], e[isl]) - np.maximum(win_t0[win], s[isl]))
+        self.acc = np.bincount(np.concatenate(idx), np.concatenate(parts), minlength=size)
 
     def table(self) -> pa.Table:
         """(resource_kind, resource_idx, win, busy_ns) by resource and window."""
