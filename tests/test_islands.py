@@ -243,12 +243,12 @@ def test_window_sums_add_each_window_in_island_order():
                     want[kk, j] += min(t1[j], bb) - max(t0[j], aa)
         sums = utilwindows.WindowSums(t0, t1)
         cuts = sorted({0, len(k), *rng.integers(0, len(k) + 1, case % 4).tolist()})
-        for x, y in zip(cuts, cuts[1:]):
+        for x, y in zip(cuts, cuts[1:], strict=False):
             sums.add(k[x:y], a[x:y], b[x:y])
         got = sums.table()
         keys = ((np.array(got.column("resource_kind").to_pylist()) == "node").astype(np.int64)
                 << 32) | got.column("resource_idx").to_numpy()
-        have = dict(zip(zip(keys.tolist(), got.column("win").to_pylist()),
+        have = dict(zip(zip(keys.tolist(), got.column("win").to_pylist(), strict=True),
                         got.column("busy_ns").to_pylist(), strict=True))
         assert have.keys() == want.keys()
         assert all(np.float64(have[x]).tobytes() == np.float64(want[x]).tobytes()

@@ -77,7 +77,7 @@ class WindowSums:
     def __init__(self, win_t0: np.ndarray, win_t1: np.ndarray) -> None:
         self.win_t0, self.win_t1, self.n = win_t0, win_t1, len(win_t0)
         self.rank_of: dict[int, int] = {}       # resource key -> rank, in order met
-        self.acc = np.zeros(0, np.float64)      # busy time per (resource rank, window)
+        self.acc: np.ndarray = np.zeros(0, np.float64)   # busy time per (rank, window)
 
     def add(self, key: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> None:
         n, win_t0, win_t1, rank_of = self.n, self.win_t0, self.win_t1, self.rank_of
