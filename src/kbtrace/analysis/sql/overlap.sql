@@ -2,6 +2,7 @@
 --
 -- Communication = dma_read, dma_write and ipcq hops (with the fabric/HBM hops of those
 -- transfers); compute = fetch, gemm, math and store hops; times are unions over the PE.
+-- One row per PE, in (sip, cube, pe) order.
 --
 -- Columns:
 --   sip, cube, pe (-)     PE coordinates
@@ -21,4 +22,5 @@ SELECT p.sip, p.cube, p.pe, p.span_ns,
        coalesce(sum(s.dur_ns) FILTER (WHERE s.has_compute), 0.0) / nullif(p.span_ns, 0)
          AS compute_share
 FROM _pe_span p LEFT JOIN _pe_segments s USING (sip, cube, pe)
-GROUP BY p.sip, p.cube, p.pe, p.span_ns;
+GROUP BY p.sip, p.cube, p.pe, p.span_ns
+ORDER BY p.sip, p.cube, p.pe;

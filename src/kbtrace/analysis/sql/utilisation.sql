@@ -2,7 +2,8 @@
 --
 -- util = (union of busy intervals) / makespan, always in [0, 1]; load = (sum of busy_ns)
 -- / makespan is the mean number of busy channels (can exceed 1 on multi-channel
--- resources such as an HBM controller). Unused resources appear with zeros.
+-- resources such as an HBM controller). Unused resources appear with zeros. Rows in
+-- (resource_kind, resource_idx) order: links, then nodes.
 --
 -- Columns:
 --   resource_kind (-)  'node' (engine/node-only hops) or 'link'
@@ -41,4 +42,5 @@ SELECT r.resource_kind, r.resource_idx, r.resource_id, r.kind, r.sip, r.cube, r.
 FROM _resources r
 LEFT JOIN hv USING (resource_kind, resource_idx)
 LEFT JOIN iv USING (resource_kind, resource_idx)
-CROSS JOIN _span s;
+CROSS JOIN _span s
+ORDER BY r.resource_kind, r.resource_idx;
