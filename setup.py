@@ -1,4 +1,5 @@
-"""Build hook: fast mode's replay core compiled with Cython, when it can be (issue 22).
+"""Build hook: fast mode's replay core compiled with Cython, when it can be (issue 22), and
+the huge-page arena allocator ``kbtrace._hugearena`` (``src/kbtrace/_hugearena.c``).
 
 Everything else about the package is in ``pyproject.toml``. The compiled core is optional:
 ``pip install -e .`` compiles it where a C compiler and the Python headers exist, and
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import sys
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -95,4 +97,13 @@ def _ext_modules() -> list[Extension]:
         return []
 
 
-setup(ext_modules=_ext_modules())
+def _hugearena() -> list[Extension]:
+    """``kbtrace._hugearena`` (pymalloc's arenas on transparent huge pages, installed by the
+    ``kbtrace`` command: ``kbtrace._hugepages``): plain C, Linux only, optional like the core
+    (not built: the command runs on pymalloc's default arenas)."""
+    if not sys.platform.startswith("linux"):
+        return []
+    return [Extension("kbtrace._hugearena", ["src/kbtrace/_hugearena.c"], optional=True)]
+
+
+setup(ext_modules=_ext_modules() + _hugearena())

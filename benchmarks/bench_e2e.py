@@ -2,7 +2,7 @@
 default test run.
 
 Run:  python benchmarks/bench_e2e.py [--ops N ...] [--topology default] [--out DIR]
-                                    [--fidelity fast|fast-fcfs|flit]
+                                    [--fidelity fast|fast-fcfs|flit] [--huge-pages on|off|ab]
       pytest benchmarks/bench_e2e.py -m benchmark        (the 10x memory-growth check)
 
 For each size, a fresh interpreter runs ``kbtrace.analysis.main.run_workload`` (what
@@ -24,6 +24,11 @@ timeouts each, ~0.1 CPU s, not counted in any figure), and prices each stage at 
 of its own two samples, the CPU outside the stages at the median of all of them: the
 ``local`` cost per op is the sum over ops, independent of where the machine's phase was
 when the parent sampled.
+
+The child puts pymalloc's arenas on huge pages first, as the ``kbtrace`` command does
+(``kbtrace._hugepages.install``), so that it measures what ``kbtrace run`` costs a user;
+``--huge-pages off`` runs it without (``KBTRACE_HUGE_PAGES=0``), ``ab`` runs each size
+without and then with them (rows labelled ``off`` / ``on``).
 
 Sizes: gemm with M = N and BM = BN = 32, BK = 64; ops = MT * NT * (3 * KT + 2) with
 MT = M / 32, NT = N / 32, KT = K / 64. ``--ops`` picks the K (and M = N) giving at least
@@ -55,6 +60,7 @@ TARGET_STAGE_SHARE = 0.40         # no stage over 40% of the whole
 TARGET_RSS_GIB = 2.0              # target 3
 TARGET_RSS_GROWTH = 1.3           # ... growing <= 1.3x when the trace grows 10x
 LOCAL_SAMPLE = 100_000            # timeouts per raw-rate sample around each stage call
+HUGE_ENV = "KBTRACE_HUGE_PAGES"   # kbtrace._hugepages.ENV (not imported: PYTHONPATH)
 
 
 def gemm_params(ops: int) -> dict[str, int]:
@@ -83,6 +89,8 @@ def _reset_hwm() -> None:
 def child(params: dict[str, int], topology: str, out: str, fidelity: str = "fast") -> dict:
     """Run ``run_workload`` with per-stage CPU time and peak RSS; the figures as a dict."""
     t_cpu0 = time.process_time()
+    from kbtrace._hugepages import install
+    huge = install()            # as the kbtrace command (KBTRACE_HUGE_PAGES=0: off)
     import kbtrace.analysis.main as main
     import kbtrace.analysis.perfetto as perfetto
     import kbtrace.analysis.reporter as reporter
@@ -136,17 +144,21 @@ def child(params: dict[str, int], topology: str, out: str, fidelity: str = "fast
     cpu = time.process_time() - t_cpu0 - sampling[0]
     rest = cpu - sum(v["cpu_s"] for v in stats.values())
     local = sum(v["timeouts"] for v in stats.values()) + rest * statistics.median(rates)
-    return {"ops": s.n_ops, "hops": s.hops, "events": s.events, "verify_ok": s.ok,
+    return {"ops": s.n_ops, "hops": s.hops, "events": s.events, "verify_ok": s.ok, "huge_pages": huge,
             "stages": stats, "cpu_s": cpu, "peak_rss_mib": peak,
             "local_timeouts": local, "local_rates": rates}
 
 
 # ----------------------------------------------------------------------------- the parent
 
-def run_size(ops: int, topology: str, out: Path, fidelity: str = "fast") -> dict:
+def run_size(ops: int, topology: str, out: Path, fidelity: str = "fast",
+             huge: bool = True) -> dict:
     params = gemm_params(ops)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get(
         "PYTHONPATH", "")}
+    env.pop(HUGE_ENV, None)
+    if not huge:
+        env[HUGE_ENV] = "0"
     t0 = time.perf_counter()
     res = subprocess.run([sys.executable, __file__, "--child", json.dumps(params), "--topology",
                           topology, "--out", str(out), "--fidelity", fidelity], env=env, capture_output=True, text=True)
@@ -158,14 +170,19 @@ def run_size(ops: int, topology: str, out: Path, fidelity: str = "fast") -> dict
     return fig
 
 
-def measure(sizes: list[int], topology: str, out_root: Path,
-            fidelity: str = "fast") -> tuple[list[dict], list[float]]:
+def measure(sizes: list[int], topology: str, out_root: Path, fidelity: str = "fast",
+            huge_pages: str = "on") -> tuple[list[dict], list[float]]:
     raws = [raw_rate() for _ in range(3)]
     figs = []
+    settings = {"on": [True], "off": [False], "ab": [False, True]}[huge_pages]
     for n in sizes:
-        figs.append(run_size(n, topology, out_root / f"ops{n}", fidelity))
-        raws += [raw_rate() for _ in range(3)]
-        print(json.dumps({"figure": figs[-1], "raw_so_far": raws}), file=sys.stderr, flush=True)
+        for huge in settings:
+            figs.append(run_size(n, topology, out_root / f"ops{n}{huge}", fidelity, huge))
+            if huge_pages == "ab":
+                figs[-1]["label"] = "on" if huge else "off"
+            raws += [raw_rate() for _ in range(3)]
+            print(json.dumps({"figure": figs[-1], "raw_so_far": raws}), file=sys.stderr,
+                  flush=True)
     return figs, raws
 
 
@@ -186,7 +203,8 @@ def table(figs: list[dict], raws: list[float]) -> str:
                             for s in STAGES)
         peaks = ", ".join(f"{s} {f['stages'].get(s, {}).get('peak_rss_mib', 0):.0f}"
                           for s in STAGES)
-        lines.append(f"| {f['ops']:,} | {f['hops']:,} | {f['cpu_s']:.1f} | {cost:.0f} | {local} | "
+        label = f" ({f['label']})" if "label" in f else ""
+        lines.append(f"| {f['ops']:,}{label} | {f['hops']:,} | {f['cpu_s']:.1f} | {cost:.0f} | {local} | "
                      f"{shares} | {f['peak_rss_mib']:.0f} | {peaks} |")
     if len(figs) > 1:
         a, b = figs[0], figs[-1]
@@ -210,6 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--topology", default="default")
     ap.add_argument("--out", default=None, help="output root (default: a temporary directory)")
     ap.add_argument("--fidelity", default="fast", help="replay fidelity (default fast)")
+    ap.add_argument("--huge-pages", default="on", choices=("on", "off", "ab"),
+                    help="pymalloc's arenas on huge pages in the child as in the kbtrace "
+                         "command (on), not (off), or each size without then with (ab)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
     a = ap.parse_args(argv)
@@ -217,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(child(json.loads(a.child), a.topology, a.out, a.fidelity)))
         return 0
     with tempfile.TemporaryDirectory(dir=a.out) as tmp:
-        figs, raws = measure(a.ops, a.topology, Path(tmp), a.fidelity)
+        figs, raws = measure(a.ops, a.topology, Path(tmp), a.fidelity, a.huge_pages)
     print(table(figs, raws))
     if a.json:
         Path(a.json).write_text(json.dumps({"figures": figs, "raw": raws}, indent=1))

@@ -87,6 +87,13 @@ def _leaves(p: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``kbtrace`` command. Run as the program (no ``argv``: the console script, ``python
+    -m kbtrace``), it first puts pymalloc's arenas on huge pages (``kbtrace._hugepages``;
+    ``KBTRACE_HUGE_PAGES=0``: not); ``main([...])`` from Python leaves the allocator alone."""
+    huge = None
+    if argv is None:
+        from kbtrace._hugepages import install
+        huge = install()
     argv = list(sys.argv[1:] if argv is None else argv)
     show_tb = "--traceback" in argv     # known even when parsing fails
     parser = build_parser()
@@ -95,6 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)   # path arguments resolve here (kbtrace._paths)
         setup_logging(getattr(args, "verbose", 0) - getattr(args, "quiet", 0))
+        if huge is not None:
+            log.debug(f"pymalloc's arenas on huge pages: {huge}")
         if not getattr(args, "func", None):
             parser.print_help()
             return 0 if args.command is None else 2

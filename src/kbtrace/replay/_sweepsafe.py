@@ -43,6 +43,7 @@ from concurrent.futures import BrokenExecutor
 from pathlib import Path
 from typing import Any
 
+from kbtrace import _hugepages
 from kbtrace._io import atomic_dir, read_json_object, trace_hash, write_json
 from kbtrace._owned import owner
 from kbtrace.errors import SweepError
@@ -105,8 +106,13 @@ def _watch_parent(ppid: int) -> None:
         time.sleep(0.5)
 
 
-def worker_init(ppid: int) -> None:
-    """ProcessPool initializer: die with the parent (``ppid``)."""
+def worker_init(ppid: int, huge_pages: bool = False) -> None:
+    """ProcessPool initializer: die with the parent (``ppid``); pymalloc's arenas on huge pages
+    if the parent's are (``huge_pages``: the ``kbtrace`` command's, ``kbtrace._hugepages``; a
+    forked worker has them already, a spawned one installs them)."""
+    if huge_pages:
+        from kbtrace._hugepages import install
+        install()
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
     if os.getppid() != ppid:          # the parent died before the request took effect
@@ -225,7 +231,8 @@ class Pool:
             with threads_paused():      # (the executor forks its workers on the first submit)
                 self.start_method = start_method()
                 self._ex = ProcessPoolExecutor(
-                    max_workers=max(1, n), initializer=worker_init, initargs=(os.getpid(),),
+                    max_workers=max(1, n), initializer=worker_init,
+                    initargs=(os.getpid(), _hugepages.installed()),
                     mp_context=multiprocessing.get_context(self.start_method))
                 self._ready = [self.submit(_ready) for _ in range(max(1, n))]
 
