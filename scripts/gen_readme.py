@@ -27,6 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 _BLOCK = re.compile(r"(<!-- BEGIN:(?P<name>[^>]+?) -->\n).*?(<!-- END:(?P=name) -->)", re.S)
+_LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")     # a Markdown link: its text kept
 
 
 def _schemas() -> str:
@@ -62,7 +63,7 @@ def _include(rel: str) -> str:
 def _anchor(title: str, seen: dict[str, int]) -> str:
     """GitHub's heading anchor: markup dropped, lower case, punctuation but ``-`` and ``_``
     dropped, spaces to ``-``; the n-th repeat of an anchor gets ``-n``."""
-    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", title).replace("`", "").lower()
+    text = _LINK.sub(r"\1", title).replace("`", "").lower()
     slug = re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
     n = seen.get(slug, 0)
     seen[slug] = n + 1
@@ -81,7 +82,7 @@ def _contents(text: str) -> str:
         level, title = len(m.group(1)), m.group(2)
         slug = _anchor(title, seen)
         if level in (2, 3) and title != "Contents":
-            label = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", title)
+            label = _LINK.sub(r"\1", title)
             out.append(f"{'  ' * (level - 2)}- [{label}](#{slug})")
     return "\n".join(out) + "\n"
 
@@ -97,12 +98,16 @@ def block(name: str) -> str:
 
 
 def render(text: str) -> str:
-    filled = _BLOCK.sub(lambda m: m.group(1) + (m.group(0)[len(m.group(1)):-len(m.group(3))]
-                                                if m.group("name") == "contents"
-                                                else block(m.group("name"))) + m.group(3), text)
+    """``text`` with every block filled in; the contents last, from the filled text."""
+    def fill(m: re.Match[str], toc: str | None = None) -> str:
+        name = m.group("name")
+        if name == "contents":
+            return m.group(0) if toc is None else m.group(1) + toc + m.group(3)
+        return m.group(1) + block(name) + m.group(3) if toc is None else m.group(0)
+
+    filled = _BLOCK.sub(fill, text)
     toc = _contents(filled)
-    return _BLOCK.sub(lambda m: m.group(1) + toc + m.group(3) if m.group("name") == "contents"
-                      else m.group(0), filled)
+    return _BLOCK.sub(lambda m: fill(m, toc), filled)
 
 
 def _catalogue(check: bool) -> bool:
