@@ -245,3 +245,17 @@ def test_memory_bounds_once_per_key_and_first_op_below_is_the_error(tiny, tmp_pa
     mem = tiny.resolve(hbm(0, 0, 0, tiny)).idx
     assert sorted(calls) == [("load", dma, mem, 256), ("load", dma, mem, 4096),
                              ("store", dma, mem, 4096)]
+
+
+def test_recorder_names_the_op_of_a_hop_busier_than_its_interval(sim):
+    """A hop row busier than its own interval is a model bug; the recorder names its op
+    (the busy check sees intervals only) so the bug can be found in a large run."""
+    from kbtrace import schema
+    rows = [  # op, tile, stage, node, link, enter, leave, busy, queue, nbytes
+        (7, -1, schema.STAGES.index("fabric"), 1, LINK, 100.0, 164.0, 64.0, 0.0, 8192),
+        (9, -1, schema.STAGES.index("fabric"), 1, LINK, 100.0, 163.946, 64.0, 0.0, 8192),
+        (9, -1, schema.STAGES.index("fabric"), 1, LINK, 100.0, 170.0, 64.0, 10.0, 8192),
+    ]
+    r = np.array(rows, dtype=float).T
+    assert sim.rec._culprit(r) == " (op 9's fabric row)"
+    assert sim.rec._culprit(r[:, :1]) == ""

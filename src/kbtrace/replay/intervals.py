@@ -7,15 +7,30 @@ reservation is clipped to the gap). Fast mode computes the same times by differe
 sums (a closed form's offsets, or hop by hop), which differ in the last bits, and exact
 ties between reservations are common (back-to-back transfers); without the tolerance a
 rounding error of 1e-14 ns could decide whether a transfer waits a whole overhead.
+
+``tol(t)``: the tolerance of the invariants' time comparisons at time ``t`` (``invariants``,
+and the recorder naming the op a failed check caught).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
+from typing import Any
 
-__all__ = ["prune", "TIME_EPS"]
+__all__ = ["prune", "TIME_EPS", "EPS_NS", "REL_EPS", "tol"]
 
 TIME_EPS = 1e-9     # ns
+
+#: the invariants' comparisons of times allow ``EPS_NS + REL_EPS * |t|``: float64 sums of
+#: durations lose precision relative to the times summed, so a fixed tolerance alone fails
+#: slow but legal parameters (HBM 1e-10 GB/s, GEMM clock 1e-9 GHz: times of 1e11 ns and more)
+EPS_NS = 1e-6
+REL_EPS = 1e-9
+
+
+def tol(t: Any) -> Any:
+    """The tolerance of a comparison at time(s) ``t`` (ns; a float or a numpy array)."""
+    return EPS_NS + REL_EPS * abs(t)
 
 
 def prune(iv: list[float], now: float) -> None:

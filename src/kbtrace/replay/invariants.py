@@ -35,22 +35,12 @@ import pyarrow.compute as pc
 
 from kbtrace.errors import InvariantError
 from kbtrace.replay.colsort import lexsort2
+from kbtrace.replay.intervals import EPS_NS, REL_EPS, tol
 
 if TYPE_CHECKING:  # pragma: no cover
     from kbtrace.replay.context import SimContext
 
 __all__ = ["check", "BusyCheck", "EPS_NS", "REL_EPS", "tol"]
-
-#: comparisons of times allow ``EPS_NS + REL_EPS * |t|``: float64 sums of durations lose
-#: precision relative to the times summed, so a fixed tolerance alone fails slow but legal
-#: parameters (HBM 1e-10 GB/s, GEMM clock 1e-9 GHz: times of 1e11 ns and more)
-EPS_NS = 1e-6
-REL_EPS = 1e-9
-
-
-def tol(t: np.ndarray | float) -> np.ndarray | float:
-    """The tolerance of a comparison at time(s) ``t`` (ns)."""
-    return EPS_NS + REL_EPS * np.abs(t)
 
 
 def _res_name(sim: SimContext, rid: int) -> str:

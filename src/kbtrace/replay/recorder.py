@@ -59,6 +59,7 @@ from kbtrace import schema
 from kbtrace._io import ROW_GROUP_SIZE, BatchWriter
 from kbtrace.errors import InvariantError
 from kbtrace.replay.colsort import lexsort2
+from kbtrace.replay.intervals import tol
 from kbtrace.replay.rowbuf import CompactRows, DoneRows, HopRows
 
 __all__ = ["Recorder", "STAGE_CODE"]
@@ -432,7 +433,25 @@ class Recorder:
         self.n_hops += n
         w = self._watermark(now)    # (also trims the issued-op queue when nothing is checked)
         if self.busy is not None:
-            self.busy.add(*self._intervals_of(r), w)
+            try:
+                self.busy.add(*self._intervals_of(r), w)
+            except InvariantError as e:
+                raise InvariantError(f"{e}{self._culprit(r)}; this is a kbtrace model bug, not "
+                                     f"an input error: please report it with the trace (another "
+                                     f"--fidelity may avoid it)") from None
+
+    def _culprit(self, r: np.ndarray) -> str:
+        """The op whose hop row of batch ``r`` breaks invariant 1 on its own (busy longer
+        than the row's interval, or a negative time), as ``" (op N's stage row)"``; empty
+        where only a merged window is over 100%."""
+        s = r[_EN] + r[_Q]
+        e, b = r[_LV], r[_BUSY]
+        te = tol(e)
+        bad = np.flatnonzero((b > 0) & ((b > (e - s) + te) | (b < -te) | (e < s - te)))
+        if not bad.size:
+            return ""
+        i = int(bad[0])
+        return f" (op {int(r[_OP][i])}'s {schema.STAGES[int(r[_STAGE][i])]} row)"
 
     def _late(self, r: np.ndarray, i: int) -> None:
         """Row ``i`` of ``r`` belongs to an op whose rows were written: the error."""
