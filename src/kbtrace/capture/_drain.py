@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+from bisect import bisect_right as _bisect_right
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -48,6 +50,7 @@ _INT32 = np.dtype(np.int32)
 _BASENAMES: dict[str | None, str | None] = {}
 _blake2b = hashlib.blake2b
 _from_bytes = int.from_bytes
+_AT = itemgetter(0)
 
 
 def _basename(path: str | None) -> str | None:
@@ -127,15 +130,17 @@ class Drainer:
         next one due (-1: none in this drain)."""
         dead, i = self._dead, self._di
         n = len(dead)
-        j = i
-        while j < n and dead[j][0] <= op_id:
-            j += 1
+        j = _bisect_right(dead, op_id, i, n, key=_AT)  # (``dead`` is in op_id order)
         if j > i:
             # (due earlier than ``op_id`` never happens, ``run``'s docstring; kept then, as is
             # safe: a later op may have written the span again)
             spans = [(a, nb) for at, a, nb in dead[i:j] if at == op_id]
-            if self._pend and any(self._touches(a, nb) for a, nb in spans):
-                self.flush()
+            if self._pend:
+                lo, hi = self._lo, self._hi
+                for a, nb in spans:
+                    if a < hi and a + nb > lo:      # (``_touches``)
+                        self.flush()
+                        break
             self.mem.drop(spans)
         self._di = j
         return dead[j][0] - self._first if j < n else -1
@@ -164,9 +169,9 @@ class Drainer:
             dig = e[1] = digest(e[0])
             mem.note_digest((src, geo[0], dtype, geo[6]), e)
         mem.write_entry(dst, dtype, e)
-        return ((op_id,) + _head(p) + (seq, "load", "load", False, space, src, "tcm", dst,
-                                       nbytes) + _EMPTY5 + (geo[4], dtype) + _N12
-                + (deps, None, None, _basename(file), line, None, dig, geo[5]))
+        return (op_id, *_head(p), seq, "load", "load", False, space, src, "tcm", dst, nbytes,
+                *_EMPTY5, geo[4], dtype, *_N12,
+                deps, None, None, _basename(file), line, None, dig, geo[5])
 
     def _store(self, r: tuple[Any, ...]) -> tuple[Any, ...]:
         op_id, _, p, seq, file, line, h, space, dst, geo = r
@@ -181,9 +186,9 @@ class Drainer:
         dig = e[1]
         if dig is None:
             dig = e[1] = digest(e[0])
-        return ((op_id,) + _head(p) + (seq, "store", "store", False, h.space, h.addr, space,
-                                       dst, geo[3]) + _EMPTY5 + (geo[4], hdt) + _N12
-                + (list(h.deps), None, None, _basename(file), line, None, dig, geo[5]))
+        return (op_id, *_head(p), seq, "store", "store", False, h.space, h.addr, space, dst,
+                geo[3], *_EMPTY5, geo[4], hdt, *_N12,
+                list(h.deps), None, None, _basename(file), line, None, dig, geo[5])
 
     def _fill(self, r: tuple[Any, ...]) -> tuple[Any, ...]:
         op_id, _, p, seq, file, line, name, dst, geo, dtype, scalars = r
@@ -194,9 +199,9 @@ class Drainer:
         dig = e[1]
         if dig is None:
             dig = e[1] = digest(e[0])
-        return ((op_id,) + _head(p) + (seq, "fill", name, False, None, None, "tcm", dst,
-                                       geo[3], (), (), (), (), scalars, geo[4], dtype) + _N12
-                + ((), None, None, _basename(file), line, None, dig, ()))
+        return (op_id, *_head(p), seq, "fill", name, False, None, None, "tcm", dst, geo[3],
+                (), (), (), (), scalars, geo[4], dtype, *_N12,
+                (), None, None, _basename(file), line, None, dig, ())
 
     def _dot(self, r: tuple[Any, ...], i: int) -> None:
         op_id, _, p, seq, file, line, a, b, acc, dst, nbytes, acc_dt = r
@@ -219,9 +224,8 @@ class Drainer:
         if const is None:
             const = self._dot_const[key] = self._dot_columns(ins, acc_dt)
         m, n, k = const[7], const[8], const[9]
-        head = ((op_id,) + _head(p) + (seq, "dot", "dot", False, None, None, "tcm", dst, nbytes,
-                                       addrs) + const + _N8
-                + (deps, None, None, _basename(file), line, None))
+        head = (op_id, *_head(p), seq, "dot", "dot", False, None, None, "tcm", dst, nbytes,
+                addrs, *const, *_N8, deps, None, None, _basename(file), line, None)
         rows = self._rows
         if not self.golden:
             rows[i] = head + (None, ())

@@ -128,11 +128,11 @@ class Allocator:
         for r in self.owned:
             h = r()
             if h is not None:
-                if r.__callback__ is not died:      # (a reference made without it)
+                if r.__callback__ is not died or r.__class__ is not Owner:  # (made without)
                     r = Owner(h, died)
                     r.addr, r.nbytes = h.addr, h.nbytes
-                s = h.addr - base
-                bisect.insort(spans, (s, s + h.nbytes, r), key=_START)
+                s = r.addr - base       # (the owner's span is its handle's, set with it)
+                bisect.insort(spans, (s, s + r.nbytes, r), key=_START)
                 off[id(r)] = s
                 if s < low:
                     low = -1
