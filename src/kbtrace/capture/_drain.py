@@ -160,8 +160,10 @@ class Drainer:
     # ------------------------------------------------------------------ hot kinds
     def _load(self, r: tuple[Any, ...]) -> tuple[Any, ...]:
         op_id, _, p, seq, file, line, space, src, dst, nbytes, geo, dtype, deps = r
-        if self._pend and (self._touches(src, geo[2]) or self._touches(dst, nbytes)):
-            self.flush()
+        if self._pend:
+            lo, hi = self._lo, self._hi     # (``_touches``, inline)
+            if (src < hi and src + geo[2] > lo) or (dst < hi and dst + nbytes > lo):
+                self.flush()
         mem = self.mem
         e = mem.cached_read(src, geo[0], dtype, geo[6])
         dig = e[1]

@@ -251,7 +251,8 @@ class MemoryImage:
             self.remember(addr, dtype, entry)
             return
         lo, hi = addr >> _CHUNK_BITS, (addr + nbytes - 1) >> _CHUNK_BITS
-        if self._idx:
+        idx = self._idx
+        if idx and (lo in idx or (hi > lo and any(c in idx for c in range(lo + 1, hi + 1)))):
             self._invalidate(range(lo, hi + 1) if hi > lo else (lo,))
         dirty = self._dirty
         old = dirty.get(addr)

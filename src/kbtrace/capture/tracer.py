@@ -52,6 +52,7 @@ GC_YOUNG = 500_000
 _COMPUTE = frozenset(("dot", "math", "composite"))
 #: an Op -> its column values in schema order (one C call per row)
 _ROW = operator.attrgetter(*OP_FIELDS)
+_KIND_COL = OP_FIELDS.index("kind")
 
 
 def addresses() -> Any:
@@ -154,11 +155,13 @@ class OpSink:
             if self._drainer is None or self._drainer.m is not machine:
                 self._drainer = Drainer(machine, golden, expand, _ROW)
             tuples = self._drainer.run(recs, self.dead)
-            self.counts.update(r[1] if r.__class__ is tuple else r.kind for r in recs)
             self.rows += len(tuples)
             cols = self._bw.columns
-            for col, vals in zip(cols, zip(*tuples, strict=True), strict=True):
+            by_col = list(zip(*tuples, strict=True))
+            for col, vals in zip(cols, by_col, strict=True):
                 col.extend(vals)
+            self.counts.update(by_col[_KIND_COL])   # (a tuple: counted in C)
+            del by_col
             self._bw.commit(len(tuples))
             del tuples
         else:
