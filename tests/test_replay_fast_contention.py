@@ -580,3 +580,23 @@ def test_bursts_ready_together_go_in_the_order_their_reads_were_booked(tmp_path)
                                                   (dma[0], 2048, 1.0, [18.0] * 4 + [26.0] * 4)])
     assert got["flit"] == pytest.approx({0: 52.6, 1: 33.1}, abs=1e-9)
     assert got["fast"] == pytest.approx({0: 52.6, 1: 33.1}, abs=1e-5)
+
+
+@pytest.mark.parametrize("t_ns", [1_000.45, 21_255_624.45, 1.0e9 + 0.45, 2.0e10 + 0.45])
+def test_bursts_arrive_whole_however_late_in_the_run(t_ns):
+    """An HBM read's bursts arrive at its first link within ``BURST_NS`` each; at 21 ms the
+    ns clock's resolution is 3.7e-9 ns, so a share of ``work / BURST_NS`` over the rounded
+    span made an 8 KiB read arrive 0.16% short (31.948 of 32 ns of work), the link before
+    served it faster than it could, and bench_e2e's 1.0 M-op gemm failed the busy check in
+    `fast`. Every burst's work now arrives whole, and a stream of them is served whole."""
+    from kbtrace.replay.fabric.booking import Steps
+    from kbtrace.replay.fabric.fifo import BURST_NS, burst_arrival, share_fifo
+    ready = [t_ns + 8.0 * (i // 4) + 1.4 * (i % 4) for i in range(16)]
+    for lag in (0.0, BURST_NS):
+        arr = burst_arrival(ready, 32.0, 8192, 512, lag)
+        assert len(arr) == 16 and all(b > a for a, b, _r in arr)
+        assert sum(r * (b - a) for a, b, r in arr) == pytest.approx(32.0, rel=1e-12)
+    (pcs, end, _hd), = share_fifo(Steps(), t_ns, [[burst_arrival(ready, 32.0, 8192, 512),
+                                                   32.0, 0.0, 0.0]])
+    assert sum(r * (b - a) for a, b, r in pcs) == pytest.approx(32.0, rel=1e-9)
+    assert end >= ready[-1]

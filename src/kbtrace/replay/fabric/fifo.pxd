@@ -16,6 +16,9 @@ cpdef list _cum_at(list pcs, list taus)
                r=cython.double, out=list)
 cpdef list _unserved(list arr, double w, double d)
 
+@cython.locals(b=cython.double)
+cpdef tuple _burst(double a, double w)
+
 @cython.locals(m=cython.Py_ssize_t, nt=cython.Py_ssize_t, k=cython.Py_ssize_t,
                n=cython.Py_ssize_t, j=cython.Py_ssize_t, i=cython.Py_ssize_t,
                g=cython.Py_ssize_t, ng=cython.Py_ssize_t, guard=cython.long,
