@@ -254,7 +254,7 @@ def _resource(con: Any, shared: dict[str, Any] | None = None
     try:
         for p0, p1 in leaves.bounds(leaves.counts + queries.counts):
             q, lv = queries.read(p0, p1), leaves.read(p0, p1)
-            if len(q) and len(lv):
+            if len(q[0]) and len(lv[0]):
                 x, p = _chunk(q, lv)
                 xs.append(x)
                 ps.append(p)
@@ -266,11 +266,13 @@ def _resource(con: Any, shared: dict[str, Any] | None = None
             _RESOURCE)
 
 
-def _chunk(q: np.ndarray, lv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _chunk(q: tuple[np.ndarray, ...], lv: tuple[np.ndarray, ...]
+           ) -> tuple[np.ndarray, np.ndarray]:
     """``_resource``'s candidates of the queries ``q`` and leaves ``lv`` of some resources
-    (records ``_QUERY``, ``_LEAF``: every one of theirs)."""
-    q_op, q_ri, q_free = _queued(*(np.ascontiguousarray(q[f]) for f in ("op", "k", "te", "tf")))
-    l_ri, l_t, l_op = (np.ascontiguousarray(lv[f]) for f in ("k", "t", "op"))  # (islands.Parts)
+    (the columns of ``_QUERY``, ``_LEAF``, ``islands.Parts.read``: every one of theirs)."""
+    q_ri, q_op, q_te, q_tf = q
+    q_op, q_ri, q_free = _queued(q_op, q_ri, q_te, q_tf)
+    l_ri, l_t, l_op = lv
     o = np.lexsort((l_op, l_t, l_ri))
     l_ri, l_t, l_op = l_ri[o], l_t[o], l_op[o]
     del o

@@ -153,19 +153,24 @@ _REC = np.dtype([("k", "<i8"), ("s", "<f8"), ("e", "<f8")])
 
 
 class Parts:
-    """Records (``dtype``: a key, then other columns) dealt to ``PARTS`` parts by group (``key
-    >> shift``, ranked among ``groups``, the sorted distinct groups expected), a batch at a
-    time: each batch sorted by part (a radix sort of one byte) and kept as one record array
-    with its part bounds; past ``SORT_ROWS`` held, the batches go to one unnamed temporary
-    file (in ``base``, the run's spill directory), which is gone when it is closed. Then
-    ``read`` gives consecutive parts (``bounds``: ``SORT_ROWS`` rows or more at a time);
-    ``chunks`` sorts them, for the islands."""
+    """Rows (``dtype``'s fields: a key, then other columns) dealt to ``PARTS`` parts by group
+    (``key >> shift``, ranked among ``groups``, the sorted distinct groups expected), a batch
+    at a time: each batch sorted by part (a radix sort of one byte) and kept as one
+    contiguous array per column, with its part bounds; past ``SORT_ROWS`` held, the batches
+    go to one unnamed temporary file (in ``base``, the run's spill directory; a batch's
+    columns one after the other), which is gone when it is closed. Then ``read`` gives the
+    columns of consecutive parts (``bounds``: ``SORT_ROWS`` rows or more at a time);
+    ``chunks`` sorts them, for the islands. Columns, not records: every gather, write,
+    read and sort is over contiguous arrays (gemm at a million ops, 28 M busy rows: the
+    records' strided gathers and the copies out of them before each sort were ~1 CPU s)."""
 
     def __init__(self, groups: np.ndarray, shift: int, base: str | None,
                  dtype: np.dtype[Any] = _REC) -> None:
         self.groups, self.shift, self.base, self.dtype = groups, shift, base, dtype
-        self.held: list[np.ndarray | None] = []     # a batch's records, None once in the file
-        self.at: list[int] = []                     # its first record's place in the file
+        self.types = [dtype[n] for n in dtype.names or ()]     # (the columns')
+        self.held: list[tuple[np.ndarray, ...] | None] = []   # a batch's columns, None once
+        self.at: list[int] = []             # in the file, then its first byte's place there
+        self.size: list[int] = []           # its rows
         self.cuts: list[np.ndarray] = []            # its part bounds
         self.counts = np.zeros(PARTS, np.int64)
         self.n_held = self.n_file = 0
@@ -193,34 +198,40 @@ class Parts:
         if p is None:
             p = _part(key >> self.shift, self.groups)
         o = np.argsort(p, kind="stable")
-        rec = np.empty(len(key), self.dtype)
-        for name, col in zip(self.dtype.names or (), (key, *cols), strict=True):
-            rec[name] = col[o]
+        batch = tuple(np.asarray(col, t)[o]
+                      for col, t in zip((key, *cols), self.types, strict=True))
         n = np.bincount(p, minlength=PARTS)
         self.counts += n
         self.cuts.append(np.r_[0, np.cumsum(n)])
-        self.held.append(rec)
+        self.held.append(batch)
         self.at.append(0)
-        self.n_held += len(rec)
+        self.size.append(len(key))
+        self.n_held += len(key)
         if self.file is None and self.n_held > SORT_ROWS:
             # closed by close() (chunks' end, Run.close), else with the object
             self.file = tempfile.TemporaryFile(dir=self.base)  # noqa: SIM115
         if self.file is not None:
             for i, r in enumerate(self.held):
                 if r is not None:
-                    self.file.write(r.view(np.uint8))
                     self.held[i], self.at[i] = None, self.n_file
-                    self.n_file += len(r)
+                    for col in r:
+                        self.file.write(col.view(np.uint8))
+                        self.n_file += col.nbytes
             self.n_held = 0
 
-    def _read(self, i: int, a: int, b: int) -> np.ndarray:
+    def _read(self, i: int, a: int, b: int) -> tuple[np.ndarray, ...]:
         r = self.held[i]
         if r is not None:
-            return r[a:b]
-        out = np.empty(b - a, self.dtype)
-        self.file.seek((self.at[i] + a) * self.dtype.itemsize)
-        self.file.readinto(out.view(np.uint8))
-        return out
+            return tuple(col[a:b] for col in r)
+        out = []
+        at = self.at[i]
+        for t in self.types:
+            col = np.empty(b - a, t)
+            self.file.seek(at + a * t.itemsize)
+            self.file.readinto(col.view(np.uint8))
+            out.append(col)
+            at += self.size[i] * t.itemsize
+        return tuple(out)
 
     def bounds(self, counts: np.ndarray | None = None) -> list[tuple[int, int]]:
         """Consecutive part ranges ``[p0, p1)`` of ``SORT_ROWS`` rows or more (``counts``:
@@ -234,11 +245,14 @@ class Parts:
                 p0, n = i + 1, 0
         return out
 
-    def read(self, p0: int, p1: int) -> np.ndarray:
-        """The records of parts ``[p0, p1)``, in no particular order."""
+    def read(self, p0: int, p1: int) -> tuple[np.ndarray, ...]:
+        """The columns (``dtype``'s fields, in order) of the rows of parts ``[p0, p1)``, in
+        no particular order: each a contiguous array."""
         pieces = [self._read(j, int(c[p0]), int(c[p1]))
                   for j, c in enumerate(self.cuts) if c[p1] > c[p0]]
-        return np.concatenate(pieces) if pieces else np.empty(0, self.dtype)
+        if not pieces:
+            return tuple(np.empty(0, t) for t in self.types)
+        return tuple(np.concatenate(cols) for cols in zip(*pieces, strict=True))
 
     def chunks(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, int, int]]:
         """The rows (``_REC``) sorted by key, s, e, in chunks of whole parts: (key, s, e,
@@ -246,11 +260,7 @@ class Parts:
         The file is closed at the end."""
         try:
             for p0, p1 in self.bounds():
-                rec = self.read(p0, p1)
-                # the fields copied out of the records first: lexsort and the gathers on
-                # contiguous arrays (gemm at a million ops, 28 M busy rows: -25-35% a chunk)
-                key, s, e = (np.ascontiguousarray(rec[f]) for f in ("k", "s", "e"))
-                del rec
+                key, s, e = self.read(p0, p1)
                 o = np.lexsort((e, s, key))
                 yield key[o], s[o], e[o], p0, p1
                 del key, s, e, o
@@ -258,7 +268,7 @@ class Parts:
             self.close()
 
     def close(self) -> None:
-        self.held, self.cuts = [], []
+        self.held, self.cuts, self.size = [], [], []
         if self.file is not None:
             self.file.close()
             self.file = None
