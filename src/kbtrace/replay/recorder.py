@@ -442,12 +442,13 @@ class Recorder:
 
     def _culprit(self, r: np.ndarray) -> str:
         """The op whose hop row of batch ``r`` breaks invariant 1 on its own (busy longer
-        than the row's interval, or a negative time), as ``" (op N's stage row)"``; empty
-        where only a merged window is over 100%."""
+        than the row's interval, or the interval ending before it starts), as ``" (op N's
+        stage row)"``; empty where only a merged window is over 100%. Only rows with a busy
+        time are checked (``_intervals_of``), so a negative busy time cannot be the cause."""
         s = r[_EN] + r[_Q]
         e, b = r[_LV], r[_BUSY]
         te = tol(e)
-        bad = np.flatnonzero((b > 0) & ((b > (e - s) + te) | (b < -te) | (e < s - te)))
+        bad = np.flatnonzero((b > 0) & ((b > (e - s) + te) | (e < s - te)))
         if not bad.size:
             return ""
         i = int(bad[0])
