@@ -8,8 +8,9 @@ sums (a closed form's offsets, or hop by hop), which differ in the last bits, an
 ties between reservations are common (back-to-back transfers); without the tolerance a
 rounding error of 1e-14 ns could decide whether a transfer waits a whole overhead.
 
-``tol(t)``: the tolerance of the invariants' time comparisons at time ``t`` (``invariants``,
-and the recorder naming the op a failed check caught).
+``tol(t)``: the tolerance of the invariants' time comparisons at time ``t``; ``row_faults``:
+which busy rows break invariant 1 on their own under it (``invariants``' busy check, and the
+recorder naming the op whose row such a check caught).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import Any
 
-__all__ = ["prune", "TIME_EPS", "EPS_NS", "REL_EPS", "tol"]
+__all__ = ["prune", "TIME_EPS", "EPS_NS", "REL_EPS", "tol", "row_faults"]
 
 TIME_EPS = 1e-9     # ns
 
@@ -31,6 +32,14 @@ REL_EPS = 1e-9
 def tol(t: Any) -> Any:
     """The tolerance of a comparison at time(s) ``t`` (ns; a float or a numpy array)."""
     return EPS_NS + REL_EPS * abs(t)
+
+
+def row_faults(s: Any, e: Any, b: Any) -> tuple[Any, Any]:
+    """Two masks over busy rows ``[s, e]`` busy ``b`` ns (numpy arrays): a negative duration
+    (busy below zero, or the interval ending before it starts) and busy longer than the
+    interval (over 100%), each beyond ``tol(e)``."""
+    te = tol(e)
+    return (b < -te) | (e < s - te), b > (e - s) + te
 
 
 def prune(iv: list[float], now: float) -> None:

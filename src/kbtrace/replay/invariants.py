@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 
 from kbtrace.errors import InvariantError
 from kbtrace.replay.colsort import lexsort2
-from kbtrace.replay.intervals import EPS_NS, REL_EPS, tol
+from kbtrace.replay.intervals import EPS_NS, REL_EPS, row_faults, tol
 
 if TYPE_CHECKING:  # pragma: no cover
     from kbtrace.replay.context import SimContext
@@ -110,14 +110,14 @@ class BusyCheck:
             return
         sim = self.sim
         if len(res):
-            te = tol(e)
-            neg = np.flatnonzero((b < -te) | (e < s - te))
+            negative, over = row_faults(s, e, b)
+            neg = np.flatnonzero(negative)
             if neg.size:
                 i = int(neg[0])
                 raise InvariantError(
                     f"{_res_name(sim, int(res[i]))}: negative time: busy {b[i]:.3f} ns in "
                     f"interval [{s[i]:.3f}, {e[i]:.3f}] ns (a duration below zero)")
-            bad = np.flatnonzero(b > (e - s) + te)
+            bad = np.flatnonzero(over)
             if bad.size:
                 i = int(bad[0])
                 raise InvariantError(

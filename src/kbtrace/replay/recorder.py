@@ -59,7 +59,7 @@ from kbtrace import schema
 from kbtrace._io import ROW_GROUP_SIZE, BatchWriter
 from kbtrace.errors import InvariantError
 from kbtrace.replay.colsort import lexsort2
-from kbtrace.replay.intervals import tol
+from kbtrace.replay.intervals import row_faults
 from kbtrace.replay.rowbuf import CompactRows, DoneRows, HopRows
 
 __all__ = ["Recorder", "STAGE_CODE"]
@@ -445,10 +445,9 @@ class Recorder:
         than the row's interval, or the interval ending before it starts), as ``" (op N's
         stage row)"``; empty where only a merged window is over 100%. Only rows with a busy
         time are checked (``_intervals_of``), so a negative busy time cannot be the cause."""
-        s = r[_EN] + r[_Q]
-        e, b = r[_LV], r[_BUSY]
-        te = tol(e)
-        bad = np.flatnonzero((b > 0) & ((b > (e - s) + te) | (e < s - te)))
+        b = r[_BUSY]
+        negative, over = row_faults(r[_EN] + r[_Q], r[_LV], b)
+        bad = np.flatnonzero((b > 0) & (negative | over))
         if not bad.size:
             return ""
         i = int(bad[0])
