@@ -21,6 +21,7 @@ module older than its source is recognised and not used.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -45,6 +46,8 @@ CORE = {
     "kbtrace.replay.fabric._cpu_c": "kbtrace/replay/cpu.py",
     "kbtrace.replay.fabric._opcore_c": "kbtrace/replay/opcore.py",
 }
+#: processes for Cython's translation and the C compiles (both are one process per module)
+_JOBS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 TWINS = {"kbtrace.replay.fabric.booking": "kbtrace.replay.fabric._booking_c",
          "kbtrace.replay.fabric.fair": "kbtrace.replay.fabric._fair_c",
          "kbtrace.replay.fabric.fifo": "kbtrace.replay.fabric._fifo_c",
@@ -90,7 +93,7 @@ def _ext_modules() -> list[Extension]:
         return []
     try:
         # types come from the .pxd only (the .py annotations are for readers and checkers)
-        return cythonize(_generate(), language_level=3, quiet=True,
+        return cythonize(_generate(), language_level=3, quiet=True, nthreads=_JOBS,
                          compiler_directives={"binding": False, "annotation_typing": False})
     except CompileError as exc:
         print(f"kbtrace: compiled replay core not built (Cython: {exc}); pure Python it is")
@@ -106,4 +109,4 @@ def _hugearena() -> list[Extension]:
     return [Extension("kbtrace._hugearena", ["src/kbtrace/_hugearena.c"], optional=True)]
 
 
-setup(ext_modules=_ext_modules() + _hugearena())
+setup(ext_modules=_ext_modules() + _hugearena(), options={"build_ext": {"parallel": _JOBS}})
