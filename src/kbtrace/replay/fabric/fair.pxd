@@ -30,15 +30,16 @@ cdef class Booked:
 @cython.locals(a=cython.double, b=cython.double, r=cython.double)
 cpdef list _arrival(list src, double p0, double k, double s)
 
-@cython.locals(r=cython.double, b=Booked)
 cpdef book(list link_flows, Flow f, Py_ssize_t j, double s, double e, double busy, pcs,
            double tail)
 
-@cython.locals(off="double[::1]", hop=list, j0=cython.Py_ssize_t, i=cython.Py_ssize_t,
-               S=cython.double, A=cython.double, B=cython.double, bz=cython.double,
-               s=cython.double, e=cython.double, x=cython.double, nodes=tuple, own=list,
-               n_links=cython.Py_ssize_t, jj=cython.Py_ssize_t, n=cython.Py_ssize_t,
-               hops=tuple)
+@cython.locals(r=cython.double, b=Booked)
+cdef _book(list lst, Flow f, Py_ssize_t j, double s, double e, double busy, pcs, double tail)
+
+@cython.locals(off="double[::1]", bk="double[::1]", i=cython.Py_ssize_t, q=cython.Py_ssize_t,
+               kind=cython.Py_ssize_t, A=cython.double, B=cython.double, bz=cython.double,
+               s=cython.double, e=cython.double, x=cython.double, r=cython.double, own=list,
+               jj=cython.Py_ssize_t, n=cython.Py_ssize_t)
 cpdef book_plan(list link_flows, Flow f, pl, Py_ssize_t k, double h, double t)
 
 @cython.locals(early=cython.double, a=cython.double, b=cython.double, r=cython.double,

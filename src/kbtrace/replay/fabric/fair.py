@@ -205,6 +205,12 @@ def book(link_flows: list, f: Flow, j: int, s: float, e: float, busy: float,
     """Flow ``f`` took the share ``busy / (e - s)`` of hop ``j``'s link from ``s`` (alone
     until ``e``), served as ``pcs`` (None: ``[(s, e, share)]``), its tail leaving at
     ``tail``: note it with the flow and the link."""
+    _book(link_flows[f.rt.links[j]], f, j, s, e, busy, pcs, tail)
+
+
+def _book(lst: list, f: Flow, j: int, s: float, e: float, busy: float, pcs: list | None,
+          tail: float) -> None:
+    """``book`` on the link whose bookings are ``lst``."""
     r = busy / (e - s)
     if r > 1.0:
         r = 1.0
@@ -221,7 +227,7 @@ def book(link_flows: list, f: Flow, j: int, s: float, e: float, busy: float,
     b.lz = None
     b.a_end = s + busy / r
     f.links[j] = b
-    link_flows[f.rt.links[j]].append(b)
+    lst.append(b)
 
 
 def note_body(fab: Any, n: int, a: float, t_in: float, g: Flow, j: int) -> None:
@@ -238,34 +244,39 @@ def note_body(fab: Any, n: int, a: float, t_in: float, g: Flow, j: int) -> None:
 
 def book_plan(link_flows: list, f: Flow, pl: Any, k: int, h: float, t: float) -> None:
     """Flow ``f`` reserved the first ``k`` resources of free-path plan ``pl`` from head / tail
-    times ``h`` / ``t`` (``routes._Plan.take``): ``book`` its links among them."""
-    off, hop, j0 = pl.off, pl.res_hop, pl.j0
-    rt = f.rt
-    nodes, hops = rt.nodes, rt.hops
-    n_links = len(nodes) - 1
+    times ``h`` / ``t`` (``routes._Plan.take``): note its node reservations (``node_own``)
+    and ``book`` its links among them, reading what it needs of each from the plan's C
+    doubles (``_Plan.bk``)."""
+    off, bk = pl.off, pl.bk
     own = f.fab.node_own
     for i in range(k):
-        S, A, B, bz = off[4 * i], off[4 * i + 1], off[4 * i + 2], off[4 * i + 3]
-        jj = j0 + hop[i]
-        if bz < 0.0:        # a node's overhead, served as its head arrives: it may move
-            if jj < n_links:        # (its head arrives as it starts: the flow alone)
-                n = nodes[jj]
-                own[n][h + S] = f
-                if hops[jj][4] == 2:   # a stream: heads arriving as its body does hold it
-                    _H, A, B = pl.start[hop[i]]
-                    note_body(f.fab, n, h + S, t + A if t + A > h + B else h + B, f, jj)
+        q = 6 * i
+        kind = int(bk[q])
+        if kind == 0:       # the destination's overhead (not a flow's to move)
             continue
-        s = h + S
-        if hops[jj][4] == 1:     # a single flit's link: no stream to share
-            x = h + B
+        jj = int(bk[q + 1])
+        s = h + off[4 * i]
+        if kind < 3:        # a node's overhead, served as its head arrives: it may move
+            n = int(bk[q + 2])     # (its head arrives as it starts: the flow alone)
+            own[n][s] = f
+            if kind == 2:   # a stream at a mesh router: heads arriving as its body does hold it
+                A = t + bk[q + 4]
+                B = h + bk[q + 5]
+                if B > A:
+                    A = B
+                if s + TIME_EPS < A <= s + bk[q + 3] + TIME_EPS:    # (``note_body``'s test)
+                    note_body(f.fab, n, s, A, f, jj)
+            continue
+        bz = off[4 * i + 3]
+        x = h + off[4 * i + 2]
+        if kind == 3:       # a single flit's link: no stream to share
             r = bz / (x - s)
             f.booked_flit(jj, [(s, x, r if r < 1.0 else 1.0)])
             continue
-        e = t + A
-        x = h + B
+        e = t + off[4 * i + 1]
         if x > e:
             e = x
-        book(link_flows, f, jj, s, e, bz, None, e)
+        _book(link_flows[int(bk[q + 2])], f, jj, s, e, bz, None, e)
 
 
 def _not_before(arr: list, t: float) -> list:

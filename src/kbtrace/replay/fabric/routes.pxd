@@ -17,7 +17,7 @@ cdef class _Plan:
     cdef public Py_ssize_t j0, n_hops, n_rows, n_res
     cdef public object pid
     cdef public list sts, res_hop, first, start, rows
-    cdef readonly double[::1] off
+    cdef readonly double[::1] off, bk
     cdef public double h_in, h_end, t_a, t_b
 
     @cython.locals(k=cython.Py_ssize_t, q=cython.Py_ssize_t, sp=Spans, ln=Steps, off="double[::1]",

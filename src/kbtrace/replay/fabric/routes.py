@@ -19,7 +19,7 @@ from kbtrace.replay.fabric.booking import fit_rate, serve, take_rate, unreserve
 from kbtrace.replay.fabric.fair import book_plan
 from kbtrace.replay.fabric.heads import body_hold, commit_later, serve_flit, serve_head
 from kbtrace.replay.intervals import TIME_EPS
-from kbtrace.replay.recorder import STAGE_CODE, Recorder
+from kbtrace.replay.recorder import STAGE_CODE
 
 __all__ = ["book_route", "hop_seq"]
 
@@ -70,7 +70,7 @@ class _Route:
                         and any(hp[0] is not None for hp in self.hops))
 
     def build(self, fab: Any, j0: int) -> _Plan:
-        pl = self.plans[j0] = _Plan(self, fab.rec, j0)
+        pl = self.plans[j0] = _Plan(self, fab, j0)
         fab.held += pl.n_res + pl.n_rows
         return pl
 
@@ -89,12 +89,17 @@ class _Plan:
     ``Steps``) at the share ``busy / length``; ``res_hop``: the hop (relative to ``j0``, ``n_hops`` = the destination)
     each belongs to; ``first``: each hop's first resource; ``start``: ``(H, A, B)`` at each hop's start; ``h_end`` /
     ``t_a`` / ``t_b``: head and tail at the destination; ``pid``: the recorder
-    plan of the matching hop rows (terminal row last).
+    plan of the matching hop rows (terminal row last). ``bk[6 i:6 i + 6]``: what a flow notes
+    of resource ``i`` (``fair.book_plan``), C doubles read where the plan's Python objects
+    (``res_hop``, ``start``, the route's hop tuples) would each be a cache miss:
+    ``(kind, hop, node or link, node overhead, A, B at the hop's start)``, ``kind`` 0 the
+    destination's overhead, 1 a node's, 2 a node's at a mesh router of a stream hop, 3 a single
+    flit's link, 4 a stream's link.
     """
     __slots__ = ("j0", "n_hops", "n_res", "sts", "off", "res_hop", "first", "start", "h_in",
-                 "h_end", "t_a", "t_b", "pid", "n_rows", "rows")
+                 "h_end", "t_a", "t_b", "pid", "n_rows", "rows", "bk")
 
-    def __init__(self, rt: _Route, rec: Recorder, j0: int) -> None:
+    def __init__(self, rt: _Route, fab: Any, j0: int) -> None:
         self.j0 = j0   # (not the route: a route holds its plans, and no cycle is left
                        # for the garbage collector when the cache is emptied)
         hops = rt.hops[j0:]
@@ -102,6 +107,7 @@ class _Plan:
         H, A, B = 0.0, 0.0, _NEG_INF
         res: list[Any] = []         # a Spans / Steps per resource
         off: list[float] = []       # its S, A, B, busy
+        bk: list[float] = []        # its kind, hop, node or link, overhead, A and B at the hop
         res_hop: list[int] = []
         first: list[int] = []
         start: list[tuple[float, float, float]] = []
@@ -116,6 +122,9 @@ class _Plan:
                 res.append(niv)
                 off += (H, _NEG_INF, H + ov, -1.0)
                 res_hop.append(jr)
+                n = rt.nodes[j]
+                bk += (2.0 if mode == 2 and fab.node_kind[n] == "router" else 1.0, j, n,
+                       fab.node_ov[n], A, B)
             if niv is not None or ov > 0:       # the node's overhead, reserved or not
                 H += ov
                 B = max(B, H)
@@ -123,11 +132,13 @@ class _Plan:
                 res.append(ln)
                 off += (H, A + last_d, max(H + body, B) + last_d, bz)
                 res_hop.append(jr)
+                bk += (4.0, j, rt.links[j], 0.0, 0.0, 0.0)
                 A, B, H = A + last_d, max(B, H + body) + last_d, H + hd_d
             elif mode == 1:
                 res.append(ln)
                 off += (H, _NEG_INF, H + hd_d, bz)
                 res_hop.append(jr)
+                bk += (3.0, j, rt.links[j], 0.0, 0.0, 0.0)
                 A, B, H = _NEG_INF, H + hd_d, H + hd_d
             else:
                 B = max(B, H)
@@ -140,15 +151,17 @@ class _Plan:
             res.append(rt.dst_iv)
             off += (H, _NEG_INF, H + rt.dst_ov, -1.0)
             res_hop.append(self.n_hops)
+            bk += (0.0, j0 + self.n_hops, rt.dst, 0.0, 0.0, 0.0)
             H += rt.dst_ov
         B = max(B, H)
         rows.append((rt.term_stage, rt.dst, -1, rt.term_busy, h_in, 0.0, 0.0, True))
         self.sts, self.off, self.n_res = res, array("d", off), len(res)
+        self.bk = array("d", bk)
         self.res_hop, self.first, self.start = res_hop, first, start
         self.h_in, self.h_end, self.t_a, self.t_b = h_in, H, A, B
         self.n_rows = len(rows)
         self.rows = rows
-        self.pid = rec.add_plan(rows, rt.nb)
+        self.pid = fab.rec.add_plan(rows, rt.nb)
 
     def take(self, h: float, t: float) -> int:
         """Reserve the plan's resources (``sts``, in path order) for a transfer whose head and
