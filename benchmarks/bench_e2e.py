@@ -144,7 +144,9 @@ def child(params: dict[str, int], topology: str, out: str, fidelity: str = "fast
     cpu = time.process_time() - t_cpu0 - sampling[0]
     rest = cpu - sum(v["cpu_s"] for v in stats.values())
     local = sum(v["timeouts"] for v in stats.values()) + rest * statistics.median(rates)
+    from kbtrace.replay.fabric.core import status
     return {"ops": s.n_ops, "hops": s.hops, "events": s.events, "verify_ok": s.ok, "huge_pages": huge,
+            "core": status()[1],    # 'compiled', or why the pure-Python core ran (a stale build)
             "stages": stats, "cpu_s": cpu, "peak_rss_mib": peak,
             "local_timeouts": local, "local_rates": rates}
 
@@ -206,6 +208,9 @@ def table(figs: list[dict], raws: list[float]) -> str:
         label = f" ({f['label']})" if "label" in f else ""
         lines.append(f"| {f['ops']:,}{label} | {f['hops']:,} | {f['cpu_s']:.1f} | {cost:.0f} | {local} | "
                      f"{shares} | {f['peak_rss_mib']:.0f} | {peaks} |")
+    stale = sorted({f["core"] for f in figs if f.get("core", "compiled") != "compiled"})
+    if stale:       # replay ~3x slower: the figures are not what `kbtrace run` costs
+        lines += ["", f"WARNING: the replay ran the pure-Python core ({'; '.join(stale)})"]
     if len(figs) > 1:
         a, b = figs[0], figs[-1]
         lines += ["", f"ops x{b['ops'] / a['ops']:.1f}: peak RSS x{b['peak_rss_mib'] / a['peak_rss_mib']:.2f}"
