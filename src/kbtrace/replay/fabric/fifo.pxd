@@ -29,16 +29,15 @@ cpdef tuple _burst(double a, double w)
                r=cython.double, a=cython.double, b=cython.double, end=cython.double,
                head=cython.double, w=cython.double, d=cython.double, hw=cython.double,
                u=cython.double, u0=cython.double, u1=cython.double, ta=cython.double,
-               tb=cython.double,
-               us=list, taus=list, ts=list, ss=list, ups=list, up=list, cum=list, srt=list,
-               grid=list, tau_g=list, tau_o=list, order=list, pcs=list, out=list)
+               tb=cython.double, f=cython.double, tot=cython.double, cap=cython.double,
+               p=cython.Py_ssize_t,
+               us=list, taus=list, ts=list, ss=list, cs=list, ups=list, up=list, cum=list,
+               cis=list, cums=list, allp=list, owed=list, xs=list,
+               grid=list, pcs=list, out=list)
 cpdef list share_fifo(Steps ln, double t0, list streams)
 
 @cython.locals(k=cython.Py_ssize_t)
 cpdef double _big_u(list taus, list us, double total, double tau) except? -1.0
-
-@cython.locals(k=cython.Py_ssize_t, nt=cython.Py_ssize_t, u0=cython.double, u1=cython.double)
-cpdef double _tau_of(list taus, list us, double u) except? -1.0
 
 @cython.locals(i=cython.Py_ssize_t, s0=cython.double, s1=cython.double, x=cython.double)
 cpdef double _t_of(list ts, list ss, double tiny, double u) except? -1.0

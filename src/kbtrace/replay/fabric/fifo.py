@@ -205,10 +205,12 @@ def share_fifo(ln: Steps, t0: float, streams: list) -> list:
     nt = len(taus)
     # U(tau): the unserved work of all streams arrived by tau, at the breakpoints
     us = [0.0] * nt
+    cis = []                    # each stream's own at the breakpoints
     for up in ups:
         cum = _cum_at(up, taus)
         for k in range(nt):
             us[k] += cum[k]
+        cis.append(cum)
     total = us[-1]
     tiny = 1e-12 * (total if total > 1.0 else 1.0)
     # S(t): work served from t0 on, at the spare bandwidth, no faster than it arrives; of a
@@ -216,6 +218,7 @@ def share_fifo(ln: Steps, t0: float, streams: list) -> list:
     # (S is flat between them: the other moments would change no result)
     ts = [t0]
     ss = [0.0]
+    cs = [0.0]                  # the link's spare over [ts[i - 1], ts[i]] (0: serving nothing)
     flat = -1.0                 # the last moment of a run serving nothing, not kept yet
     n = ln.n
     k = ln.bisect_right(t0) - 1
@@ -272,6 +275,7 @@ def share_fifo(ln: Steps, t0: float, streams: list) -> list:
         if flat >= 0.0:
             ts.append(flat)
             ss.append(s)
+            cs.append(0.0)
             flat = -1.0
         s += rate * (nxt - t)
         if s > total:
@@ -279,9 +283,11 @@ def share_fifo(ln: Steps, t0: float, streams: list) -> list:
         t = nxt
         ts.append(t)
         ss.append(s)
+        cs.append(c)
     if flat >= 0.0:
         ts.append(flat)
         ss.append(s)
+        cs.append(0.0)
     # pieces are linear between the moments the served work passes a breakpoint of U
     gs = set(ts)
     for x in us:
@@ -289,38 +295,77 @@ def share_fifo(ln: Steps, t0: float, streams: list) -> list:
             gs.add(_t_of(ts, ss, tiny, x))
     grid = sorted(gs)
     ng = len(grid)
-    tau_g = []
-    for x in grid:
-        tau_g.append(_tau_of(taus, us, _s_at(ts, ss, x)))
-    order = sorted(range(ng), key=tau_g.__getitem__)
-    tau_o = []
-    for g in order:
-        tau_o.append(tau_g[g])
+    # each stream's work served by each moment of the grid: the work served there, S, is
+    # the unserved work arrived by some tau, a fraction of the way between two breakpoints
+    # of U, and each stream has been served its own arrival by the same fraction there (not
+    # at a tau rounded to the ns clock: next to bursts BURST_NS wide a tau an ulp off moved
+    # ~1e-6 ns of work at 1 us of simulated time, ~1 ns at 1 s)
+    cums = []
+    for i in range(m):
+        cums.append([0.0] * ng)
+    for g in range(ng):
+        x = _s_at(ts, ss, grid[g])
+        k = bisect_left(us, x)
+        if k == 0 or k >= nt:
+            for i in range(m):
+                cums[i][g] = cis[i][0 if k == 0 else nt - 1]
+            continue
+        u0 = us[k - 1]
+        f = (x - u0) / (us[k] - u0)
+        for i in range(m):
+            cum = cis[i]
+            u0 = cum[k - 1]
+            cums[i][g] = u0 + (cum[k] - u0) * f
+    # each stream's work served between two moments of the grid, as a piece of the share
+    # work / span; where the streams' pieces together take more than the link spares there
+    # (a sliver of grid an ulp or so wide, the work a difference of rounded sums), each is
+    # cut to its part of what the link spares and the rest is owed, served in the next
+    allp = [[] for _ in range(m)]
+    owed = [0.0] * m
+    xs = [0.0] * m
+    p = 0
+    for g in range(1, ng):
+        ta = grid[g - 1]
+        tb = grid[g]
+        dt = tb - ta
+        while ts[p] < tb:
+            p += 1
+        tot = 0.0
+        for i in range(m):
+            cum = cums[i]
+            x = cum[g] - cum[g - 1] + owed[i]
+            if x > tiny and dt > 0.0:
+                xs[i] = x
+                tot += x
+            else:
+                xs[i] = 0.0
+            owed[i] = 0.0
+        if tot == 0.0:
+            continue
+        cap = cs[p] * dt
+        if tot > cap + 1e-13 * dt:
+            f = cap / tot
+            for i in range(m):
+                x = xs[i]
+                xs[i] = x * f
+                owed[i] = x - xs[i]
+        for i in range(m):
+            dw = xs[i]
+            if dw > 0.0:
+                r = dw / dt
+                pcs = allp[i]
+                # one piece on either side of a sliver of grid (two breakpoints an ulp or so
+                # apart): whether a piece is split there must not depend on rounding, as
+                # ``fair._not_before`` spreads work over a flow's first arrival piece
+                if pcs and ta - pcs[-1][1] <= TIME_EPS and abs(pcs[-1][2] - r) <= 1e-12:
+                    pcs[-1] = (pcs[-1][0], tb, pcs[-1][2])
+                else:
+                    pcs.append((ta, tb, r))
     out = []
     for i in range(m):
         arr, w, d, hw = streams[i]
         up = ups[i]
-        srt = _cum_at(up, tau_o)
-        cum = [0.0] * ng
-        for g in range(ng):
-            cum[order[g]] = srt[g]
-        pcs: list = []
-        for g in range(1, ng):
-            ta = grid[g - 1]
-            tb = grid[g]
-            u0 = cum[g - 1]
-            u1 = cum[g]
-            dt = tb - ta
-            dw = u1 - u0
-            if dw > tiny and dt > 0.0:
-                r = dw / dt
-                # one piece on either side of a sliver of grid (two breakpoints an ulp or so
-                # apart): whether a piece is split there must not depend on rounding, as
-                # ``fair._not_before`` spreads work over a flow's first arrival piece
-                if pcs and grid[g - 1] - pcs[-1][1] <= TIME_EPS and abs(pcs[-1][2] - r) <= 1e-12:
-                    pcs[-1] = (pcs[-1][0], grid[g], pcs[-1][2])
-                else:
-                    pcs.append((grid[g - 1], grid[g], r))
+        pcs = allp[i]
         if up:
             end = _t_of(ts, ss, tiny, _big_u(taus, us, total, up[-1][1]))
             head = (_t_of(ts, ss, tiny, _big_u(taus, us, total, _when(arr, w, d + hw)))
@@ -343,19 +388,6 @@ def _big_u(taus: list[float], us: list[float], total: float, tau: float) -> floa
     if k + 1 >= len(taus):
         return total
     return us[k] + (us[k + 1] - us[k]) * (tau - taus[k]) / (taus[k + 1] - taus[k])
-
-
-def _tau_of(taus: list[float], us: list[float], u: float) -> float:
-    """The earliest tau with U(tau) >= ``u``."""
-    nt = len(taus)
-    k = bisect_left(us, u)
-    if k == 0:
-        return taus[0]
-    if k >= nt:
-        return taus[-1]
-    u0 = us[k - 1]
-    u1 = us[k]
-    return taus[k - 1] + (taus[k] - taus[k - 1]) * (u - u0) / (u1 - u0)
 
 
 def _t_of(ts: list[float], ss: list[float], tiny: float, u: float) -> float:
