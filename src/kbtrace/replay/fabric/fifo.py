@@ -294,15 +294,39 @@ def share_fifo(ln: Steps, t0: float, streams: list) -> list:
         if 0.0 < x < total:
             gs.add(_t_of(ts, ss, tiny, x))
     grid = sorted(gs)
-    ng = len(grid)
-    # each stream's work served by each moment of the grid: the work served there, S, is
-    # the unserved work arrived by some tau, a fraction of the way between two breakpoints
-    # of U, and each stream has been served its own arrival by the same fraction there (not
-    # at a tau rounded to the ns clock: next to bursts BURST_NS wide a tau an ulp off moved
-    # ~1e-6 ns of work at 1 us of simulated time, ~1 ns at 1 s)
-    cums = []
+    cums = _served_by(grid, ts, ss, us, cis)
+    allp = _pieces(grid, cums, ts, cs, tiny)
+    out = []
     for i in range(m):
-        cums.append([0.0] * ng)
+        arr, w, d, hw = streams[i]
+        up = ups[i]
+        pcs = allp[i]
+        if up:
+            end = _t_of(ts, ss, tiny, _big_u(taus, us, total, up[-1][1]))
+            head = (_t_of(ts, ss, tiny, _big_u(taus, us, total, _when(arr, w, d + hw)))
+                    if hw > 0.0 else -1.0)
+        else:
+            end, head = t0, -1.0
+        out.append((pcs, end, head))
+    for pcs, _e, _h in out:
+        for a, b, r in pcs:
+            if b > a:
+                add_shares(ln, a, b, (r,))
+    return out
+
+
+def _served_by(grid: list, ts: list, ss: list, us: list, cis: list) -> list:
+    """Each stream's work served by each moment of ``grid`` (per stream, a list beside it):
+    the work served then, S (``ts`` / ``ss``), is the unserved work arrived by some tau, a
+    fraction of the way between two breakpoints of U (``us``), and each stream has been
+    served its own arrival (``cis``, at the same breakpoints) by the same fraction there.
+    Not read off at a tau rounded to the ns clock: next to bursts ``BURST_NS`` wide, a tau an
+    ulp off moved ~1e-6 ns of work at 1 us of simulated time and ~1 ns at 1 s, and the
+    pieces booked shares far over 1 (7,447 at 13 ms in bench_e2e's 1.0 M-op gemm)."""
+    m = len(cis)
+    nt = len(us)
+    ng = len(grid)
+    cums = [[0.0] * ng for _ in range(m)]
     for g in range(ng):
         x = _s_at(ts, ss, grid[g])
         k = bisect_left(us, x)
@@ -316,11 +340,20 @@ def share_fifo(ln: Steps, t0: float, streams: list) -> list:
             cum = cis[i]
             u0 = cum[k - 1]
             cums[i][g] = u0 + (cum[k] - u0) * f
-    # each stream's work served between two moments of the grid, as a piece of the share
-    # work / span; where the streams' pieces together take more than the link spares there
-    # (a sliver of grid an ulp or so wide, the work a difference of rounded sums), each is
-    # cut to its part of what the link spares and the rest is owed, served in the next
-    allp = [[] for _ in range(m)]
+    return cums
+
+
+def _pieces(grid: list, cums: list, ts: list, cs: list, tiny: float) -> list:
+    """Each stream's booked pieces ``(start, end, share)``: its work served between two
+    moments of ``grid`` (``cums``) over their span. Where the streams' pieces together would
+    take more than the link spares there (``cs``, over the moments of S ``ts``: a sliver of
+    grid an ulp or so wide, the work a difference of rounded sums), each is cut to its part
+    of what the link spares and the rest is owed, served in its next piece (what is still
+    owed when a stream has no more, no more than ``tiny``, is left, as a piece of no more
+    than ``tiny`` is)."""
+    m = len(cums)
+    ng = len(grid)
+    allp: list = [[] for _ in range(m)]
     owed = [0.0] * m
     xs = [0.0] * m
     p = 0
@@ -328,7 +361,7 @@ def share_fifo(ln: Steps, t0: float, streams: list) -> list:
         ta = grid[g - 1]
         tb = grid[g]
         dt = tb - ta
-        while ts[p] < tb:
+        while ts[p] < tb:       # the moment of S that ends the step holding [ta, tb]
             p += 1
         tot = 0.0
         for i in range(m):
@@ -361,23 +394,7 @@ def share_fifo(ln: Steps, t0: float, streams: list) -> list:
                     pcs[-1] = (pcs[-1][0], tb, pcs[-1][2])
                 else:
                     pcs.append((ta, tb, r))
-    out = []
-    for i in range(m):
-        arr, w, d, hw = streams[i]
-        up = ups[i]
-        pcs = allp[i]
-        if up:
-            end = _t_of(ts, ss, tiny, _big_u(taus, us, total, up[-1][1]))
-            head = (_t_of(ts, ss, tiny, _big_u(taus, us, total, _when(arr, w, d + hw)))
-                    if hw > 0.0 else -1.0)
-        else:
-            end, head = t0, -1.0
-        out.append((pcs, end, head))
-    for pcs, _e, _h in out:
-        for a, b, r in pcs:
-            if b > a:
-                add_shares(ln, a, b, (r,))
-    return out
+    return allp
 
 
 def _big_u(taus: list[float], us: list[float], total: float, tau: float) -> float:
