@@ -48,6 +48,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _cli import parser
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -262,6 +263,19 @@ def test_bench_contention():
 
 
 if __name__ == "__main__":
+    ap = parser(__doc__)
+    ap.add_argument("topologies", nargs="*", metavar="TOPOLOGY",
+                    help=f"stock topologies (default: {' '.join(TOPOS)})")
+    ap.add_argument("--fuzz", type=int, default=FUZZ, metavar="N", help=f"fuzz kernels per topology (default {FUZZ})")
+    ap.add_argument("--nudge", action="store_true", help="also replay fast with one parameter moved by 1e-6")
+    ap.add_argument("--floor", action="store_true", help="also replay flit with the router overhead moved by +-1e-6")
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="only these workloads / scenarios")
+    a = ap.parse_args()
+    for t in a.topologies:
+        if t not in TOPOS:
+            ap.error(f"unknown topology {t!r}: choose from {', '.join(TOPOS)}")
+    argv = [*a.topologies, "--fuzz", str(a.fuzz), *(["--nudge"] if a.nudge else []),
+            *(["--floor"] if a.floor else []), *(["--only", *a.only] if a.only else [])]
     nd: dict = {}
-    r = main(sys.argv[1:], nd if "--nudge" in sys.argv else None)
+    r = main(argv, nd if a.nudge else None)
     print("\nmisses:", "; ".join(misses(r, nd)) or "none")

@@ -31,6 +31,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from _cli import parser
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPO = ROOT / "topologies" / "default.yaml"
@@ -111,4 +112,5 @@ def test_bench_memory():
 
 
 if __name__ == "__main__":
+    parser(__doc__).parse_args()
     main()

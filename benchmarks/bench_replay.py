@@ -45,6 +45,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import simpy
+from _cli import parser
 from _simpy_rate import raw_rate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -302,4 +303,5 @@ def test_bench_replay():
 
 
 if __name__ == "__main__":
+    parser(__doc__).parse_args()
     main()

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _cli import parser
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -80,4 +81,5 @@ def test_topology_bench():
 
 
 if __name__ == "__main__":
+    parser(__doc__).parse_args()
     print(json.dumps(measure()))

@@ -17,12 +17,12 @@ re-timing refuses, show ``--exact``.
 from __future__ import annotations
 
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
+from _cli import parser
 
 ROOT = Path(__file__).resolve().parents[1]
 REPEATS = 2
@@ -129,5 +129,7 @@ def test_whatif_table():
 
 
 if __name__ == "__main__":
-    rows, prep = measure(sys.argv[1] if len(sys.argv) > 1 else "small")
+    ap = parser(__doc__)
+    ap.add_argument("topology", nargs="?", default="small", help="stock topology (default small)")
+    rows, prep = measure(ap.parse_args().topology)
     print(table(rows, prep))
