@@ -221,10 +221,9 @@ def _references(path: Path) -> pa.Table:
 
 
 def _load_memory(path: Path, mem: Any) -> None:
-    """``executor.load_memory`` of ``memory.parquet`` (checked by ``_read`` earlier in the
-    same verify) a row group at a time, the references' row groups skipped by their
-    statistics: the whole table held every tensor's bytes beside the image's pages (at
-    1.0 M gemm ops +113 MiB: the inputs, the output's zeros and its reference)."""
+    """``executor.load_memory`` of ``memory.parquet`` (checked by ``_read`` earlier) a row group
+    at a time, the references' groups skipped by their statistics: the whole table held every
+    tensor's bytes beside the pages (+113 MiB at 1.0 M gemm ops: inputs, output, reference)."""
     import pyarrow.parquet as pq
 
     from kbtrace.analysis.run import corrupt_parquet
@@ -289,6 +288,8 @@ def _depth(ops: pa.Table) -> tuple[np.ndarray, np.ndarray]:
                                    dtype=np.int64)[rr])
     src = np.concatenate([src, msrc])
     dst = np.concatenate([dst, rr[mok]])
+    # (what the walk does not read, freed first: ~50 MiB of verify's peak at 1.0 M gemm ops)
+    del deps, flat, parent, present, vals, ok, match, recv, rr, mok, msrc
     indeg = np.bincount(dst, minlength=n)
     off = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(src, minlength=n), out=off[1:])
@@ -469,7 +470,8 @@ def _verify(run_dir: Path, trace_dir: Path, ops: TraceOps,
         machine.mem.forget_reads()      # (the read cache: nothing reads through it now)
         trim_heap()
         outputs = ex.gather_outputs(shards, machine.mem)
-        del machine                     # (the image: the references are compared without it)
+        machine.mem.clear()     # (the pages: ``Machine`` is in a cycle, ``del`` left them to gc)
+        del machine
         trim_heap()
         refs = ex.reference_outputs(_references(mem_path))
         dtypes = {r["tensor"]: r["dtype"] for r in shards.select(["tensor", "dtype"]).to_pylist()}

@@ -64,6 +64,7 @@ _CHUNK_BITS = 13   # read-cache invalidation granularity (8 KiB)
 _CACHE_CAP = 65_536
 _CACHE_BYTES = 256 << 20
 _DIG_SPAN = 65_536    # evictions after which the index and the digest memo start over
+_NO_KEYS: set[tuple[Any, ...]] = set()     # (a chunk the index has not: never added to)
 
 
 def _chunks(addr: int, nbytes: int, shape: tuple[int, ...], strides: tuple[int, ...] | None,
@@ -85,6 +86,13 @@ def _chunks(addr: int, nbytes: int, shape: tuple[int, ...], strides: tuple[int, 
     for a in starts:
         out.update(range(a >> _CHUNK_BITS, ((a + ext - 1) >> _CHUNK_BITS) + 1))
     return out
+
+
+def _key_chunks(key: tuple[Any, ...], nbytes: int, isz: int) -> Iterable[int]:
+    """The read-cache chunks indexing an entry cached under ``key`` (``_keep``)."""
+    a = key[0]
+    return (range(a >> _CHUNK_BITS, ((a + max(nbytes, 1) - 1) >> _CHUNK_BITS) + 1)
+            if key[3] is None else _chunks(a, nbytes, key[1], key[3], isz))
 
 
 class _Dead:
@@ -186,10 +194,8 @@ class MemoryImage:
             self._forget()
             self._hold(entry)
         cache[key] = entry
-        addr = key[0]
         idx = self._idx
-        for c in (range(addr >> _CHUNK_BITS, ((addr + max(nbytes, 1) - 1) >> _CHUNK_BITS) + 1)
-                  if key[3] is None else _chunks(addr, nbytes, key[1], key[3], isz)):
+        for c in _key_chunks(key, nbytes, isz):
             keys = idx.get(c)
             if keys is None:
                 idx[c] = {key}
@@ -341,8 +347,9 @@ class MemoryImage:
     def forget_reads_at(self, addrs: Iterable[int]) -> None:
         """Drop the cached reads starting at each of ``addrs`` (a caller that knows nothing
         reads there again: verify, from the order it runs the ops in; a later read would
-        read the pages again). The index keeps their keys, as after an eviction."""
-        idx, cache = self._idx, self._cache
+        read the pages again); their keys leave the index unless a noted digest needs them
+        (kept, every A / B tile's key of a 1.0 M-op gemm was there: ~48 MiB)."""
+        idx, cache, dig = self._idx, self._cache, self._dig
         for addr in addrs:
             keys = idx.get(addr >> _CHUNK_BITS)
             if keys:
@@ -351,6 +358,10 @@ class MemoryImage:
                     if e is not None:
                         self._release(e)
                         self._evicted += 1
+                        if k not in dig:
+                            isz = e[0].itemsize
+                            for c in _key_chunks(k, span_elems(k[1], k[3]) * isz, isz):
+                                idx.get(c, _NO_KEYS).discard(k)
 
     def forget_reads(self) -> None:
         """Drop the read cache (and the digest memo): the pages and dirty spans stay, so
