@@ -109,13 +109,22 @@ def test_verify_forgets_dead_buffers_with_the_same_report(tmp_path, monkeypatch)
     held: list[tuple[int, int, int]] = []
     execute = verifier._execute
 
+    machines, pages = [], []
+    references = verifier._references
+
     def spy(machine, *a):           # type: ignore[no-untyped-def]
+        machines.append(machine)
         execute(machine, *a)
         d = machine.mem._dirty
         held.append((sum(v.__class__ is not _Dead for v in d.values()),
                      sum(v.__class__ is _Dead for v in d.values()), len(machine.mem._cache)))
 
+    def refs_spy(path):             # type: ignore[no-untyped-def]
+        pages.append(len(machines[-1].mem._pages))
+        return references(path)
+
     monkeypatch.setattr(verifier, "_execute", spy)
+    monkeypatch.setattr(verifier, "_references", refs_spy)
     forgot = verifier.verify(tmp_path / "run")
     monkeypatch.setattr(MemoryImage, "drop", lambda self, spans: None)
     monkeypatch.setattr(MemoryImage, "forget_reads_at", lambda self, addrs: None)
@@ -123,5 +132,8 @@ def test_verify_forgets_dead_buffers_with_the_same_report(tmp_path, monkeypatch)
     # the A and B tiles' cached reads (8 x 8 + 8 x 8 = 128) are forgotten after their last
     # loads: nothing is left cached (the C tiles' stores go to the pages)
     assert held == [(0, 384, 0), (384, 0, 128)]
+    # the image's pages (the inputs, the output) are gone before the references are read
+    assert pages == [0, 0] and len(machines[0].mem._pages) == 0
     assert forgot.ok and forgot.n_ops == 1_664
     assert forgot.render("json") == kept.render("json")
+

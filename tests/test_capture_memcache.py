@@ -504,3 +504,47 @@ def test_forget_reads_at_drops_the_reads_starting_there_and_nothing_else() -> No
         [0, 1, 2, 3], [16, 17, 18, 19]]
     assert mem.cached_read(BASE, (8,), "i32")[0].tolist() == flat[0].tolist()
     assert mem.cached_read(BASE + 64, (2, 4), "i32", (16, 1)) is other
+
+
+def test_forgotten_reads_leave_the_chunk_index() -> None:
+    """A forgotten tile's key leaves every chunk it was indexed under (one per row of a
+    (2, 4) tile of a 2,048-element-wide matrix: two rows, two chunks), so the index holds
+    the cached entries' keys only, however many tiles were read and forgotten (kept, a
+    1.0 M-op gemm's index held every A / B tile's key: ~48 MiB); a key whose digest was
+    noted stays, for writes to drop that digest."""
+    mem = MemoryImage()
+    wide = 2048                                     # 8 KiB rows: one chunk per row
+    mem.write(BASE, np.arange(4 * wide, dtype=np.int32))
+    for col in range(0, 64, 4):                     # 16 tiles along the same two rows
+        mem.cached_read(BASE + 4 * col, (2, 4), "i32", (wide, 1))
+    assert sorted(len(k) for k in mem._idx.values()) == [16, 16]
+    mem.forget_reads_at([BASE + 4 * col for col in range(0, 60, 4)])
+    assert sorted(len(k) for k in mem._idx.values()) == [1, 1]
+    assert {k[0] for keys in mem._idx.values() for k in keys} == {BASE + 4 * 60}
+    kept = mem.cached_read(BASE + 4 * 60, (2, 4), "i32", (wide, 1))
+    kept[1] = digest(kept[0])
+    mem.note_digest((BASE + 4 * 60, (2, 4), "i32", (wide, 1)), kept)
+    mem.forget_reads_at([BASE + 4 * 60])
+    assert not mem._cache and sorted(len(k) for k in mem._idx.values()) == [1, 1]
+    mem.write(BASE + 4 * 60, np.zeros(1, dtype=np.int32))    # the noted digest is dropped
+    assert not mem._dig
+    assert mem.cached_read(BASE + 4 * 60, (2, 4), "i32", (wide, 1))[1] is None
+
+
+def test_memory_rows_are_slices_of_the_data_buffer_not_copies() -> None:
+    """``executor._rows`` gives each memory row's bytes as a slice of its column's data buffer
+    (a row's scalar copied its tensor: 40.5 MiB per input of a 1.0 M-op gemm), nulls as
+    None, also for a table sliced past its first row."""
+    import pyarrow as pa
+
+    from kbtrace.capture.executor import _rows
+
+    for typ in (pa.binary(), pa.large_binary()):
+        t = pa.table({"role": ["input", "output", "input", "reference"],
+                      "data": pa.array([b"ab", None, b"cdef", b"g"], typ)}).slice(1)
+        got = list(_rows(t))
+        assert [r for r, _ in got] == [{"role": "output"}, {"role": "input"},
+                                       {"role": "reference"}]
+        assert [None if b is None else b.to_pybytes() for _, b in got] == [None, b"cdef", b"g"]
+        data = t.column("data").chunk(0).buffers()[2]
+        assert got[1][1].address == data.address + 2      # (after "ab": no copy)

@@ -58,6 +58,30 @@ def test_ops_come_in_execution_order_as_from_the_whole_table(gemm_run: Path, mon
     assert t.graph is not None and t.graph.column("op_id").to_pylist() == list(range(len(want)))
 
 
+
+@pytest.mark.parametrize("small", [False, True])
+def test_accesses_come_back_from_their_spill_as_from_the_whole_table(
+        gemm_run: Path, monkeypatch, small: bool) -> None:
+    """The memory accesses written to a file batch by batch (not held while verify validates
+    the trace and finds the order) come back as ``_liveness.accesses`` of the batches,
+    joined: the same arrays, dtypes and rows (512 ops, 6 batches of 100 when small), once."""
+    from kbtrace.capture import _liveness as lv
+
+    trace = gemm_run.parent / "t"
+    ops = pq.read_table(trace / "ops.parquet", columns=list(lv.ACCESS_COLUMNS))
+    rows = 100 if small else ops.num_rows
+    want = lv.concat([lv.accesses(ops.slice(a, rows)) for a in range(0, ops.num_rows, rows)])
+    if small:
+        _small(monkeypatch)
+    with _traceops.TraceOps(trace / "ops.parquet", ex.EXEC_FIELDS, access=True) as t:
+        assert len(t.starts) - 1 == (6 if small else 1)
+        got = t.take_accesses()
+        with pytest.raises(AssertionError):
+            t.take_accesses()
+    assert list(got) == list(want) and len(got["addr"]) == len(want["addr"]) > 512
+    for k in want:
+        assert got[k].dtype == want[k].dtype and np.array_equal(got[k], want[k]), k
+
 def test_small_batches_give_the_same_verdict_and_text(gemm_run: Path, monkeypatch,
                                                       tmp_path: Path) -> None:
     """Many batches and buckets: the same result; the spills are unnamed (or removed), so

@@ -11,7 +11,11 @@ rows at a time, once:
   and the executor's columns of the batch (``fields``) go to a temporary Arrow IPC file,
   string columns as codes into one dictionary per column kept here (an IPC file keeps one
   dictionary per column); ``columns`` are those holding some value over the whole file
-  (what ``executor.op_columns`` decides over a table).
+  (what ``executor.op_columns`` decides over a table);
+* with ``access``, the batch's memory accesses (``capture._liveness.accesses``) go to a
+  temporary file too, joined when ``take_accesses`` reads them back (verify, once it has
+  the execution order: held, they were ~69 MiB under its validation's and order's peaks
+  at 1.0 M gemm ops).
 
 ``in_order(order, batch)`` gives the executor's ``ExecOp`` of each op of ``order`` (op_ids
 = rows: validation proved them dense from 0), ``batch`` at a time. The positions of the
@@ -93,6 +97,40 @@ class _Spill:
         self.file.close()
 
 
+class _Arrays:
+    """Batches of like-named numpy arrays (``capture._liveness.accesses``) in an unnamed
+    temporary file, joined when taken back (``take``, once)."""
+
+    def __init__(self) -> None:
+        self.file: Any = tempfile.TemporaryFile(prefix="kbtrace-verify-acc-")  # noqa: SIM115 - closed by close()
+        self.parts: list[dict[str, tuple[np.dtype[Any], int]]] = []
+
+    def add(self, arrays: dict[str, np.ndarray]) -> None:
+        self.parts.append({k: (a.dtype, len(a)) for k, a in arrays.items()})
+        for a in arrays.values():
+            self.file.write(np.ascontiguousarray(a).view(np.uint8))
+
+    def take(self) -> dict[str, np.ndarray]:
+        from kbtrace.capture import _liveness as liveness
+
+        if not self.parts:
+            return liveness.concat([])
+        self.file.seek(0)
+        out = {k: np.empty(sum(p[k][1] for p in self.parts), dt)
+               for k, (dt, _) in self.parts[0].items()}
+        at = dict.fromkeys(out, 0)
+        for p in self.parts:
+            for k, (_, n) in p.items():
+                self.file.readinto(out[k][at[k]:at[k] + n].view(np.uint8))
+                at[k] += n
+        self.close()
+        return out
+
+    def close(self) -> None:
+        self.parts = []
+        self.file.close()
+
+
 class TraceOps:
     """``ops.parquet`` validated in batches (``validate_ops`` with ``topo=None``: what
     verify checks before numpy executes a trace) and read back in execution order; a
@@ -109,6 +147,8 @@ class TraceOps:
         self.n = 0 if frag is None else frag.metadata.num_rows
         self._luts: dict[str, dict[Any, int]] = {}
         self._spill = _Spill()
+        #: every op's memory accesses, when asked for (``take_accesses``)
+        self._acc: _Arrays | None = _Arrays() if access else None
         try:
             codes: dict[Any, int] = {}
             kinds: list[np.ndarray] = []
@@ -116,7 +156,6 @@ class TraceOps:
             used: set[str] = set()
             pairs = validate.IpcqPairs()
             sizes: list[int] = []
-            acc: list[dict[str, np.ndarray]] = []
             for batch in _dataset(path).to_batches(batch_size=READ_ROWS, batch_readahead=0,
                                                    fragment_readahead=0, use_threads=False,
                                                    memory_pool=pa.system_memory_pool()):
@@ -130,19 +169,14 @@ class TraceOps:
                 kinds.append(lut[c])
                 graph.append(pa.RecordBatch.from_arrays(
                     [batch.column(n) for n in GRAPH_COLUMNS], names=list(GRAPH_COLUMNS)))
-                if access:
-                    acc.append(liveness.accesses(t))
+                if self._acc is not None:
+                    self._acc.add(liveness.accesses(t))
                 mine = [n for n in OP_FIELDS if n in fields and n in t.column_names]
                 used.update(n for n in mine if n not in used and _set(t.column(n)))
                 self._spill.write(self._coded(t.select(mine)).combine_chunks().to_batches()[0])
                 sizes.append(batch.num_rows)
                 del t, batch
                 trim_heap()     # (each batch's decoding and checks: ~150 MiB at 1.0 M ops)
-            #: every op's memory accesses (``capture._liveness.accesses``), when asked for; the
-            #: caller may drop it (None) once it has what it needs
-            self.accesses: dict[str, np.ndarray] | None = liveness.concat(acc) if access \
-                else None
-            del acc
             self.kind_values = list(codes)
             self.kinds = np.concatenate(kinds) if kinds else np.zeros(0, np.uint8)
             pairs.check(self)
@@ -158,8 +192,18 @@ class TraceOps:
         self.graph: pa.Table | None = (pa.Table.from_batches(graph) if graph else pa.table(
             {n: pa.array([], schema.OPS.field(n).type) for n in GRAPH_COLUMNS}))
 
+    def take_accesses(self) -> dict[str, np.ndarray]:
+        """Every op's memory accesses (``capture._liveness.accesses``; ``access=True``), read
+        back from their spill, once: held while the trace was validated and the execution
+        order found, they were ~69 MiB of verify's peak at 1.0 M gemm ops."""
+        assert self._acc is not None, "TraceOps(access=True) keeps the accesses, once"
+        acc, self._acc = self._acc, None
+        return acc.take()
+
     def close(self) -> None:
         self._spill.close()
+        if self._acc is not None:
+            self._acc.close()
 
     def __enter__(self) -> TraceOps:
         return self

@@ -516,8 +516,7 @@ def _dead(ops: TraceOps, order: np.ndarray, memory: pa.Table) -> _Dead:
     most ~47 MiB are read again)."""
     from kbtrace.capture import _liveness as liveness
 
-    acc, ops.accesses = ops.accesses, None
-    assert acc is not None
+    acc = ops.take_accesses()
     pos = np.empty(ops.n, dtype=np.int64)
     pos[order] = np.arange(len(order), dtype=np.int64)
     out = memory.filter(pc.equal(memory.column("role").cast(pa.string()), "output"))
