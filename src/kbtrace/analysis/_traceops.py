@@ -113,18 +113,20 @@ class _Arrays:
     def take(self) -> dict[str, np.ndarray]:
         from kbtrace.capture import _liveness as liveness
 
-        if not self.parts:
-            return liveness.concat([])
-        self.file.seek(0)
-        out = {k: np.empty(sum(p[k][1] for p in self.parts), dt)
-               for k, (dt, _) in self.parts[0].items()}
-        at = dict.fromkeys(out, 0)
-        for p in self.parts:
-            for k, (_, n) in p.items():
-                self.file.readinto(out[k][at[k]:at[k] + n].view(np.uint8))
-                at[k] += n
-        self.close()
-        return out
+        try:
+            if not self.parts:
+                return liveness.concat([])
+            self.file.seek(0)
+            out = {k: np.empty(sum(p[k][1] for p in self.parts), dt)
+                   for k, (dt, _) in self.parts[0].items()}
+            at = dict.fromkeys(out, 0)
+            for p in self.parts:
+                for k, (_, n) in p.items():
+                    self.file.readinto(out[k][at[k]:at[k] + n].view(np.uint8))
+                    at[k] += n
+            return out
+        finally:
+            self.close()
 
     def close(self) -> None:
         self.parts = []
