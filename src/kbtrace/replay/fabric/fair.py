@@ -264,7 +264,8 @@ def book_plan(link_flows: list, f: Flow, pl: Any, k: int, h: float, t: float) ->
         s = h + off[4 * i]
         if kind < 3:        # a node's overhead, served as its head arrives: it may move
             n = int(bk[q + 2])     # (its head arrives as it starts: the flow alone)
-            own[n][s] = f
+            notes = own[n]
+            notes[s] = f
             if kind == 2:   # a stream at a mesh router: heads arriving as its body does hold it
                 A = t + bk[q + 4]
                 B = h + bk[q + 5]
@@ -282,7 +283,8 @@ def book_plan(link_flows: list, f: Flow, pl: Any, k: int, h: float, t: float) ->
         e = t + off[4 * i + 1]
         if x > e:
             e = x
-        _book(link_flows[int(bk[q + 2])], f, jj, s, e, bz, None, e)
+        li = int(bk[q + 2])
+        _book(link_flows[li], f, jj, s, e, bz, None, e)
 
 
 def _not_before(arr: list, t: float) -> list:
@@ -402,7 +404,7 @@ def incumbents(link_flows: list, li: int, f: Flow | None, h: float, now: float) 
     w = 0
     hi = h + TIME_EPS
     for b in lst:
-        if b.f.fin or b.a_end <= now:
+        if b.a_end <= now or b.f.fin:   # (its flow is cold: last)
             continue
         lst[w] = b
         w += 1
@@ -418,7 +420,7 @@ def prune_flows(link_flows: list, now: float) -> None:
         if lst:
             w = 0
             for b in lst:
-                if b.f.fin or b.a_end <= now:
+                if b.a_end <= now or b.f.fin:   # (its flow is cold: last)
                     continue
                 lst[w] = b
                 w += 1

@@ -414,11 +414,13 @@ def prune_links(link_own: list, now: float) -> None:
 
 
 def prune_owners(node_own: list, now: float) -> None:
-    """Forget the movable node reservations that start by ``now`` (their heads are there)."""
-    for own in node_own:
-        if own:
-            for s in [s for s in own if s <= now]:
-                del own[s]
+    """Forget the movable node reservations that start by ``now`` (their heads are there).
+    Each node's notes are made again from those kept, in the same order: most are dropped
+    (gemm on default.yaml: ~22,000 of ~28,000 each prune), and a dict keeps the room of
+    those deleted from it, so deleting them one by one cost more and left the dicts sparse."""
+    for n in range(len(node_own)):
+        if node_own[n]:
+            node_own[n] = {s: o for s, o in node_own[n].items() if s > now}
 
 
 def head_at(fab: Any, g: Flow, j: int, old: float, ha: float) -> float:
