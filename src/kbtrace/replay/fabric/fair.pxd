@@ -3,6 +3,10 @@
 # what runs interpreted). setup.py copies it beside the generated _fair_c.py.
 import cython
 
+# (imported from intervals: a C double here, so tests against it compare C doubles
+# rather than boxing both sides)
+cdef double TIME_EPS
+
 cdef class Flow:
     cdef public object fab, rt, op_id, tile, ev, rows, nres, sl, rd
     cdef public double ack, tt
