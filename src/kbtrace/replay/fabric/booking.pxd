@@ -5,6 +5,10 @@
 # generated _booking_c.py; fifo.pxd and routes.pxd cimport the classes from there.
 import cython
 
+# (imported from intervals: a C double here, so tests against it compare C doubles
+# rather than boxing both sides)
+cdef double TIME_EPS
+
 cdef class _Sorted:
     cdef object _at, _ar
     cdef double[::1] t, r

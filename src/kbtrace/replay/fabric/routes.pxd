@@ -5,6 +5,10 @@
 import cython
 from kbtrace.replay.fabric._booking_c cimport Spans, Steps
 
+# (imported from intervals: a C double here, so tests against it compare C doubles
+# rather than boxing both sides)
+cdef double TIME_EPS
+
 cdef class _Route:
     cdef public tuple nodes, links, hops, stage, node, busy
     cdef public object dst, dst_iv, hbm, term_stage, nb
