@@ -40,6 +40,19 @@ cdef class Spans(_Sorted):
     cpdef prune(self, double now)
 
 @cython.final
+cdef class Notes(_Sorted):
+    cdef dict d
+    cdef list owners
+    cpdef add(self, double s, o)
+    @cython.locals(i=cython.Py_ssize_t, d=dict)
+    cpdef dict notes(self)
+    cpdef get(self, double s)
+    cpdef drop(self, double s)
+    cpdef pop(self, double s)
+    @cython.locals(i=cython.Py_ssize_t, k=cython.Py_ssize_t)
+    cpdef prune(self, double now)
+
+@cython.final
 cdef class Steps(_Sorted):
     cpdef list times(self)
     cpdef list shares(self)

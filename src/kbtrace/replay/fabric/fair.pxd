@@ -3,6 +3,8 @@
 # what runs interpreted). setup.py copies it beside the generated _fair_c.py.
 import cython
 
+from kbtrace.replay.fabric._booking_c cimport Notes
+
 # (imported from intervals: a C double here, so tests against it compare C doubles
 # rather than boxing both sides)
 cdef double TIME_EPS
@@ -45,7 +47,7 @@ cdef inline bint _holds_body(double a, double t_in, double ov)
 @cython.locals(off="double[::1]", bk="double[::1]", i=cython.Py_ssize_t, q=cython.Py_ssize_t,
                kind=cython.Py_ssize_t, A=cython.double, B=cython.double, bz=cython.double,
                s=cython.double, e=cython.double, x=cython.double, r=cython.double, own=list,
-               jj=cython.Py_ssize_t, n=cython.Py_ssize_t, li=cython.Py_ssize_t, notes=dict)
+               jj=cython.Py_ssize_t, n=cython.Py_ssize_t, li=cython.Py_ssize_t, notes=Notes)
 cpdef book_plan(list link_flows, Flow f, pl, Py_ssize_t k, double h, double t)
 
 @cython.locals(early=cython.double, a=cython.double, b=cython.double, r=cython.double,

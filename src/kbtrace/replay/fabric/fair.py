@@ -265,7 +265,7 @@ def book_plan(link_flows: list, f: Flow, pl: Any, k: int, h: float, t: float) ->
         if kind < 3:        # a node's overhead, served as its head arrives: it may move
             n = int(bk[q + 2])     # (its head arrives as it starts: the flow alone)
             notes = own[n]
-            notes[s] = f
+            notes.add(s, f)
             if kind == 2:   # a stream at a mesh router: heads arriving as its body does hold it
                 A = t + bk[q + 4]
                 B = h + bk[q + 5]

@@ -10,6 +10,7 @@ import simpy
 
 from kbtrace.replay.fabric.base import Fabric, _Ev, after
 from kbtrace.replay.fabric.booking import (
+    Notes,
     Spans,
     Steps,
     fit_rate,
@@ -109,8 +110,7 @@ class FastFabric(Fabric):
         #: per node, the reservations of flows' heads (start -> (flow, hop, head's arrival),
         #: or the flow alone where its head arrives as it starts, as most do):
         #: a head arriving before one goes first and the flow moves (``heads.serve_head``)
-        self.node_own: list[dict[float, Flow | tuple[Flow, int, float]]] = [
-            {} for _ in topo.nodes]
+        self.node_own: list[Notes] = [Notes() for _ in topo.nodes]
         #: per link, the single flits of flows booked there (start -> (flow, hop, arrival)):
         #: a flit arriving before one goes first and the flow moves (``heads.serve_flit``)
         self.link_own: list[dict[float, tuple[Flow, int, float]]] = [{} for _ in topo.links]
@@ -266,7 +266,7 @@ class FastFabric(Fabric):
             rows.append((op_id, tile, rt.stage[j], rt.node[j], rt.links[j], h + H0,
                          x if x > e else e, rt.busy[j], 0.0, nb))
             if niv is not None and self._f is not None:
-                self.node_own[rt.nodes[j]][h + H0] = self._f
+                self.node_own[rt.nodes[j]].add(h + H0, self._f)
                 if mode == 2:               # (a later head arriving as its body does holds it)
                     note_body(self, rt.nodes[j], h + H0, max(t + A0, h + B0), self._f, j)
             j += 1

@@ -254,7 +254,7 @@ def book_route(fab: Any, rt: _Route, f: Any, op_id: int, tile: int, addr: int, h
                 S = pl.off[4 * i]
                 unreserve(pl.sts[i], h + S)    # a node's (a hop's link is its last resource)
                 if f is not None:
-                    fab.node_own[rt.nodes[pl.j0 + jr]].pop(h + S, None)
+                    fab.node_own[rt.nodes[pl.j0 + jr]].pop(h + S)
             if jr:
                 if f is not None:
                     f.segs.append(("P", pl, h, t, 0.0, jr))
