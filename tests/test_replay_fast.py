@@ -478,3 +478,26 @@ def test_fast_stretch_equals_hop_by_hop_two_identical_reads_meeting(tmp_path):
     either side of such a sliver are one piece now (``fifo.share_fifo``)."""
     test_fast_stretch_booking_equals_hop_by_hop.hypothesis.inner_test(
         tmp_path, [(8, 0, True, 4096, 0.0, 300.0, 64.0)] * 2, None)
+
+
+@pytest.mark.parametrize("mod", ["booking", "_booking_c"])
+def test_node_notes_read_as_a_dict_of_the_latest_note_per_start(mod):
+    """``booking.Notes`` (``FastFabric.node_own``), pure and compiled: notes appended as C
+    doubles are looked up as a dict would hold them (a later note of a start replaces an
+    earlier one), and a prune forgets those up to its time, looked up before or not."""
+    notes = pytest.importorskip(f"kbtrace.replay.fabric.{mod}").Notes()
+    assert not notes
+    notes.add(10.0, "a")
+    notes.add(12.5, "b")
+    notes.add(10.0, "c")
+    assert notes and (notes.get(10.0), notes.get(11.0)) == ("c", None)
+    notes.add(14.0, "d")                # (appended after the lookup)
+    notes.add(9.0, "e")
+    notes.prune(10.0)
+    assert [notes.get(s) for s in (9.0, 10.0, 12.5, 14.0)] == [None, None, "b", "d"]
+    notes.add(12.5, "f")
+    notes.pop(13.0)                     # (none there: nothing)
+    notes.pop(12.5)                     # (both notes of 12.5)
+    assert [notes.get(s) for s in (12.5, 14.0)] == [None, "d"]
+    notes.pop(14.0)
+    assert not notes

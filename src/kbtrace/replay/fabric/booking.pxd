@@ -41,16 +41,14 @@ cdef class Spans(_Sorted):
 
 @cython.final
 cdef class Notes(_Sorted):
-    cdef dict d
     cdef list owners
     cpdef add(self, double s, o)
-    @cython.locals(i=cython.Py_ssize_t, d=dict)
-    cpdef dict notes(self)
+    @cython.locals(i=cython.Py_ssize_t)
     cpdef get(self, double s)
-    cpdef drop(self, double s)
     cpdef pop(self, double s)
-    @cython.locals(i=cython.Py_ssize_t, k=cython.Py_ssize_t)
     cpdef prune(self, double now)
+    @cython.locals(i=cython.Py_ssize_t, k=cython.Py_ssize_t)
+    cdef _keep(self, double x, bint after)
 
 @cython.final
 cdef class Steps(_Sorted):

@@ -113,7 +113,7 @@ def serve_head(fab: Any, n: int, iv: Spans, now: float, h: float, ov: float, j: 
                     if jg < 0:          # (a route passes a node once: where it is on it)
                         jg = g.rt.nodes.index(n)
                     if not flits or g.rt.hops[jg][4] == 1:
-                        own.drop(s_r)
+                        own.pop(s_r)
                         pushed.append((g, jg, a, e_r, e_r - s_r))
                         iv.cut(i, i + 2)
                         continue
@@ -450,7 +450,7 @@ def head_at(fab: Any, g: Flow, j: int, old: float, ha: float) -> float:
     s0 = g.nres.get(j, old) if g.nres is not None else old
     o = own.get(s0)
     if o is not None and (o is g or type(o) is tuple and o[0] is g):
-        own.drop(s0)
+        own.pop(s0)
         i = niv.bisect_right(s0) - 1
         if i >= 0 and not i & 1 and niv.at(i) == s0:
             niv.cut(i, i + 2)

@@ -79,7 +79,7 @@ def pull_behind(fab: Any, n: int, iv: Spans, s0: float, ha: float, g: Flow) -> N
         if k < 0 or k & 1 or iv.at(k) != s_r:
             continue
         iv.cut(k, k + 2)
-        own.drop(s_r)
+        own.pop(s_r)
         e2 = _reserve(fab, n, iv, c, jc, a, e_r - s_r)
         if e2 < e_r - TIME_EPS:
             _pull(fab, c, jc, e2)
