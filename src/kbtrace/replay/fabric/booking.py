@@ -214,11 +214,13 @@ class Notes(_Sorted):
         k = 0
         for i in range(self.n):
             if (self.t[i] > x) if after else (self.t[i] != x):
-                self.t[k] = self.t[i]
-                self.owners[k] = self.owners[i]
+                if k < i:
+                    self.t[k] = self.t[i]
+                    self.owners[k] = self.owners[i]
                 k += 1
-        del self.owners[k:]
-        self.n = k
+        if k < self.n:
+            del self.owners[k:]
+            self.n = k
 
 
 class Steps(_Sorted):
