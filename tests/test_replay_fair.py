@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from kbtrace.replay.fabric.booking import Steps, steps_of, take_rate, unbook
+from kbtrace.replay.fabric.booking import Notes, Steps, steps_of, take_rate, unbook
 from kbtrace.replay.fabric.fair import coarse
 from kbtrace.replay.fabric.fifo import share_fifo
 from kbtrace.replay.recorder import _COLS
@@ -125,7 +125,7 @@ def test_a_completed_flow_is_freed_by_reference_counting(tmp_path, core):
         assert flows() == 2                   # held by their bookings on the links
         fab._f = None                         # (the last flow booked)
         fab.link_flows = [[] for _ in fab.link_flows]
-        fab.node_own = [{} for _ in fab.node_own]   # (and the nodes their heads' overheads)
+        fab.node_own = [Notes() for _ in fab.node_own]   # (and the nodes their heads' overheads)
         assert flows() == 0
     finally:
         gc.enable()

@@ -26,6 +26,7 @@ import pytest
 
 from kbtrace.replay import ReplayOptions, replay
 from kbtrace.replay.fabric.booking import (
+    Notes,
     Spans,
     Steps,
     fit_rate,
@@ -350,7 +351,7 @@ def test_a_moved_credit_takes_the_gaps_and_pushes_no_one():
     from kbtrace.replay.fabric.heads import head_at
     from kbtrace.replay.fabric.pull import pull_behind
     niv = spans_of([10.0, 12.0, 13.0, 15.0])
-    own: dict = {}
+    own = Notes()
     fab = SimpleNamespace(node_own=[own], env=SimpleNamespace(now=0.0), push_depth=0, _f=None,
                           hbm={}, node_kind=["ucie"], node_ov=[2.0],   # (g: from no HBM ctrl)
                           pull_behind=pull_behind)      # (h's head was not queued behind g)
@@ -359,11 +360,11 @@ def test_a_moved_credit_takes_the_gaps_and_pushes_no_one():
     h_rt = SimpleNamespace(links=(0,), nodes=(0, 1), hops=((niv, 2.0, Steps(), 0, 0, 0.0, 0.0, 0.0,
                                                             0.0),))
     g, h = _moved_flow(fab, g_rt, 1), _moved_flow(fab, h_rt, 2)
-    own[10.0] = g
-    own[13.0] = h
+    own.add(10.0, g)
+    own.add(13.0, h)
     assert head_at(fab, g, 0, 10.0, 12.5) == 16.5
     assert niv.tolist() == [12.5, 13.0, 13.0, 15.0, 15.0, 16.5]
-    assert own == {13.0: h}                 # h's reservation stands, still movable
+    assert (own.get(10.0), own.get(13.0), len(own)) == (None, h, 1)   # h's stands, movable
 
 
 @pytest.mark.parametrize("at, done", [(8.25, {0: 25.4125, 1: 16.5}), (8.5, {0: 25.6625, 1: 16.75}),
@@ -455,17 +456,18 @@ def test_heads_pushed_at_a_node_are_served_again_in_arrival_order():
     (0.00% now)."""
     from kbtrace.replay.fabric.heads import serve_head
     niv = spans_of([12.0, 14.0, 14.0, 16.0])
-    own: dict = {}
+    own = Notes()
     fab = SimpleNamespace(node_own=[own], env=SimpleNamespace(now=0.0), push_depth=0, _f=None,
                           hbm={}, node_kind=["router"], node_ov=[2.0], node_body={})
     rt = SimpleNamespace(links=(0,), nodes=(0, 1), hops=((niv, 2.0, Steps(), 0, 0, 0.0, 0.0, 0.0,
                                                           0.0),))
     g, h = _moved_flow(fab, rt, 1), _moved_flow(fab, rt, 2)
-    own[12.0] = (g, 0, 11.5)
-    own[14.0] = (h, 0, 11.0)
+    own.add(12.0, (g, 0, 11.5))
+    own.add(14.0, (h, 0, 11.0))
     assert serve_head(fab, 0, niv, 0.0, 10.5, 2.0, 0, None) == 12.5
     assert niv.tolist() == [10.5, 12.5, 12.5, 14.5, 14.5, 16.5]
-    assert own == {12.5: (h, 0, 11.0), 14.5: (g, 0, 11.5)}
+    assert [own.get(s) for s in (12.0, 14.0, 12.5, 14.5)] == [None, None, (h, 0, 11.0),
+                                                               (g, 0, 11.5)] and len(own) == 2
 
 
 def _done_times(tmp_path, topo, sends, send=None):
