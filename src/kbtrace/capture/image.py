@@ -88,13 +88,6 @@ def _chunks(addr: int, nbytes: int, shape: tuple[int, ...], strides: tuple[int, 
     return out
 
 
-def _key_chunks(key: tuple[Any, ...], nbytes: int, isz: int) -> Iterable[int]:
-    """The read-cache chunks indexing an entry cached under ``key`` (``_keep``)."""
-    a = key[0]
-    return (range(a >> _CHUNK_BITS, ((a + max(nbytes, 1) - 1) >> _CHUNK_BITS) + 1)
-            if key[3] is None else _chunks(a, nbytes, key[1], key[3], isz))
-
-
 class _Dead:
     """A dirty span's forgotten bytes (``MemoryImage.drop``): the pages never get them."""
 
@@ -195,7 +188,7 @@ class MemoryImage:
             self._hold(entry)
         cache[key] = entry
         idx = self._idx
-        for c in _key_chunks(key, nbytes, isz):
+        for c in _chunks(key[0], nbytes, key[1], key[3], isz):
             keys = idx.get(c)
             if keys is None:
                 idx[c] = {key}
@@ -360,7 +353,7 @@ class MemoryImage:
                         self._evicted += 1
                         if k not in dig:
                             isz = e[0].itemsize
-                            for c in _key_chunks(k, span_elems(k[1], k[3]) * isz, isz):
+                            for c in _chunks(k[0], span_elems(k[1], k[3]) * isz, k[1], k[3], isz):
                                 idx.get(c, _NO_KEYS).discard(k)
 
     def forget_reads(self) -> None:
