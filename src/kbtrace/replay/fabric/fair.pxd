@@ -44,11 +44,12 @@ cdef _book(list lst, Flow f, Py_ssize_t j, double s, double e, double busy, pcs,
 
 cdef inline bint _holds_body(double a, double t_in, double ov)
 
-@cython.locals(off="double[::1]", bk="double[::1]", i=cython.Py_ssize_t, q=cython.Py_ssize_t,
+@cython.locals(i=cython.Py_ssize_t, q=cython.Py_ssize_t,
                kind=cython.Py_ssize_t, A=cython.double, B=cython.double, bz=cython.double,
                s=cython.double, e=cython.double, x=cython.double, r=cython.double, own=list,
                jj=cython.Py_ssize_t, n=cython.Py_ssize_t, li=cython.Py_ssize_t, notes=Notes)
-cpdef book_plan(list link_flows, Flow f, pl, Py_ssize_t k, double h, double t)
+cpdef book_plan(list link_flows, Flow f, double[::1] off, double[::1] bk, Py_ssize_t k, double h,
+                double t)
 
 @cython.locals(early=cython.double, a=cython.double, b=cython.double, r=cython.double,
                d=cython.double, b2=cython.double, out=list)

@@ -248,12 +248,11 @@ def _holds_body(a: float, t_in: float, ov: float) -> bool:
     return a + TIME_EPS < t_in <= a + ov + TIME_EPS
 
 
-def book_plan(link_flows: list, f: Flow, pl: Any, k: int, h: float, t: float) -> None:
-    """Flow ``f`` reserved the first ``k`` resources of free-path plan ``pl`` from head / tail
+def book_plan(link_flows: list, f: Flow, off: Any, bk: Any, k: int, h: float, t: float) -> None:
+    """Flow ``f`` reserved the first ``k`` resources of a free-path plan from head / tail
     times ``h`` / ``t`` (``routes._Plan.take``): note its node reservations (``node_own``)
     and ``book`` its links among them, reading what it needs of each from the plan's C
-    doubles (``_Plan.bk``)."""
-    off, bk = pl.off, pl.bk
+    doubles ``off`` and ``bk`` (``_Plan.off``, ``_Plan.bk``; compiled: typed views, a C call)."""
     own = f.fab.node_own
     for i in range(k):
         q = 6 * i

@@ -4,6 +4,7 @@
 # generated _routes_c.py.
 import cython
 from kbtrace.replay.fabric._booking_c cimport Spans, Steps
+from kbtrace.replay.fabric._fair_c cimport book_plan
 
 # (imported from intervals: a C double here, so tests against it compare C doubles
 # rather than boxing both sides)

@@ -229,7 +229,7 @@ def book_route(fab: Any, rt: _Route, f: Any, op_id: int, tile: int, addr: int, h
             pl = rt.build(fab, j) if plo is False else plo
             k = pl.take(h, t)       # the resources free as the head reaches them
             if f is not None and k:
-                book_plan(fab.link_flows, f, pl, k, h, t)
+                book_plan(fab.link_flows, f, pl.off, pl.bk, k, h, t)
             if k == pl.n_res:
                 hh = h + pl.h_end
                 tt = t + pl.t_a
