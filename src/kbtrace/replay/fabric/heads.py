@@ -239,7 +239,8 @@ def _reserve(fab: Any, n: int, iv: Spans, g: Flow, j: int, a: float, w: float) -
     if k & 1 and k < iv.n:
         s0 = iv.at(k - 1)
         if s0 >= e - w - TIME_EPS:
-            fab.node_own[n].add(s0, g if a == s0 else (g, j, a))
+            notes = fab.node_own[n]
+            notes.add(s0, g if a == s0 else (g, j, a))
             if g.nres is None:
                 g.nres = {}
             g.nres[j] = s0
@@ -417,7 +418,8 @@ def prune_owners(node_own: list, now: float) -> None:
     """Forget the movable node reservations that start by ``now`` (their heads are there;
     ``booking.Notes.prune``: gemm on default.yaml drops ~22,000 of ~28,000 each prune)."""
     for notes in node_own:
-        notes.prune(now)
+        if notes.n:
+            notes.prune(now)
 
 
 def head_at(fab: Any, g: Flow, j: int, old: float, ha: float) -> float:

@@ -5,6 +5,7 @@
 import cython
 from kbtrace.replay.fabric._booking_c cimport Spans, Steps
 from kbtrace.replay.fabric._fair_c cimport book_plan
+from kbtrace.replay.fabric._heads_c cimport body_hold, serve_flit, serve_head
 
 # (imported from intervals: a C double here, so tests against it compare C doubles
 # rather than boxing both sides)

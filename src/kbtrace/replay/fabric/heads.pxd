@@ -1,0 +1,44 @@
+# Types for the compiled twin of heads.py (Cython's pure-Python mode: this augmenting .pxd
+# types its hot functions and their locals, so a node's reservations (``Spans``) and notes
+# (``Notes``) are read through C calls and C doubles rather than Python method calls and
+# boxed floats; heads.py itself stays plain Python and is what runs interpreted). setup.py
+# copies it beside the generated _heads_c.py; routes.pxd cimports the functions its
+# ``hop_seq`` calls.
+import cython
+
+from kbtrace.replay.fabric._booking_c cimport Notes, Spans, Steps, serve
+
+# (imported from intervals: a C double here, so tests against it compare C doubles
+# rather than boxing both sides)
+cdef double TIME_EPS
+
+@cython.locals(own=Notes, pushed=list, i=cython.Py_ssize_t, hz=cython.double,
+               s_r=cython.double, e_r=cython.double, jg=cython.Py_ssize_t, a=cython.double,
+               e=cython.double, e2=cython.double, w=cython.double)
+cpdef double serve_head(fab, Py_ssize_t n, Spans iv, double now, double h, double ov,
+                        Py_ssize_t j, f, bint flits=*) except? -1.0
+
+@cython.locals(n=cython.Py_ssize_t, nf=cython.Py_ssize_t, iv=Spans, ft=cython.double,
+               dt=cython.double, own=Notes, i=cython.Py_ssize_t, cur=cython.double,
+               s_r=cython.double, e_r=cython.double, ar=cython.double, x=cython.double)
+cpdef double body_hold(fab, rt, Py_ssize_t j, double a, double t_in, double t) except? -1.0
+
+@cython.locals(a=cython.double, t_in=cython.double)
+cpdef double _live_tail(tuple it, double now) except? -1.0
+
+cpdef prune_all(fab, double now)
+
+@cython.locals(e=cython.double, k=cython.Py_ssize_t, s0=cython.double, notes=Notes)
+cpdef double _reserve(fab, Py_ssize_t n, Spans iv, g, Py_ssize_t j, double a,
+                      double w) except? -1.0
+
+@cython.locals(hp=tuple, ln=Steps, hd=cython.double, busy=cython.double, pcs=list,
+               s=cython.double, hd2=cython.double, td=cython.double, hi=cython.double)
+cpdef tuple serve_flit(fab, rt, Py_ssize_t j, double now, double h)
+
+@cython.locals(notes=Notes)
+cpdef prune_owners(list node_own, double now)
+
+@cython.locals(niv=Spans, ov=cython.double, n=cython.Py_ssize_t, own=Notes, s0=cython.double,
+               i=cython.Py_ssize_t)
+cpdef double head_at(fab, g, Py_ssize_t j, double old, double ha) except? -1.0
