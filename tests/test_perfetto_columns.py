@@ -149,6 +149,7 @@ def test_fabric_slices_are_the_dict_encoding_byte_for_byte():
     from collections import defaultdict
 
     from kbtrace.analysis._perfetto_fabric import fabric_slices
+    from kbtrace.analysis._perfetto_flows import Chains
     from kbtrace.analysis.perfetto import _Steps
 
     # by entry time (the export's order): link 3 carries two overlapping hops (two lanes),
@@ -175,11 +176,13 @@ def test_fabric_slices_are_the_dict_encoding_byte_for_byte():
         tracks, slot = _Tracks(), _Slots()
         for op, lab in ((1, "load/ld"), (2, 'store/"st"'), (5, "load/ld")):
             slot.put(op, *tracks.place("sip0.cube0", "pe0.dma", op, op + 1), op, op + 1, lab)
-        return tracks, slot, _Steps(), defaultdict(list), {}
+        return tracks, slot, _Steps(), {}
 
-    wt, ws, wsteps, wchains, wlinks = setup()
+    wt, ws, wsteps, wlinks = setup()
+    wchains = defaultdict(list)
     want = _fabric_reference(rows, wt, ws, wsteps, wchains, wlinks)
-    tracks, slot, steps, chains, links = setup()
+    tracks, slot, steps, links = setup()
+    chains = Chains()
     got = list(fabric_slices(iter([batch.slice(0, 4), batch.slice(4)]), tracks, slot,
                              functools.cache(_split), steps, chains, links))
     assert got[-1] == len(rows)
@@ -189,6 +192,9 @@ def test_fabric_slices_are_the_dict_encoding_byte_for_byte():
     assert [e["name"] for e in want] == ["load/ld", 'store/"st"', "load/ld", "op 77",
                                          'store/"st"', "load/ld"]
     assert [e["tid"] for e in want[:2]] == [2, 3]          # two lanes on link 3
-    assert dict(chains) == dict(wchains) and links == wlinks
+    assert chains.to_dict() == {k: sorted(v) for k, v in sorted(wchains.items())}
+    assert chains.to_dict() == {(1, 0): [(0, 2, 2, 0), (1, 2, 4, 10)],
+                                (2, 0): [(0, 2, 3, 2)], (2, 1): [(1, 2, 2, 12)]}
+    assert links == wlinks
     assert [(k, t.tolist(), v.tolist()) for k, t, v in steps.levels()] == [
         (k, t.tolist(), v.tolist()) for k, t, v in wsteps.levels()]

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kbtrace.analysis._perfetto_flows import Chains
 from kbtrace.analysis._perfetto_ops import Encoded, _codes, _ints, _joined, json_floats, us_strings
 
 __all__ = ["fabric_slices"]
@@ -43,8 +44,7 @@ def _labels(slot: Any, op_id: np.ndarray) -> pa.Array:
 
 def fabric_slices(batches: Iterator[pa.RecordBatch], tracks: Any, slot: Any,
                   split: Callable[[str], tuple[str, str]], steps: Any,
-                  chains: dict[tuple[int, int], list[tuple[int, int, int, int]]],
-                  link_track: dict[int, tuple[str, str]]) -> Iterator[Encoded | int]:
+                  chains: Chains, link_track: dict[int, tuple[str, str]]) -> Iterator[Encoded | int]:
     """One ``Encoded`` per batch of fabric rows (op_id, tile, hop, link_idx, t_enter_ns,
     t_leave_ns, nbytes, queue_ns, busy_ns, node, dst_id, link_kind; in slice order); fills
     ``steps``, ``chains`` and ``link_track`` as it goes; yields the number of rows last."""
@@ -87,10 +87,8 @@ def fabric_slices(batches: Iterator[pa.RecordBatch], tracks: Any, slot: Any,
         place = tracks.place
         for i, (k, a, z) in enumerate(zip(inv.tolist(), s.tolist(), e.tolist(), strict=True)):
             pid[i], tid[i] = place(procs[k], names[k], a, z)
-        for i, o, tile, hop in zip(np.flatnonzero(is_link).tolist(), op_id[is_link].tolist(),
-                                   c["tile"].to_numpy()[is_link].tolist(),
-                                   c["hop"].to_numpy()[is_link].tolist(), strict=True):
-            chains[(o, tile)].append((hop, int(pid[i]), int(tid[i]), int(s[i])))
+        chains.add(op_id[is_link], c["tile"].to_numpy()[is_link], c["hop"].to_numpy()[is_link],
+                   pid[is_link], tid[is_link], s[is_link])
         for li, k in zip(*np.unique(link[is_link], return_index=True), strict=True):
             link_track[int(li)] = (procs[inv[is_link][k]], names[inv[is_link][k]])
         _add_steps(steps, procs, names, inv, is_link, s, e, nb, t0, t1, q, busy)

@@ -51,7 +51,6 @@ import functools
 import json
 import os
 from array import array
-from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -61,6 +60,7 @@ import numpy as np
 from kbtrace._io import atomic_path, trim_heap
 from kbtrace.analysis._memory import release_cache
 from kbtrace.analysis._perfetto_fabric import fabric_slices
+from kbtrace.analysis._perfetto_flows import Chains, chain_flows
 from kbtrace.analysis._perfetto_ops import Encoded, counter_steps, op_slices
 from kbtrace.analysis._perfetto_rows import cross_engine_deps, op_rows
 
@@ -128,10 +128,6 @@ class _Tracks:
             out.append({"ph": "M", "pid": self.procs[proc], "tid": tid,
                         "name": "thread_sort_index", "args": {"sort_index": tid}})
         return out
-
-
-def _clamp(t: int, lo: int, hi: int) -> int:
-    return max(lo, min(t, hi))
 
 
 _BATCH = 16_384      # rows fetched from DuckDB at a time, events encoded at a time
@@ -248,12 +244,14 @@ def _fabric_cut(run: Any) -> tuple[int, str]:
         reader = run.con.sql("SELECT t_enter_ns FROM hops WHERE link_idx >= 0 OR "
                              "CAST(stage AS VARCHAR) = 'hbm'"
                              ).to_arrow_reader(1 << 20)
+        top = np.inf      # once k are held: the k-th earliest so far (none later counts)
         for b in reader:
             t = b.column(0).to_numpy()
             n += len(t)
-            low = np.concatenate([low, t])
+            low = np.concatenate([low, t[t <= top] if top < np.inf else t])
             if len(low) > k:
                 low = np.partition(low, k - 1)[:k]
+                top = float(low.max())      # (NaN, sorted last: no filter, as before)
     except duckdb.Error as exc:  # surfaced like Run.sql's
         raise run.error(exc) from exc
     if n <= k or not np.isfinite(cut := float(low.max())):
@@ -276,7 +274,7 @@ def _stream(run: Any, info: dict[str, Any], tracks: _Tracks):
     trim_heap()     # (the op columns' and their batches' freed arrays, before the fabric's)
     # fabric: link hops and HBM accesses, each a slice on its link's / controller's track
     n_fabric, cut = _fabric_cut(run)
-    chains: dict[tuple[int, int], list[tuple[int, int, int, int]]] = defaultdict(list)
+    chains = Chains()
     steps = _Steps()
     link_track: dict[int, tuple[str, str]] = {}
     n_hops = 0
@@ -408,16 +406,12 @@ def trace_events(run: Any, info: dict[str, Any] | None = None) -> list[dict[str,
     return tracks.meta() + events
 
 
-def _flows(run: Any, slot: _Slots,
-           chains: dict[tuple[int, int], list[tuple[int, int, int, int]]],
-           info: dict[str, Any]):
-    """One flow per transfer (op -> each link -> receive or last link), one per
-    cross-engine dependency; every point inside the slice it binds to (integer ns).
+def _flows(run: Any, slot: _Slots, chains: Chains, info: dict[str, Any]):
+    """One flow per transfer (op -> each link -> receive or last link; ``_perfetto_flows``),
+    one per cross-engine dependency; every point inside the slice it binds to (integer ns).
     At most ``MAX_FLOWS``; the dependency rows past that are counted in SQL, not fetched."""
     recv_of = dict(run.sql("SELECT op_id, match_op_id FROM ops WHERE kind = 'send' "
                            "AND match_op_id IS NOT NULL ORDER BY op_id").rows())
-    n = 0
-    total = 0
     done: list[str] = []        # points encoded (as json.dumps would), not yet handed on
 
     def point(ph: str, fid: int, pid: int, tid: int, ts: int, cat: str) -> Encoded | None:
@@ -429,29 +423,8 @@ def _flows(run: Any, slot: _Slots,
         done.clear()
         return out
 
-    for (op_id, _tile), hops in sorted(chains.items()):
-        if op_id not in slot:
-            continue
-        total += 1
-        if n >= MAX_FLOWS:
-            continue
-        n += 1
-        hops.sort()
-        pid, tid, s, e = slot[op_id]
-        cat = "ipcq" if op_id in recv_of else "transfer"
-        ts = _clamp(hops[0][3], s, e)
-        if ev := point("s", n, pid, tid, ts, cat):
-            yield ev
-        dst = slot.get(recv_of[op_id]) if op_id in recv_of else None
-        for i, (_h, hp, ht, hs) in enumerate(hops):    # path order: entry times grow
-            ts = hs
-            last = i == len(hops) - 1 and dst is None
-            if ev := point("f" if last else "t", n, hp, ht, hs, cat):
-                yield ev
-        if dst is not None:
-            dp, dt, ds, de = dst
-            if ev := point("f", n, dp, dt, _clamp(ts, ds, de), cat):
-                yield ev
+    total, n, points = chain_flows(chains, slot, recv_of, MAX_FLOWS)
+    yield from points
     # every dependency row joins two op_timing rows, so both ops have a slice: the rows
     # past the MAX_FLOWS already drawn are only counted
     limit = max(0, MAX_FLOWS - n)
