@@ -13,6 +13,7 @@ order within a counter never mattered: ``_Steps.levels`` sorts them).
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -89,8 +90,9 @@ def fabric_slices(batches: Iterator[pa.RecordBatch], tracks: Any, slot: Any,
             pid[i], tid[i] = place(procs[k], names[k], a, z)
         chains.add(op_id[is_link], c["tile"].to_numpy()[is_link], c["hop"].to_numpy()[is_link],
                    pid[is_link], tid[is_link], s[is_link])
+        inv_link = inv[is_link]
         for li, k in zip(*np.unique(link[is_link], return_index=True), strict=True):
-            link_track[int(li)] = (procs[inv[is_link][k]], names[inv[is_link][k]])
+            link_track[int(li)] = (procs[inv_link[k]], names[inv_link[k]])
         _add_steps(steps, procs, names, inv, is_link, s, e, nb, t0, t1, q, busy)
         yield Encoded(_joined([
             '{"ph":"X","pid":', _ints(pid), ',"tid":', _ints(tid), ',"ts":"', us_strings(s),
@@ -109,8 +111,14 @@ def _add_steps(steps: Any, procs: list[str], names: list[str], inv: np.ndarray,
     qe = np.minimum(np.maximum(np.rint(t0 + q).astype(np.int64), s), e)
     serve = np.maximum(qe, np.rint(t1 - busy).astype(np.int64))
     one = np.ones(len(s), np.int64)
-    for k in np.unique(inv).tolist():
-        at = inv == k
+    # each track's rows (in row order): a stable sort by track, not a mask per track (a
+    # batch of 65,536 rows crosses thousands of links)
+    order = np.argsort(inv, kind="stable")
+    by = inv[order]
+    cuts = np.flatnonzero(np.r_[True, by[1:] != by[:-1]]).tolist() + [len(by)]
+    for a0, a1 in pairwise(cuts):
+        at = order[a0:a1]
+        k = int(by[a0])
         lk = is_link[at]
         if lk.all():
             a, z, d = s[at], e[at], nb[at]
