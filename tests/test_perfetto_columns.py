@@ -198,3 +198,63 @@ def test_fabric_slices_are_the_dict_encoding_byte_for_byte():
     assert links == wlinks
     assert [(k, t.tolist(), v.tolist()) for k, t, v in steps.levels()] == [
         (k, t.tolist(), v.tolist()) for k, t, v in wsteps.levels()]
+
+
+def _flows_reference(chains, slot, recv_of, limit):
+    """The transfer flows' points as ``perfetto._flows`` wrote them before: a dict of tuple
+    lists, an f-string per point."""
+    out, n, total = [], 0, 0
+    for (op_id, _tile), hops in sorted(chains.items()):
+        if op_id not in slot:
+            continue
+        total += 1
+        if n >= limit:
+            continue
+        n += 1
+        hops = sorted(hops)
+        pid, tid, s, e = slot[op_id]
+        cat = "ipcq" if op_id in recv_of else "transfer"
+
+        def point(ph, p, t, ts):
+            out.append(f'{{"ph":"{ph}","id":{n},"pid":{p},"tid":{t},"ts":"{us(ts)}",'
+                       f'"name":"{cat}","cat":"flow.{cat}"' + (',"bp":"e"}' if ph == "f" else "}"))
+        point("s", pid, tid, max(s, min(hops[0][3], e)))
+        dst = slot.get(recv_of[op_id]) if op_id in recv_of else None
+        for i, (_h, hp, ht, hs) in enumerate(hops):
+            point("f" if i == len(hops) - 1 and dst is None else "t", hp, ht, hs)
+        if dst is not None:
+            dp, dt, ds, de = dst
+            point("f", dp, dt, max(ds, min(hops[-1][3], de)))
+    return total, n, ",".join(out).encode()
+
+
+def test_chain_flows_are_the_per_point_encoding_byte_for_byte():
+    from kbtrace.analysis._perfetto_flows import Chains, chain_flows
+
+    tracks, slot = _Tracks(), _Slots()
+    # op 1: a transfer; op 2: a send whose receive (op 9) has a slice, ending there clamped
+    # to it; op 3: a send whose receive (op 8) has none (ends on its last hop); op 4: no
+    # slice (no flow); op 5: two tiles, hops given out of order; op 6: past the limit
+    for op, (a, b) in {1: (0, 50), 2: (10, 20), 3: (5, 9), 5: (-3000, 7), 6: (0, 1),
+                       9: (100, 200)}.items():
+        slot.put(op, *tracks.place("sip0.cube0", f"pe{op}.dma", a, b), a, b, "load/ld")
+    rows = [  # op, tile, hop, pid, tid, s
+        (1, 0, 1, 2, 4, 30), (1, 0, 0, 2, 3, 60), (2, 0, 0, 2, 5, 12), (2, 0, 1, 2, 6, 15),
+        (3, 0, 0, 2, 7, 6), (4, 0, 0, 2, 8, 1), (5, 1, 0, 2, 3, -2000), (5, 0, 2, 2, 4, 3),
+        (5, 0, 1, 2, 4, 1), (6, 0, 0, 2, 9, 0)]
+    recv_of = {2: 9, 3: 8, 7: 1}
+    ref: dict[tuple[int, int], list[tuple[int, int, int, int]]] = {}
+    for op, tile, hop, pid, tid, s in rows:
+        ref.setdefault((op, tile), []).append((hop, pid, tid, s))
+    for limit in (10, 4, 0):
+        chains = Chains()
+        cols = [np.array(c, np.int64) for c in zip(*rows, strict=True)]
+        chains.add(*(c[:4] for c in cols))
+        chains.add(*(c[4:] for c in cols))
+        total, n, pts = chain_flows(chains, slot, recv_of, limit)
+        want = _flows_reference(ref, slot, recv_of, limit)
+        assert (total, n) == want[:2] == (6, min(6, limit))
+        assert b",".join(e.data for e in pts) == want[2]
+    assert want[2] == b"" and _flows_reference(ref, slot, recv_of, 10)[2].count(b'"ph"') == 16
+    assert b'"ph":"f","id":2,"pid":1,"tid":6,"ts":"0.100","name":"ipcq"' in \
+        _flows_reference(ref, slot, recv_of, 10)[2]

@@ -13,8 +13,8 @@ order within a counter never mattered: ``_Steps.levels`` sorts them).
 from __future__ import annotations
 
 import json
-from itertools import pairwise
 from collections.abc import Callable, Iterator
+from itertools import pairwise
 from typing import Any
 
 import numpy as np

@@ -52,7 +52,7 @@ class Chains:
         out: dict[tuple[int, int], list[tuple[int, int, int, int]]] = {}
         op, tile, *rest = (c.tolist() for c in self.columns())
         for o, t, *row in zip(op, tile, *rest, strict=True):
-            out.setdefault((o, t), []).append(tuple(row))  # type: ignore[arg-type]
+            out.setdefault((o, t), []).append((row[0], row[1], row[2], row[3]))
         return out
 
 
@@ -68,9 +68,9 @@ def chain_flows(chains: Chains, slot: Any, recv_of: dict[int, int], limit: int
     """(chains whose op has a slice, flows drawn = min(that, ``limit``), their points'
     ``Encoded`` batches). Flow ids 1, 2, ... in chain order; every point inside the slice it
     binds to (the start clamped to the op's slice, the end to the receive's)."""
-    op, _tile, _hop, pid, tid, s = chains.columns()
-    first = np.flatnonzero(np.r_[True, (op[1:] != op[:-1]) | (_tile[1:] != _tile[:-1])]
-                           ) if len(op) else np.empty(0, _I64)
+    op, tile, _hop, pid, tid, s = chains.columns()
+    first = (np.flatnonzero(np.r_[True, (op[1:] != op[:-1]) | (tile[1:] != tile[:-1])])
+             if len(op) else np.empty(0, _I64))
     c_op = op[first]
     keep = np.flatnonzero(_in_slot(slot, c_op))
     total, n = len(keep), min(len(keep), max(0, limit))
