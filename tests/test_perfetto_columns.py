@@ -215,7 +215,7 @@ def _flows_reference(chains, slot, recv_of, limit):
         pid, tid, s, e = slot[op_id]
         cat = "ipcq" if op_id in recv_of else "transfer"
 
-        def point(ph, p, t, ts):
+        def point(ph, p, t, ts, n=n, cat=cat):
             out.append(f'{{"ph":"{ph}","id":{n},"pid":{p},"tid":{t},"ts":"{us(ts)}",'
                        f'"name":"{cat}","cat":"flow.{cat}"' + (',"bp":"e"}' if ph == "f" else "}"))
         point("s", pid, tid, max(s, min(hops[0][3], e)))
