@@ -209,3 +209,44 @@ def test_fabric_slices_under_the_cap_are_the_earliest_in_slice_order(gemm, tmp_p
     assert n > cap
     assert got == [(o, t, us(round(s))) for o, t, s in want]
     assert doc["otherData"]["fabric_slices_left_out"] == n - cap
+
+
+@pytest.mark.parametrize("cap", [1, 71])
+def test_fabric_cut_counted_by_the_island_scan_gives_the_same_timeline(gemm, tmp_path,
+                                                                        monkeypatch, cap):
+    """``Run.materialize``'s island scan counts the fabric hops and their ``cap``-th earliest
+    entry (``_earliest.Earliest``); the timeline of that open run is the one of a fresh run,
+    which scans the hops itself."""
+    import kbtrace.analysis.perfetto as pf
+    from kbtrace.analysis.run import open_run
+
+    _, run_dir = gemm
+    monkeypatch.setattr(pf, "MAX_FABRIC_SLICES", cap)
+    export_perfetto(run_dir, tmp_path / "own.json")
+    with open_run(run_dir) as r:
+        r.materialize()
+        assert r._fabric is not None and r._fabric.complete and r._fabric.k == cap
+        n = r.sql("SELECT count(*) FROM hops WHERE link_idx >= 0 OR "
+                  "CAST(stage AS VARCHAR) = 'hbm'").item()
+        assert r._fabric.n == n > cap
+        export_perfetto(r, tmp_path / "shared.json")
+    assert (tmp_path / "shared.json").read_bytes() == (tmp_path / "own.json").read_bytes()
+
+
+def test_earliest_keeps_the_kth_earliest_of_a_stream():
+    import numpy as np
+
+    from kbtrace.analysis._earliest import Earliest
+
+    e = Earliest(3)
+    for batch in ([5.0, 1.0], [9.0, 2.0, np.nan], [2.0, 7.0], [0.5]):
+        e.add(np.array(batch))
+    assert e.n == 8 and e.cut() == 2.0 and sorted(e.low.tolist()) == [0.5, 1.0, 2.0]
+    few = Earliest(3)
+    few.add(np.array([1.0, 2.0, 3.0]))
+    assert few.cut() is None            # no more than k: no cut
+    nan = Earliest(2)
+    nan.add(np.array([np.nan, np.nan, 1.0]))
+    assert nan.cut() is None            # the 2nd earliest is a NaN: no cut, as before
+    nan.add(np.array([0.0]))
+    assert nan.cut() == 1.0             # (a NaN held filtered nothing: 0.0 went in)

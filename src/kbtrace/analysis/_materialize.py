@@ -40,6 +40,7 @@ import pyarrow.parquet as pq
 
 from kbtrace._io import dictionary_columns, release_memory
 from kbtrace.analysis import critpath, critpred, islands, utilwindows
+from kbtrace.analysis._earliest import Earliest
 from kbtrace.analysis._memory import release_cache
 from kbtrace.analysis.sqllib import view_docs
 from kbtrace.errors import AnalysisError
@@ -90,12 +91,20 @@ def materialize(run: Any, views: tuple[str, ...]) -> None:
         run._scans["_collect"] = critpred.Collect   # the islands' scan takes its hops too
     if twins:           # (a single run's hops view reads this file)
         run._scans[islands.HOPS_FILE] = run.run_dirs[0] / "hops.parquet"
+        if any(v in islands.TWINS for v in views):
+            # the timeline's fabric cut, counted by the islands' scan (perfetto._fabric_cut)
+            from kbtrace.analysis.perfetto import MAX_FABRIC_SLICES
+            run._scans[islands.FABRIC] = Earliest(MAX_FABRIC_SLICES)
     if twins and WINDOWED in views and "_busy_islands" in views[:views.index(WINDOWED)]:
         run._scans[utilwindows.WANT] = True     # its busy times added up with the islands
     try:
         _materialize(run, views, twins)
+        fabric = run._scans.get(islands.FABRIC)
+        if fabric is not None and fabric.complete:
+            run._fabric = fabric        # (perfetto._fabric_cut)
     finally:
         run._scans.pop("_collect", None)
+        run._scans.pop(islands.FABRIC, None)
         run._scans.pop(islands.HOPS_FILE, None)
         run._scans.pop(utilwindows.WANT, None)
         run._scans.pop(utilwindows.SUMS, None)

@@ -371,13 +371,16 @@ def _raw_hops(con: Any, hops: Any) -> Iterator[tuple[np.ndarray, ...]]:
                    *(b.column(i).to_numpy() for i in range(2, 8)))
 
 
-def _hop_rows(con: Any, hops: Any = None) -> Iterator[tuple[np.ndarray, ...]]:
+def _hop_rows(con: Any, hops: Any = None, fabric: Any = None
+              ) -> Iterator[tuple[np.ndarray, ...]]:
     """``_SCAN_SQL``'s columns as numpy arrays, a batch of hops at a time: (placed, pk, busy,
     rk, hq, t_enter_ns, t_leave_ns, t_busy_start_ns, queue_ns, op_id). ``_hop_ctx``'s join
     and category are done here, from ``hops`` and ``op_timing`` read apart (gemm at 1.0 M
     ops, 29.4 M hops: ~2.5 CPU s, where DuckDB took 7.3-9.3 to evaluate ``_SCAN_SQL``); the
     SQL where ``op_timing``'s op_ids are not 0, 1, 2, ... ``hops``: the file of the ``hops``
-    view, when it reads one (``_raw_hops``)."""
+    view, when it reads one (``_raw_hops``). ``fabric``: an ``_earliest.Earliest`` given
+    every hop's entry time on a link or at HBM (set ``complete`` at the end; not where the
+    SQL does the join: its rows lack the hops of no op)."""
     ctx = _op_ctx(con)
     if ctx is None:
         for b in con.sql(_SCAN_SQL).to_arrow_reader(STREAM_ROWS):
@@ -386,6 +389,8 @@ def _hop_rows(con: Any, hops: Any = None) -> Iterator[tuple[np.ndarray, ...]]:
     op_key, op_placed, op_kind = ctx
     bits, other = _category_bits(), dict(_STAGE_BITS)["other"]
     for op, sc, link, node, s, e, busy, q in _raw_hops(con, hops):
+        if fabric is not None:      # (every hop, as perfetto's query of the hops view)
+            fabric.add(s[(link >= 0) | (sc == _HBM)])
         joined = (op >= 0) & (op < len(op_key))      # (the join drops a hop of no op)
         if not joined.all():
             op, sc, link, node, s, e, busy, q = (x[joined] for x in (op, sc, link, node, s,
@@ -396,13 +401,17 @@ def _hop_rows(con: Any, hops: Any = None) -> Iterator[tuple[np.ndarray, ...]]:
         rk = np.where(link < 0, (1 << 32) | node.astype(np.int64), link.astype(np.int64))
         hq = (sc == _HBM) & (q > 0) & (bit != other)
         yield placed, pk, busy > 0, rk, hq, s, e, np.maximum(s, e - busy), q, op
+    if fabric is not None:
+        fabric.complete = True
 
 
-def _scan(con: Any, collect: Any = None, hops: Any = None) -> dict[str, Any]:
+def _scan(con: Any, collect: Any = None, hops: Any = None, fabric: Any = None
+          ) -> dict[str, Any]:
     """One pass over ``_hop_ctx`` for both views: the busy intervals dealt by resource, the
     PEs' category intervals (and HBM queueing) ``premerge``d and dealt by PE. ``collect``:
     another view's collector (``critpred.Collect``), handed every row too; what its
-    ``done(rows)`` returns goes with the parts (``"_crit_pred"``), unless None."""
+    ``done(rows)`` returns goes with the parts (``"_crit_pred"``), unless None.
+    ``fabric``: fed the fabric hops' entry times (``_hop_rows``)."""
     base = _temp_base(con)
     sp = _arrays(con, f"SELECT sip, cube, pe, t0_ns, t1_ns FROM _pe_span WHERE {_NOT_NULL} "
                       "ORDER BY sip, cube, pe")
@@ -414,7 +423,7 @@ def _scan(con: Any, collect: Any = None, hops: Any = None) -> dict[str, Any]:
     rows = 0
     con.execute(f"SET threads TO {os.cpu_count() or 1}")   # any row order: all is sorted
     try:
-        for placed, pk, is_busy, rk, hq, s, e, bs, q, op in _hop_rows(con, hops):
+        for placed, pk, is_busy, rk, hq, s, e, bs, q, op in _hop_rows(con, hops, fabric):
             busy.add(rk[is_busy], bs[is_busy], e[is_busy])
             pe.add(*premerge(pk[placed], s[placed], e[placed]))
             hq = hq & placed
@@ -445,7 +454,8 @@ def _parts(con: Any, view: str, shared: dict[str, Any] | None) -> Parts:
     if shared is not None and view in shared:
         return cast(Parts, shared.pop(view))
     got = _scan(con, shared.pop("_collect", None) if shared is not None else None,
-                shared.get(HOPS_FILE) if shared is not None else None)
+                shared.get(HOPS_FILE) if shared is not None else None,
+                shared.get(FABRIC) if shared is not None else None)
     mine = got.pop(view)
     for other, parts in got.items():       # (each has a close())
         if shared is None:
@@ -555,5 +565,7 @@ def _segments(k: np.ndarray, s: np.ndarray, e: np.ndarray, span_k: np.ndarray,
 #: ``shared``'s key for the Parquet file the ``hops`` view reads (``Run.materialize`` sets it
 #: for a single run): the scan reads it with pyarrow instead of through DuckDB
 HOPS_FILE = "_hops_file"
+#: ``shared``'s key for an ``_earliest.Earliest`` the scan feeds (``Run.materialize`` sets it)
+FABRIC = "_fabric"
 #: view -> the function computing its rows a batch at a time (``Run.materialize``, single runs)
 TWINS = {"_busy_islands": busy_island_parts, "_pe_segments": pe_segment_parts}

@@ -58,6 +58,7 @@ from typing import Any
 import numpy as np
 
 from kbtrace._io import atomic_path, trim_heap
+from kbtrace.analysis._earliest import Earliest
 from kbtrace.analysis._memory import release_cache
 from kbtrace.analysis._perfetto_fabric import fabric_slices
 from kbtrace.analysis._perfetto_flows import Chains, chain_flows
@@ -235,28 +236,23 @@ def _fabric_cut(run: Any) -> tuple[int, str]:
     filter keeping those entering no later than the ``MAX_FABRIC_SLICES``-th earliest (a
     superset of the earliest ``MAX_FABRIC_SLICES`` in the slice order, ties at that time
     included), so the sort is of those rows, not of every hop (1.0 M ops, 20 M fabric
-    hops: 16 -> 2 CPU s); the entry times are streamed, the earliest ``MAX_FABRIC_SLICES``
-    and one batch held at a time."""
+    hops: 16 -> 2 CPU s); the entry times are streamed (``_earliest.Earliest``), or were
+    counted by the island twins' scan when ``Run.materialize`` made them (``run._fabric``)."""
     import duckdb
 
-    k, n, low = MAX_FABRIC_SLICES, 0, np.empty(0)
-    try:
-        reader = run.con.sql("SELECT t_enter_ns FROM hops WHERE link_idx >= 0 OR "
-                             "CAST(stage AS VARCHAR) = 'hbm'"
-                             ).to_arrow_reader(1 << 20)
-        top = np.inf      # once k are held: the k-th earliest so far (none later counts)
-        for b in reader:
-            t = b.column(0).to_numpy()
-            n += len(t)
-            low = np.concatenate([low, t[t <= top] if top < np.inf else t])
-            if len(low) > k:
-                low = np.partition(low, k - 1)[:k]
-                top = float(low.max())      # (NaN, sorted last: no filter, as before)
-    except duckdb.Error as exc:  # surfaced like Run.sql's
-        raise run.error(exc) from exc
-    if n <= k or not np.isfinite(cut := float(low.max())):
-        return n, ""
-    return n, f" AND h.t_enter_ns <= CAST('{cut!r}' AS DOUBLE)"   # the exact double
+    got = getattr(run, "_fabric", None)
+    if got is None or got.k != MAX_FABRIC_SLICES:
+        got = Earliest(MAX_FABRIC_SLICES)
+        try:
+            for b in run.con.sql("SELECT t_enter_ns FROM hops WHERE link_idx >= 0 OR "
+                                 "CAST(stage AS VARCHAR) = 'hbm'").to_arrow_reader(1 << 20):
+                got.add(b.column(0).to_numpy())
+        except duckdb.Error as exc:  # surfaced like Run.sql's
+            raise run.error(exc) from exc
+    cut = got.cut()
+    if cut is None:
+        return got.n, ""
+    return got.n, f" AND h.t_enter_ns <= CAST('{cut!r}' AS DOUBLE)"   # the exact double
 
 
 def _stream(run: Any, info: dict[str, Any], tracks: _Tracks):

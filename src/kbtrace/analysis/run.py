@@ -251,6 +251,7 @@ class Run:
         self._n_twin = 0                  # twin files written (analysis._materialize)
         self._windows: dict[int, str] = {}   # window count -> utilisation_windows table
         self._scans: dict[str, Any] = {}     # a twin's scan left for another (islands)
+        self._fabric: Any = None    # the timeline's fabric cut, if the twins' scan counted it
 
     # -- queries
     def error(self, exc: Exception, what: str = "SQL failed") -> KbtraceError:
