@@ -1,7 +1,7 @@
 """End-to-end cost of ``kbtrace run`` at model scale (issue 22, targets 2-4); not part of the
 default test run.
 
-Run:  python benchmarks/bench_e2e.py [--ops N ...] [--topology default] [--out DIR]
+Run:  python benchmarks/bench_e2e.py [--ops N ...] [--topology default] [--out DIR [--keep]]
                                     [--fidelity fast|fast-fcfs|flit] [--huge-pages on|off|ab]
       pytest benchmarks/bench_e2e.py -m benchmark        (the 10x memory-growth check)
 
@@ -231,7 +231,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ops", type=int, nargs="+", default=[100_000, 1_000_000])
     ap.add_argument("--topology", default="default")
-    ap.add_argument("--out", default=None, help="output root (default: a temporary directory)")
+    ap.add_argument("--out", default=None,
+                    help="where the runs are written: a temporary directory made inside DIR "
+                         "and removed at the end (default: the system's temporary directory)")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep each size's trace and run under --out DIR/ops<N><huge pages> "
+                         "(DIR is required and those subdirectories must not exist)")
     ap.add_argument("--fidelity", default="fast", help="replay fidelity (default fast)")
     ap.add_argument("--huge-pages", default="on", choices=("on", "off", "ab"),
                     help="pymalloc's arenas on huge pages in the child as in the kbtrace "
@@ -242,8 +247,20 @@ def main(argv: list[str] | None = None) -> int:
     if a.child:
         print(json.dumps(child(json.loads(a.child), a.topology, a.out, a.fidelity)))
         return 0
-    with tempfile.TemporaryDirectory(dir=a.out) as tmp:
-        figs, raws = measure(a.ops, a.topology, Path(tmp), a.fidelity, a.huge_pages)
+    if a.keep:
+        if a.out is None:
+            ap.error("--keep needs --out DIR: the directory to keep the runs in")
+        root = Path(a.out)
+        taken = [root / f"ops{n}{h}" for n in a.ops for h in (True, False)
+                 if (root / f"ops{n}{h}").exists()]
+        if taken:
+            ap.error(f"{taken[0]} exists; --keep never writes over a directory: "
+                     "remove it or pick another --out")
+        root.mkdir(parents=True, exist_ok=True)
+        figs, raws = measure(a.ops, a.topology, root, a.fidelity, a.huge_pages)
+    else:
+        with tempfile.TemporaryDirectory(dir=a.out) as tmp:
+            figs, raws = measure(a.ops, a.topology, Path(tmp), a.fidelity, a.huge_pages)
     print(table(figs, raws))
     if a.json:
         Path(a.json).write_text(json.dumps({"figures": figs, "raw": raws}, indent=1))
