@@ -126,7 +126,6 @@ def test_a_completed_flow_is_freed_by_reference_counting(tmp_path, core):
         fab._f = None                         # (the last flow booked)
         fab.link_flows = [[] for _ in fab.link_flows]
         fab.node_own = [Notes() for _ in fab.node_own]   # (and the nodes their heads' overheads)
-        fab.node_body = {}                    # (and the routers their 2 KiB bodies: ``bodies``)
         assert flows() == 0
     finally:
         gc.enable()

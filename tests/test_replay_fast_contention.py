@@ -434,8 +434,8 @@ def test_a_payloads_second_flit_waits_behind_heads_that_arrived_before_it(tmp_pa
     head arriving between the payload's two flits: flit mode's node is one FIFO, so the
     payload's second flit waits until the credit's 2 ns overhead is done. Fast mode holds the
     payload's tail there too: booked before the payload (the credit sent at 0, the payload
-    ``at`` ns later: ``bodies.body_hold``) and after it (the payload PE 2 -> PE 3 at 0, the
-    credit PE 3 -> PE 2 at 4.5 ns: ``bodies.hold_bodies``). Before, the second flit passed: the
+    ``at`` ns later: ``heads.body_hold``) and after it (the payload PE 2 -> PE 3 at 0, the
+    credit PE 3 -> PE 2 at 4.5 ns: ``heads._hold_bodies``). Before, the second flit passed: the
     payload 1 ns early (17.5, 18.0 and 8.25 ns)."""
     from kbtrace.topology.model import PeCoord
     small = compile_topology(TOPO_DIR / "small.yaml")

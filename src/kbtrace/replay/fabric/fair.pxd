@@ -42,6 +42,8 @@ cpdef book(list link_flows, Flow f, Py_ssize_t j, double s, double e, double bus
 @cython.locals(r=cython.double, b=Booked)
 cdef _book(list lst, Flow f, Py_ssize_t j, double s, double e, double busy, pcs, double tail)
 
+cdef inline bint _holds_body(double a, double t_in, double ov)
+
 @cython.locals(i=cython.Py_ssize_t, q=cython.Py_ssize_t,
                kind=cython.Py_ssize_t, A=cython.double, B=cython.double, bz=cython.double,
                s=cython.double, e=cython.double, x=cython.double, r=cython.double, own=list,

@@ -233,15 +233,19 @@ def _book(lst: list, f: Flow, j: int, s: float, e: float, busy: float, pcs: list
 def note_body(fab: Any, n: int, a: float, t_in: float, g: Flow, j: int) -> None:
     """Stream flow ``g``'s head reached node ``n`` (hop ``j``) at ``a`` and its tail arrives
     at ``t_in``: at a mesh router, a head booked later that arrives in between holds its later
-    flits (``bodies.hold_bodies``). A body longer than the node's overhead is noted where the
-    flow's booking on the link before tells how its flits arrive."""
-    if (a + TIME_EPS < t_in and (t_in <= a + fab.node_ov[n] + TIME_EPS or j > 0 and g.links
-            and g.links[j - 1] is not None) and fab.node_kind[n] == "router"):
+    flits (``heads._hold_bodies``)."""
+    if _holds_body(a, t_in, fab.node_ov[n]) and fab.node_kind[n] == "router":
         lst = fab.node_body.get(n)
         if lst is None:
             fab.node_body[n] = [(a, t_in, g, j)]
         else:
             lst.append((a, t_in, g, j))
+
+
+def _holds_body(a: float, t_in: float, ov: float) -> bool:
+    """``note_body``'s test: a stream's tail at ``t_in`` within ``ov`` ns of its head at a
+    node at ``a`` (``book_plan`` asks it before calling ``note_body``)."""
+    return a + TIME_EPS < t_in <= a + ov + TIME_EPS
 
 
 def book_plan(link_flows: list, f: Flow, off: Any, bk: Any, k: int, h: float, t: float) -> None:
@@ -266,7 +270,7 @@ def book_plan(link_flows: list, f: Flow, off: Any, bk: Any, k: int, h: float, t:
                 B = h + bk[q + 5]
                 if B > A:
                     A = B
-                if s + TIME_EPS < A:
+                if _holds_body(s, A, bk[q + 3]):
                     note_body(f.fab, n, s, A, f, jj)
             continue
         bz = off[4 * i + 3]

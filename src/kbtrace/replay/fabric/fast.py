@@ -35,7 +35,7 @@ from kbtrace.replay.fabric.heads import (
     relink,
 )
 from kbtrace.replay.fabric.pull import pull_behind, read_first
-from kbtrace.replay.fabric.routes import _Plan, _Route, book_route, held, hop_seq
+from kbtrace.replay.fabric.routes import _Plan, _Route, book_route, hop_seq
 from kbtrace.replay.hbm import HbmController
 from kbtrace.replay.recorder import STAGE_CODE, Recorder
 
@@ -232,13 +232,8 @@ class FastFabric(Fabric):
         while j < n:
             niv, ov, ln, _li, mode, hd_d, body, last_d, p = hops[j]
             H0, A0, B0 = H, A, B
-            if niv is not None:
-                if (mode == 2 and niv.last() > h + H
-                        and held(niv, h + H, max(t + A, h + B))
-                        and self.node_kind[rt.nodes[j]] == "router"):
-                    break           # (its later flits wait for a head: ``hop_seq``)
-                if not take(niv, h + H, h + (H + ov)):
-                    break
+            if niv is not None and not take(niv, h + H, h + (H + ov)):
+                break
             if niv is not None or ov > 0:       # the node's overhead, reserved or not
                 H += ov
                 B = max(B, H)

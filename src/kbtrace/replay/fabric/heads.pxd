@@ -18,6 +18,14 @@ cdef double TIME_EPS
 cpdef double serve_head(fab, Py_ssize_t n, Spans iv, double now, double h, double ov,
                         Py_ssize_t j, f, bint flits=*) except? -1.0
 
+@cython.locals(n=cython.Py_ssize_t, nf=cython.Py_ssize_t, iv=Spans, ft=cython.double,
+               dt=cython.double, own=Notes, i=cython.Py_ssize_t, cur=cython.double,
+               s_r=cython.double, e_r=cython.double, ar=cython.double, x=cython.double)
+cpdef double body_hold(fab, rt, Py_ssize_t j, double a, double t_in, double t) except? -1.0
+
+@cython.locals(a=cython.double, t_in=cython.double)
+cpdef double _live_tail(tuple it, double now) except? -1.0
+
 cpdef prune_all(fab, double now)
 
 @cython.locals(e=cython.double, k=cython.Py_ssize_t, s0=cython.double, notes=Notes)

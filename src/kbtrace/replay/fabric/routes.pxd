@@ -5,8 +5,7 @@
 import cython
 from kbtrace.replay.fabric._booking_c cimport Spans, Steps
 from kbtrace.replay.fabric._fair_c cimport book_plan
-from kbtrace.replay.fabric._bodies_c cimport body_hold
-from kbtrace.replay.fabric._heads_c cimport serve_flit, serve_head
+from kbtrace.replay.fabric._heads_c cimport body_hold, serve_flit, serve_head
 
 # (imported from intervals: a C double here, so tests against it compare C doubles
 # rather than boxing both sides)
@@ -32,9 +31,6 @@ cdef class _Plan:
                    s=cython.double, e=cython.double, x=cython.double, y=cython.double,
                    r=cython.double, i=cython.Py_ssize_t, n=cython.Py_ssize_t)
     cpdef Py_ssize_t take(self, double h, double t) except -1
-
-@cython.locals(i=cython.Py_ssize_t)
-cpdef bint held(Spans sp, double s, double t_in) except -1
 
 @cython.locals(j=cython.Py_ssize_t, k=cython.Py_ssize_t, jr=cython.Py_ssize_t, pl=_Plan,
                i=cython.Py_ssize_t,

@@ -15,14 +15,13 @@ from array import array
 from typing import Any, Literal
 
 from kbtrace.replay.fabric.base import _Ev, after
-from kbtrace.replay.fabric.bodies import body_hold
-from kbtrace.replay.fabric.booking import Spans, fit_rate, serve, take_rate, unreserve
+from kbtrace.replay.fabric.booking import fit_rate, serve, take_rate, unreserve
 from kbtrace.replay.fabric.fair import book_plan
-from kbtrace.replay.fabric.heads import commit_later, serve_flit, serve_head
+from kbtrace.replay.fabric.heads import body_hold, commit_later, serve_flit, serve_head
 from kbtrace.replay.intervals import TIME_EPS
 from kbtrace.replay.recorder import STAGE_CODE
 
-__all__ = ["book_route", "held", "hop_seq"]
+__all__ = ["book_route", "hop_seq"]
 
 _NEG_INF = float("-inf")
 
@@ -196,11 +195,6 @@ class _Plan:
                     y = sp.t[i]
                     if e > y + TIME_EPS:
                         break
-                    if self.bk[6 * k] == 2.0:      # a stream at a mesh router: a head
-                        x = t + self.bk[6 * k + 4]  # reserved before its tail arrives
-                        z = h + self.bk[6 * k + 5]  # holds its later flits (``held``)
-                        if (x if x > z else z) > y + TIME_EPS:
-                            break
                     sp.insert2(i, s, e if e < y else y)
             else:
                 ln = st
@@ -212,15 +206,6 @@ class _Plan:
                     break
             k += 1
         return k
-
-
-def held(sp: Spans, s: float, t_in: float) -> bool:
-    """A stream's head served at a mesh router from ``s`` (reservations ``sp``), its tail
-    arriving there at ``t_in``: is a head reserved there after ``s`` and before ``t_in``?
-    Its later flits would wait for it (flit mode's node is one FIFO), which the free-path
-    closed form does not see: the hop is booked by ``hop_seq`` (``bodies.body_hold``)."""
-    i = sp.bisect_right(s)
-    return not i & 1 and i < sp.n and sp.t[i] < t_in - TIME_EPS
 
 
 def book_route(fab: Any, rt: _Route, f: Any, op_id: int, tile: int, addr: int, h: float,
