@@ -4,15 +4,16 @@ A materialised view ``v`` becomes ``CREATE VIEW v AS SELECT * FROM _m_v``, where
 
 - a temporary table of the view's rows (``ORDER BY ALL`` for ``PARALLEL_SAFE`` views,
   computed on every core);
-- for ``_busy_islands`` and ``_pe_segments`` of a single run, the rows of their numpy twins
-  (``analysis.islands``), written to a Parquet file in the run's spill directory, which
-  ``v`` reads instead of ``_m_v``: the rows grow with the hops (23 M islands, ~720 MB as a
-  DuckDB table at a million ops), and a file costs neither the process nor DuckDB's buffer
-  pool any memory while no query reads it (issue 22, target 3). A query decodes the pages it
-  reads in file order, so sums over it add up in the same order as over a table;
-- for ``_crit_pred`` of a single run, a temporary table of its numpy twin's rows
-  (``analysis.critpred``): the same table the SQL's materialisation was, so
-  ``critical_path`` reads the same rows in the same order;
+- for ``_busy_islands``, ``_pe_segments``, ``_crit_pred`` and ``critical_path`` of a single
+  run, the rows of their numpy twins (``analysis.islands``, ``critpred``, ``critpath``),
+  written to a Parquet file in the run's spill directory, which ``v`` reads instead of
+  ``_m_v``: the rows grow with the hops or the ops (23 M islands, ~720 MB as a DuckDB table
+  at a million ops; ``_crit_pred`` a row per op and ``critical_path`` one per op on the path,
+  ~70 MiB as tables there, held under the report's and the timeline's peaks), and a file
+  costs neither the process nor DuckDB's buffer pool any memory while no query reads it
+  (issue 22, target 3). A query decodes the pages it reads in file order, so sums over it
+  add up in the same order as over a table (``critical_path``'s twin reads ``_crit_pred``
+  in any order: it walks the predecessors by op_id);
 - for ``utilisation_windows``, the only view reading the window setting (``_config``), a
   temporary table per window count, ``_m_utilisation_windows_<n>``: ``set_windows(n)``
   points the view at the table of ``n`` if there is one, else back at its SQL, so the view
@@ -71,9 +72,6 @@ TWINS = {**islands.TWINS, "_crit_pred": critpred.crit_pred_parts,
 TWIN_ROW_GROUP = 1 << 16
 #: of those, the ones whose rows may come from one scan of the hops (``Run._scans``)
 SHARED = frozenset({*islands.TWINS, "_crit_pred"})
-#: of those, the ones kept as a temporary table, not a file: ``_crit_pred`` (a row per op),
-#: so ``critical_path`` reads the same table the SQL view's materialisation was
-AS_TABLE = frozenset({"_crit_pred", "critical_path"})
 
 
 def _q(text: str) -> str:
@@ -148,7 +146,7 @@ def _materialize(run: Any, views: tuple[str, ...], twins: bool) -> None:
 def _load_twin(run: Any, view: str, twin: Any) -> str:
     """A numpy twin's rows (``islands.TWINS``) in a Parquet file in the spill directory
     (``open_run``'s), or without one in the temporary table ``_m_<view>``: what to read."""
-    if run._spill_dir is None or view in AS_TABLE:
+    if run._spill_dir is None:
         run.con.register("_twin_rows", islands.plain(pa.concat_tables(list(twin(run.con)))))
         run.con.execute(f"CREATE OR REPLACE TEMP TABLE _m_{view} AS SELECT * FROM _twin_rows")
         run.con.unregister("_twin_rows")
@@ -164,6 +162,7 @@ def _load_twin(run: Any, view: str, twin: Any) -> str:
                     use_dictionary=dictionary_columns(part.schema))
             # row groups of a bounded size: a query over the file decodes one at a time
             writer.write_table(part, row_group_size=TWIN_ROW_GROUP)
+            del part        # (not held while the twin makes the next one)
     finally:
         if writer is not None:
             writer.close()

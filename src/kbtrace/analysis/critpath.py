@@ -1,9 +1,9 @@
 """The critical path walked in numpy: the materialised twin of ``critical_path``.
 
 ``analysis/sql/critical_path.sql`` stays the definition; ``Run.materialize`` computes the
-view's rows here instead (single runs) and keeps them as the same temporary table, so the
-queries over it (the headline's and the report's sums of ``contrib_ns``) add the same rows in
-the same order. The walk is the view's: from the op that ends last (ties: the lowest op_id)
+view's rows here instead (single runs) and keeps them in the same order (in a file of the
+run's spill directory, read in file order), so the queries over it (the headline's and the
+report's sums of ``contrib_ns``) add the same rows in the same order. The walk is the view's: from the op that ends last (ties: the lowest op_id)
 to its ``_crit_pred`` predecessor, and so on while there is one. The rows are the view's
 projection of each walked op, computed on the same doubles (``t_end_ns - t_from_ns``,
 ``greatest(0.0, t_start_ns - t_from_ns)``), in the order the view's plan gives them at one
@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from kbtrace.analysis.critpred import column_np as _np
 
-__all__ = ["critical_path", "critical_path_parts"]
+__all__ = ["critical_path", "critical_path_parts", "pred_kept"]
 
 _OPS = ("SELECT op_id, sip, cube, pe, CAST(kind AS VARCHAR) AS kind, CAST(name AS VARCHAR) "
         "AS name, CAST(engine AS VARCHAR) AS engine, t_start_ns, t_end_ns FROM op_timing")
@@ -122,7 +122,14 @@ def _walked(con: Any, ops: np.ndarray) -> pa.Table:
 
 def critical_path_parts(con: Any) -> Iterator[pa.Table]:
     """``critical_path`` as one table (the twins' interface), when ``_crit_pred`` is
-    materialised (the order above is the view's over that table); else the view's rows."""
-    kept = con.sql("SELECT count(*) FROM duckdb_tables() WHERE table_name = '_m__crit_pred'"
-                   ).fetchall()[0][0]
-    yield critical_path(con) if kept else con.sql("SELECT * FROM critical_path").to_arrow_table()
+    materialised (the order above is the view's over its rows); else the view's rows."""
+    yield (critical_path(con) if pred_kept(con)
+           else con.sql("SELECT * FROM critical_path").to_arrow_table())
+
+
+def pred_kept(con: Any) -> bool:
+    """Whether ``_crit_pred`` is materialised (``analysis._materialize``): the view reads its
+    table ``_m__crit_pred`` or its twin's file ``twin-_crit_pred-<n>.parquet``."""
+    got = con.sql("SELECT sql FROM duckdb_views() WHERE view_name = '_crit_pred'").fetchall()
+    sql = got[0][0] if got else ""
+    return "_m__crit_pred" in sql or "twin-_crit_pred-" in sql

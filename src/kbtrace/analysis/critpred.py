@@ -2,8 +2,8 @@
 
 ``analysis/sql/_crit_pred.sql`` stays the definition (what a query over an unmaterialised
 run or a run set evaluates); ``Run.materialize`` computes the view's rows here instead, for
-a single run, and keeps them as the same temporary table (``_m__crit_pred``, in
-``ORDER BY ALL`` order), so ``critical_path`` reads the same rows in the same order. The
+a single run, in the same rows in the same (``ORDER BY ALL``) order, kept in a file of the
+run's spill directory (``analysis._materialize``), which ``critical_path`` reads. The
 rows are the same because nothing here adds floats in an order of its own: each candidate
 predecessor and the choice among them are comparisons of the run's doubles, and the one
 sum (an HBM or link wait's end, ``t_enter_ns + queue_ns``, plus 1e-9) is the SQL's, per

@@ -219,19 +219,18 @@ class Parts:
                         self.n_file += col.nbytes
             self.n_held = 0
 
-    def _read(self, i: int, a: int, b: int) -> tuple[np.ndarray, ...]:
+    def _read(self, i: int, a: int, b: int, out: list[np.ndarray], at_row: int) -> None:
+        """Rows ``[a, b)`` of batch ``i`` into ``out``'s columns from row ``at_row`` on."""
         r = self.held[i]
         if r is not None:
-            return tuple(col[a:b] for col in r)
-        out = []
+            for col, dst in zip(r, out, strict=True):
+                dst[at_row:at_row + b - a] = col[a:b]
+            return
         at = self.at[i]
-        for t in self.types:
-            col = np.empty(b - a, t)
+        for t, dst in zip(self.types, out, strict=True):
             self.file.seek(at + a * t.itemsize)
-            self.file.readinto(col.view(np.uint8))
-            out.append(col)
+            self.file.readinto(dst[at_row:at_row + b - a].view(np.uint8))
             at += self.size[i] * t.itemsize
-        return tuple(out)
 
     def bounds(self, counts: np.ndarray | None = None) -> list[tuple[int, int]]:
         """Consecutive part ranges ``[p0, p1)`` of ``SORT_ROWS`` rows or more (``counts``:
@@ -248,11 +247,14 @@ class Parts:
     def read(self, p0: int, p1: int) -> tuple[np.ndarray, ...]:
         """The columns (``dtype``'s fields, in order) of the rows of parts ``[p0, p1)``, in
         no particular order: each a contiguous array."""
-        pieces = [self._read(j, int(c[p0]), int(c[p1]))
-                  for j, c in enumerate(self.cuts) if c[p1] > c[p0]]
-        if not pieces:
-            return tuple(np.empty(0, t) for t in self.types)
-        return tuple(np.concatenate(cols) for cols in zip(*pieces, strict=True))
+        spans = [(j, int(c[p0]), int(c[p1])) for j, c in enumerate(self.cuts) if c[p1] > c[p0]]
+        # each column allocated once and read into (not pieces joined: twice the rows held)
+        out = [np.empty(sum(b - a for _, a, b in spans), t) for t in self.types]
+        at_row = 0
+        for j, a, b in spans:
+            self._read(j, a, b, out, at_row)
+            at_row += b - a
+        return tuple(out)
 
     def chunks(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, int, int]]:
         """The rows (``_REC``) sorted by key, s, e, in chunks of whole parts: (key, s, e,
@@ -262,8 +264,12 @@ class Parts:
             for p0, p1 in self.bounds():
                 key, s, e = self.read(p0, p1)
                 o = np.lexsort((e, s, key))
-                yield key[o], s[o], e[o], p0, p1
-                del key, s, e, o
+                key = key[o]    # a column at a time: the unsorted one freed as it goes
+                s = s[o]
+                e = e[o]
+                del o
+                yield key, s, e, p0, p1
+                del key, s, e
         finally:
             self.close()
 
@@ -485,9 +491,13 @@ def busy_island_parts(con: Any, shared: dict[str, Any] | None = None) -> Iterato
         sums = utilwindows.WindowSums(*utilwindows.window_bounds(con))
     for key, s, e, _, _ in _parts(con, "_busy_islands", shared).chunks():
         isl = _islands_sorted(key, s, e)
+        del key, s, e       # (not held while the next chunk is read and sorted)
         if sums is not None:    # the islands in the order the view's file holds them
             sums.add(*isl)
-        yield _busy_rows(*isl)
+        rows = _busy_rows(*isl)
+        del isl
+        yield rows
+        del rows
     if sums is not None and shared is not None:
         shared[utilwindows.SUMS] = (sums.n, sums.table())
 
@@ -519,8 +529,12 @@ def pe_segment_parts(con: Any, shared: dict[str, Any] | None = None) -> Iterator
     span_p = _part(span_k, span_k)
     for ck, cs, ce, p0, p1 in parts.chunks():
         k, a, b = _islands_sorted(ck, cs, ce)       # a chunk holds whole PEs, and their spans:
+        del ck, cs, ce      # (not held while the next chunk is read and sorted)
         j0, j1 = np.searchsorted(span_p, [p0, p1])  # those of the same parts
-        yield _segments(k, a, b, span_k[j0:j1], sp["t0_ns"][j0:j1], sp["t1_ns"][j0:j1])
+        rows = _segments(k, a, b, span_k[j0:j1], sp["t0_ns"][j0:j1], sp["t1_ns"][j0:j1])
+        del k, a, b
+        yield rows
+        del rows
 
 
 def _segments(k: np.ndarray, s: np.ndarray, e: np.ndarray, span_k: np.ndarray,
@@ -532,14 +546,21 @@ def _segments(k: np.ndarray, s: np.ndarray, e: np.ndarray, span_k: np.ndarray,
     ev_k = np.concatenate([pk, pk, span_k, span_k])
     ev_t = np.concatenate([s, e, span_t0, span_t1])
     ev_d = np.concatenate([b, -b, np.zeros(2 * len(span_k), np.int64)])
+    del pk, b
     o = np.lexsort((ev_t, ev_k))
-    ev_k, ev_t, ev_d = ev_k[o], ev_t[o], ev_d[o]
+    ev_k = ev_k[o]      # a column at a time (the temporaries freed as they go)
+    ev_t = ev_t[o]
+    ev_d = ev_d[o]
+    del o
     if len(ev_k):
         first = np.r_[True, (ev_k[1:] != ev_k[:-1]) | (ev_t[1:] != ev_t[:-1])]
         at = np.flatnonzero(first)
+        del first
         pt_k, pt_t, pt_d = ev_k[at], ev_t[at], np.add.reduceat(ev_d, at)
+        del at
     else:
         pt_k, pt_t, pt_d = ev_k, ev_t, ev_d
+    del ev_k, ev_t, ev_d
     mask = np.cumsum(pt_d)          # each PE's bits add back to 0 at its last bound
     nxt = np.r_[pt_k[1:] == pt_k[:-1], False]       # lead(t) within the PE exists
     t1 = np.r_[pt_t[1:], 0.0]
@@ -549,6 +570,7 @@ def _segments(k: np.ndarray, s: np.ndarray, e: np.ndarray, span_k: np.ndarray,
     a = np.maximum(pt_t, span_t0[i]) if len(span_k) else pt_t
     bb = np.minimum(t1, span_t1[i]) if len(span_k) else t1
     keep = nxt & has_span & (bb > a)
+    del nxt, has_span, i, t1, pt_t, pt_d
     pt_k, a, bb, mask = pt_k[keep], a[keep], bb[keep], mask[keep]
     stage = np.full(len(mask), len(_STAGE_BITS), dtype=np.int32)      # idle
     for j in range(len(_STAGE_BITS) - 1, -1, -1):   # the highest priority written last
