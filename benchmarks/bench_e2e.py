@@ -10,8 +10,9 @@ For each size, a fresh interpreter runs ``kbtrace.analysis.main.run_workload`` (
 gemm over every PE of the topology, with the stage functions wrapped to take, per stage,
 its CPU time (``time.process_time``: every thread of the process, so DuckDB's parallel
 work counts) and its peak RSS (``VmHWM`` of ``/proc/self/status``, reset before the stage
-through ``/proc/self/clear_refs``). The child's whole CPU time (imports and topology
-compilation included) and its peak RSS are the run's figures.
+through ``/proc/self/clear_refs``), and the RSS it started from (``start_rss_mib`` in the
+JSON: what the stages before it left resident, which its peak stacks on). The child's whole
+CPU time (imports and topology compilation included) and its peak RSS are the run's figures.
 
 The baseline, measured in this same run: raw SimPy, one process yielding ``env.timeout(1)``
 (timeouts per CPU second), sampled before, between and after the children; the median
@@ -81,6 +82,14 @@ def _hwm_kib() -> int:
     return 0
 
 
+def _rss_kib() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
 def _reset_hwm() -> None:
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
@@ -116,6 +125,7 @@ def child(params: dict[str, int], topology: str, out: str, fidelity: str = "fast
             outside[0] = max(outside[0], _hwm_kib())
             before = sample()
             _reset_hwm()
+            start = _rss_kib() / 1024     # what the stages before left resident
             c0, w0 = time.process_time(), time.perf_counter()
             try:
                 return fn(*a, **k)
@@ -123,7 +133,7 @@ def child(params: dict[str, int], topology: str, out: str, fidelity: str = "fast
                 cpu = time.process_time() - c0
                 wall = time.perf_counter() - w0
                 s = stats.setdefault(stage, {"cpu_s": 0.0, "wall_s": 0.0, "peak_rss_mib": 0.0,
-                                             "timeouts": 0.0})
+                                             "timeouts": 0.0, "start_rss_mib": start})
                 s["cpu_s"] += cpu
                 s["wall_s"] += wall
                 s["peak_rss_mib"] = max(s["peak_rss_mib"], _hwm_kib() / 1024)
