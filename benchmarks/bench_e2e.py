@@ -74,20 +74,21 @@ def gemm_params(ops: int) -> dict[str, int]:
 
 # ----------------------------------------------------------------------------- the child
 
-def _hwm_kib() -> int:
+def _status_kib(field: str) -> int:
+    """A ``/proc/self/status`` memory field (``VmHWM``: peak RSS, ``VmRSS``: now), KiB."""
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmHWM:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
     return 0
+
+
+def _hwm_kib() -> int:
+    return _status_kib("VmHWM")
 
 
 def _rss_kib() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
+    return _status_kib("VmRSS")
 
 
 def _reset_hwm() -> None:
