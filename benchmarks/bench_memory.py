@@ -1,6 +1,6 @@
 """Replay memory benchmark (not part of the default test run).
 
-Run:  python benchmarks/bench_memory.py            (prints the table for docs/replay.md)
+Run:  python benchmarks/bench_memory.py [--fidelity fast|fast-fcfs|flit]   (the table for docs/replay.md)
       pytest benchmarks/bench_memory.py -m benchmark
 
 Peak resident memory of one fast replay (invariants on, default batching) of the gemm
@@ -52,14 +52,14 @@ def hwm_kib():   # this process's peak RSS (VmHWM; ru_maxrss would carry the par
 
 topo = compile_topology(sys.argv[1])
 base = hwm_kib()
-run = replay(sys.argv[2], topo, ReplayOptions(fidelity="fast", out_dir=sys.argv[3]))
+run = replay(sys.argv[2], topo, ReplayOptions(fidelity=sys.argv[4], out_dir=sys.argv[3]))
 peak = hwm_kib()
 print(json.dumps({"ops": run.ops, "hops": run.hops, "base_kib": base, "peak_kib": peak,
                   "wall_s": run.wall_s}))
 """
 
 
-def measure(tmp: Path, workload: str) -> list[dict]:
+def measure(tmp: Path, workload: str, fidelity: str = "fast") -> list[dict]:
     from kbtrace.capture import capture
     from kbtrace.topology import compile_topology
     topo = compile_topology(TOPO)
@@ -67,7 +67,7 @@ def measure(tmp: Path, workload: str) -> list[dict]:
     for label, params in LADDERS[workload]:
         tr = capture(ROOT / "capture" / f"{workload}.py", topo, params, tmp / label)
         out = subprocess.run([sys.executable, "-c", _CHILD, str(TOPO), str(tr.path),
-                              str(tmp / f"run-{label}")], check=True, capture_output=True,
+                              str(tmp / f"run-{label}"), fidelity], check=True, capture_output=True,
                              text=True)
         r = json.loads(out.stdout)
         r["label"] = label
@@ -83,11 +83,11 @@ def marginal(rows: list[dict]) -> tuple[float, float]:
     return grow / (b["ops"] - a["ops"]), grow / (b["hops"] - a["hops"])
 
 
-def main() -> dict[str, list[dict]]:
+def main(fidelity: str = "fast") -> dict[str, list[dict]]:
     out = {}
     with tempfile.TemporaryDirectory() as d:
         for wl in LADDERS:
-            out[wl] = rows = measure(Path(d), wl)
+            out[wl] = rows = measure(Path(d), wl, fidelity)
             print(f"\n| {wl} | ops | hops | peak RSS growth MiB | KiB/op | B/hop | wall s |")
             print("|---|---|---|---|---|---|---|")
             for r in rows:
@@ -112,5 +112,7 @@ def test_bench_memory():
 
 
 if __name__ == "__main__":
-    parser(__doc__).parse_args()
-    main()
+    ap = parser(__doc__)
+    ap.add_argument("--fidelity", default="fast", choices=("fast", "fast-fcfs", "flit"),
+                    help="replay fidelity of every size (default fast, kbtrace's default)")
+    main(ap.parse_args().fidelity)
