@@ -183,6 +183,11 @@ def run_size(ops: int, topology: str, out: Path, fidelity: str = "fast",
     return fig
 
 
+def size_dir(root: Path, ops: int, huge: bool) -> Path:
+    """Where one size's trace and run are written under the output root (``--keep`` keeps it)."""
+    return root / f"ops{ops}{huge}"
+
+
 def measure(sizes: list[int], topology: str, out_root: Path, fidelity: str = "fast",
             huge_pages: str = "on") -> tuple[list[dict], list[float]]:
     raws = [raw_rate() for _ in range(3)]
@@ -190,7 +195,7 @@ def measure(sizes: list[int], topology: str, out_root: Path, fidelity: str = "fa
     settings = {"on": [True], "off": [False], "ab": [False, True]}[huge_pages]
     for n in sizes:
         for huge in settings:
-            figs.append(run_size(n, topology, out_root / f"ops{n}{huge}", fidelity, huge))
+            figs.append(run_size(n, topology, size_dir(out_root, n, huge), fidelity, huge))
             if huge_pages == "ab":
                 figs[-1]["label"] = "on" if huge else "off"
             raws += [raw_rate() for _ in range(3)]
@@ -262,8 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.out is None:
             ap.error("--keep needs --out DIR: the directory to keep the runs in")
         root = Path(a.out)
-        taken = [root / f"ops{n}{h}" for n in a.ops for h in (True, False)
-                 if (root / f"ops{n}{h}").exists()]
+        taken = [d for n in a.ops for h in (True, False) if (d := size_dir(root, n, h)).exists()]
         if taken:
             ap.error(f"{taken[0]} exists; --keep never writes over a directory: "
                      "remove it or pick another --out")
