@@ -534,6 +534,9 @@ class HbmWrite:
             self.done = done
 
     def _record(self, _ev: Any) -> None:
+        # Its bursts have all arrived (none can move now): drop them, or each burst and this
+        # write hold each other until a full collection (~1.3 KiB per write on all-pairs).
+        self.pend = []
         if self.flow is not None:       # its link rows first (their order is path order)
             self.flow.done(None)
         op, tile, stage, node, h_in, busy, q, nb = self.row
