@@ -34,6 +34,7 @@ GEN = Path("build") / "kbtrace-core"              # relative: setuptools wants r
 CORE = {
     "kbtrace.replay.fabric._booking_c": "kbtrace/replay/fabric/booking.py",
     "kbtrace.replay.fabric._fair_c": "kbtrace/replay/fabric/fair.py",
+    "kbtrace.replay.fabric._ledger_c": "kbtrace/replay/fabric/ledger.py",
     "kbtrace.replay.fabric._fifo_c": "kbtrace/replay/fabric/fifo.py",
     "kbtrace.replay.fabric._fast_c": "kbtrace/replay/fabric/fast.py",
     "kbtrace.replay.fabric._heads_c": "kbtrace/replay/fabric/heads.py",
@@ -50,6 +51,7 @@ CORE = {
 _JOBS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 TWINS = {"kbtrace.replay.fabric.booking": "kbtrace.replay.fabric._booking_c",
          "kbtrace.replay.fabric.fair": "kbtrace.replay.fabric._fair_c",
+         "kbtrace.replay.fabric.ledger": "kbtrace.replay.fabric._ledger_c",
          "kbtrace.replay.fabric.fifo": "kbtrace.replay.fabric._fifo_c",
          "kbtrace.replay.fabric.heads": "kbtrace.replay.fabric._heads_c",
          "kbtrace.replay.fabric.pull": "kbtrace.replay.fabric._pull_c",

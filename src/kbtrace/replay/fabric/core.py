@@ -34,6 +34,7 @@ _PKG = Path(__file__).resolve().parent
 #: compiled module -> its reference source (setup.py builds the same list)
 CORE = {"kbtrace.replay.fabric._booking_c": _PKG / "booking.py",
         "kbtrace.replay.fabric._fair_c": _PKG / "fair.py",
+        "kbtrace.replay.fabric._ledger_c": _PKG / "ledger.py",
         "kbtrace.replay.fabric._fifo_c": _PKG / "fifo.py",
         "kbtrace.replay.fabric._fast_c": _PKG / "fast.py",
         "kbtrace.replay.fabric._heads_c": _PKG / "heads.py",

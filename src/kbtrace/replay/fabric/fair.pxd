@@ -4,6 +4,7 @@
 import cython
 
 from kbtrace.replay.fabric._booking_c cimport Notes
+from kbtrace.replay.fabric._ledger_c cimport Recs, Slots
 
 # (imported from intervals: a C double here, so tests against it compare C doubles
 # rather than boxing both sides)
@@ -15,6 +16,7 @@ cdef class Flow:
     cdef public list segs, links
     cdef public object en, lv
     cdef public bint fin, wr
+    cdef public Py_ssize_t slot
 
 cdef class _Arrival:
     cdef public object src
@@ -39,8 +41,18 @@ cpdef list _arrival(list src, double p0, double k, double s)
 cpdef book(list link_flows, Flow f, Py_ssize_t j, double s, double e, double busy, pcs,
            double tail)
 
-@cython.locals(r=cython.double, b=Booked)
-cdef _book(list lst, Flow f, Py_ssize_t j, double s, double e, double busy, pcs, double tail)
+@cython.locals(r=cython.double, b=Booked, a_end=cython.double, tab=Slots)
+cdef _book(Recs lst, Flow f, Py_ssize_t j, double s, double e, double busy, pcs, double tail)
+
+cpdef booked(Flow f, Py_ssize_t j)
+
+@cython.locals(s=cython.double, e=cython.double, busy=cython.double, tail=cython.double,
+               r=cython.double)
+cdef Booked _made(Slots tab, Flow f, Py_ssize_t j)
+
+@cython.locals(b=Booked)
+cdef Booked _record(Flow f, Py_ssize_t j, double s, double e, double r, double busy, double tail,
+                    double a_end)
 
 cdef inline bint _holds_body(double a, double t_in, double ov)
 
@@ -51,14 +63,10 @@ cdef inline bint _holds_body(double a, double t_in, double ov)
 cpdef book_plan(list link_flows, Flow f, double[::1] off, double[::1] bk, Py_ssize_t k, double h,
                 double t)
 
-@cython.locals(early=cython.double, a=cython.double, b=cython.double, r=cython.double,
-               d=cython.double, b2=cython.double, out=list)
-cpdef list _not_before(list arr, double t)
-
-@cython.locals(b=Booked, lst=list, w=cython.Py_ssize_t, hi=cython.double, inc=list)
+@cython.locals(lst=Recs, got=list, inc=list, i=cython.Py_ssize_t, j=cython.Py_ssize_t, g=Flow)
 cpdef list incumbents(list link_flows, Py_ssize_t li, f, double h, double now)
 
-@cython.locals(b=Booked, lst=list, w=cython.Py_ssize_t)
+@cython.locals(lst=Recs)
 cpdef prune_flows(list link_flows, double now)
 
 @cython.locals(busy=cython.double, e=cython.double, rho=cython.double, hd_d=cython.double,
@@ -72,7 +80,7 @@ cpdef tuple fair_hop(fab, rt, Py_ssize_t j, double h, double t, list inc, f)
                j=cython.Py_ssize_t, mode=cython.int, last_d=cython.double, p=cython.double,
                rec=Booked, prev=Booked, x=cython.double, tin=cython.double,
                p0=cython.double, k=cython.double, tl=cython.double, tj=cython.double,
-               links=list, src=object, a=cython.double, b=cython.double, r=cython.double,
+               src=object, a=cython.double, b=cython.double, r=cython.double,
                busy=tuple, hops=tuple, end=cython.double, body=cython.double, ha=cython.double,
                pm=tuple)
 cpdef _push(fab, Flow g, Py_ssize_t j0, double tail, double t_from, double hs=*)

@@ -38,18 +38,19 @@ from kbtrace.replay.fabric.fifo import (
     BURST_NS,
     burst_arrival,
     coarse,
+    not_before,
     served_as_ready,
     share_fifo,
 )
 from kbtrace.replay.intervals import TIME_EPS
 
-__all__ = ["Flow", "Booked", "book", "book_plan", "note_body", "fair_hop", "incumbents", "prune_flows", "share_with", "expand", "coarse",
+__all__ = ["Flow", "Booked", "book", "booked", "book_plan", "note_body", "fair_hop", "incumbents", "prune_flows", "share_with", "expand", "coarse",
            "ARRIVAL_PIECES"]
 
 class Flow:
     """A movable transfer (see the module docstring)."""
     __slots__ = ("rt", "op_id", "tile", "ack", "ev", "segs", "rows", "links", "fin", "tt",
-                 "fab", "en", "lv", "nres", "wr", "sl", "rd")
+                 "fab", "en", "lv", "nres", "wr", "sl", "rd", "slot")
 
     def __init__(self, fab: Any, rt: Any, op_id: int, tile: int, ack: float,
                  wr: bool = False) -> None:
@@ -62,7 +63,10 @@ class Flow:
         self.rows: list[tuple] | None = None   # explicit rows, once evicted or complete
         self.en: list[float] | None = None     # its rows' enter and leave times, once moved
         self.lv: list[float] | None = None     # (``_times``; ``_push`` moves ``lv``)
-        self.links: list[Booked | None] = [None] * len(rt.links)   # per hop, where booked
+        #: per hop, where booked: its ``Booked`` once made (``booked``), True while only its
+        #: link's ``ledger.Recs`` holds it
+        self.links: list[Booked | bool | None] = [None] * len(rt.links)
+        self.slot = -1      # its slot in the fabric's ``ledger.Slots``, from its first booking
         self.fin = False
         self.tt = 0.0
         #: per hop, where its node overhead starts if not as its row says (``_reserve``)
@@ -88,6 +92,8 @@ class Flow:
         self.fin = True
         self.links = []     # (its bookings refer to it: no cycle left for the GC to find)
         fab = self.fab
+        if self.slot >= 0:
+            fab.flow_slots.leave(self.slot)
         fab.live.pop(id(self), None)
         rec = fab.rec
         if self.rows is not None or self.lv is not None:
@@ -144,7 +150,7 @@ class Booked:
                 return self.arr
             f = self.f
             j = self.j
-            prev = f.links[j - 1] if j > 0 and f.links else None
+            prev = booked(f, j - 1) if j > 0 and f.links else None
             if prev is not None:    # as the link before serves it (a backlog if faster)
                 self.arr = _arrival(prev.pieces(), f.rt.hops[j - 1][8], self.busy / prev.busy,
                                     self.s)
@@ -170,7 +176,7 @@ class Booked:
 class _Arrival:
     """How a flow arrives at a link once ``_push`` moved it: as it left the link before
     (pieces ``src``: a list, or that link's ``_Arrival``), ``p0`` ns later, its shares times
-    ``k`` (``coarse``), none of it before ``s`` (``_not_before``). Worked out only when a stream
+    ``k`` (``coarse``), none of it before ``s`` (``fifo.not_before``). Worked out only when a stream
     meets the flow there (``Booked.arrival``): most never are, while every move of a flow
     redescribes its arrival at each link further on."""
     __slots__ = ("src", "p0", "k", "s", "arr")
@@ -197,7 +203,7 @@ class _Arrival:
 def _arrival(src: list, p0: float, k: float, s: float) -> list:
     """Pieces ``src`` ``p0`` ns later, their shares times ``k``, as at most ``ARRIVAL_PIECES``
     pieces, none before ``s``."""
-    return _not_before(coarse([(a + p0, b + p0, r * k) for a, b, r in src], ARRIVAL_PIECES), s)
+    return not_before(coarse([(a + p0, b + p0, r * k) for a, b, r in src], ARRIVAL_PIECES), s)
 
 
 def book(link_flows: list, f: Flow, j: int, s: float, e: float, busy: float,
@@ -214,6 +220,41 @@ def _book(lst: list, f: Flow, j: int, s: float, e: float, busy: float, pcs: list
     r = busy / (e - s)
     if r > 1.0:
         r = 1.0
+    a_end = s + busy / r
+    tab = lst.tab
+    if f.slot < 0:
+        f.slot = tab.enter(f, len(f.links))
+    tab.note(f.slot, j, s, e, busy, tail)
+    lst.add(f.slot, j, a_end)
+    if pcs is None:         # (the common case: a record only if it is asked for, ``booked``)
+        f.links[j] = True
+        return
+    b = _record(f, j, s, e, r, busy, tail, a_end)
+    b.pcs = pcs
+    tab.made(f.slot)
+
+
+def booked(f: Flow, j: int) -> Booked | None:
+    """What flow ``f`` booked at hop ``j`` (None: nothing), its record made if not yet."""
+    b = f.links[j]
+    if b is True:
+        return _made(f.fab.flow_slots, f, j)
+    return b
+
+
+def _made(tab: Any, f: Flow, j: int) -> Booked:
+    """The record of flow ``f``'s booking at hop ``j``, from what its slot in ``tab`` noted
+    (``ledger.Slots``)."""
+    s, e, busy, tail = tab.values(f.slot, j)
+    r = busy / (e - s)
+    if r > 1.0:
+        r = 1.0
+    tab.made(f.slot)
+    return _record(f, j, s, e, r, busy, tail, s + busy / r)
+
+
+def _record(f: Flow, j: int, s: float, e: float, r: float, busy: float, tail: float,
+            a_end: float) -> Booked:
     b = Booked.__new__(Booked)
     b.f = f
     b.j = j
@@ -221,13 +262,13 @@ def _book(lst: list, f: Flow, j: int, s: float, e: float, busy: float, pcs: list
     b.e = e
     b.r = r
     b.busy = busy
-    b.pcs = pcs
+    b.pcs = None
     b.tail = tail
     b.arr = None
     b.lz = None
-    b.a_end = s + busy / r
+    b.a_end = a_end
     f.links[j] = b
-    lst.append(b)
+    return b
 
 
 def note_body(fab: Any, n: int, a: float, t_in: float, g: Flow, j: int) -> None:
@@ -284,43 +325,6 @@ def book_plan(link_flows: list, f: Flow, off: Any, bk: Any, k: int, h: float, t:
             e = x
         li = int(bk[q + 2])
         _book(link_flows[li], f, jj, s, e, bz, None, e)
-
-
-def _not_before(arr: list, t: float) -> list:
-    """Arrival pieces ``arr`` with the work that would arrive before ``t`` (the head at the
-    link, after its node's overhead) arriving from ``t`` on instead, at once with the piece
-    then in force (a backlog there), so none of it crosses the link before its head."""
-    if not arr or arr[0][0] >= t:
-        return arr
-    early = 0.0
-    out = []
-    for a, b, r in arr:
-        if b <= t:
-            early += r * (b - a)
-        elif a < t:
-            early += r * (t - a)
-            if b - t > TIME_EPS:
-                out.append((t, b, r + early / (b - t)))
-                early = 0.0
-            else:                   # (a sliver after t: with the next piece)
-                early += r * (b - t)
-        else:
-            if early > 0.0:         # t falls in a gap: the early work right at t
-                d = a - t
-                if d > early:
-                    d = early
-                if d > TIME_EPS:       # (else: with the piece there, not as a sliver)
-                    out.append((t, t + d, early / d))
-                    early = 0.0
-                else:
-                    b2 = b
-                    out.append((a, b2, r + early / (b2 - a)))
-                    early = 0.0
-                    continue
-            out.append((a, b, r))
-    if early > 0.0:
-        out.append((t, t + early, 1.0))
-    return out
 
 
 def expand(f: Flow) -> list[tuple]:
@@ -396,34 +400,27 @@ def _times(f: Flow) -> tuple[list[float], list[float]]:
 def incumbents(link_flows: list, li: int, f: Flow | None, h: float, now: float) -> list:
     """The bookings (``Booked``) on link ``li`` of flows still arriving there after ``h``
     (what arrived before is served first anyway), ``f``'s excepted, in the order they were
-    booked; the link's list drops those of flows complete or all arrived by ``now`` (they
+    booked; the link's ``Recs`` drops those of flows complete or all arrived by ``now`` (they
     can meet no one there any more)."""
-    inc = []
     lst = link_flows[li]
-    w = 0
-    hi = h + TIME_EPS
-    for b in lst:
-        if b.a_end <= now or b.f.fin:   # (its flow is cold: last)
-            continue
-        lst[w] = b
-        w += 1
-        if b.a_end > hi and b.f is not f:
-            inc.append(b)
-    del lst[w:]
+    got = lst.scan(f.slot if f is not None else -1, h, now)
+    inc = []
+    for i in got:
+        g = lst.tab.flows[lst.slot_at(i)]
+        j = lst.hop_at(i)
+        b = g.links[j]
+        inc.append(_made(lst.tab, g, j) if b is True else b)
     return inc
 
 
 def prune_flows(link_flows: list, now: float) -> None:
-    """Every link's list drops the bookings of flows complete or all arrived by ``now``."""
+    """Every link's ``Recs`` drops the bookings of flows complete or all arrived by ``now``;
+    the slots of the complete ones are free then."""
     for lst in link_flows:
-        if lst:
-            w = 0
-            for b in lst:
-                if b.a_end <= now or b.f.fin:   # (its flow is cold: last)
-                    continue
-                lst[w] = b
-                w += 1
-            del lst[w:]
+        if lst.n:
+            lst.prune(now)
+    if link_flows:
+        link_flows[0].tab.recycle()
 
 
 def share_with(fab: Any, ln: Any, h: float, inc: list, extra: list) -> list:
@@ -463,7 +460,7 @@ def fair_hop(fab: Any, rt: Any, j: int, h: float, t: float, inc: list,
     rho = busy / (e - h)
     if rho > 1.0:
         rho = 1.0
-    prev = f.links[j - 1] if f is not None and j > 0 else None
+    prev = booked(f, j - 1) if f is not None and j > 0 else None
     hw = hd_d * rho
     if prev is not None:                # it arrives as the link before serves it
         arr = _arrival(prev.pieces(), rt.hops[j - 1][8], busy / prev.busy, h)
@@ -499,7 +496,6 @@ def _push(fab: Any, g: Flow, j0: int, tail: float, t_from: float, hs: float = -1
     tcur = tail + hops[j0][8]
     lv[j0] = tcur
     n = len(rt.links)
-    links = g.links
     busy = rt.busy
     for j in range(j0 + 1, n):
         hp = hops[j]
@@ -507,7 +503,7 @@ def _push(fab: Any, g: Flow, j0: int, tail: float, t_from: float, hs: float = -1
         body = hp[6]
         last_d = hp[7]
         p = hp[8]
-        rec = links[j]
+        rec = booked(g, j)
         if hs >= 0.0:                   # the head reaches node j at ha
             pm = hops[j - 1]
             ha = hs + (pm[5] if pm[4] else 0.0) + pm[8]
@@ -519,7 +515,7 @@ def _push(fab: Any, g: Flow, j0: int, tail: float, t_from: float, hs: float = -1
                         rec.pieces()
                         rec.s = hs
                         if rec.arr is not None or rec.lz is not None:
-                            rec.arrive(_not_before(rec.arrival(), hs))
+                            rec.arrive(not_before(rec.arrival(), hs))
                     else:
                         hs = -1.0
         if rec is None or mode != 2:            # (a link without bandwidth, a single flit)
@@ -538,7 +534,7 @@ def _push(fab: Any, g: Flow, j0: int, tail: float, t_from: float, hs: float = -1
         tl = tin + last_d
         if hs >= 0.0 and hs + body + last_d > tl:
             tl = hs + body + last_d
-        prev = links[j - 1]
+        prev = booked(g, j - 1)
         if prev is not None:            # it arrives as it left the link before
             p0 = hops[j - 1][8]
             k = busy[j] / busy[j - 1]

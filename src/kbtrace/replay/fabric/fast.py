@@ -20,7 +20,6 @@ from kbtrace.replay.fabric.booking import (
     unreserve,
 )
 from kbtrace.replay.fabric.fair import (
-    Booked,
     Flow,
     book,
     expand,
@@ -28,6 +27,7 @@ from kbtrace.replay.fabric.fair import (
     incumbents,
     note_body,
 )
+from kbtrace.replay.fabric.ledger import Recs, Slots
 from kbtrace.replay.fabric.heads import (
     commit_later,
     head_at,
@@ -104,7 +104,9 @@ class FastFabric(Fabric):
             h.pc_iv = [[] for _ in range(h.n_pcs)]
         self.held = 0
         self.evictions = 0
-        self.link_flows: list[list[Booked]] = [[] for _ in topo.links]
+        #: the flows' bookings per link (``fair.incumbents``), flows named by slot
+        self.flow_slots = Slots()
+        self.link_flows: list[Recs] = [Recs(self.flow_slots) for _ in topo.links]
         self.live: dict[int, Flow] = {}     # flows not yet complete (fair)
         self._f: Flow | None = None         # the flow being booked, if it is one
         #: per node, the reservations of flows' heads (start -> (flow, hop, head's arrival),

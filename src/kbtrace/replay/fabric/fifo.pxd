@@ -59,3 +59,7 @@ cpdef double _s_at(list ts, list ss, double t)
                a=cython.double, b=cython.double, r=cython.double,
                a2=cython.double, b2=cython.double, r2=cython.double)
 cpdef list coarse(list pcs, Py_ssize_t k)
+
+@cython.locals(early=cython.double, a=cython.double, b=cython.double, r=cython.double,
+               d=cython.double, b2=cython.double, out=list)
+cpdef list not_before(list arr, double t)

@@ -24,7 +24,8 @@ from kbtrace.replay.intervals import TIME_EPS
 if TYPE_CHECKING:
     from kbtrace.replay.fabric.booking import Steps
 
-__all__ = ["share_fifo", "burst_arrival", "served_as_ready", "coarse", "ARRIVAL_PIECES"]
+__all__ = ["share_fifo", "burst_arrival", "served_as_ready", "coarse", "not_before",
+           "ARRIVAL_PIECES"]
 
 _INF = float("inf")
 #: how long a group of flits ready together takes to arrive (``burst_arrival``): at once,
@@ -105,6 +106,43 @@ def coarse(pcs: list, k: int) -> list:
     end = pcs[-1][1]
     if end > start:
         out.append((start, end, (total - done) / (end - start)))
+    return out
+
+
+def not_before(arr: list, t: float) -> list:
+    """Arrival pieces ``arr`` with the work that would arrive before ``t`` (the head at the
+    link, after its node's overhead) arriving from ``t`` on instead, at once with the piece
+    then in force (a backlog there), so none of it crosses the link before its head."""
+    if not arr or arr[0][0] >= t:
+        return arr
+    early = 0.0
+    out = []
+    for a, b, r in arr:
+        if b <= t:
+            early += r * (b - a)
+        elif a < t:
+            early += r * (t - a)
+            if b - t > TIME_EPS:
+                out.append((t, b, r + early / (b - t)))
+                early = 0.0
+            else:                   # (a sliver after t: with the next piece)
+                early += r * (b - t)
+        else:
+            if early > 0.0:         # t falls in a gap: the early work right at t
+                d = a - t
+                if d > early:
+                    d = early
+                if d > TIME_EPS:       # (else: with the piece there, not as a sliver)
+                    out.append((t, t + d, early / d))
+                    early = 0.0
+                else:
+                    b2 = b
+                    out.append((a, b2, r + early / (b2 - a)))
+                    early = 0.0
+                    continue
+            out.append((a, b, r))
+    if early > 0.0:
+        out.append((t, t + early, 1.0))
     return out
 
 
@@ -389,7 +427,7 @@ def _pieces(grid: list, cums: list, ts: list, cs: list, tiny: float) -> list:
                 pcs = allp[i]
                 # one piece on either side of a sliver of grid (two breakpoints an ulp or so
                 # apart): whether a piece is split there must not depend on rounding, as
-                # ``fair._not_before`` spreads work over a flow's first arrival piece
+                # ``not_before`` spreads work over a flow's first arrival piece
                 if pcs and ta - pcs[-1][1] <= TIME_EPS and abs(pcs[-1][2] - r) <= 1e-12:
                     pcs[-1] = (pcs[-1][0], tb, pcs[-1][2])
                 else:

@@ -62,6 +62,7 @@ from kbtrace.replay.fabric.fair import (
     _moved,
     _push,
     _times,
+    booked,
     incumbents,
     note_body,
     prune_flows,
@@ -194,7 +195,7 @@ def _hold_bodies(fab: Any, n: int, h: float, e: float, f: Flow | None) -> None:
         nf = -(-g.rt.nb // fb)
         hp = g.rt.hops[j]
         tail = e + (nf - 2 - int((h - a) / ((t_in - a) / (nf - 1)))) * hp[5] + hp[7]
-        b = g.links[j]
+        b = booked(g, j)
         if b is not None and tail > b.tail + TIME_EPS:
             b.tail = tail
             fab.push_depth += 1
@@ -256,7 +257,7 @@ def _delay(fab: Any, g: Flow, j: int, e2: float) -> None:
         if tl + p > _times(g)[1][j] + TIME_EPS:
             _push(fab, g, j, tl, e2, e2)
         return
-    b = g.links[j] if g.links else None
+    b = booked(g, j) if g.links else None
     if b is None or mode != 2:
         return
     tail = e2 + body + last_d

@@ -1,0 +1,53 @@
+# Types for the compiled twin of ledger.py (Cython's pure-Python mode: this augmenting .pxd makes
+# the slot table and a link's bookings extension types whose values are typed views of their
+# arrays: C doubles and bytes, no Python object per booking; ledger.py itself stays plain
+# Python and is what runs interpreted). setup.py copies it beside the generated _ledger_c.py;
+# fair.pxd cimports the classes from there.
+import cython
+
+cdef double TIME_EPS
+cdef Py_ssize_t GONE, LIVE, MADE, REC, HOP, _CAP0
+
+@cython.final
+cdef class Slots:
+    cdef public list flows, free, gone
+    cdef object _ast
+    cdef signed char[::1] st
+    cdef object _ahv
+    cdef double[::1] hv
+    cdef public Py_ssize_t hops
+    cdef Py_ssize_t cap
+    @cython.locals(i=cython.Py_ssize_t)
+    cpdef Py_ssize_t enter(self, f, Py_ssize_t hops) except -1
+    @cython.locals(h=cython.Py_ssize_t, w=cython.Py_ssize_t, i=cython.Py_ssize_t)
+    cdef _layout(self, Py_ssize_t cap, Py_ssize_t hops)
+    @cython.locals(q=cython.Py_ssize_t)
+    cpdef note(self, Py_ssize_t i, Py_ssize_t j, double s, double e, double busy, double tail)
+    @cython.locals(q=cython.Py_ssize_t)
+    cpdef tuple values(self, Py_ssize_t i, Py_ssize_t j)
+    cpdef leave(self, Py_ssize_t i)
+    cpdef made(self, Py_ssize_t i)
+    cpdef int state(self, Py_ssize_t i)
+    cpdef recycle(self)
+
+@cython.final
+cdef class Recs:
+    cdef object _a
+    cdef double[::1] v
+    cdef readonly Py_ssize_t n
+    cdef Py_ssize_t cap
+    cdef public Slots tab
+    @cython.locals(n=cython.Py_ssize_t, cap=cython.Py_ssize_t, q=cython.Py_ssize_t)
+    cpdef add(self, Py_ssize_t slot, Py_ssize_t j, double a_end)
+    cpdef Py_ssize_t slot_at(self, Py_ssize_t i)
+    cpdef Py_ssize_t hop_at(self, Py_ssize_t i)
+    @cython.locals(out=list, hi=cython.double, w=cython.Py_ssize_t, i=cython.Py_ssize_t,
+                   q=cython.Py_ssize_t, sl=cython.Py_ssize_t)
+    cpdef list scan(self, Py_ssize_t slot, double h, double now)
+    @cython.locals(w=cython.Py_ssize_t, i=cython.Py_ssize_t, q=cython.Py_ssize_t)
+    cpdef prune(self, double now)
+    @cython.locals(st=cython.int)
+    cdef inline bint _gone(self, Py_ssize_t q, Py_ssize_t sl, double now)
+    cdef inline double _a_end(self, Py_ssize_t q, Py_ssize_t sl)
+    @cython.locals(k=cython.Py_ssize_t)
+    cdef inline void _move(self, Py_ssize_t q, Py_ssize_t w)

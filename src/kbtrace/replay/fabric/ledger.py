@@ -1,0 +1,210 @@
+"""Fast mode's flow bookings per link as C records: what ``fair`` keeps of each stream a flow
+booked on a link, without a Python object per hop.
+
+A flow books one stream per link of its path (~36 on ``default.yaml``), but at most ~1.5% of
+them are ever read again (a later stream meeting it there, ``fair.incumbents``; its own move,
+``fair._push``); the rest are scanned and dropped once it has arrived there or completed. So a
+flow is named by its slot in ``Slots`` (an index, not a reference: nothing per hop is
+reference counted or tracked by the cyclic GC), which keeps per slot and hop four C doubles
+(start, lone end, work, tail: ``note``, ``values``) in one growable array (``array('d')``, a
+typed view where compiled), and a link's bookings are ``Recs``: per booking three C doubles
+(when all of it has arrived there, ``a_end``; the slot; the hop). A slot's state byte says
+whether its flow is complete (``GONE``) and whether ``fair`` made a record object
+(``fair.Booked``) for one of its hops (``MADE``): then that hop's values and ``a_end`` are
+the object's (``Flow.links[j]``), which may have moved them. Dropping is a compaction by a
+clock compare (``scan``, ``prune``). A slot is reused only after every link dropped the
+bookings of its complete flow (``Slots.recycle``, after ``fair.prune_flows``).
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Any
+
+from kbtrace.replay.intervals import TIME_EPS
+
+__all__ = ["Slots", "Recs", "GONE", "LIVE", "MADE", "REC"]
+
+GONE = 0        # the slot's flow is complete (or the slot is free)
+LIVE = 1        # under way, every booking of it on the links only
+MADE = 2        # under way, a record object made for one of its hops (``Flow.links``)
+REC = 3         # doubles per booking on a link: a_end, slot, hop
+HOP = 4         # doubles per slot and hop: start, lone end, work, tail
+_CAP0 = 64
+
+
+class Slots:
+    """Flows by slot (``flows``, None once complete), their state bytes (``st``) and their
+    hops' values (``hv``: ``HOP`` doubles per hop, ``hops`` hops per slot)."""
+    __slots__ = ("flows", "_ast", "st", "_ahv", "hv", "hops", "free", "gone", "cap")
+
+    def __init__(self) -> None:
+        self.flows: list = []
+        self._ast = array("b", bytes(_CAP0))
+        self.st: Any = self._ast
+        self.hops = 8
+        self._ahv = array("d", bytes(8 * HOP * self.hops * _CAP0))
+        self.hv: Any = self._ahv
+        self.free: list[int] = []
+        self.gone: list[int] = []
+        self.cap = _CAP0
+
+    def enter(self, f: Any, hops: int) -> int:
+        """A slot for flow ``f`` of ``hops`` hops (it is ``LIVE``)."""
+        if hops > self.hops:
+            self._layout(self.cap, hops)
+        if self.free:
+            i = self.free.pop()
+            self.flows[i] = f
+        else:
+            i = len(self.flows)
+            self.flows.append(f)
+            if i >= self.cap:
+                new = array("b", bytes(2 * self.cap))
+                new[:self.cap] = self._ast[:self.cap]
+                self._ast = new
+                self.st = new
+                self._layout(2 * self.cap, self.hops)
+                self.cap *= 2
+        self.st[i] = LIVE
+        return i
+
+    def _layout(self, cap: int, hops: int) -> None:
+        """Room for ``cap`` slots of ``hops`` hops (at least twice as many as before)."""
+        if hops > self.hops:
+            h = 2 * self.hops
+            while h < hops:
+                h *= 2
+            hops = h
+        new = array("d", bytes(8 * HOP * hops * cap))
+        w = HOP * self.hops
+        for i in range(len(self._ahv) // w):
+            new[HOP * hops * i:HOP * hops * i + w] = self._ahv[w * i:w * (i + 1)]
+        self._ahv = new
+        self.hv = new
+        self.hops = hops
+
+    def note(self, i: int, j: int, s: float, e: float, busy: float, tail: float) -> None:
+        """Slot ``i``'s flow booked from ``s``, alone until ``e``, ``busy`` ns of work, its
+        tail leaving at ``tail``, at its hop ``j``."""
+        q = HOP * (self.hops * i + j)
+        self.hv[q] = s
+        self.hv[q + 1] = e
+        self.hv[q + 2] = busy
+        self.hv[q + 3] = tail
+
+    def values(self, i: int, j: int) -> tuple[float, float, float, float]:
+        """What ``note`` noted of slot ``i``'s hop ``j``: ``(start, lone end, work, tail)``."""
+        q = HOP * (self.hops * i + j)
+        return self.hv[q], self.hv[q + 1], self.hv[q + 2], self.hv[q + 3]
+
+    def leave(self, i: int) -> None:
+        """Slot ``i``'s flow completed: its bookings count as gone; the slot is reused after
+        the next ``recycle``."""
+        self.st[i] = GONE
+        self.flows[i] = None
+        self.gone.append(i)
+
+    def made(self, i: int) -> None:
+        """A record object was made for a hop of slot ``i``'s flow."""
+        self.st[i] = MADE
+
+    def state(self, i: int) -> int:
+        return self.st[i]
+
+    def recycle(self) -> None:
+        """No link holds a booking of a complete flow any more: their slots are free."""
+        if self.gone:
+            self.free.extend(self.gone)
+            self.gone = []
+
+
+class Recs:
+    """A link's bookings, in the order they were made (see the module docstring); ``tab`` is
+    the fabric's ``Slots``."""
+    __slots__ = ("_a", "v", "n", "cap", "tab")
+
+    def __init__(self, tab: Slots) -> None:
+        self._a: Any = None         # no buffer until the first booking (most links book none)
+        self.v: Any = None
+        self.n = 0
+        self.cap = 0
+        self.tab = tab
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __bool__(self) -> bool:
+        return self.n > 0
+
+    def add(self, slot: int, j: int, a_end: float) -> None:
+        """Note that slot ``slot``'s flow booked this link at its hop ``j``."""
+        n = self.n
+        if n == self.cap:
+            cap = 2 * self.cap if self.cap else _CAP0
+            new = array("d", bytes(8 * REC * cap))
+            if n:
+                new[:REC * n] = self._a[:REC * n]
+            self._a = new
+            self.v = new
+            self.cap = cap
+        q = REC * n
+        self.v[q] = a_end
+        self.v[q + 1] = slot
+        self.v[q + 2] = j
+        self.n = n + 1
+
+    def slot_at(self, i: int) -> int:
+        return int(self.v[REC * i + 1])
+
+    def hop_at(self, i: int) -> int:
+        return int(self.v[REC * i + 2])
+
+    def scan(self, slot: int, h: float, now: float) -> list:
+        """Drop the bookings of flows complete or all arrived by ``now``; the indices (after
+        the drop) of the others arriving after ``h``, slot ``slot``'s excepted, in order."""
+        out = []
+        hi = h + TIME_EPS
+        w = 0
+        for i in range(self.n):
+            q = REC * i
+            sl = int(self.v[q + 1])
+            if self._gone(q, sl, now):
+                continue
+            if w < i:
+                self._move(q, REC * w)
+            if self._a_end(REC * w, sl) > hi and sl != slot:
+                out.append(w)
+            w += 1
+        self.n = w
+        return out
+
+    def prune(self, now: float) -> None:
+        """Drop the bookings of flows complete or all arrived by ``now``."""
+        w = 0
+        for i in range(self.n):
+            q = REC * i
+            if self._gone(q, int(self.v[q + 1]), now):
+                continue
+            if w < i:
+                self._move(q, REC * w)
+            w += 1
+        self.n = w
+
+    def _gone(self, q: int, sl: int, now: float) -> bool:
+        st = self.tab.st[sl]
+        if st == GONE:
+            return True
+        return self._a_end(q, sl) <= now
+
+    def _a_end(self, q: int, sl: int) -> float:
+        """The ``a_end`` of the booking at ``v[q]`` (its record object's, if one was made)."""
+        if self.tab.st[sl] == MADE:
+            b = self.tab.flows[sl].links[int(self.v[q + 2])]
+            if b is not True:
+                return b.a_end
+        return self.v[q]
+
+    def _move(self, q: int, w: int) -> None:
+        for k in range(REC):
+            self.v[w + k] = self.v[q + k]
