@@ -95,8 +95,9 @@ def test_a_flow_booked_first_is_slowed_and_its_completion_moved(tmp_path):
 
 @pytest.mark.parametrize("core", ["pure", "default"])
 def test_a_completed_flow_is_freed_by_reference_counting(tmp_path, core):
-    """A flow and its per-link bookings (``fair.Booked``) refer to each other while it is under
-    way; complete, it drops its bookings, so once the links forget them nothing holds it: no
+    """A flow and the records of its per-link bookings (``fair.Booked``) refer to each other
+    while it is under way; complete, it drops them and leaves its slot (the links' bookings
+    name it by slot, ``ledger``), so once the nodes' notes forget it nothing holds it: no
     flow waits for the cyclic garbage collector (with a cycle left, every flow of a large
     replay lived until a collection, and those collections took a fifth of its time)."""
     import gc
@@ -122,10 +123,10 @@ def test_a_completed_flow_is_freed_by_reference_counting(tmp_path, core):
         _read(fab, 1, mem, dma, 3.5, got)     # they meet: the first is moved
         fab.env.run()
         assert sorted(got) == [0, 1] and fab.live == {}
-        assert flows() == 2                   # held by their bookings on the links
+        assert flows() == 2                   # held by their heads' notes at the nodes
         fab._f = None                         # (the last flow booked)
-        fab.link_flows = [[] for _ in fab.link_flows]
-        fab.node_own = [Notes() for _ in fab.node_own]   # (and the nodes their heads' overheads)
+        assert fab.flow_slots.flows == [None, None]   # (the links name them by slot)
+        fab.node_own = [Notes() for _ in fab.node_own]
         assert flows() == 0
     finally:
         gc.enable()
