@@ -165,12 +165,14 @@ class Booked:
         self.arr = arr
         self.lz = None
         self.a_end = arr[-1][1]
+        self.f.fab.flow_slots.moved(self.f.slot, self.j)     # (its link reads it here now)
 
     def arrive_as(self, lz: _Arrival, a_end: float) -> None:
         """It now arrives as ``lz`` describes, all of it by ``a_end``."""
         self.arr = None
         self.lz = lz
         self.a_end = a_end
+        self.f.fab.flow_slots.moved(self.f.slot, self.j)
 
 
 class _Arrival:
@@ -231,7 +233,6 @@ def _book(lst: list, f: Flow, j: int, s: float, e: float, busy: float, pcs: list
         return
     b = _record(f, j, s, e, r, busy, tail, a_end)
     b.pcs = pcs
-    tab.made(f.slot)
 
 
 def booked(f: Flow, j: int) -> Booked | None:
@@ -249,7 +250,6 @@ def _made(tab: Any, f: Flow, j: int) -> Booked:
     r = busy / (e - s)
     if r > 1.0:
         r = 1.0
-    tab.made(f.slot)
     return _record(f, j, s, e, r, busy, tail, s + busy / r)
 
 

@@ -27,13 +27,13 @@ from kbtrace.replay.fabric.fair import (
     incumbents,
     note_body,
 )
-from kbtrace.replay.fabric.ledger import Recs, Slots
 from kbtrace.replay.fabric.heads import (
     commit_later,
     head_at,
     prune_all,
     relink,
 )
+from kbtrace.replay.fabric.ledger import Recs, Slots
 from kbtrace.replay.fabric.pull import pull_behind, read_first
 from kbtrace.replay.fabric.routes import _Plan, _Route, book_route, hop_seq
 from kbtrace.replay.hbm import HbmController

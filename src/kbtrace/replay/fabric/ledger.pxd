@@ -6,7 +6,7 @@
 import cython
 
 cdef double TIME_EPS
-cdef Py_ssize_t GONE, LIVE, MADE, REC, HOP, _CAP0
+cdef Py_ssize_t GONE, LIVE, MOVED, REC, HOP, _CAP0
 
 @cython.final
 cdef class Slots:
@@ -26,7 +26,8 @@ cdef class Slots:
     @cython.locals(q=cython.Py_ssize_t)
     cpdef tuple values(self, Py_ssize_t i, Py_ssize_t j)
     cpdef leave(self, Py_ssize_t i)
-    cpdef made(self, Py_ssize_t i)
+    cpdef moved(self, Py_ssize_t i, Py_ssize_t j)
+    cpdef bint moved_at(self, Py_ssize_t i, Py_ssize_t j)
     cpdef int state(self, Py_ssize_t i)
     cpdef recycle(self)
 
@@ -42,12 +43,12 @@ cdef class Recs:
     cpdef Py_ssize_t slot_at(self, Py_ssize_t i)
     cpdef Py_ssize_t hop_at(self, Py_ssize_t i)
     @cython.locals(out=list, hi=cython.double, w=cython.Py_ssize_t, i=cython.Py_ssize_t,
-                   q=cython.Py_ssize_t, sl=cython.Py_ssize_t)
+                   q=cython.Py_ssize_t, sl=cython.Py_ssize_t, a=cython.double)
     cpdef list scan(self, Py_ssize_t slot, double h, double now)
-    @cython.locals(w=cython.Py_ssize_t, i=cython.Py_ssize_t, q=cython.Py_ssize_t)
+    @cython.locals(w=cython.Py_ssize_t, i=cython.Py_ssize_t, q=cython.Py_ssize_t,
+                   sl=cython.Py_ssize_t)
     cpdef prune(self, double now)
-    @cython.locals(st=cython.int)
-    cdef inline bint _gone(self, Py_ssize_t q, Py_ssize_t sl, double now)
-    cdef inline double _a_end(self, Py_ssize_t q, Py_ssize_t sl)
+    @cython.locals(j=cython.Py_ssize_t)
+    cdef inline double _a_end(self, Py_ssize_t q, Py_ssize_t sl) except? -1.0
     @cython.locals(k=cython.Py_ssize_t)
     cdef inline void _move(self, Py_ssize_t q, Py_ssize_t w)

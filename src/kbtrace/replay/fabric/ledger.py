@@ -5,14 +5,15 @@ A flow books one stream per link of its path (~36 on ``default.yaml``), but at m
 them are ever read again (a later stream meeting it there, ``fair.incumbents``; its own move,
 ``fair._push``); the rest are scanned and dropped once it has arrived there or completed. So a
 flow is named by its slot in ``Slots`` (an index, not a reference: nothing per hop is
-reference counted or tracked by the cyclic GC), which keeps per slot and hop four C doubles
-(start, lone end, work, tail: ``note``, ``values``) in one growable array (``array('d')``, a
-typed view where compiled), and a link's bookings are ``Recs``: per booking three C doubles
-(when all of it has arrived there, ``a_end``; the slot; the hop). A slot's state byte says
-whether its flow is complete (``GONE``) and whether ``fair`` made a record object
-(``fair.Booked``) for one of its hops (``MADE``): then that hop's values and ``a_end`` are
-the object's (``Flow.links[j]``), which may have moved them. Dropping is a compaction by a
-clock compare (``scan``, ``prune``). A slot is reused only after every link dropped the
+reference counted or tracked by the cyclic GC), which keeps per slot and hop five C doubles
+(start, lone end, work, tail, and whether its arrival moved: ``note``, ``values``) in one
+growable array (``array('d')``, a typed view where compiled), and a link's bookings are
+``Recs``: per booking three C doubles (when all of it has arrived there, ``a_end``; the slot;
+the hop). Once ``fair`` made a record object for a hop (``fair.Booked``, in ``Flow.links[j]``)
+its values are the object's; a move of its arrival (``Booked.arrive``) marks the hop
+(``moved``) and the slot's state byte (``MOVED``; ``GONE`` once the flow is complete): then
+the link reads that hop's ``a_end`` from the object. Dropping is a compaction by a clock
+compare (``scan``, ``prune``). A slot is reused only after every link dropped the
 bookings of its complete flow (``Slots.recycle``, after ``fair.prune_flows``).
 """
 
@@ -23,13 +24,13 @@ from typing import Any
 
 from kbtrace.replay.intervals import TIME_EPS
 
-__all__ = ["Slots", "Recs", "GONE", "LIVE", "MADE", "REC"]
+__all__ = ["Slots", "Recs", "GONE", "LIVE", "MOVED", "REC", "HOP"]
 
 GONE = 0        # the slot's flow is complete (or the slot is free)
-LIVE = 1        # under way, every booking of it on the links only
-MADE = 2        # under way, a record object made for one of its hops (``Flow.links``)
+LIVE = 1        # under way, every booking's a_end as booked
+MOVED = 2       # under way, the arrival of one of its hops moved (``Slots.moved``)
 REC = 3         # doubles per booking on a link: a_end, slot, hop
-HOP = 4         # doubles per slot and hop: start, lone end, work, tail
+HOP = 5         # doubles per slot and hop: start, lone end, work, tail, moved (0 / 1)
 _CAP0 = 64
 
 
@@ -92,6 +93,7 @@ class Slots:
         self.hv[q + 1] = e
         self.hv[q + 2] = busy
         self.hv[q + 3] = tail
+        self.hv[q + 4] = 0.0
 
     def values(self, i: int, j: int) -> tuple[float, float, float, float]:
         """What ``note`` noted of slot ``i``'s hop ``j``: ``(start, lone end, work, tail)``."""
@@ -105,9 +107,14 @@ class Slots:
         self.flows[i] = None
         self.gone.append(i)
 
-    def made(self, i: int) -> None:
-        """A record object was made for a hop of slot ``i``'s flow."""
-        self.st[i] = MADE
+    def moved(self, i: int, j: int) -> None:
+        """The arrival of slot ``i``'s flow at its hop ``j`` moved (its record object's
+        ``a_end`` holds)."""
+        self.st[i] = MOVED
+        self.hv[HOP * (self.hops * i + j) + 4] = 1.0
+
+    def moved_at(self, i: int, j: int) -> bool:
+        return self.hv[HOP * (self.hops * i + j) + 4] != 0.0
 
     def state(self, i: int) -> int:
         return self.st[i]
@@ -169,11 +176,14 @@ class Recs:
         for i in range(self.n):
             q = REC * i
             sl = int(self.v[q + 1])
-            if self._gone(q, sl, now):
+            if self.tab.st[sl] == GONE:
+                continue
+            a = self._a_end(q, sl)
+            if a <= now:
                 continue
             if w < i:
                 self._move(q, REC * w)
-            if self._a_end(REC * w, sl) > hi and sl != slot:
+            if a > hi and sl != slot:
                 out.append(w)
             w += 1
         self.n = w
@@ -184,25 +194,20 @@ class Recs:
         w = 0
         for i in range(self.n):
             q = REC * i
-            if self._gone(q, int(self.v[q + 1]), now):
+            sl = int(self.v[q + 1])
+            if self.tab.st[sl] == GONE or self._a_end(q, sl) <= now:
                 continue
             if w < i:
                 self._move(q, REC * w)
             w += 1
         self.n = w
 
-    def _gone(self, q: int, sl: int, now: float) -> bool:
-        st = self.tab.st[sl]
-        if st == GONE:
-            return True
-        return self._a_end(q, sl) <= now
-
     def _a_end(self, q: int, sl: int) -> float:
-        """The ``a_end`` of the booking at ``v[q]`` (its record object's, if one was made)."""
-        if self.tab.st[sl] == MADE:
-            b = self.tab.flows[sl].links[int(self.v[q + 2])]
-            if b is not True:
-                return b.a_end
+        """The ``a_end`` of the booking at ``v[q]`` (its record object's, if it moved)."""
+        if self.tab.st[sl] == MOVED:
+            j = int(self.v[q + 2])
+            if self.tab.moved_at(sl, j):
+                return self.tab.flows[sl].links[j].a_end
         return self.v[q]
 
     def _move(self, q: int, w: int) -> None:
