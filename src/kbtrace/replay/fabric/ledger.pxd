@@ -43,12 +43,12 @@ cdef class Recs:
     cpdef Py_ssize_t slot_at(self, Py_ssize_t i)
     cpdef Py_ssize_t hop_at(self, Py_ssize_t i)
     @cython.locals(out=list, hi=cython.double, w=cython.Py_ssize_t, i=cython.Py_ssize_t,
-                   q=cython.Py_ssize_t, sl=cython.Py_ssize_t, a=cython.double)
+                   q=cython.Py_ssize_t, sl=cython.Py_ssize_t, a=cython.double, st=cython.int)
     cpdef list scan(self, Py_ssize_t slot, double h, double now)
     @cython.locals(w=cython.Py_ssize_t, i=cython.Py_ssize_t, q=cython.Py_ssize_t,
-                   sl=cython.Py_ssize_t)
+                   sl=cython.Py_ssize_t, st=cython.int)
     cpdef prune(self, double now)
     @cython.locals(j=cython.Py_ssize_t)
-    cdef inline double _a_end(self, Py_ssize_t q, Py_ssize_t sl) except? -1.0
+    cdef double _a_end(self, Py_ssize_t q, Py_ssize_t sl) except? -1.0
     @cython.locals(k=cython.Py_ssize_t)
     cdef inline void _move(self, Py_ssize_t q, Py_ssize_t w)

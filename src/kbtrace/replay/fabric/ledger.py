@@ -1,3 +1,6 @@
+# cython: boundscheck=False, wraparound=False
+# (compiled: the indices below are in range by construction; the pure-Python run, whose
+# arrays check every index, is the test of that: tests/test_replay_core.py)
 """Fast mode's flow bookings per link as C records: what ``fair`` keeps of each stream a flow
 booked on a link, without a Python object per hop.
 
@@ -176,9 +179,10 @@ class Recs:
         for i in range(self.n):
             q = REC * i
             sl = int(self.v[q + 1])
-            if self.tab.st[sl] == GONE:
+            st = self.tab.st[sl]
+            if st == GONE:
                 continue
-            a = self._a_end(q, sl)
+            a = self.v[q] if st == LIVE else self._a_end(q, sl)
             if a <= now:
                 continue
             if w < i:
@@ -195,7 +199,8 @@ class Recs:
         for i in range(self.n):
             q = REC * i
             sl = int(self.v[q + 1])
-            if self.tab.st[sl] == GONE or self._a_end(q, sl) <= now:
+            st = self.tab.st[sl]
+            if st == GONE or (self.v[q] if st == LIVE else self._a_end(q, sl)) <= now:
                 continue
             if w < i:
                 self._move(q, REC * w)
