@@ -49,8 +49,10 @@ Modules (one-way imports: ``flit`` and ``fast`` import ``base``; ``fast`` import
              link bandwidth shares): pure functions, no SimPy.
 ``fifo``     streams that meet on a link served together, first come, first served
              (``share_fifo``; imports ``booking``).
+``ledger``   flows' link bookings as C records (``Recs`` per link, flows named by slot in
+             ``Slots``): no Python object per hop (imports nothing of the package).
 ``fair``     fast mode's fair share: flows that meet on a link served together, moved
-             (imports ``booking`` and ``fifo``).
+             (imports ``booking``, ``fifo`` and ``ledger``).
 ``heads``    node overheads serving heads in arrival order, moving flows' heads (a moved
              single flit's link booking too); HBM writes' commits (``HbmWrite``)
              (imports ``base``, ``booking`` and ``fair``; ``fast`` imports all of them).

@@ -1,8 +1,8 @@
 """Which fast-mode core runs: the compiled one (Cython) or the pure-Python reference.
 
-``booking.py``, ``fifo.py``, ``fair.py``, ``heads.py``, ``pull.py``, ``routes.py``, ``fast.py`` and
-``replay/hbm.py`` are the reference: readable, and what runs where nothing was compiled.
-``pip install -e .`` compiles copies of them (``_booking_c``, ``_fifo_c``, ``_fair_c``,
+``booking.py``, ``fifo.py``, ``ledger.py``, ``fair.py``, ``heads.py``, ``pull.py``, ``routes.py``,
+``fast.py`` and ``replay/hbm.py`` are the reference: readable, and what runs where nothing was
+compiled. ``pip install -e .`` compiles copies of them (``_booking_c``, ``_fifo_c``, ``_ledger_c``, ``_fair_c``,
 ``_heads_c``, ``_pull_c``, ``_routes_c``, ``_fast_c``, ``_hbm_c``; ``setup.py``) where a C compiler exists. ``hbm_controller()``, ``row_buffers()`` and ``seg_kernels()`` give fast mode the
 compiled ``HbmController``, the recorder's compiled row buffers (``replay/rowbuf.py``) and its
 compiled batch sorts and busy-window sweep (``replay/segsort.py``) with the rest of the core

@@ -2,9 +2,11 @@
 
 Fast mode books a transfer when it starts (``fast.FastFabric``). A transfer to a node without an HBM
 commit (a read's data, an IPCQ payload or credit) is also a ``Flow``: what it booked on each link (a
-stream's; a single flit's is not) is kept (``Flow.links``: per hop a ``Booked`` record: start, lone
-end, share, pieces, tail, arrival), registered with the link (``FastFabric.link_flows``), and its
-hop rows wait for its completion (``Flow.segs``), which is one event that can move (``Flow.ev``).
+stream's; a single flit's is not) is kept as C doubles, registered with the link
+(``FastFabric.link_flows``, a ``ledger.Recs`` each: the flow named by its slot), and a ``Booked``
+record of it (start, lone end, share, pieces, tail, arrival; ``Flow.links``) is made only when it
+is read (``booked``, ``incumbents``); its hop rows wait for its completion (``Flow.segs``),
+which is one event that can move (``Flow.ev``).
 
 When a stream reaches a link that has not the bandwidth it needs (``FastFabric._stream``) and flows
 booked earlier are still arriving there, they are served again together from that moment
@@ -216,7 +218,7 @@ def book(link_flows: list, f: Flow, j: int, s: float, e: float, busy: float,
     _book(link_flows[f.rt.links[j]], f, j, s, e, busy, pcs, tail)
 
 
-def _book(lst: list, f: Flow, j: int, s: float, e: float, busy: float, pcs: list | None,
+def _book(lst: Any, f: Flow, j: int, s: float, e: float, busy: float, pcs: list | None,
           tail: float) -> None:
     """``book`` on the link whose bookings are ``lst``."""
     r = busy / (e - s)
@@ -237,7 +239,7 @@ def _book(lst: list, f: Flow, j: int, s: float, e: float, busy: float, pcs: list
 
 def booked(f: Flow, j: int) -> Booked | None:
     """What flow ``f`` booked at hop ``j`` (None: nothing), its record made if not yet."""
-    b = f.links[j]
+    b: Any = f.links[j]
     if b is True:
         return _made(f.fab.flow_slots, f, j)
     return b
