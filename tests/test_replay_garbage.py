@@ -34,6 +34,7 @@ def test_hbm_writes_leave_no_cyclic_garbage(tmp_path):
             gc.set_debug(0)
 
     was_enabled = gc.isenabled()
+    gc.collect()            # (what earlier tests left: their simulations are cycles too)
     gc.disable()
     try:
         run = replay(tr.path, topo, ReplayOptions(fidelity="fast", out_dir=tmp_path / "run"),
