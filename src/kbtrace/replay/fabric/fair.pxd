@@ -63,7 +63,7 @@ cdef inline bint _holds_body(double a, double t_in, double ov)
 cpdef book_plan(list link_flows, Flow f, double[::1] off, double[::1] bk, Py_ssize_t k, double h,
                 double t)
 
-@cython.locals(lst=Recs, got=list, inc=list, i=cython.Py_ssize_t, j=cython.Py_ssize_t, g=Flow)
+@cython.locals(lst=Recs, got=list, inc=list, i=cython.Py_ssize_t)
 cpdef list incumbents(list link_flows, Py_ssize_t li, f, double h, double now)
 
 @cython.locals(lst=Recs)

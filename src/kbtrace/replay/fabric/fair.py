@@ -408,10 +408,7 @@ def incumbents(link_flows: list, li: int, f: Flow | None, h: float, now: float) 
     got = lst.scan(f.slot if f is not None else -1, h, now)
     inc = []
     for i in got:
-        g = lst.tab.flows[lst.slot_at(i)]
-        j = lst.hop_at(i)
-        b = g.links[j]
-        inc.append(_made(lst.tab, g, j) if b is True else b)
+        inc.append(booked(lst.tab.flows[lst.slot_at(i)], lst.hop_at(i)))
     return inc
 
 

@@ -7,6 +7,7 @@ import cython
 
 cdef double TIME_EPS
 cdef Py_ssize_t GONE, LIVE, MOVED, REC, HOP, _CAP0
+cdef double _INF
 
 @cython.final
 cdef class Slots:
@@ -28,7 +29,6 @@ cdef class Slots:
     cpdef leave(self, Py_ssize_t i)
     cpdef moved(self, Py_ssize_t i, Py_ssize_t j)
     cpdef bint moved_at(self, Py_ssize_t i, Py_ssize_t j)
-    cpdef int state(self, Py_ssize_t i)
     cpdef recycle(self)
 
 @cython.final
@@ -45,8 +45,6 @@ cdef class Recs:
     @cython.locals(out=list, hi=cython.double, w=cython.Py_ssize_t, i=cython.Py_ssize_t,
                    q=cython.Py_ssize_t, sl=cython.Py_ssize_t, a=cython.double, st=cython.int)
     cpdef list scan(self, Py_ssize_t slot, double h, double now)
-    @cython.locals(w=cython.Py_ssize_t, i=cython.Py_ssize_t, q=cython.Py_ssize_t,
-                   sl=cython.Py_ssize_t, st=cython.int)
     cpdef prune(self, double now)
     @cython.locals(j=cython.Py_ssize_t)
     cdef double _a_end(self, Py_ssize_t q, Py_ssize_t sl) except? -1.0

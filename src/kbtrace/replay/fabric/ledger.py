@@ -35,6 +35,7 @@ MOVED = 2       # under way, the arrival of one of its hops moved (``Slots.moved
 REC = 3         # doubles per booking on a link: a_end, slot, hop
 HOP = 5         # doubles per slot and hop: start, lone end, work, tail, moved (0 / 1)
 _CAP0 = 64
+_INF = float("inf")
 
 
 class Slots:
@@ -119,9 +120,6 @@ class Slots:
     def moved_at(self, i: int, j: int) -> bool:
         return self.hv[HOP * (self.hops * i + j) + 4] != 0.0
 
-    def state(self, i: int) -> int:
-        return self.st[i]
-
     def recycle(self) -> None:
         """No link holds a booking of a complete flow any more: their slots are free."""
         if self.gone:
@@ -194,25 +192,16 @@ class Recs:
         return out
 
     def prune(self, now: float) -> None:
-        """Drop the bookings of flows complete or all arrived by ``now``."""
-        w = 0
-        for i in range(self.n):
-            q = REC * i
-            sl = int(self.v[q + 1])
-            st = self.tab.st[sl]
-            if st == GONE or (self.v[q] if st == LIVE else self._a_end(q, sl)) <= now:
-                continue
-            if w < i:
-                self._move(q, REC * w)
-            w += 1
-        self.n = w
+        """Drop the bookings of flows complete or all arrived by ``now`` (``scan`` asking for
+        none of the others)."""
+        self.scan(-1, _INF, now)
 
     def _a_end(self, q: int, sl: int) -> float:
-        """The ``a_end`` of the booking at ``v[q]`` (its record object's, if it moved)."""
-        if self.tab.st[sl] == MOVED:
-            j = int(self.v[q + 2])
-            if self.tab.moved_at(sl, j):
-                return self.tab.flows[sl].links[j].a_end
+        """The ``a_end`` of the booking at ``v[q]``, whose slot ``sl`` is ``MOVED`` (its record
+        object's, if this hop's arrival moved)."""
+        j = int(self.v[q + 2])
+        if self.tab.moved_at(sl, j):
+            return self.tab.flows[sl].links[j].a_end
         return self.v[q]
 
     def _move(self, q: int, w: int) -> None:
