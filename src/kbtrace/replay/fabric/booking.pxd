@@ -40,17 +40,6 @@ cdef class Spans(_Sorted):
     cpdef prune(self, double now)
 
 @cython.final
-cdef class Notes(_Sorted):
-    cdef list owners
-    cpdef add(self, double s, o)
-    @cython.locals(i=cython.Py_ssize_t)
-    cpdef get(self, double s)
-    cpdef pop(self, double s)
-    cpdef prune(self, double now)
-    @cython.locals(i=cython.Py_ssize_t, k=cython.Py_ssize_t)
-    cdef _keep(self, double x, bint after)
-
-@cython.final
 cdef class Steps(_Sorted):
     cpdef list times(self)
     cpdef list shares(self)

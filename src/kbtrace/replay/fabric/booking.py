@@ -22,7 +22,7 @@ from typing import Any
 
 from kbtrace.replay.intervals import TIME_EPS
 
-__all__ = ["RATE_EPS", "Spans", "Steps", "Notes", "spans_of", "steps_of", "serve", "take", "unreserve",
+__all__ = ["RATE_EPS", "Spans", "Steps", "spans_of", "steps_of", "serve", "take", "unreserve",
            "take_rate", "add_shares", "fit_rate", "prune_rate", "prune_states", "unbook"]
 
 _INF = float("inf")
@@ -168,59 +168,6 @@ class Spans(_Sorted):
         ``intervals.prune``)."""
         k = self.bisect_right(now)
         self.cut(0, k - (k & 1))
-
-
-class Notes(_Sorted):
-    """A node's notes of whose reservation starts when (``FastFabric.node_own``): start ->
-    owner as a dict would hold them, but appended (``add``: the start a C double in ``t[:n]``,
-    unsorted, the owner in ``owners``) and looked up from the last (a later note of a start
-    replaces an earlier one): no float boxed, no hash; few are looked up before ``prune``
-    (gemm: 4,381 lookups, ~29 notes at their node, for 240,978 notes)."""
-    __slots__ = ("owners",)
-
-    def __init__(self) -> None:
-        super().__init__(False)
-        self.owners: list = []
-
-    def __bool__(self) -> bool:
-        return self.n > 0
-
-    def add(self, s: float, o: Any) -> None:
-        n = self.n
-        if n + 1 > self.cap:
-            self._grow(n + 1)
-        self.t[n] = s
-        self.owners.append(o)
-        self.n = n + 1
-
-    def get(self, s: float) -> Any:
-        i = self.n - 1
-        while i >= 0:
-            if self.t[i] == s:
-                return self.owners[i]
-            i -= 1
-        return None
-
-    def pop(self, s: float) -> None:
-        """Forget the note of ``s``, if there is one."""
-        self._keep(s, False)
-
-    def prune(self, now: float) -> None:
-        """Forget the notes of starts by ``now``."""
-        self._keep(now, True)
-
-    def _keep(self, x: float, after: bool) -> None:
-        """Keep the notes of starts after ``x`` (``after``) or other than ``x``, in order."""
-        k = 0
-        for i in range(self.n):
-            if (self.t[i] > x) if after else (self.t[i] != x):
-                if k < i:
-                    self.t[k] = self.t[i]
-                    self.owners[k] = self.owners[i]
-                k += 1
-        if k < self.n:
-            del self.owners[k:]
-            self.n = k
 
 
 class Steps(_Sorted):

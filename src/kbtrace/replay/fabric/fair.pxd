@@ -3,8 +3,7 @@
 # what runs interpreted). setup.py copies it beside the generated _fair_c.py.
 import cython
 
-from kbtrace.replay.fabric._booking_c cimport Notes
-from kbtrace.replay.fabric._ledger_c cimport Recs, Slots
+from kbtrace.replay.fabric._ledger_c cimport Notes, Recs, Slots
 
 # (imported from intervals: a C double here, so tests against it compare C doubles
 # rather than boxing both sides)

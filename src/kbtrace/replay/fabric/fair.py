@@ -68,7 +68,7 @@ class Flow:
         #: per hop, where booked: its ``Booked`` once made (``booked``), True while only its
         #: link's ``ledger.Recs`` holds it
         self.links: list[Booked | bool | None] = [None] * len(rt.links)
-        self.slot = -1      # its slot in the fabric's ``ledger.Slots``, from its first booking
+        self.slot = fab.flow_slots.enter(self, len(rt.links))   # (``ledger.Slots``)
         self.fin = False
         self.tt = 0.0
         #: per hop, where its node overhead starts if not as its row says (``_reserve``)
@@ -94,8 +94,7 @@ class Flow:
         self.fin = True
         self.links = []     # (its bookings refer to it: no cycle left for the GC to find)
         fab = self.fab
-        if self.slot >= 0:
-            fab.flow_slots.leave(self.slot)
+        fab.flow_slots.leave(self.slot)
         fab.live.pop(id(self), None)
         rec = fab.rec
         if self.rows is not None or self.lv is not None:
@@ -226,8 +225,6 @@ def _book(lst: Any, f: Flow, j: int, s: float, e: float, busy: float, pcs: list 
         r = 1.0
     a_end = s + busy / r
     tab = lst.tab
-    if f.slot < 0:
-        f.slot = tab.enter(f, len(f.links))
     tab.note(f.slot, j, s, e, busy, tail)
     lst.add(f.slot, j, a_end)
     if pcs is None:         # (the common case: a record only if it is asked for, ``booked``)
@@ -307,7 +304,7 @@ def book_plan(link_flows: list, f: Flow, off: Any, bk: Any, k: int, h: float, t:
         if kind < 3:        # a node's overhead, served as its head arrives: it may move
             n = int(bk[q + 2])     # (its head arrives as it starts: the flow alone)
             notes = own[n]
-            notes.add(s, f)
+            notes.add(s, f.slot)
             if kind == 2:   # a stream at a mesh router: heads arriving as its body does hold it
                 A = t + bk[q + 4]
                 B = h + bk[q + 5]

@@ -10,7 +10,6 @@ import simpy
 
 from kbtrace.replay.fabric.base import Fabric, _Ev, after
 from kbtrace.replay.fabric.booking import (
-    Notes,
     Spans,
     Steps,
     fit_rate,
@@ -33,7 +32,7 @@ from kbtrace.replay.fabric.heads import (
     prune_all,
     relink,
 )
-from kbtrace.replay.fabric.ledger import Recs, Slots
+from kbtrace.replay.fabric.ledger import Notes, Recs, Slots
 from kbtrace.replay.fabric.pull import pull_behind, read_first
 from kbtrace.replay.fabric.routes import _Plan, _Route, book_route, hop_seq
 from kbtrace.replay.hbm import HbmController
@@ -112,7 +111,7 @@ class FastFabric(Fabric):
         #: per node, the reservations of flows' heads (start -> (flow, hop, head's arrival),
         #: or the flow alone where its head arrives as it starts, as most do):
         #: a head arriving before one goes first and the flow moves (``heads.serve_head``)
-        self.node_own: list[Notes] = [Notes() for _ in topo.nodes]
+        self.node_own: list[Notes] = [Notes(self.flow_slots) for _ in topo.nodes]
         #: per link, the single flits of flows booked there (start -> (flow, hop, arrival)):
         #: a flit arriving before one goes first and the flow moves (``heads.serve_flit``)
         self.link_own: list[dict[float, tuple[Flow, int, float]]] = [{} for _ in topo.links]
@@ -268,7 +267,7 @@ class FastFabric(Fabric):
             rows.append((op_id, tile, rt.stage[j], rt.node[j], rt.links[j], h + H0,
                          x if x > e else e, rt.busy[j], 0.0, nb))
             if niv is not None and self._f is not None:
-                self.node_own[rt.nodes[j]].add(h + H0, self._f)
+                self.node_own[rt.nodes[j]].add(h + H0, self._f.slot)
                 if mode == 2:               # (a later head arriving as its body does holds it)
                     note_body(self, rt.nodes[j], h + H0, max(t + A0, h + B0), self._f, j)
             j += 1

@@ -6,7 +6,8 @@
 # ``hop_seq`` calls.
 import cython
 
-from kbtrace.replay.fabric._booking_c cimport Notes, Spans, Steps, serve
+from kbtrace.replay.fabric._booking_c cimport Spans, Steps, serve
+from kbtrace.replay.fabric._ledger_c cimport Notes
 
 # (imported from intervals: a C double here, so tests against it compare C doubles
 # rather than boxing both sides)

@@ -241,7 +241,10 @@ def _reserve(fab: Any, n: int, iv: Spans, g: Flow, j: int, a: float, w: float) -
         s0 = iv.at(k - 1)
         if s0 >= e - w - TIME_EPS:
             notes = fab.node_own[n]
-            notes.add(s0, g if a == s0 else (g, j, a))
+            if a == s0:
+                notes.add(s0, g.slot)
+            else:
+                notes.add_at(s0, g.slot, j, a)
             if g.nres is None:
                 g.nres = {}
             g.nres[j] = s0

@@ -6,7 +6,7 @@
 import cython
 
 cdef double TIME_EPS
-cdef Py_ssize_t GONE, LIVE, MOVED, REC, HOP, _CAP0
+cdef Py_ssize_t GONE, LIVE, MOVED, REC, HOP, NOTE, _CAP0
 cdef double _INF
 
 @cython.final
@@ -14,6 +14,9 @@ cdef class Slots:
     cdef public list flows, free, gone
     cdef object _ast
     cdef signed char[::1] st
+    cdef object _asn
+    cdef double[::1] sn
+    cdef public double serial
     cdef object _ahv
     cdef double[::1] hv
     cdef public Py_ssize_t hops
@@ -50,3 +53,23 @@ cdef class Recs:
     cdef double _a_end(self, Py_ssize_t q, Py_ssize_t sl) except? -1.0
     @cython.locals(k=cython.Py_ssize_t)
     cdef inline void _move(self, Py_ssize_t q, Py_ssize_t w)
+
+
+@cython.final
+cdef class Notes:
+    cdef object _a
+    cdef double[::1] v
+    cdef readonly Py_ssize_t n
+    cdef Py_ssize_t cap
+    cdef public Slots tab
+    cpdef add(self, double s, Py_ssize_t slot)
+    @cython.locals(n=cython.Py_ssize_t, cap=cython.Py_ssize_t, q=cython.Py_ssize_t)
+    cpdef add_at(self, double s, Py_ssize_t slot, Py_ssize_t j, double a)
+    @cython.locals(i=cython.Py_ssize_t, q=cython.Py_ssize_t, sl=cython.Py_ssize_t,
+                   j=cython.Py_ssize_t)
+    cpdef get(self, double s)
+    cpdef pop(self, double s)
+    cpdef prune(self, double now)
+    @cython.locals(i=cython.Py_ssize_t, k=cython.Py_ssize_t, q=cython.Py_ssize_t,
+                   w=cython.Py_ssize_t, m=cython.Py_ssize_t)
+    cdef _keep(self, double x, bint after)

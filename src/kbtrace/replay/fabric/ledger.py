@@ -18,6 +18,11 @@ its values are the object's; a move of its arrival (``Booked.arrive``) marks the
 the link reads that hop's ``a_end`` from the object. Dropping is a compaction by a clock
 compare (``scan``, ``prune``). A slot is reused only after every link dropped the
 bookings of its complete flow (``Slots.recycle``, after ``fair.prune_flows``).
+
+A node's notes of whose overhead reservation starts when (``Notes``, ``FastFabric.node_own``:
+~29 per flow, few ever looked up) name the flow the same way, by slot, with the slot's serial
+number (``Slots.sn``: a slot reused by a later flow is not its): appending a note writes five
+C doubles and holds no reference.
 """
 
 from __future__ import annotations
@@ -27,26 +32,32 @@ from typing import Any
 
 from kbtrace.replay.intervals import TIME_EPS
 
-__all__ = ["Slots", "Recs", "GONE", "LIVE", "MOVED", "REC", "HOP"]
+__all__ = ["Slots", "Recs", "Notes", "DONE", "GONE", "LIVE", "MOVED", "REC", "HOP", "NOTE"]
 
 GONE = 0        # the slot's flow is complete (or the slot is free)
 LIVE = 1        # under way, every booking's a_end as booked
 MOVED = 2       # under way, the arrival of one of its hops moved (``Slots.moved``)
 REC = 3         # doubles per booking on a link: a_end, slot, hop
 HOP = 5         # doubles per slot and hop: start, lone end, work, tail, moved (0 / 1)
+NOTE = 5        # doubles per node note: start, slot, its serial, hop (-1: the flow alone), arrival
 _CAP0 = 64
 _INF = float("inf")
 
 
 class Slots:
-    """Flows by slot (``flows``, None once complete), their state bytes (``st``) and their
-    hops' values (``hv``: ``HOP`` doubles per hop, ``hops`` hops per slot)."""
-    __slots__ = ("flows", "_ast", "st", "_ahv", "hv", "hops", "free", "gone", "cap")
+    """Flows by slot (``flows``, None once complete), their state bytes (``st``), serial
+    numbers (``sn``: which flow it is, counting every ``enter``) and their hops' values
+    (``hv``: ``HOP`` doubles per hop, ``hops`` hops per slot)."""
+    __slots__ = ("flows", "_ast", "st", "_asn", "sn", "serial", "_ahv", "hv", "hops", "free",
+                 "gone", "cap")
 
     def __init__(self) -> None:
         self.flows: list = []
         self._ast = array("b", bytes(_CAP0))
         self.st: Any = self._ast
+        self._asn = array("d", bytes(8 * _CAP0))
+        self.sn: Any = self._asn
+        self.serial = 0
         self.hops = 8
         self._ahv = array("d", bytes(8 * HOP * self.hops * _CAP0))
         self.hv: Any = self._ahv
@@ -69,9 +80,15 @@ class Slots:
                 new[:self.cap] = self._ast[:self.cap]
                 self._ast = new
                 self.st = new
+                sn = array("d", bytes(16 * self.cap))
+                sn[:self.cap] = self._asn[:self.cap]
+                self._asn = sn
+                self.sn = sn
                 self._layout(2 * self.cap, self.hops)
                 self.cap *= 2
         self.st[i] = LIVE
+        self.serial += 1
+        self.sn[i] = self.serial
         return i
 
     def _layout(self, cap: int, hops: int) -> None:
@@ -207,3 +224,99 @@ class Recs:
     def _move(self, q: int, w: int) -> None:
         for k in range(REC):
             self.v[w + k] = self.v[q + k]
+
+
+class _Done:
+    """What ``Notes.get`` names where a note's flow is complete (its slot left or reused):
+    the note's readers ask only whether it is finished."""
+    __slots__ = ()
+    fin = True
+
+
+DONE = _Done()
+
+
+class Notes:
+    """A node's notes of whose reservation starts when (``FastFabric.node_own``): start ->
+    owner as a dict would hold them, the owner a flow (``add``: its head arrived as the
+    reservation starts) or ``(flow, hop, arrival)`` (``add_at``). They are appended, ``NOTE``
+    C doubles each (start, the flow's slot in ``tab`` and its serial, hop, arrival), unsorted,
+    and looked up from the last (a later note of a start replaces an earlier one): no float
+    boxed, no hash, no reference held; few are looked up before ``prune`` (gemm: 4,381
+    lookups, ~29 notes at their node, for 240,978 notes). A note of a flow complete since
+    names ``DONE``."""
+    __slots__ = ("_a", "v", "n", "cap", "tab")
+
+    def __init__(self, tab: Slots) -> None:
+        self._a: Any = None         # no buffer until the first note (most nodes take none)
+        self.v: Any = None
+        self.n = 0
+        self.cap = 0
+        self.tab = tab
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __bool__(self) -> bool:
+        return self.n > 0
+
+    def add(self, s: float, slot: int) -> None:
+        """Note that slot ``slot``'s flow, its head arriving at ``s``, holds the reservation
+        from ``s``."""
+        self.add_at(s, slot, -1, s)
+
+    def add_at(self, s: float, slot: int, j: int, a: float) -> None:
+        """Note that slot ``slot``'s flow, its head arriving at ``a`` (hop ``j``; -1: at
+        ``s``, the flow alone), holds the reservation from ``s``."""
+        n = self.n
+        if n == self.cap:
+            cap = 2 * self.cap if self.cap else _CAP0
+            new = array("d", bytes(8 * NOTE * cap))
+            if n:
+                new[:NOTE * n] = self._a[:NOTE * n]
+            self._a = new
+            self.v = new
+            self.cap = cap
+        q = NOTE * n
+        self.v[q] = s
+        self.v[q + 1] = slot
+        self.v[q + 2] = self.tab.sn[slot]
+        self.v[q + 3] = j
+        self.v[q + 4] = a
+        self.n = n + 1
+
+    def get(self, s: float) -> Any:
+        """The owner of the latest note of ``s`` (None: none)."""
+        i = self.n - 1
+        while i >= 0:
+            q = NOTE * i
+            if self.v[q] == s:
+                sl = int(self.v[q + 1])
+                f = self.tab.flows[sl]
+                if f is None or self.tab.sn[sl] != self.v[q + 2]:
+                    f = DONE
+                j = int(self.v[q + 3])
+                return f if j < 0 else (f, j, self.v[q + 4])
+            i -= 1
+        return None
+
+    def pop(self, s: float) -> None:
+        """Forget the notes of ``s``, if there are any."""
+        self._keep(s, False)
+
+    def prune(self, now: float) -> None:
+        """Forget the notes of starts by ``now``."""
+        self._keep(now, True)
+
+    def _keep(self, x: float, after: bool) -> None:
+        """Keep the notes of starts after ``x`` (``after``) or other than ``x``, in order."""
+        k = 0
+        for i in range(self.n):
+            q = NOTE * i
+            if (self.v[q] > x) if after else (self.v[q] != x):
+                if k < i:
+                    w = NOTE * k
+                    for m in range(NOTE):
+                        self.v[w + m] = self.v[q + m]
+                k += 1
+        self.n = k
