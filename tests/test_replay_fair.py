@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from kbtrace.replay.fabric.booking import Notes, Steps, steps_of, take_rate, unbook
+from kbtrace.replay.fabric.booking import Steps, steps_of, take_rate, unbook
 from kbtrace.replay.fabric.fair import coarse
 from kbtrace.replay.fabric.fifo import share_fifo
 from kbtrace.replay.recorder import _COLS
@@ -97,7 +97,7 @@ def test_a_flow_booked_first_is_slowed_and_its_completion_moved(tmp_path):
 def test_a_completed_flow_is_freed_by_reference_counting(tmp_path, core):
     """A flow and the records of its per-link bookings (``fair.Booked``) refer to each other
     while it is under way; complete, it drops them and leaves its slot (the links' bookings
-    name it by slot, ``ledger``), so once the nodes' notes forget it nothing holds it: no
+    and the nodes' notes name it by slot, ``ledger``), so nothing holds it: no
     flow waits for the cyclic garbage collector (with a cycle left, every flow of a large
     replay lived until a collection, and those collections took a fifth of its time)."""
     import gc
@@ -123,11 +123,10 @@ def test_a_completed_flow_is_freed_by_reference_counting(tmp_path, core):
         _read(fab, 1, mem, dma, 3.5, got)     # they meet: the first is moved
         fab.env.run()
         assert sorted(got) == [0, 1] and fab.live == {}
-        assert flows() == 2                   # held by their heads' notes at the nodes
-        fab._f = None                         # (the last flow booked)
-        assert fab.flow_slots.flows == [None, None]   # (the links name them by slot)
-        fab.node_own = [Notes() for _ in fab.node_own]
-        assert flows() == 0
+        assert sum(len(notes) for notes in fab.node_own) == 14     # (by slot, unpruned)
+        assert flows() == 1                   # (the last flow booked)
+        fab._f = None
+        assert fab.flow_slots.flows == [None, None] and flows() == 0
     finally:
         gc.enable()
 

@@ -480,24 +480,35 @@ def test_fast_stretch_equals_hop_by_hop_two_identical_reads_meeting(tmp_path):
         tmp_path, [(8, 0, True, 4096, 0.0, 300.0, 64.0)] * 2, None)
 
 
-@pytest.mark.parametrize("mod", ["booking", "_booking_c"])
+@pytest.mark.parametrize("mod", ["ledger", "_ledger_c"])
 def test_node_notes_read_as_a_dict_of_the_latest_note_per_start(mod):
-    """``booking.Notes`` (``FastFabric.node_own``), pure and compiled: notes appended as C
-    doubles are looked up as a dict would hold them (a later note of a start replaces an
-    earlier one), and a prune forgets those up to its time, looked up before or not."""
-    notes = pytest.importorskip(f"kbtrace.replay.fabric.{mod}").Notes()
+    """``ledger.Notes`` (``FastFabric.node_own``), pure and compiled: notes appended as C
+    doubles (the flow by its slot) are looked up as a dict would hold them (a later note of
+    a start replaces an earlier one), and a prune forgets those up to its time, looked up
+    before or not. A note of a flow complete since, its slot left or reused, names ``DONE``."""
+    m = pytest.importorskip(f"kbtrace.replay.fabric.{mod}")
+    tab = m.Slots()
+    a, b, c, d = (SimpleNamespace(name=x) for x in "abcd")
+    sa, sb, sc, sd = (tab.enter(f, 4) for f in (a, b, c, d))
+    notes = m.Notes(tab)
     assert not notes
-    notes.add(10.0, "a")
-    notes.add(12.5, "b")
-    notes.add(10.0, "c")
-    assert notes and (notes.get(10.0), notes.get(11.0)) == ("c", None)
-    notes.add(14.0, "d")                # (appended after the lookup)
-    notes.add(9.0, "e")
+    notes.add(10.0, sa)
+    notes.add(12.5, sb)
+    notes.add_at(10.0, sc, 2, 9.25)
+    assert notes and (notes.get(10.0), notes.get(11.0)) == ((c, 2, 9.25), None)
+    notes.add(14.0, sd)                 # (appended after the lookup)
+    notes.add(9.0, sa)
     notes.prune(10.0)
-    assert [notes.get(s) for s in (9.0, 10.0, 12.5, 14.0)] == [None, None, "b", "d"]
-    notes.add(12.5, "f")
+    assert len(notes) == 2 and [notes.get(s) for s in (9.0, 10.0, 12.5, 14.0)] == [None, None,
+                                                                                  b, d]
+    notes.add(12.5, sc)
     notes.pop(13.0)                     # (none there: nothing)
     notes.pop(12.5)                     # (both notes of 12.5)
-    assert [notes.get(s) for s in (12.5, 14.0)] == [None, "d"]
+    assert [notes.get(s) for s in (12.5, 14.0)] == [None, d]
+    tab.leave(sd)                       # d complete
+    assert notes.get(14.0) is m.DONE and m.DONE.fin
+    tab.recycle()
+    assert tab.enter(SimpleNamespace(name="e"), 4) == sd   # (its slot reused: not d's note)
+    assert notes.get(14.0) is m.DONE
     notes.pop(14.0)
     assert not notes

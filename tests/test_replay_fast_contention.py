@@ -26,7 +26,6 @@ import pytest
 
 from kbtrace.replay import ReplayOptions, replay
 from kbtrace.replay.fabric.booking import (
-    Notes,
     Spans,
     Steps,
     fit_rate,
@@ -35,6 +34,7 @@ from kbtrace.replay.fabric.booking import (
     steps_of,
     take_rate,
 )
+from kbtrace.replay.fabric.ledger import Notes, Slots
 from kbtrace.replay.hbm import HbmController
 from kbtrace.topology import compile_topology
 from test_replay_util import TOPO_DIR, SynthTrace, hbm, load
@@ -351,17 +351,18 @@ def test_a_moved_credit_takes_the_gaps_and_pushes_no_one():
     from kbtrace.replay.fabric.heads import head_at
     from kbtrace.replay.fabric.pull import pull_behind
     niv = spans_of([10.0, 12.0, 13.0, 15.0])
-    own = Notes()
+    tab = Slots()
+    own = Notes(tab)
     fab = SimpleNamespace(node_own=[own], env=SimpleNamespace(now=0.0), push_depth=0, _f=None,
-                          hbm={}, node_kind=["ucie"], node_ov=[2.0],   # (g: from no HBM ctrl)
+                          flow_slots=tab, hbm={}, node_kind=["ucie"], node_ov=[2.0],   # (g: from no HBM ctrl)
                           pull_behind=pull_behind)      # (h's head was not queued behind g)
     g_rt = SimpleNamespace(links=(0,), nodes=(0, 1), hops=((niv, 2.0, Steps(), 0, 1, 0.25, 0.0, 0.0,
                                                             0.0),))
     h_rt = SimpleNamespace(links=(0,), nodes=(0, 1), hops=((niv, 2.0, Steps(), 0, 0, 0.0, 0.0, 0.0,
                                                             0.0),))
     g, h = _moved_flow(fab, g_rt, 1), _moved_flow(fab, h_rt, 2)
-    own.add(10.0, g)
-    own.add(13.0, h)
+    own.add(10.0, g.slot)
+    own.add(13.0, h.slot)
     assert head_at(fab, g, 0, 10.0, 12.5) == 16.5
     assert niv.tolist() == [12.5, 13.0, 13.0, 15.0, 15.0, 16.5]
     assert (own.get(10.0), own.get(13.0), len(own)) == (None, h, 1)   # h's stands, movable
@@ -456,14 +457,15 @@ def test_heads_pushed_at_a_node_are_served_again_in_arrival_order():
     (0.00% now)."""
     from kbtrace.replay.fabric.heads import serve_head
     niv = spans_of([12.0, 14.0, 14.0, 16.0])
-    own = Notes()
+    tab = Slots()
+    own = Notes(tab)
     fab = SimpleNamespace(node_own=[own], env=SimpleNamespace(now=0.0), push_depth=0, _f=None,
-                          hbm={}, node_kind=["router"], node_ov=[2.0], node_body={})
+                          flow_slots=tab, hbm={}, node_kind=["router"], node_ov=[2.0], node_body={})
     rt = SimpleNamespace(links=(0,), nodes=(0, 1), hops=((niv, 2.0, Steps(), 0, 0, 0.0, 0.0, 0.0,
                                                           0.0),))
     g, h = _moved_flow(fab, rt, 1), _moved_flow(fab, rt, 2)
-    own.add(12.0, (g, 0, 11.5))
-    own.add(14.0, (h, 0, 11.0))
+    own.add_at(12.0, g.slot, 0, 11.5)
+    own.add_at(14.0, h.slot, 0, 11.0)
     assert serve_head(fab, 0, niv, 0.0, 10.5, 2.0, 0, None) == 12.5
     assert niv.tolist() == [10.5, 12.5, 12.5, 14.5, 14.5, 16.5]
     assert [own.get(s) for s in (12.0, 14.0, 12.5, 14.5)] == [None, None, (h, 0, 11.0),
