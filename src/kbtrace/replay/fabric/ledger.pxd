@@ -57,19 +57,21 @@ cdef class Recs:
 
 @cython.final
 cdef class Notes:
-    cdef object _a
-    cdef double[::1] v
+    cdef object _at, _ao
+    cdef double[::1] t, o
     cdef readonly Py_ssize_t n
     cdef Py_ssize_t cap
     cdef public Slots tab
     cpdef add(self, double s, Py_ssize_t slot)
-    @cython.locals(n=cython.Py_ssize_t, cap=cython.Py_ssize_t, q=cython.Py_ssize_t)
+    @cython.locals(n=cython.Py_ssize_t, q=cython.Py_ssize_t)
     cpdef add_at(self, double s, Py_ssize_t slot, Py_ssize_t j, double a)
+    @cython.locals(n=cython.Py_ssize_t, cap=cython.Py_ssize_t)
+    cdef _grow(self)
     @cython.locals(i=cython.Py_ssize_t, q=cython.Py_ssize_t, sl=cython.Py_ssize_t,
                    j=cython.Py_ssize_t)
     cpdef get(self, double s)
     cpdef pop(self, double s)
     cpdef prune(self, double now)
     @cython.locals(i=cython.Py_ssize_t, k=cython.Py_ssize_t, q=cython.Py_ssize_t,
-                   w=cython.Py_ssize_t, m=cython.Py_ssize_t)
+                   w=cython.Py_ssize_t, y=cython.double)
     cdef _keep(self, double x, bint after)

@@ -39,7 +39,7 @@ LIVE = 1        # under way, every booking's a_end as booked
 MOVED = 2       # under way, the arrival of one of its hops moved (``Slots.moved``)
 REC = 3         # doubles per booking on a link: a_end, slot, hop
 HOP = 5         # doubles per slot and hop: start, lone end, work, tail, moved (0 / 1)
-NOTE = 5        # doubles per node note: start, slot, its serial, hop (-1: the flow alone), arrival
+NOTE = 4        # doubles per node note's owner: slot, its serial, hop (-1: the flow alone), arrival
 _CAP0 = 64
 _INF = float("inf")
 
@@ -239,17 +239,19 @@ DONE = _Done()
 class Notes:
     """A node's notes of whose reservation starts when (``FastFabric.node_own``): start ->
     owner as a dict would hold them, the owner a flow (``add``: its head arrived as the
-    reservation starts) or ``(flow, hop, arrival)`` (``add_at``). They are appended, ``NOTE``
-    C doubles each (start, the flow's slot in ``tab`` and its serial, hop, arrival), unsorted,
-    and looked up from the last (a later note of a start replaces an earlier one): no float
-    boxed, no hash, no reference held; few are looked up before ``prune`` (gemm: 4,381
-    lookups, ~29 notes at their node, for 240,978 notes). A note of a flow complete since
-    names ``DONE``."""
-    __slots__ = ("_a", "v", "n", "cap", "tab")
+    reservation starts) or ``(flow, hop, arrival)`` (``add_at``). They are appended, the
+    start a C double in ``t`` (unsorted; the scans read only these) and the owner ``NOTE`` C
+    doubles in ``o`` (the flow's slot in ``tab`` and its serial, hop, arrival), and looked up
+    from the last (a later note of a start replaces an earlier one): no float boxed, no hash,
+    no reference held; few are looked up before ``prune`` (gemm: 4,381 lookups, ~29 notes at
+    their node, for 240,978 notes). A note of a flow complete since names ``DONE``."""
+    __slots__ = ("_at", "t", "_ao", "o", "n", "cap", "tab")
 
     def __init__(self, tab: Slots) -> None:
-        self._a: Any = None         # no buffer until the first note (most nodes take none)
-        self.v: Any = None
+        self._at: Any = None        # no buffer until the first note (most nodes take none)
+        self.t: Any = None
+        self._ao: Any = None
+        self.o: Any = None
         self.n = 0
         self.cap = 0
         self.tab = tab
@@ -270,33 +272,41 @@ class Notes:
         ``s``, the flow alone), holds the reservation from ``s``."""
         n = self.n
         if n == self.cap:
-            cap = 2 * self.cap if self.cap else _CAP0
-            new = array("d", bytes(8 * NOTE * cap))
-            if n:
-                new[:NOTE * n] = self._a[:NOTE * n]
-            self._a = new
-            self.v = new
-            self.cap = cap
+            self._grow()
+        self.t[n] = s
         q = NOTE * n
-        self.v[q] = s
-        self.v[q + 1] = slot
-        self.v[q + 2] = self.tab.sn[slot]
-        self.v[q + 3] = j
-        self.v[q + 4] = a
+        self.o[q] = slot
+        self.o[q + 1] = self.tab.sn[slot]
+        self.o[q + 2] = j
+        self.o[q + 3] = a
         self.n = n + 1
+
+    def _grow(self) -> None:
+        n = self.n
+        cap = 2 * self.cap if self.cap else _CAP0
+        t = array("d", bytes(8 * cap))
+        o = array("d", bytes(8 * NOTE * cap))
+        if n:
+            t[:n] = self._at[:n]
+            o[:NOTE * n] = self._ao[:NOTE * n]
+        self._at = t
+        self.t = t
+        self._ao = o
+        self.o = o
+        self.cap = cap
 
     def get(self, s: float) -> Any:
         """The owner of the latest note of ``s`` (None: none)."""
         i = self.n - 1
         while i >= 0:
-            q = NOTE * i
-            if self.v[q] == s:
-                sl = int(self.v[q + 1])
+            if self.t[i] == s:
+                q = NOTE * i
+                sl = int(self.o[q])
                 f = self.tab.flows[sl]
-                if f is None or self.tab.sn[sl] != self.v[q + 2]:
+                if f is None or self.tab.sn[sl] != self.o[q + 1]:
                     f = DONE
-                j = int(self.v[q + 3])
-                return f if j < 0 else (f, j, self.v[q + 4])
+                j = int(self.o[q + 2])
+                return f if j < 0 else (f, j, self.o[q + 3])
             i -= 1
         return None
 
@@ -312,11 +322,15 @@ class Notes:
         """Keep the notes of starts after ``x`` (``after``) or other than ``x``, in order."""
         k = 0
         for i in range(self.n):
-            q = NOTE * i
-            if (self.v[q] > x) if after else (self.v[q] != x):
+            y = self.t[i]
+            if (y > x) if after else (y != x):
                 if k < i:
+                    self.t[k] = y
+                    q = NOTE * i
                     w = NOTE * k
-                    for m in range(NOTE):
-                        self.v[w + m] = self.v[q + m]
+                    self.o[w] = self.o[q]
+                    self.o[w + 1] = self.o[q + 1]
+                    self.o[w + 2] = self.o[q + 2]
+                    self.o[w + 3] = self.o[q + 3]
                 k += 1
         self.n = k
