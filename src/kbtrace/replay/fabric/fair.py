@@ -68,7 +68,8 @@ class Flow:
         #: per hop, where booked: its ``Booked`` once made (``booked``), True while only its
         #: link's ``ledger.Recs`` holds it
         self.links: list[Booked | bool | None] = [None] * len(rt.links)
-        self.slot = fab.flow_slots.enter(self, len(rt.links))   # (``ledger.Slots``)
+        #: its slot in ``ledger.Slots`` (the flows under way: ``FastFabric.evict``)
+        self.slot = fab.flow_slots.enter(self, len(rt.links))
         self.fin = False
         self.tt = 0.0
         #: per hop, where its node overhead starts if not as its row says (``_reserve``)
@@ -95,7 +96,6 @@ class Flow:
         self.links = []     # (its bookings refer to it: no cycle left for the GC to find)
         fab = self.fab
         fab.flow_slots.leave(self.slot)
-        fab.live.pop(id(self), None)
         rec = fab.rec
         if self.rows is not None or self.lv is not None:
             rec.rows(expand(self))

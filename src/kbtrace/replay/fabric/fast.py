@@ -106,7 +106,6 @@ class FastFabric(Fabric):
         #: the flows' bookings per link (``fair.incumbents``), flows named by slot
         self.flow_slots = Slots()
         self.link_flows: list[Recs] = [Recs(self.flow_slots) for _ in topo.links]
-        self.live: dict[int, Flow] = {}     # flows not yet complete (fair)
         self._f: Flow | None = None         # the flow being booked, if it is one
         #: per node, the reservations of flows' heads (start -> (flow, hop, head's arrival),
         #: or the flow alone where its head arrives as it starts, as most do):
@@ -158,8 +157,9 @@ class FastFabric(Fabric):
         """Empty the route cache (routes and their plans). The recorder flushes first (every
         compact record is expanded, so no row refers to a plan any more), then forgets the
         plans. The (source, destination) route and command caches bound themselves."""
-        for f in self.live.values():         # their compact rows refer to plans
-            expand(f)
+        for f in self.flow_slots.flows:      # flows not yet complete: their compact rows
+            if f is not None:                # refer to plans
+                expand(f)
         self.rec.flush(self.env.now)
         self.rec.drop_plans()
         self._routes_nb.clear()
@@ -327,9 +327,7 @@ class FastFabric(Fabric):
         """The ``Flow`` of a transfer about to be booked on ``rt``, if it is one."""
         if not rt.movable or not self.fair:
             return None
-        f = Flow(self, rt, op_id, tile, ack, rt.hbm is not None)
-        self.live[id(f)] = f
-        return f
+        return Flow(self, rt, op_id, tile, ack, rt.hbm is not None)
 
     def _rows(self, rows: list[tuple]) -> None:
         f = self._f
