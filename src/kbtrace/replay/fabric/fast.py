@@ -108,8 +108,9 @@ class FastFabric(Fabric):
         self.link_flows: list[Recs] = [Recs(self.flow_slots) for _ in topo.links]
         self._f: Flow | None = None         # the flow being booked, if it is one
         #: per node, the reservations of flows' heads (start -> (flow, hop, head's arrival),
-        #: or the flow alone where its head arrives as it starts, as most do):
-        #: a head arriving before one goes first and the flow moves (``heads.serve_head``)
+        #: or the flow alone where its head arrives as it starts, as most do; the flows named
+        #: by slot, ``ledger.Notes``): a head arriving before one goes first and the flow
+        #: moves (``heads.serve_head``)
         self.node_own: list[Notes] = [Notes(self.flow_slots) for _ in topo.nodes]
         #: per link, the single flits of flows booked there (start -> (flow, hop, arrival)):
         #: a flit arriving before one goes first and the flow moves (``heads.serve_flit``)

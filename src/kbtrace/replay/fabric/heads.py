@@ -420,7 +420,7 @@ def prune_links(link_own: list, now: float) -> None:
 
 def prune_owners(node_own: list, now: float) -> None:
     """Forget the movable node reservations that start by ``now`` (their heads are there;
-    ``booking.Notes.prune``: gemm on default.yaml drops ~22,000 of ~28,000 each prune)."""
+    ``ledger.Notes.prune``: gemm on default.yaml drops ~22,000 of ~28,000 each prune)."""
     for notes in node_own:
         if notes.n:
             notes.prune(now)
