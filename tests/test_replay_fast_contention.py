@@ -355,6 +355,7 @@ def test_a_moved_credit_takes_the_gaps_and_pushes_no_one():
     own = Notes(tab)
     fab = SimpleNamespace(node_own=[own], env=SimpleNamespace(now=0.0), push_depth=0, _f=None,
                           flow_slots=tab, hbm={}, node_kind=["ucie"], node_ov=[2.0],   # (g: from no HBM ctrl)
+                          body_in=[[]],
                           pull_behind=pull_behind)      # (h's head was not queued behind g)
     g_rt = SimpleNamespace(links=(0,), nodes=(0, 1), hops=((niv, 2.0, Steps(), 0, 1, 0.25, 0.0, 0.0,
                                                             0.0),))
@@ -435,8 +436,8 @@ def test_a_payloads_second_flit_waits_behind_heads_that_arrived_before_it(tmp_pa
     head arriving between the payload's two flits: flit mode's node is one FIFO, so the
     payload's second flit waits until the credit's 2 ns overhead is done. Fast mode holds the
     payload's tail there too: booked before the payload (the credit sent at 0, the payload
-    ``at`` ns later: ``heads.body_hold``) and after it (the payload PE 2 -> PE 3 at 0, the
-    credit PE 3 -> PE 2 at 4.5 ns: ``heads._hold_bodies``). Before, the second flit passed: the
+    ``at`` ns later: ``bodies.body_hold``) and after it (the payload PE 2 -> PE 3 at 0, the
+    credit PE 3 -> PE 2 at 4.5 ns: ``bodies.hold_bodies``). Before, the second flit passed: the
     payload 1 ns early (17.5, 18.0 and 8.25 ns)."""
     from kbtrace.topology.model import PeCoord
     small = compile_topology(TOPO_DIR / "small.yaml")
@@ -460,7 +461,7 @@ def test_heads_pushed_at_a_node_are_served_again_in_arrival_order():
     tab = Slots()
     own = Notes(tab)
     fab = SimpleNamespace(node_own=[own], env=SimpleNamespace(now=0.0), push_depth=0, _f=None,
-                          flow_slots=tab, hbm={}, node_kind=["router"], node_ov=[2.0], node_body={})
+                          flow_slots=tab, hbm={}, node_kind=["router"], node_ov=[2.0], body_in=[[]])
     rt = SimpleNamespace(links=(0,), nodes=(0, 1), hops=((niv, 2.0, Steps(), 0, 0, 0.0, 0.0, 0.0,
                                                           0.0),))
     g, h = _moved_flow(fab, rt, 1), _moved_flow(fab, rt, 2)

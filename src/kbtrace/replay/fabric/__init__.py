@@ -44,7 +44,7 @@ Modules (one-way imports: ``flit`` and ``fast`` import ``base``; ``fast`` import
 ``fast``     ``FastFabric``: closed-form timing per transfer, booked in stretches.
 ``routes``   routes and their free-path closed forms (``_Route``, ``_Plan``), and the
              walk booking a transfer along them (``book_route``; imports ``base``,
-             ``booking``, ``fair`` and ``heads``; ``fast`` imports it).
+             ``booking``, ``fair``, ``heads`` and ``bodies``; ``fast`` imports it).
 ``booking``  fast mode's reservation arithmetic on plain lists (node busy intervals,
              link bandwidth shares): pure functions, no SimPy.
 ``fifo``     streams that meet on a link served together, first come, first served
@@ -55,7 +55,11 @@ Modules (one-way imports: ``flit`` and ``fast`` import ``base``; ``fast`` import
              (imports ``booking``, ``fifo`` and ``ledger``).
 ``heads``    node overheads serving heads in arrival order, moving flows' heads (a moved
              single flit's link booking too); HBM writes' commits (``HbmWrite``)
-             (imports ``base``, ``booking`` and ``fair``; ``fast`` imports all of them).
+             (imports ``base``, ``booking``, ``fair`` and ``bodies``; ``fast`` imports all
+             of them).
+``bodies``   stream bodies held at mesh routers by the heads that arrive before them, their
+             notes per router (``BodyNotes``) (imports ``booking`` and ``fair``; ``heads``,
+             ``routes`` and ``fast`` import it).
 ``pull``     IPCQ credits queued behind a head that moved later served again earlier,
              carried on along their path (imports ``booking``, ``fair``, ``heads``).
 ``core``     which ``FastFabric`` runs: the compiled twin of ``fast`` + ``booking``

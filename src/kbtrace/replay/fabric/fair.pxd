@@ -53,8 +53,6 @@ cdef Booked _made(Slots tab, Flow f, Py_ssize_t j)
 cdef Booked _record(Flow f, Py_ssize_t j, double s, double e, double r, double busy, double tail,
                     double a_end)
 
-cdef inline bint _holds_body(double a, double t_in, double ov)
-
 @cython.locals(i=cython.Py_ssize_t, q=cython.Py_ssize_t,
                kind=cython.Py_ssize_t, A=cython.double, B=cython.double, bz=cython.double,
                s=cython.double, e=cython.double, x=cython.double, r=cython.double, own=list,

@@ -46,7 +46,7 @@ from kbtrace.replay.fabric.fifo import (
 )
 from kbtrace.replay.intervals import TIME_EPS
 
-__all__ = ["Flow", "Booked", "book", "booked", "book_plan", "note_body", "fair_hop", "incumbents", "prune_flows", "share_with", "expand", "coarse",
+__all__ = ["Flow", "Booked", "book", "booked", "book_plan", "fair_hop", "incumbents", "prune_flows", "share_with", "expand", "coarse",
            "ARRIVAL_PIECES"]
 
 class Flow:
@@ -270,24 +270,6 @@ def _record(f: Flow, j: int, s: float, e: float, r: float, busy: float, tail: fl
     return b
 
 
-def note_body(fab: Any, n: int, a: float, t_in: float, g: Flow, j: int) -> None:
-    """Stream flow ``g``'s head reached node ``n`` (hop ``j``) at ``a`` and its tail arrives
-    at ``t_in``: at a mesh router, a head booked later that arrives in between holds its later
-    flits (``heads._hold_bodies``)."""
-    if _holds_body(a, t_in, fab.node_ov[n]) and fab.node_kind[n] == "router":
-        lst = fab.node_body.get(n)
-        if lst is None:
-            fab.node_body[n] = [(a, t_in, g, j)]
-        else:
-            lst.append((a, t_in, g, j))
-
-
-def _holds_body(a: float, t_in: float, ov: float) -> bool:
-    """``note_body``'s test: a stream's tail at ``t_in`` within ``ov`` ns of its head at a
-    node at ``a`` (``book_plan`` asks it before calling ``note_body``)."""
-    return a + TIME_EPS < t_in <= a + ov + TIME_EPS
-
-
 def book_plan(link_flows: list, f: Flow, off: Any, bk: Any, k: int, h: float, t: float) -> None:
     """Flow ``f`` reserved the first ``k`` resources of a free-path plan from head / tail
     times ``h`` / ``t`` (``routes._Plan.take``): note its node reservations (``node_own``)
@@ -305,13 +287,6 @@ def book_plan(link_flows: list, f: Flow, off: Any, bk: Any, k: int, h: float, t:
             n = int(bk[q + 2])     # (its head arrives as it starts: the flow alone)
             notes = own[n]
             notes.add(s, f.slot)
-            if kind == 2:   # a stream at a mesh router: heads arriving as its body does hold it
-                A = t + bk[q + 4]
-                B = h + bk[q + 5]
-                if B > A:
-                    A = B
-                if _holds_body(s, A, bk[q + 3]):
-                    note_body(f.fab, n, s, A, f, jj)
             continue
         bz = off[4 * i + 3]
         x = h + off[4 * i + 2]
@@ -393,6 +368,8 @@ def _times(f: Flow) -> tuple[list[float], list[float]]:
                     lv.append(x if x > y else y)
     f.en = en
     f.lv = lv
+    if f.slot >= 0:         # (its tails may now be later than its slot notes: ``bodies``)
+        f.fab.flow_slots.retimed(f.slot)
     return en, lv
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import simpy
 
 from kbtrace.replay.fabric.base import Fabric, _Ev, after
+from kbtrace.replay.fabric.bodies import router_inputs
 from kbtrace.replay.fabric.booking import (
     Spans,
     Steps,
@@ -24,7 +25,6 @@ from kbtrace.replay.fabric.fair import (
     expand,
     fair_hop,
     incumbents,
-    note_body,
 )
 from kbtrace.replay.fabric.heads import (
     commit_later,
@@ -34,7 +34,7 @@ from kbtrace.replay.fabric.heads import (
 )
 from kbtrace.replay.fabric.ledger import Notes, Recs, Slots
 from kbtrace.replay.fabric.pull import pull_behind, read_first
-from kbtrace.replay.fabric.routes import _Plan, _Route, book_route, hop_seq
+from kbtrace.replay.fabric.routes import _Plan, _Route, book_route, held, hop_seq
 from kbtrace.replay.hbm import HbmController
 from kbtrace.replay.recorder import STAGE_CODE, Recorder
 
@@ -116,8 +116,9 @@ class FastFabric(Fabric):
         #: a flit arriving before one goes first and the flow moves (``heads.serve_flit``)
         self.link_own: list[dict[float, tuple[Flow, int, float]]] = [{} for _ in topo.links]
         self.push_depth = 0
-        #: per mesh router, the streams whose flits still arrive after their head (``heads``)
-        self.node_body: dict[int, list[tuple[float, float, Flow, int]]] = {}
+        #: per mesh router, the links into it: the streams whose flits still arrive after
+        #: their head there are among their bookings (``bodies.hold_bodies``)
+        self.body_in = router_inputs(self, topo)
         self.head_at = head_at              # (``fair._push`` moves a flow's head through it)
         self.relink = relink                # (and a single flit's link booking)
         self.pull_behind = pull_behind      # (``heads.head_at``: credits queued behind a head)
@@ -234,8 +235,13 @@ class FastFabric(Fabric):
         while j < n:
             niv, ov, ln, _li, mode, hd_d, body, last_d, p = hops[j]
             H0, A0, B0 = H, A, B
-            if niv is not None and not take(niv, h + H, h + (H + ov)):
-                break
+            if niv is not None:
+                if (mode == 2 and self.fair and niv.last() > h + H
+                        and held(niv, h + H, max(t + A, h + B))
+                        and self.node_kind[rt.nodes[j]] == "router"):
+                    break           # (its later flits wait for a head: ``hop_seq``)
+                if not take(niv, h + H, h + (H + ov)):
+                    break
             if niv is not None or ov > 0:       # the node's overhead, reserved or not
                 H += ov
                 B = max(B, H)
@@ -269,8 +275,6 @@ class FastFabric(Fabric):
                          x if x > e else e, rt.busy[j], 0.0, nb))
             if niv is not None and self._f is not None:
                 self.node_own[rt.nodes[j]].add(h + H0, self._f.slot)
-                if mode == 2:               # (a later head arriving as its body does holds it)
-                    note_body(self, rt.nodes[j], h + H0, max(t + A0, h + B0), self._f, j)
             j += 1
         else:
             H0, A0, B0 = H, A, B

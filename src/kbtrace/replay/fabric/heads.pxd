@@ -6,6 +6,7 @@
 # ``hop_seq`` calls.
 import cython
 
+from kbtrace.replay.fabric._bodies_c cimport hold_bodies
 from kbtrace.replay.fabric._booking_c cimport Spans, Steps, serve
 from kbtrace.replay.fabric._ledger_c cimport Notes
 
@@ -15,17 +16,9 @@ cdef double TIME_EPS
 
 @cython.locals(own=Notes, pushed=list, i=cython.Py_ssize_t, hz=cython.double,
                s_r=cython.double, e_r=cython.double, jg=cython.Py_ssize_t, a=cython.double,
-               e=cython.double, e2=cython.double, w=cython.double)
+               e=cython.double, e2=cython.double, w=cython.double, ins=list)
 cpdef double serve_head(fab, Py_ssize_t n, Spans iv, double now, double h, double ov,
                         Py_ssize_t j, f, bint flits=*) except? -1.0
-
-@cython.locals(n=cython.Py_ssize_t, nf=cython.Py_ssize_t, iv=Spans, ft=cython.double,
-               dt=cython.double, own=Notes, i=cython.Py_ssize_t, cur=cython.double,
-               s_r=cython.double, e_r=cython.double, ar=cython.double, x=cython.double)
-cpdef double body_hold(fab, rt, Py_ssize_t j, double a, double t_in, double t) except? -1.0
-
-@cython.locals(a=cython.double, t_in=cython.double)
-cpdef double _live_tail(tuple it, double now) except? -1.0
 
 cpdef prune_all(fab, double now)
 

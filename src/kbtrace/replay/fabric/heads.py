@@ -27,18 +27,16 @@ before it, not behind every payload booked before it; an HBM read arriving as it
 ready, ``fifo.burst_arrival``). Reservations of transfers that cannot move (HBM writes
 of two flits or more) keep their times, and a head takes the gaps between them
 (``booking.serve``: preemptive resume). At a mesh router, a stream's flits after its head
-wait behind every head that arrived there before them (flit mode's node is one FIFO), where
-its body arrives within its head's overhead there (a 512 B IPCQ payload: two flits): heads
-booked before it hold its tail (``body_hold``), heads booked later push it (``fair.note_body``,
-``_hold_bodies``). Longer bodies are not held: a head arriving after the stream's overhead
-finds the node free and is booked by the closed form, which does not look for them.
+wait behind every head that arrived there before them (``bodies``: heads booked before it
+hold its tail, ``bodies.body_hold``; heads booked later push it, ``bodies.hold_bodies`` from
+``serve_head``, finding it among the bookings of the links into the router).
 
 A head moved later at a mesh router lets the IPCQ credits that queued behind its old
 reservation there, and arrived before its new arrival, go first (``pull.pull_behind``,
 reached through ``FastFabric.pull_behind``: they move earlier).
 
-Imports ``booking`` and ``fair``; ``fast`` imports this (``fair._push`` reaches ``head_at``
-through ``FastFabric.head_at``, so there is no cycle).
+Imports ``booking``, ``fair`` and ``bodies``; ``fast`` imports this (``fair._push`` reaches
+``head_at`` through ``FastFabric.head_at``, so there is no cycle).
 """
 
 from __future__ import annotations
@@ -48,6 +46,7 @@ from typing import Any
 from simpy.events import NORMAL  # the priority of a Timeout
 
 from kbtrace.replay.fabric.base import _Ev, after
+from kbtrace.replay.fabric.bodies import hold_bodies
 from kbtrace.replay.fabric.booking import (
     Spans,
     Steps,
@@ -64,14 +63,13 @@ from kbtrace.replay.fabric.fair import (
     _times,
     booked,
     incumbents,
-    note_body,
     prune_flows,
     share_with,
 )
 from kbtrace.replay.intervals import TIME_EPS
 
 __all__ = ["PUSH_DEPTH", "serve_head", "serve_flit", "head_at", "prune_owners", "prune_links",
-           "prune_all", "relink", "body_hold", "HbmWrite", "commit_later"]
+           "prune_all", "relink", "HbmWrite", "commit_later"]
 
 #: a head served first pushes flows booked before it, whose heads pushed further on may push
 #: others in turn, so deep (all_gather: 2.1% late with one level, 0.03% from six on)
@@ -120,8 +118,9 @@ def serve_head(fab: Any, n: int, iv: Spans, now: float, h: float, ov: float, j: 
                         continue
             i += 2
     e = _reserve(fab, n, iv, f, j, h, ov) if f is not None else serve(iv, now, h, ov)
-    if n in fab.node_body and fab.push_depth < PUSH_DEPTH:
-        _hold_bodies(fab, n, h, e, f)
+    ins = fab.body_in[n]
+    if ins and fab.push_depth < PUSH_DEPTH:     # (a mesh router: ``bodies``)
+        hold_bodies(fab, ins, now, h, e, f, f is not None and f.rt.nb <= fab.flit_bytes, ov)
     if pushed:
         if len(pushed) > 1:             # served again first come, first served
             pushed.sort(key=_pushed_arrival)
@@ -134,100 +133,12 @@ def serve_head(fab: Any, n: int, iv: Spans, now: float, h: float, ov: float, j: 
     return e
 
 
-def body_hold(fab: Any, rt: Any, j: int, a: float, t_in: float, t: float) -> float:
-    """The stream of route ``rt`` has its head at hop ``j``'s node at ``a`` (served there) and
-    its tail there at ``t_in``; ``t``: its tail ready at the link after. At a mesh router its
-    flits after the head wait behind every head that arrived there before them, as flit mode's
-    node serves one FIFO: returns ``t``, no earlier than the end of each overhead there of a
-    head that arrived after ``a`` (its arrival noted in ``FastFabric.node_own``) plus the
-    flit times of the flits that arrived after that head (its flits arrive evenly until
-    ``t_in``). The flow being booked is noted for heads booked later (``note_body``)."""
-    n = rt.nodes[j]
-    nf = -(-rt.nb // fab.flit_bytes)
-    if (nf < 2 or t_in <= a + TIME_EPS or t_in > a + fab.node_ov[n] + TIME_EPS
-            or fab.node_kind[n] != "router"):
-        return t
-    if fab._f is not None:
-        note_body(fab, n, a, t_in, fab._f, j)
-    iv = rt.hops[j][0]
-    ft = rt.hops[j][5]
-    dt = (t_in - a) / (nf - 1)
-    own = fab.node_own[n]
-    i = iv.bisect_right(a)
-    if i & 1:
-        i -= 1
-    cur = a
-    while i < iv.n:
-        s_r = iv.at(i)
-        e_r = iv.at(i + 1)
-        if s_r >= t_in and s_r > cur + TIME_EPS:
-            break
-        o = own.get(s_r)
-        if o is not None:
-            ar = o[2] if type(o) is tuple else s_r
-            if a + TIME_EPS < ar < t_in - TIME_EPS:
-                x = e_r + (nf - 2 - int((ar - a) / dt)) * ft
-                if x > t:
-                    t = x
-        if e_r > cur:
-            cur = e_r
-        i += 2
-    return t
-
-
-def _hold_bodies(fab: Any, n: int, h: float, e: float, f: Flow | None) -> None:
-    """A head arrived at node ``n`` at ``h`` and is served until ``e``: the flits of streams
-    noted there (``fair.note_body``) whose heads arrived before it but which arrive after it wait
-    for it; each such stream's tail leaves the link after the node later (``fair._push``).
-    Notes of streams complete or all arrived are dropped."""
-    lst = fab.node_body[n]
-    now = fab.env.now
-    fb = fab.flit_bytes
-    keep = []
-    for it in lst:
-        t_in = _live_tail(it, now)
-        if t_in < 0.0:
-            continue
-        keep.append(it)
-        a, _t, g, j = it
-        if not a + TIME_EPS < h < t_in - TIME_EPS or g is f or g is fab._f:
-            continue
-        nf = -(-g.rt.nb // fb)
-        hp = g.rt.hops[j]
-        tail = e + (nf - 2 - int((h - a) / ((t_in - a) / (nf - 1)))) * hp[5] + hp[7]
-        b = booked(g, j)
-        if b is not None and tail > b.tail + TIME_EPS:
-            b.tail = tail
-            fab.push_depth += 1
-            _push(fab, g, j, tail, h)
-            fab.push_depth -= 1
-    if len(keep) < len(lst):
-        fab.node_body[n] = keep
-
-
-def _live_tail(it: tuple, now: float) -> float:
-    """A stream note's (``fair.note_body``) tail at its node, later if the tail was moved
-    since; -1.0 once the stream is complete or all its flits arrived by ``now``."""
-    a, t_in, g, j = it
-    if g.fin:
-        return -1.0
-    if g.lv is not None and g.lv[j - 1] > t_in:
-        t_in = g.lv[j - 1]
-    return t_in if t_in > now else -1.0
-
-
 def prune_all(fab: Any, now: float) -> None:
     """Drop what can no longer meet a transfer starting at ``now`` or later: flows' link
-    bookings, movable reservations, stream notes, and nodes' and links' past intervals."""
+    bookings, movable reservations, and nodes' and links' past intervals."""
     prune_flows(fab.link_flows, now)
     prune_owners(fab.node_own, now)
     prune_links(fab.link_own, now)
-    for n in list(fab.node_body):
-        lst = [it for it in fab.node_body[n] if _live_tail(it, now) >= 0.0]
-        if lst:
-            fab.node_body[n] = lst
-        else:
-            del fab.node_body[n]
     prune_states(fab.node_iv, fab.link_steps, now, 64)
 
 

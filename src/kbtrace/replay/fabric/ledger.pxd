@@ -31,6 +31,7 @@ cdef class Slots:
     cpdef tuple values(self, Py_ssize_t i, Py_ssize_t j)
     cpdef leave(self, Py_ssize_t i)
     cpdef moved(self, Py_ssize_t i, Py_ssize_t j)
+    cpdef retimed(self, Py_ssize_t i)
     cpdef bint moved_at(self, Py_ssize_t i, Py_ssize_t j)
     cpdef recycle(self)
 

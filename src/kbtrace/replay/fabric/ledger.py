@@ -36,7 +36,8 @@ __all__ = ["Slots", "Recs", "Notes", "DONE", "GONE", "LIVE", "MOVED", "REC", "HO
 
 GONE = 0        # the slot's flow is complete (or the slot is free)
 LIVE = 1        # under way, every booking's a_end as booked
-MOVED = 2       # under way, the arrival of one of its hops moved (``Slots.moved``)
+MOVED = 2       # under way, the arrival of one of its hops moved (``Slots.moved``), or its
+                # tails (``Slots.retimed``)
 REC = 3         # doubles per booking on a link: a_end, slot, hop
 HOP = 5         # doubles per slot and hop: start, lone end, work, tail, moved (0 / 1)
 NOTE = 4        # doubles per node note's owner: slot, its serial, hop (-1: the flow alone), arrival
@@ -133,6 +134,11 @@ class Slots:
         ``a_end`` holds)."""
         self.st[i] = MOVED
         self.hv[HOP * (self.hops * i + j) + 4] = 1.0
+
+    def retimed(self, i: int) -> None:
+        """Slot ``i``'s flow's times were taken out to move (``fair._times``): a tail of it
+        may now be later than its slot notes (``bodies.hold_bodies`` reads its flow then)."""
+        self.st[i] = MOVED
 
     def moved_at(self, i: int, j: int) -> bool:
         return self.hv[HOP * (self.hops * i + j) + 4] != 0.0

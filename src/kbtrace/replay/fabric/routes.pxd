@@ -5,7 +5,8 @@
 import cython
 from kbtrace.replay.fabric._booking_c cimport Spans, Steps
 from kbtrace.replay.fabric._fair_c cimport book_plan
-from kbtrace.replay.fabric._heads_c cimport body_hold, serve_flit, serve_head
+from kbtrace.replay.fabric._bodies_c cimport body_hold
+from kbtrace.replay.fabric._heads_c cimport serve_flit, serve_head
 
 # (imported from intervals: a C double here, so tests against it compare C doubles
 # rather than boxing both sides)
@@ -32,6 +33,9 @@ cdef class _Plan:
                    r=cython.double, i=cython.Py_ssize_t, n=cython.Py_ssize_t)
     cpdef Py_ssize_t take(self, double h, double t) except -1
 
+@cython.locals(i=cython.Py_ssize_t)
+cpdef bint held(Spans sp, double s, double t_in) except -1
+
 @cython.locals(j=cython.Py_ssize_t, k=cython.Py_ssize_t, jr=cython.Py_ssize_t, pl=_Plan,
                i=cython.Py_ssize_t,
                hh=cython.double, tt=cython.double, x=cython.double, H=cython.double,
@@ -42,5 +46,5 @@ cpdef book_route(fab, _Route rt, f, op_id, tile, addr, double h, double t, doubl
 @cython.locals(ov=cython.double, mode=cython.Py_ssize_t, hd_d=cython.double,
                body=cython.double, last_d=cython.double, p=cython.double, fair=cython.bint,
                enter=cython.double, q=cython.double, s=cython.double, t_in=cython.double,
-               hd=cython.double, td=cython.double)
+               hd=cython.double, td=cython.double, n=cython.Py_ssize_t)
 cpdef tuple hop_seq(fab, _Route rt, Py_ssize_t j, op_id, tile, double h, double t, double now)

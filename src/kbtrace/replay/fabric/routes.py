@@ -15,13 +15,14 @@ from array import array
 from typing import Any, Literal
 
 from kbtrace.replay.fabric.base import _Ev, after
-from kbtrace.replay.fabric.booking import fit_rate, serve, take_rate, unreserve
+from kbtrace.replay.fabric.bodies import body_hold
+from kbtrace.replay.fabric.booking import Spans, fit_rate, serve, take_rate, unreserve
 from kbtrace.replay.fabric.fair import book_plan
-from kbtrace.replay.fabric.heads import body_hold, commit_later, serve_flit, serve_head
+from kbtrace.replay.fabric.heads import commit_later, serve_flit, serve_head
 from kbtrace.replay.intervals import TIME_EPS
 from kbtrace.replay.recorder import STAGE_CODE
 
-__all__ = ["book_route", "hop_seq"]
+__all__ = ["book_route", "held", "hop_seq"]
 
 _NEG_INF = float("-inf")
 
@@ -93,7 +94,8 @@ class _Plan:
     of resource ``i`` (``fair.book_plan``), C doubles read where the plan's Python objects
     (``res_hop``, ``start``, the route's hop tuples) would each be a cache miss:
     ``(kind, hop, node or link, node overhead, A, B at the hop's start)``, ``kind`` 0 the
-    destination's overhead, 1 a node's, 2 a node's at a mesh router of a stream hop, 3 a single
+    destination's overhead, 1 a node's, 2 a node's at a mesh router of a stream hop (fair
+    share only: its body is held there, ``bodies``), 3 a single
     flit's link, 4 a stream's link.
     """
     __slots__ = ("j0", "n_hops", "n_res", "sts", "off", "res_hop", "first", "start", "h_in",
@@ -123,8 +125,8 @@ class _Plan:
                 off += (H, _NEG_INF, H + ov, -1.0)
                 res_hop.append(jr)
                 n = rt.nodes[j]
-                bk += (2.0 if mode == 2 and fab.node_kind[n] == "router" else 1.0, j, n,
-                       fab.node_ov[n], A, B)
+                bk += (2.0 if mode == 2 and fab.fair and fab.node_kind[n] == "router" else 1.0,
+                       j, n, fab.node_ov[n], A, B)
             if niv is not None or ov > 0:       # the node's overhead, reserved or not
                 H += ov
                 B = max(B, H)
@@ -195,6 +197,11 @@ class _Plan:
                     y = sp.t[i]
                     if e > y + TIME_EPS:
                         break
+                    if self.bk[6 * k] == 2.0:      # a stream at a mesh router: a head
+                        x = t + self.bk[6 * k + 4]  # reserved before its tail arrives
+                        z = h + self.bk[6 * k + 5]  # holds its later flits (``held``)
+                        if (x if x > z else z) > y + TIME_EPS:
+                            break
                     sp.insert2(i, s, e if e < y else y)
             else:
                 ln = st
@@ -206,6 +213,15 @@ class _Plan:
                     break
             k += 1
         return k
+
+
+def held(sp: Spans, s: float, t_in: float) -> bool:
+    """A stream's head served at a mesh router from ``s`` (reservations ``sp``), its tail
+    arriving there at ``t_in``: is a head reserved there after ``s`` and before ``t_in``?
+    Its later flits would wait for it (flit mode's node is one FIFO), which the free-path
+    closed form does not see: the hop is booked by ``hop_seq`` (``bodies.body_hold``)."""
+    i = sp.bisect_right(s)
+    return not i & 1 and i < sp.n and sp.t[i] < t_in - TIME_EPS
 
 
 def book_route(fab: Any, rt: _Route, f: Any, op_id: int, tile: int, addr: int, h: float,
@@ -283,14 +299,15 @@ def hop_seq(fab: Any, rt: _Route, j: int, op_id: int, tile: int, h: float, t: fl
     enter = h
     q = 0.0
     if niv is not None:
-        s = serve_head(fab, rt.nodes[j], niv, now, h, ov, j, f) if fair else serve(niv, now, h, ov)
+        n = rt.nodes[j]
+        s = serve_head(fab, n, niv, now, h, ov, j, f) if fair else serve(niv, now, h, ov)
         q = s - (h + ov)
         t_in = t
         h = s
         if t < h:
             t = h
         if mode == 2 and fair:     # (its body waits for heads that arrived before)
-            t = body_hold(fab, rt, j, enter, t_in, t)
+            t = body_hold(fab, rt, j, n, niv, ov, hd_d, enter, t_in, t)
     elif ov > 0:
         h += ov
         if t < h:
