@@ -4,9 +4,9 @@
 # only where they pass; their times as C doubles, a node's reservations through C calls.
 import cython
 
-from kbtrace.replay.fabric._booking_c cimport Notes, Spans
+from kbtrace.replay.fabric._booking_c cimport Spans
 from kbtrace.replay.fabric._fair_c cimport Flow
-from kbtrace.replay.fabric._ledger_c cimport Recs, Slots
+from kbtrace.replay.fabric._ledger_c cimport Notes, Recs, Slots
 
 cdef double TIME_EPS
 cdef Py_ssize_t GONE, LIVE, REC, HOP
