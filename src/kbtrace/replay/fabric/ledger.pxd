@@ -35,13 +35,15 @@ cdef class Slots:
     cpdef bint moved_at(self, Py_ssize_t i, Py_ssize_t j)
     cpdef recycle(self)
 
-@cython.final
-cdef class Recs:
-    cdef object _a
-    cdef double[::1] v
+cdef class _Table:
     cdef readonly Py_ssize_t n
     cdef Py_ssize_t cap
     cdef public Slots tab
+
+@cython.final
+cdef class Recs(_Table):
+    cdef object _a
+    cdef double[::1] v
     @cython.locals(n=cython.Py_ssize_t, cap=cython.Py_ssize_t, q=cython.Py_ssize_t)
     cpdef add(self, Py_ssize_t slot, Py_ssize_t j, double a_end)
     cpdef Py_ssize_t slot_at(self, Py_ssize_t i)
@@ -57,12 +59,9 @@ cdef class Recs:
 
 
 @cython.final
-cdef class Notes:
+cdef class Notes(_Table):
     cdef object _at, _ao
     cdef double[::1] t, o
-    cdef readonly Py_ssize_t n
-    cdef Py_ssize_t cap
-    cdef public Slots tab
     cpdef add(self, double s, Py_ssize_t slot)
     @cython.locals(n=cython.Py_ssize_t, q=cython.Py_ssize_t)
     cpdef add_at(self, double s, Py_ssize_t slot, Py_ssize_t j, double a)

@@ -150,14 +150,13 @@ class Slots:
             self.gone = []
 
 
-class Recs:
-    """A link's bookings, in the order they were made (see the module docstring); ``tab`` is
-    the fabric's ``Slots``."""
-    __slots__ = ("_a", "v", "n", "cap", "tab")
+class _Table:
+    """What a link's bookings (``Recs``) and a node's notes (``Notes``) share: ``n`` entries
+    in C arrays of capacity ``cap`` (none until the first entry: most links and nodes take
+    none), their flows named by slot in the fabric's ``Slots`` ``tab``."""
+    __slots__ = ("n", "cap", "tab")
 
     def __init__(self, tab: Slots) -> None:
-        self._a: Any = None         # no buffer until the first booking (most links book none)
-        self.v: Any = None
         self.n = 0
         self.cap = 0
         self.tab = tab
@@ -167,6 +166,16 @@ class Recs:
 
     def __bool__(self) -> bool:
         return self.n > 0
+
+
+class Recs(_Table):
+    """A link's bookings, in the order they were made (see the module docstring)."""
+    __slots__ = ("_a", "v")
+
+    def __init__(self, tab: Slots) -> None:
+        _Table.__init__(self, tab)
+        self._a: Any = None
+        self.v: Any = None
 
     def add(self, slot: int, j: int, a_end: float) -> None:
         """Note that slot ``slot``'s flow booked this link at its hop ``j``."""
@@ -242,7 +251,7 @@ class _Done:
 DONE = _Done()
 
 
-class Notes:
+class Notes(_Table):
     """A node's notes of whose reservation starts when (``FastFabric.node_own``): start ->
     owner as a dict would hold them, the owner a flow (``add``: its head arrived as the
     reservation starts) or ``(flow, hop, arrival)`` (``add_at``). They are appended, the
@@ -251,22 +260,14 @@ class Notes:
     from the last (a later note of a start replaces an earlier one): no float boxed, no hash,
     no reference held; few are looked up before ``prune`` (gemm: 4,381 lookups, ~29 notes at
     their node, for 240,978 notes). A note of a flow complete since names ``DONE``."""
-    __slots__ = ("_at", "t", "_ao", "o", "n", "cap", "tab")
+    __slots__ = ("_at", "t", "_ao", "o")
 
     def __init__(self, tab: Slots) -> None:
-        self._at: Any = None        # no buffer until the first note (most nodes take none)
+        _Table.__init__(self, tab)
+        self._at: Any = None
         self.t: Any = None
         self._ao: Any = None
         self.o: Any = None
-        self.n = 0
-        self.cap = 0
-        self.tab = tab
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __bool__(self) -> bool:
-        return self.n > 0
 
     def add(self, s: float, slot: int) -> None:
         """Note that slot ``slot``'s flow, its head arriving at ``s``, holds the reservation
