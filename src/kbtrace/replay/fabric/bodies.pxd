@@ -11,9 +11,9 @@ from kbtrace.replay.fabric._ledger_c cimport Notes, Recs, Slots
 cdef double TIME_EPS
 cdef Py_ssize_t GONE, LIVE, REC, HOP
 
-@cython.locals(nf=cython.Py_ssize_t, dt=cython.double, own=Notes, i=cython.Py_ssize_t,
+@cython.locals(nf=cython.Py_ssize_t, own=Notes, i=cython.Py_ssize_t,
                cur=cython.double, s_r=cython.double, e_r=cython.double, ar=cython.double,
-               x=cython.double, k=cython.Py_ssize_t, lng=cython.bint, arr=list, pm=tuple)
+               x=cython.double, k=cython.Py_ssize_t, lng=cython.bint, arr=list)
 cpdef double body_hold(fab, rt, Py_ssize_t j, Py_ssize_t n, Spans iv, double ov, double ft,
                        double a, double t_in, double t) except? -1.0
 
@@ -26,12 +26,15 @@ cpdef hold_bodies(fab, list ins, double now, double h, double e, Flow f, bint on
                   double ov)
 
 @cython.locals(j=cython.Py_ssize_t, pm=tuple, hp=tuple, s=cython.double, tl=cython.double,
-               a=cython.double, t0=cython.double, t_in=cython.double, nf=cython.Py_ssize_t,
+               a=cython.double, t0=cython.double, t_in=cython.double, pcs=list,
                k=cython.Py_ssize_t, tail=cython.double)
 cpdef _hold(fab, double h, double e, Flow g, Py_ssize_t jj, double now, bint one)
 
 @cython.locals(s=cython.double, e=cython.double, busy=cython.double, r=cython.double)
 cpdef _pieces(Flow f, Py_ssize_t j)
+
+cdef Py_ssize_t _flits_after(Py_ssize_t nf, double x, double a, double t_in, list pcs,
+                             tuple pm) except? -1
 
 @cython.locals(w=cython.double, a=cython.double, b=cython.double, r=cython.double)
 cpdef double _work_by(list pcs, double x) except? -1.0

@@ -90,7 +90,6 @@ def body_hold(fab: Any, rt: Any, j: int, n: int, iv: Spans, ov: float, ft: float
     lng = t_in > a + ov + TIME_EPS      # a longer body: counted as it arrives
     if lng and (f is None or j == 0 or f.links[j - 1] is None):
         return t
-    dt = (t_in - a) / (nf - 1)
     own = fab.node_own[n]
     i = iv.bisect_right(a)
     if i & 1:
@@ -111,13 +110,9 @@ def body_hold(fab: Any, rt: Any, j: int, n: int, iv: Spans, ov: float, ft: float
                 ar = s_r
             if (a - TIME_EPS < ar < t_in - TIME_EPS and g is not f     # (a tie: after it)
                     and (not lng or not g.fin and g.rt.nb <= fab.flit_bytes)):
-                if not lng:
-                    k = nf - 1 - int((ar - a) / dt)
-                else:               # (the flits not all there by ar)
-                    if arr is None:
-                        arr = _pieces(f, j - 1) or []
-                    pm = rt.hops[j - 1]
-                    k = nf - int(_work_by(arr, ar - pm[8]) / pm[5] + 1e-9)
+                if lng and arr is None:     # (the flits not all there by ar)
+                    arr = _pieces(f, j - 1) or []
+                k = _flits_after(nf, ar, a, t_in, arr if lng else None, rt.hops[j - 1])
                 x = e_r + (k - 1) * ft
                 if k > 0 and x > t:
                     t = x
@@ -139,6 +134,17 @@ def _pieces(f: Flow, j: int) -> list | None:
     s, e, busy, _tail = f.fab.flow_slots.values(f.slot, j)
     r = busy / (e - s)
     return [(s, e, r if r < 1.0 else 1.0)]
+
+
+def _flits_after(nf: int, x: float, a: float, t_in: float, pcs: list | None,
+                 pm: tuple) -> int:
+    """How many of a stream's ``nf`` flits arrive at the router after ``x``: evenly from its
+    head at ``a`` until its tail at ``t_in`` (``pcs`` None: a body within its head's
+    overhead), else as its booking on the link before (hop tuple ``pm``) serves them (its
+    pieces ``pcs``, ``_pieces``)."""
+    if pcs is None:
+        return nf - 1 - int((x - a) / ((t_in - a) / (nf - 1)))
+    return nf - int(_work_by(pcs, x - pm[8]) / pm[5] + 1e-9)
 
 
 def _work_by(pcs: list, x: float) -> float:
@@ -239,13 +245,12 @@ def _hold(fab: Any, h: float, e: float, g: Flow | None, jj: int, now: float,
         t_in = lv[jj]
     if not h < t_in - TIME_EPS:
         return
-    nf = -(-rt.nb // fab.flit_bytes)
+    pcs = None
     if t0 > a + fab.node_ov[rt.nodes[j]] + TIME_EPS:      # (a longer body: as it arrives)
         if not one:
             return
-        k = nf - int(_work_by(_pieces(g, jj) or [], h - pm[8]) / pm[5] + 1e-9)
-    else:
-        k = nf - 1 - int((h - a) / ((t_in - a) / (nf - 1)))
+        pcs = _pieces(g, jj) or []
+    k = _flits_after(-(-rt.nb // fab.flit_bytes), h, a, t_in, pcs, pm)
     if k <= 0:
         return
     hp = rt.hops[j]
