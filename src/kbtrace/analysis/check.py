@@ -28,7 +28,7 @@ __all__ = ["check_path"]
 
 
 def _trace(d: Path, topology: Any) -> str:
-    from kbtrace.capture import open_trace
+    from kbtrace.tracefile import open_trace
     tr = open_trace(d)
     if topology is None:
         return f"trace {d}: ok ({tr.n_ops} ops; files match trace.json)"

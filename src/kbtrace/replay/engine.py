@@ -94,7 +94,7 @@ def _open(trace: Any, topo: Any) -> tuple[Path | None, dict[str, Any], OpSource]
     if hasattr(trace, "ops_path"):           # a Trace object (open_trace checks its own)
         schema.check_schema(pq.read_schema(trace.ops_path), schema.OPS, "ops.parquet")
     else:
-        from kbtrace.capture import open_trace
+        from kbtrace.tracefile import open_trace
         trace = open_trace(trace, hashed=("ops.parquet",))
     meta = dict(trace.meta)
     return trace.path, meta, OpSource(path=trace.ops_path, columns=list(_EXTRA), topo=topo,
