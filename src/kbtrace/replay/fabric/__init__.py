@@ -57,9 +57,10 @@ Modules (one-way imports: ``flit`` and ``fast`` import ``base``; ``fast`` import
              single flit's link booking too); HBM writes' commits (``HbmWrite``)
              (imports ``base``, ``booking``, ``fair`` and ``bodies``; ``fast`` imports all
              of them).
-``bodies``   stream bodies held at mesh routers by the heads that arrive before them, their
-             notes per router (``BodyNotes``) (imports ``booking`` and ``fair``; ``heads``,
-             ``routes`` and ``fast`` import it).
+``bodies``   stream bodies held at mesh routers by the heads that arrive before them, found
+             among the links' live bookings (``ledger.Recs``; nothing noted per hop)
+             (imports ``booking`` and ``fair``, compiled ``ledger``'s types; ``heads``, ``routes`` and ``fast``
+             import it).
 ``pull``     IPCQ credits queued behind a head that moved later served again earlier,
              carried on along their path (imports ``booking``, ``fair``, ``heads``).
 ``core``     which ``FastFabric`` runs: the compiled twin of ``fast`` + ``booking``
