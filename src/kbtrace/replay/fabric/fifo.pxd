@@ -12,47 +12,71 @@ cpdef double _when(list arr, double w, double x)
                a=cython.double, b=cython.double, r=cython.double, out=list)
 cpdef list _cum_at(list pcs, list taus)
 
-@cython.locals(got=cython.double, x=cython.double, a=cython.double, b=cython.double,
-               r=cython.double, out=list)
-cpdef list _unserved(list arr, double w, double d)
-
 @cython.locals(b=cython.double)
 cpdef tuple _burst(double a, double w)
 
-@cython.locals(m=cython.Py_ssize_t, nt=cython.Py_ssize_t, k=cython.Py_ssize_t,
-               n=cython.Py_ssize_t, j=cython.Py_ssize_t, i=cython.Py_ssize_t,
-               guard=cython.long,
+cdef Py_ssize_t _CAP0
+
+cdef class _Work:
+    cdef double[::1] ua, ub, ur, uo, taus, us, cis, ts, ss, cs, grid, cums, xs, owed
+
+cdef _Work _WORK
+
+@cython.locals(cap=cython.Py_ssize_t, i=cython.Py_ssize_t, new=cython.double[::1])
+cdef double[::1] _room(double[::1] a, Py_ssize_t n=*, Py_ssize_t need=*)
+
+@cython.locals(i=cython.Py_ssize_t, k=cython.Py_ssize_t, w=cython.Py_ssize_t, x=cython.double)
+cdef Py_ssize_t _sort_unique(double[::1] v, Py_ssize_t n)
+
+@cython.locals(lo=cython.Py_ssize_t, hi=cython.Py_ssize_t, mid=cython.Py_ssize_t)
+cdef Py_ssize_t _bisect_left(double[::1] v, Py_ssize_t n, double x)
+
+@cython.locals(lo=cython.Py_ssize_t, hi=cython.Py_ssize_t, mid=cython.Py_ssize_t)
+cdef Py_ssize_t _bisect_right(double[::1] v, Py_ssize_t n, double x)
+
+@cython.locals(m=cython.Py_ssize_t, npc=cython.Py_ssize_t, n=cython.Py_ssize_t,
+               i=cython.Py_ssize_t, w=cython.double, d=cython.double, got=cython.double,
+               x=cython.double, a=cython.double, b=cython.double, r=cython.double)
+cdef Py_ssize_t _unserved(_Work wk, list streams) except -1
+
+@cython.locals(k=cython.Py_ssize_t, g=cython.Py_ssize_t, acc=cython.double, x=cython.double)
+cdef void _cum_into(_Work wk, Py_ssize_t p0, Py_ssize_t p1, Py_ssize_t nt, Py_ssize_t q)
+
+@cython.locals(wk=_Work, m=cython.Py_ssize_t, nu=cython.Py_ssize_t, nt=cython.Py_ssize_t,
+               k=cython.Py_ssize_t, n=cython.Py_ssize_t, j=cython.Py_ssize_t,
+               i=cython.Py_ssize_t, nts=cython.Py_ssize_t, ng=cython.Py_ssize_t,
+               p1=cython.Py_ssize_t, guard=cython.long,
                total=cython.double, tiny=cython.double, t=cython.double, s=cython.double,
                flat=cython.double,
                c=cython.double, nxt=cython.double, rr=cython.double, q=cython.double,
-               rate=cython.double, x=cython.double, r=cython.double, a=cython.double, b=cython.double, end=cython.double,
+               rate=cython.double, x=cython.double, r=cython.double, a=cython.double,
+               b=cython.double, end=cython.double,
                head=cython.double, w=cython.double, d=cython.double, hw=cython.double,
                u=cython.double, u0=cython.double, u1=cython.double, ta=cython.double,
-               tb=cython.double,
-               us=list, taus=list, ts=list, ss=list, cs=list, ups=list, up=list, cum=list,
-               cis=list, cums=list, allp=list, grid=list, pcs=list, out=list)
+               tb=cython.double, allp=list, pcs=list, out=list)
 cpdef list share_fifo(Steps ln, double t0, list streams)
 
-@cython.locals(m=cython.Py_ssize_t, nt=cython.Py_ssize_t, ng=cython.Py_ssize_t,
-               g=cython.Py_ssize_t, i=cython.Py_ssize_t, k=cython.Py_ssize_t,
-               x=cython.double, u0=cython.double, f=cython.double, cums=list, cum=list)
-cpdef list _served_by(list grid, list ts, list ss, list us, list cis)
+@cython.locals(need=cython.Py_ssize_t)
+cdef _more_s(_Work wk, Py_ssize_t n)
 
-@cython.locals(m=cython.Py_ssize_t, ng=cython.Py_ssize_t, g=cython.Py_ssize_t,
-               i=cython.Py_ssize_t, p=cython.Py_ssize_t, ta=cython.double, tb=cython.double,
-               dt=cython.double, tot=cython.double, cap=cython.double, f=cython.double,
-               x=cython.double, dw=cython.double, r=cython.double,
-               allp=list, owed=list, xs=list, cum=list, pcs=list)
-cpdef list _pieces(list grid, list cums, list ts, list cs, double tiny)
+@cython.locals(g=cython.Py_ssize_t, i=cython.Py_ssize_t, k=cython.Py_ssize_t,
+               kk=cython.Py_ssize_t, x=cython.double, u0=cython.double, f=cython.double)
+cdef _served_by(_Work wk, Py_ssize_t ng, Py_ssize_t nts, Py_ssize_t nt, Py_ssize_t m)
+
+@cython.locals(g=cython.Py_ssize_t, i=cython.Py_ssize_t, p=cython.Py_ssize_t,
+               ta=cython.double, tb=cython.double, dt=cython.double, tot=cython.double,
+               cap=cython.double, f=cython.double, x=cython.double, dw=cython.double,
+               r=cython.double, allp=list, pcs=list)
+cdef list _pieces(_Work wk, Py_ssize_t ng, Py_ssize_t m, double tiny)
 
 @cython.locals(k=cython.Py_ssize_t)
-cpdef double _big_u(list taus, list us, double total, double tau) except? -1.0
+cdef double _big_u(_Work wk, Py_ssize_t nt, double total, double tau)
 
 @cython.locals(i=cython.Py_ssize_t, s0=cython.double, s1=cython.double, x=cython.double)
-cpdef double _t_of(list ts, list ss, double tiny, double u) except? -1.0
+cdef double _t_of(_Work wk, Py_ssize_t nts, double tiny, double u)
 
 @cython.locals(i=cython.Py_ssize_t)
-cpdef double _s_at(list ts, list ss, double t)
+cdef double _s_at(_Work wk, Py_ssize_t nts, double t)
 
 @cython.locals(total=cython.double, acc=cython.double, start=cython.double,
                step=cython.double, goal=cython.double, done=cython.double, end=cython.double,

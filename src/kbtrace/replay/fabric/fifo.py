@@ -14,9 +14,9 @@ SimPy; compiled with the rest of fast mode's core (``fifo.pxd``).
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from array import array
 from math import nextafter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kbtrace.replay.fabric.booking import RATE_EPS, add_shares, unbook
 from kbtrace.replay.intervals import TIME_EPS
@@ -176,28 +176,6 @@ def _when(arr: list, w: float, x: float) -> float:
     return arr[-1][1] if arr else 0.0
 
 
-def _unserved(arr: list, w: float, d: float) -> list:
-    """The pieces of arrival ``arr`` (``w`` in all) after its first ``d`` of work."""
-    out = []
-    got = 0.0
-    for a, b, r in arr:
-        x = r * (b - a)
-        if got + x <= d:
-            got += x
-            continue
-        if got < d and r > 0.0:
-            a = a + (d - got) / r
-        got += x
-        if got > w:                     # (rounding: never more than w)
-            b = b - (got - w) / r if r > 0.0 else b
-            if b > a:
-                out.append((a, b, r))
-            break
-        if b > a:
-            out.append((a, b, r))
-    return out
-
-
 def _cum_at(pcs: list, taus: list) -> list:
     """The work of pieces ``pcs`` (in order) arrived by each of the sorted times ``taus``."""
     out = []
@@ -220,6 +198,140 @@ def _cum_at(pcs: list, taus: list) -> list:
     return out
 
 
+class _Work:
+    """``share_fifo``'s scratch, reused by every call (``_WORK``): growable arrays of doubles
+    (C arrays where compiled, typed views), so a call boxes no float but those it returns.
+    ``ua``, ``ub``, ``ur``: the streams' unserved pieces (stream ``i``'s from ``uo[i]``);
+    ``taus``, ``us``: U's breakpoints and values, ``cis`` each stream's own (``nt`` per
+    stream); ``ts``, ``ss``, ``cs``: S's moments, values and the spare before each; ``grid``,
+    ``cums`` each stream's work served by then (``ng`` per stream); ``xs``, ``owed``."""
+    __slots__ = ("ua", "ub", "ur", "uo", "taus", "us", "cis", "ts", "ss", "cs", "grid",
+                 "cums", "xs", "owed")
+
+    def __init__(self) -> None:
+        self.ua, self.ub, self.ur, self.uo = _room(None), _room(None), _room(None), _room(None)
+        self.taus, self.us, self.cis, self.ts = _room(None), _room(None), _room(None), _room(None)
+        self.ss, self.cs, self.grid, self.cums = _room(None), _room(None), _room(None), _room(None)
+        self.xs, self.owed = _room(None), _room(None)
+
+
+_CAP0 = 64
+
+
+def _room(a: Any, n: int = 0, need: int = 0) -> Any:
+    """``a`` (an array of doubles; None: none yet) if it holds ``need``, else a copy of its
+    first ``n`` in one that does (twice as long at least)."""
+    cap = _CAP0 if a is None else len(a)
+    if a is not None and need <= cap:
+        return a
+    while cap < need:
+        cap *= 2
+    new = array("d", bytes(8 * cap))
+    for i in range(n):
+        new[i] = a[i]
+    return new
+
+
+def _sort_unique(v: Any, n: int) -> int:
+    """Sort ``v[:n]`` in place and drop repeats (``sorted(set(...))``); how many are left."""
+    for i in range(1, n):
+        x = v[i]
+        k = i - 1
+        while k >= 0 and v[k] > x:
+            v[k + 1] = v[k]
+            k -= 1
+        v[k + 1] = x
+    w = 0
+    for i in range(n):
+        if w == 0 or v[i] != v[w - 1]:
+            v[w] = v[i]
+            w += 1
+    return w
+
+
+def _bisect_left(v: Any, n: int, x: float) -> int:
+    """``bisect.bisect_left(v[:n], x)``."""
+    lo = 0
+    hi = n
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if v[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _bisect_right(v: Any, n: int, x: float) -> int:
+    """``bisect.bisect_right(v[:n], x)``."""
+    lo = 0
+    hi = n
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if x < v[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _unserved(wk: _Work, streams: list) -> int:
+    """Each stream's pieces after its first ``done`` of work (of ``work`` in all) into
+    ``wk.ua`` / ``ub`` / ``ur``, stream ``i``'s from ``wk.uo[i]``; how many in all."""
+    m = len(streams)
+    npc = 0
+    for st in streams:
+        npc += len(st[0])
+    wk.ua = _room(wk.ua, 0, npc)
+    wk.ub = _room(wk.ub, 0, npc)
+    wk.ur = _room(wk.ur, 0, npc)
+    wk.uo = _room(wk.uo, 0, m + 1)
+    n = 0
+    for i in range(m):
+        st = streams[i]
+        w = st[1]
+        d = st[2]
+        wk.uo[i] = n
+        got = 0.0
+        for a, b, r in st[0]:
+            x = r * (b - a)
+            if got + x <= d:
+                got += x
+                continue
+            if got < d and r > 0.0:
+                a = a + (d - got) / r
+            got += x
+            if got > w and r > 0.0:         # (rounding: never more than w)
+                b = b - (got - w) / r
+            if b > a:
+                wk.ua[n] = a
+                wk.ub[n] = b
+                wk.ur[n] = r
+                n += 1
+            if got > w:
+                break
+    wk.uo[m] = n
+    return n
+
+
+def _cum_into(wk: _Work, p0: int, p1: int, nt: int, q: int) -> None:
+    """``_cum_at`` of the unserved pieces ``p0`` to ``p1`` at ``wk.taus[:nt]``, into
+    ``wk.cis[q:q + nt]``."""
+    k = p0
+    acc = 0.0
+    for g in range(nt):
+        x = wk.taus[g]
+        while k < p1:
+            if wk.ub[k] > x:
+                break
+            acc += wk.ur[k] * (wk.ub[k] - wk.ua[k])
+            k += 1
+        if k < p1 and wk.ua[k] < x:
+            wk.cis[q + g] = acc + wk.ur[k] * (x - wk.ua[k])
+            continue
+        wk.cis[q + g] = acc
+
+
 def share_fifo(ln: Steps, t0: float, streams: list) -> list:
     """Serve several streams on one link together from ``t0``, first come, first served, as
     flit mode's link FIFO serves flits: each stream is ``[arrival, work, done, head_work]``,
@@ -229,34 +341,35 @@ def share_fifo(ln: Steps, t0: float, streams: list) -> list:
     sent later, and streams arriving together share in proportion to their arrival rates.
     Books the pieces; returns per stream ``(pieces, end, head)``: its booked ``(start, end,
     share)`` pieces, when all its work has been served, and when ``head_work`` of it had
-    (-1.0 if ``head_work`` is 0)."""
+    (-1.0 if ``head_work`` is 0). Works on ``_WORK``'s arrays."""
+    wk = _WORK
     m = len(streams)
-    ups = []
-    for st in streams:
-        ups.append(_unserved(st[0], st[1], st[2]))
-    pts = {t0}
-    for up in ups:
-        for a, b, _r in up:
-            pts.add(a)
-            pts.add(b)
-    taus = sorted(pts)
-    nt = len(taus)
-    # U(tau): the unserved work of all streams arrived by tau, at the breakpoints
-    us = [0.0] * nt
-    cis = []                    # each stream's own at the breakpoints
-    for up in ups:
-        cum = _cum_at(up, taus)
+    nu = _unserved(wk, streams)
+    wk.taus = _room(wk.taus, 0, 1 + 2 * nu)
+    wk.taus[0] = t0
+    for i in range(nu):
+        wk.taus[1 + 2 * i] = wk.ua[i]
+        wk.taus[2 + 2 * i] = wk.ub[i]
+    nt = _sort_unique(wk.taus, 1 + 2 * nu)
+    # U(tau): the unserved work of all streams arrived by tau, at the breakpoints (``us``),
+    # and each stream's own (``cis``)
+    wk.us = _room(wk.us, 0, nt)
+    wk.cis = _room(wk.cis, 0, m * nt)
+    for k in range(nt):
+        wk.us[k] = 0.0
+    for i in range(m):
+        _cum_into(wk, int(wk.uo[i]), int(wk.uo[i + 1]), nt, i * nt)
         for k in range(nt):
-            us[k] += cum[k]
-        cis.append(cum)
-    total = us[-1]
+            wk.us[k] += wk.cis[i * nt + k]
+    total = wk.us[nt - 1]
     tiny = 1e-12 * (total if total > 1.0 else 1.0)
     # S(t): work served from t0 on, at the spare bandwidth, no faster than it arrives; of a
     # run of steps serving nothing (the link full), only its first and last moments are kept
     # (S is flat between them: the other moments would change no result)
-    ts = [t0]
-    ss = [0.0]
-    cs = [0.0]                  # the link's spare over [ts[i - 1], ts[i]] (0: serving nothing)
+    wk.ts[0] = t0
+    wk.ss[0] = 0.0
+    wk.cs[0] = 0.0              # the link's spare over [ts[i - 1], ts[i]] (0: serving nothing)
+    nts = 1
     flat = -1.0                 # the last moment of a run serving nothing, not kept yet
     n = ln.n
     k = ln.bisect_right(t0) - 1
@@ -275,20 +388,20 @@ def share_fifo(ln: Steps, t0: float, streams: list) -> list:
             c = 0.0
         nxt = ln.t[k + 1] if k + 1 < n else _INF
         while j < nt:
-            x = taus[j]
+            x = wk.taus[j]
             if x > t:
                 break
             j += 1
-        if j < nt and taus[j] < nxt:
-            nxt = taus[j]
+        if j < nt and wk.taus[j] < nxt:
+            nxt = wk.taus[j]
         if j == 0 or j >= nt:   # U(t) (as ``_big_u``) and its slope rr
             rr = 0.0
             u = 0.0 if j == 0 else total
         else:
-            u0 = us[j - 1]
-            u1 = us[j]
-            ta = taus[j - 1]
-            tb = taus[j]
+            u0 = wk.us[j - 1]
+            u1 = wk.us[j]
+            ta = wk.taus[j - 1]
+            tb = wk.taus[j]
             rr = (u1 - u0) / (tb - ta)
             u = u0 + (u1 - u0) * (t - ta) / (tb - ta)
         q = u - s
@@ -310,38 +423,48 @@ def share_fifo(ln: Steps, t0: float, streams: list) -> list:
             t = nxt
             flat = t
             continue
+        if nts + 3 > len(wk.ts):   # (room for these two and a last flat moment)
+            _more_s(wk, nts)
         if flat >= 0.0:
-            ts.append(flat)
-            ss.append(s)
-            cs.append(0.0)
+            wk.ts[nts] = flat
+            wk.ss[nts] = s
+            wk.cs[nts] = 0.0
+            nts += 1
             flat = -1.0
         s += rate * (nxt - t)
         if s > total:
             s = total
         t = nxt
-        ts.append(t)
-        ss.append(s)
-        cs.append(c)
+        wk.ts[nts] = t
+        wk.ss[nts] = s
+        wk.cs[nts] = c
+        nts += 1
     if flat >= 0.0:
-        ts.append(flat)
-        ss.append(s)
-        cs.append(0.0)
+        wk.ts[nts] = flat
+        wk.ss[nts] = s
+        wk.cs[nts] = 0.0
+        nts += 1
     # pieces are linear between the moments the served work passes a breakpoint of U
-    gs = set(ts)
-    for x in us:
+    wk.grid = _room(wk.grid, 0, nts + nt)
+    for i in range(nts):
+        wk.grid[i] = wk.ts[i]
+    ng = nts
+    for k in range(nt):
+        x = wk.us[k]
         if 0.0 < x < total:
-            gs.add(_t_of(ts, ss, tiny, x))
-    grid = sorted(gs)
-    cums = _served_by(grid, ts, ss, us, cis)
-    allp = _pieces(grid, cums, ts, cs, tiny)
+            wk.grid[ng] = _t_of(wk, nts, tiny, x)
+            ng += 1
+    ng = _sort_unique(wk.grid, ng)
+    _served_by(wk, ng, nts, nt, m)
+    allp = _pieces(wk, ng, m, tiny)
     out = []
     for i in range(m):
         arr, w, d, hw = streams[i]
-        up = ups[i]
         pcs = allp[i]
-        if up:
-            end = _t_of(ts, ss, tiny, _big_u(taus, us, total, up[-1][1]))
-            head = (_t_of(ts, ss, tiny, _big_u(taus, us, total, _when(arr, w, d + hw)))
+        p1 = int(wk.uo[i + 1])
+        if p1 > int(wk.uo[i]):
+            end = _t_of(wk, nts, tiny, _big_u(wk, nt, total, wk.ub[p1 - 1]))
+            head = (_t_of(wk, nts, tiny, _big_u(wk, nt, total, _when(arr, w, d + hw)))
                     if hw > 0.0 else -1.0)
         else:
             end, head = t0, -1.0
@@ -353,75 +476,78 @@ def share_fifo(ln: Steps, t0: float, streams: list) -> list:
     return out
 
 
-def _served_by(grid: list, ts: list, ss: list, us: list, cis: list) -> list:
-    """Each stream's work served by each moment of ``grid`` (per stream, a list beside it):
-    the work served then, S (``ts`` / ``ss``), is the unserved work arrived by some tau, a
-    fraction of the way between two breakpoints of U (``us``), and each stream has been
-    served its own arrival (``cis``, at the same breakpoints) by the same fraction there.
-    Not read off at a tau rounded to the ns clock: next to bursts ``BURST_NS`` wide, a tau an
-    ulp off moved ~1e-6 ns of work at 1 us of simulated time and ~1 ns at 1 s, and the
+def _more_s(wk: _Work, n: int) -> None:
+    """Room for more moments of S (``wk.ts``, ``ss``, ``cs``; ``n`` so far)."""
+    need = 2 * len(wk.ts)
+    wk.ts = _room(wk.ts, n, need)
+    wk.ss = _room(wk.ss, n, need)
+    wk.cs = _room(wk.cs, n, need)
+
+
+def _served_by(wk: _Work, ng: int, nts: int, nt: int, m: int) -> None:
+    """Each stream's work served by each moment of ``wk.grid`` (into ``wk.cums``, ``ng`` per
+    stream): the work served then, S (``ts`` / ``ss``), is the unserved work arrived by some
+    tau, a fraction of the way between two breakpoints of U (``us``), and each stream has
+    been served its own arrival (``cis``, at the same breakpoints) by the same fraction
+    there. Not read off at a tau rounded to the ns clock: next to bursts ``BURST_NS`` wide, a
+    tau an ulp off moved ~1e-6 ns of work at 1 us of simulated time and ~1 ns at 1 s, and the
     pieces booked shares far over 1 (7,447 at 13 ms in bench_e2e's 1.0 M-op gemm)."""
-    m = len(cis)
-    nt = len(us)
-    ng = len(grid)
-    cums = [[0.0] * ng for _ in range(m)]
+    wk.cums = _room(wk.cums, 0, m * ng)
     for g in range(ng):
-        x = _s_at(ts, ss, grid[g])
-        k = bisect_left(us, x)
+        x = _s_at(wk, nts, wk.grid[g])
+        k = _bisect_left(wk.us, nt, x)
         if k == 0 or k >= nt:
+            kk = 0 if k == 0 else nt - 1
             for i in range(m):
-                cums[i][g] = cis[i][0 if k == 0 else nt - 1]
+                wk.cums[i * ng + g] = wk.cis[i * nt + kk]
             continue
-        u0 = us[k - 1]
-        f = (x - u0) / (us[k] - u0)
+        u0 = wk.us[k - 1]
+        f = (x - u0) / (wk.us[k] - u0)
         for i in range(m):
-            cum = cis[i]
-            u0 = cum[k - 1]
-            cums[i][g] = u0 + (cum[k] - u0) * f
-    return cums
+            u0 = wk.cis[i * nt + k - 1]
+            wk.cums[i * ng + g] = u0 + (wk.cis[i * nt + k] - u0) * f
 
 
-def _pieces(grid: list, cums: list, ts: list, cs: list, tiny: float) -> list:
+def _pieces(wk: _Work, ng: int, m: int, tiny: float) -> list:
     """Each stream's booked pieces ``(start, end, share)``: its work served between two
-    moments of ``grid`` (``cums``) over their span. Where the streams' pieces together would
-    take more than the link spares there (``cs``, over the moments of S ``ts``: a sliver of
-    grid an ulp or so wide, the work a difference of rounded sums), each is cut to its part
-    of what the link spares and the rest is owed, served in its next piece (what is still
-    owed when a stream has no more, no more than ``tiny``, is left, as a piece of no more
-    than ``tiny`` is)."""
-    m = len(cums)
-    ng = len(grid)
+    moments of ``wk.grid`` (``wk.cums``) over their span. Where the streams' pieces together
+    would take more than the link spares there (``wk.cs``, over the moments of S ``wk.ts``: a
+    sliver of grid an ulp or so wide, the work a difference of rounded sums), each is cut to
+    its part of what the link spares and the rest is owed, served in its next piece (what is
+    still owed when a stream has no more, no more than ``tiny``, is left, as a piece of no
+    more than ``tiny`` is)."""
     allp: list = [[] for _ in range(m)]
-    owed = [0.0] * m
-    xs = [0.0] * m
+    wk.owed = _room(wk.owed, 0, m)
+    wk.xs = _room(wk.xs, 0, m)
+    for i in range(m):
+        wk.owed[i] = 0.0
     p = 0
     for g in range(1, ng):
-        ta = grid[g - 1]
-        tb = grid[g]
+        ta = wk.grid[g - 1]
+        tb = wk.grid[g]
         dt = tb - ta
-        while ts[p] < tb:       # the moment of S that ends the step holding [ta, tb]
+        while wk.ts[p] < tb:    # the moment of S that ends the step holding [ta, tb]
             p += 1
         tot = 0.0
         for i in range(m):
-            cum = cums[i]
-            x = cum[g] - cum[g - 1] + owed[i]
+            x = wk.cums[i * ng + g] - wk.cums[i * ng + g - 1] + wk.owed[i]
             if x > tiny and dt > 0.0:
-                xs[i] = x
+                wk.xs[i] = x
                 tot += x
             else:
-                xs[i] = 0.0
-            owed[i] = 0.0
+                wk.xs[i] = 0.0
+            wk.owed[i] = 0.0
         if tot == 0.0:
             continue
-        cap = cs[p] * dt
+        cap = wk.cs[p] * dt
         if tot > cap + 1e-13 * dt:
             f = cap / tot
             for i in range(m):
-                x = xs[i]
-                xs[i] = x * f
-                owed[i] = x - xs[i]
+                x = wk.xs[i]
+                wk.xs[i] = x * f
+                wk.owed[i] = x - wk.xs[i]
         for i in range(m):
-            dw = xs[i]
+            dw = wk.xs[i]
             if dw > 0.0:
                 r = dw / dt
                 pcs = allp[i]
@@ -435,35 +561,40 @@ def _pieces(grid: list, cums: list, ts: list, cs: list, tiny: float) -> list:
     return allp
 
 
-def _big_u(taus: list[float], us: list[float], total: float, tau: float) -> float:
-    """``share_fifo``'s U(tau): the unserved work arrived by ``tau`` (``us`` at ``taus``)."""
-    k = bisect_right(taus, tau) - 1
+def _big_u(wk: _Work, nt: int, total: float, tau: float) -> float:
+    """``share_fifo``'s U(tau): the unserved work arrived by ``tau`` (``wk.us`` at
+    ``wk.taus``)."""
+    k = _bisect_right(wk.taus, nt, tau) - 1
     if k < 0:
         return 0.0
-    if k + 1 >= len(taus):
+    if k + 1 >= nt:
         return total
-    return us[k] + (us[k + 1] - us[k]) * (tau - taus[k]) / (taus[k + 1] - taus[k])
+    return wk.us[k] + (wk.us[k + 1] - wk.us[k]) * (tau - wk.taus[k]) / (wk.taus[k + 1]
+                                                                       - wk.taus[k])
 
 
-def _t_of(ts: list[float], ss: list[float], tiny: float, u: float) -> float:
-    """When the work at position ``u`` was served (S(t) as ``ts`` / ``ss``)."""
-    i = bisect_left(ss, u - tiny)
+def _t_of(wk: _Work, nts: int, tiny: float, u: float) -> float:
+    """When the work at position ``u`` was served (S(t) as ``wk.ts`` / ``wk.ss``)."""
+    i = _bisect_left(wk.ss, nts, u - tiny)
     if i == 0:
-        return ts[0]
-    if i >= len(ss):
-        return ts[-1]
-    s0 = ss[i - 1]
-    s1 = ss[i]
+        return wk.ts[0]
+    if i >= nts:
+        return wk.ts[nts - 1]
+    s0 = wk.ss[i - 1]
+    s1 = wk.ss[i]
     if s1 <= s0:
-        return ts[i]
-    x = ts[i - 1] + (ts[i] - ts[i - 1]) * (u - s0) / (s1 - s0)
-    return x if x < ts[i] else ts[i]
+        return wk.ts[i]
+    x = wk.ts[i - 1] + (wk.ts[i] - wk.ts[i - 1]) * (u - s0) / (s1 - s0)
+    return x if x < wk.ts[i] else wk.ts[i]
 
 
-def _s_at(ts: list[float], ss: list[float], t: float) -> float:
-    i = bisect_right(ts, t) - 1
+def _s_at(wk: _Work, nts: int, t: float) -> float:
+    i = _bisect_right(wk.ts, nts, t) - 1
     if i < 0:
         return 0.0
-    if i + 1 >= len(ts):
-        return ss[-1]
-    return ss[i] + (ss[i + 1] - ss[i]) * (t - ts[i]) / (ts[i + 1] - ts[i])
+    if i + 1 >= nts:
+        return wk.ss[nts - 1]
+    return wk.ss[i] + (wk.ss[i + 1] - wk.ss[i]) * (t - wk.ts[i]) / (wk.ts[i + 1] - wk.ts[i])
+
+
+_WORK = _Work()
