@@ -3,6 +3,7 @@
 # what runs interpreted). setup.py copies it beside the generated _fair_c.py.
 import cython
 
+from kbtrace.replay.fabric._booking_c cimport Steps
 from kbtrace.replay.fabric._ledger_c cimport Notes, Recs, Slots
 
 # (imported from intervals: a C double here, so tests against it compare C doubles
@@ -65,6 +66,11 @@ cpdef list incumbents(list link_flows, Py_ssize_t li, f, double h, double now)
 
 @cython.locals(lst=Recs)
 cpdef prune_flows(list link_flows, double now)
+
+@cython.locals(streams=list, kept=list, kp=list, pcs=list, res=list, b=Booked, i=cython.Py_ssize_t,
+               d=cython.double, end=cython.double, tail=cython.double, a=cython.double,
+               z=cython.double, r=cython.double)
+cpdef list share_with(fab, Steps ln, double h, list inc, list extra)
 
 @cython.locals(busy=cython.double, e=cython.double, rho=cython.double, hd_d=cython.double,
                body=cython.double, last_d=cython.double, b=Booked, d=cython.double,

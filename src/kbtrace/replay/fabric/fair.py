@@ -410,8 +410,10 @@ def share_with(fab: Any, ln: Any, h: float, inc: list, extra: list) -> list:
         kept.append(kp)
         streams.append([b.arrival(), b.busy, d, 0.0])
     res = share_fifo(ln, h, streams + extra)
-    for b, kp, (pcs, end, _hd) in zip(inc, kept, res[:len(inc)], strict=True):
-        b.pcs = kp + pcs
+    for i in range(len(inc)):
+        b = inc[i]
+        pcs, end, _hd = res[i]
+        b.pcs = kept[i] + pcs
         tail = end if end > b.e else b.e
         if tail > b.tail + TIME_EPS:
             b.tail = tail

@@ -4,6 +4,9 @@
 import cython
 from kbtrace.replay.fabric._booking_c cimport Steps
 
+# (imported: C doubles here, so the tests against them compare C doubles)
+cdef double TIME_EPS, RATE_EPS
+
 @cython.locals(got=cython.double, y=cython.double, a=cython.double, b=cython.double,
                r=cython.double)
 cpdef double _when(list arr, double w, double x)
