@@ -8,8 +8,8 @@ booked there (``booking.unbook``). How a stream arrives: ``coarse`` keeps the ar
 serves a short list; an HBM read reaches its first link as its bursts are ready
 (``burst_arrival``: a group ready together at once, so a flit arriving while it queues goes
 behind it), and what its booking there (a mean share from its first burst to its last) had
-served before a meeting is no more than had arrived (``served_as_ready``). Pure functions, no
-SimPy; compiled with the rest of fast mode's core (``fifo.pxd``).
+served before a meeting is no more than had arrived (``served_as_ready``). No SimPy; compiled
+with fast mode's core (``fifo.pxd``); ``share_fifo`` works on reused C arrays (``_Work``).
 """
 
 from __future__ import annotations
