@@ -32,10 +32,7 @@ cdef double[::1] _room(double[::1] a, Py_ssize_t n=*, Py_ssize_t need=*)
 cdef Py_ssize_t _sort_unique(double[::1] v, Py_ssize_t n)
 
 @cython.locals(lo=cython.Py_ssize_t, hi=cython.Py_ssize_t, mid=cython.Py_ssize_t)
-cdef Py_ssize_t _bisect_left(double[::1] v, Py_ssize_t n, double x)
-
-@cython.locals(lo=cython.Py_ssize_t, hi=cython.Py_ssize_t, mid=cython.Py_ssize_t)
-cdef Py_ssize_t _bisect_right(double[::1] v, Py_ssize_t n, double x)
+cdef Py_ssize_t _bisect(double[::1] v, Py_ssize_t n, double x, bint right)
 
 @cython.locals(m=cython.Py_ssize_t, npc=cython.Py_ssize_t, n=cython.Py_ssize_t,
                i=cython.Py_ssize_t, w=cython.double, d=cython.double, got=cython.double,

@@ -249,26 +249,13 @@ def _sort_unique(v: Any, n: int) -> int:
     return w
 
 
-def _bisect_left(v: Any, n: int, x: float) -> int:
-    """``bisect.bisect_left(v[:n], x)``."""
+def _bisect(v: Any, n: int, x: float, right: bool) -> int:
+    """``bisect.bisect_right(v[:n], x)`` if ``right``, else ``bisect.bisect_left``."""
     lo = 0
     hi = n
     while lo < hi:
         mid = (lo + hi) // 2
-        if v[mid] < x:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-def _bisect_right(v: Any, n: int, x: float) -> int:
-    """``bisect.bisect_right(v[:n], x)``."""
-    lo = 0
-    hi = n
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if x < v[mid]:
+        if (x < v[mid]) if right else not (v[mid] < x):
             hi = mid
         else:
             lo = mid + 1
@@ -495,7 +482,7 @@ def _served_by(wk: _Work, ng: int, nts: int, nt: int, m: int) -> None:
     wk.cums = _room(wk.cums, 0, m * ng)
     for g in range(ng):
         x = _s_at(wk, nts, wk.grid[g])
-        k = _bisect_left(wk.us, nt, x)
+        k = _bisect(wk.us, nt, x, False)
         if k == 0 or k >= nt:
             kk = 0 if k == 0 else nt - 1
             for i in range(m):
@@ -564,7 +551,7 @@ def _pieces(wk: _Work, ng: int, m: int, tiny: float) -> list:
 def _big_u(wk: _Work, nt: int, total: float, tau: float) -> float:
     """``share_fifo``'s U(tau): the unserved work arrived by ``tau`` (``wk.us`` at
     ``wk.taus``)."""
-    k = _bisect_right(wk.taus, nt, tau) - 1
+    k = _bisect(wk.taus, nt, tau, True) - 1
     if k < 0:
         return 0.0
     if k + 1 >= nt:
@@ -575,7 +562,7 @@ def _big_u(wk: _Work, nt: int, total: float, tau: float) -> float:
 
 def _t_of(wk: _Work, nts: int, tiny: float, u: float) -> float:
     """When the work at position ``u`` was served (S(t) as ``wk.ts`` / ``wk.ss``)."""
-    i = _bisect_left(wk.ss, nts, u - tiny)
+    i = _bisect(wk.ss, nts, u - tiny, False)
     if i == 0:
         return wk.ts[0]
     if i >= nts:
@@ -589,7 +576,7 @@ def _t_of(wk: _Work, nts: int, tiny: float, u: float) -> float:
 
 
 def _s_at(wk: _Work, nts: int, t: float) -> float:
-    i = _bisect_right(wk.ts, nts, t) - 1
+    i = _bisect(wk.ts, nts, t, True) - 1
     if i < 0:
         return 0.0
     if i + 1 >= nts:
