@@ -11,9 +11,8 @@ cdef double TIME_EPS, RATE_EPS
                r=cython.double)
 cpdef double _when(list arr, double w, double x)
 
-@cython.locals(k=cython.Py_ssize_t, n=cython.Py_ssize_t, acc=cython.double, x=cython.double,
-               a=cython.double, b=cython.double, r=cython.double, out=list)
-cpdef list _cum_at(list pcs, list taus)
+@cython.locals(acc=cython.double, a=cython.double, b=cython.double, r=cython.double)
+cpdef double _arrived(list pcs, double x)
 
 @cython.locals(b=cython.double)
 cpdef tuple _burst(double a, double w)

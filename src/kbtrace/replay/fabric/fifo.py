@@ -152,7 +152,7 @@ def served_as_ready(ln: Steps, kept: list, d: float, arr: list, h: float) -> tup
     mean share from its first burst to its last, it runs ahead of bursts that are ready late.
     Its shares there are scaled down (given back and booked again) to what had arrived.
     Returns ``(kept, d)`` as they now are."""
-    got = _cum_at(arr, [h])[0]
+    got = _arrived(arr, h)
     if d <= got + 1e-9 or not kept:
         return kept, d
     unbook(ln, kept, kept[0][0])
@@ -176,26 +176,14 @@ def _when(arr: list, w: float, x: float) -> float:
     return arr[-1][1] if arr else 0.0
 
 
-def _cum_at(pcs: list, taus: list) -> list:
-    """The work of pieces ``pcs`` (in order) arrived by each of the sorted times ``taus``."""
-    out = []
-    k = 0
-    n = len(pcs)
+def _arrived(pcs: list, x: float) -> float:
+    """The work of pieces ``pcs`` (in order) arrived by ``x`` (``_when`` the other way)."""
     acc = 0.0
-    for x in taus:
-        while k < n:
-            a, b, r = pcs[k]
-            if b > x:
-                break
-            acc += r * (b - a)
-            k += 1
-        if k < n:
-            a, b, r = pcs[k]
-            if a < x:
-                out.append(acc + r * (x - a))
-                continue
-        out.append(acc)
-    return out
+    for a, b, r in pcs:
+        if b > x:
+            return acc + r * (x - a) if a < x else acc
+        acc += r * (b - a)
+    return acc
 
 
 class _Work:
@@ -302,8 +290,8 @@ def _unserved(wk: _Work, streams: list) -> int:
 
 
 def _cum_into(wk: _Work, p0: int, p1: int, nt: int, q: int) -> None:
-    """``_cum_at`` of the unserved pieces ``p0`` to ``p1`` at ``wk.taus[:nt]``, into
-    ``wk.cis[q:q + nt]``."""
+    """``_arrived`` of the unserved pieces ``p0`` to ``p1`` at each of ``wk.taus[:nt]`` (in
+    one pass), into ``wk.cis[q:q + nt]``."""
     k = p0
     acc = 0.0
     for g in range(nt):
