@@ -54,6 +54,22 @@ def test_order_small_cases():
             np.lexsort((m, np.zeros(len(m)))).tolist()
 
 
+@pytest.mark.parametrize("impl", [p.values[0] for p in IMPLS])
+@pytest.mark.parametrize(("moves", "inversions"), [(0, 0), (400, 86), (20_000, 764)])
+def test_order_of_a_long_key_nearly_in_order(impl, moves, inversions):
+    """A key of 100 rows in time order (ties in threes) after ``moves`` random swaps of
+    neighbours: sorted by insertion while that takes at most 400 moves (4 per row), else
+    merged from where insertion stopped; either way ``np.lexsort``'s permutation."""
+    rng = np.random.default_rng(moves)
+    m = np.floor(np.arange(100) / 3.0)
+    for _ in range(moves):
+        i = int(rng.integers(0, 99))
+        m[i], m[i + 1] = m[i + 1], m[i]
+    assert sum(int((m[j + 1:] < m[j]).sum()) for j in range(100)) == inversions   # the moves
+    major = np.full(100, 5, dtype=np.int64)
+    assert np.array_equal(impl.order(m, major, 5, 1), np.lexsort((m, major)))
+
+
 def _numpy_windows(res, s, e, b, c):
     """``BusyCheck.add``'s numpy sweep (no kernels) of intervals, via a stub check."""
     chk = BusyCheck.__new__(BusyCheck)
@@ -300,16 +316,20 @@ def test_split_and_order2_give_the_numpy_partition(impl, n):
     P[5] = rng.integers(0, 40, n) * 0.5
     P[6] = P[5] + rng.integers(0, 9, n) * 0.25
     P[9] = np.arange(n)
-    K, C, rk, lo, hi, nan = impl.split(P, rank_of, 5)
+    Q, C, rank, lo, hi, nan, m = impl.split(P, rank_of, 5)
     fin = rank_of[P[0].astype(np.int64)] >= 0
-    assert K.tobytes() == np.ascontiguousarray(P[:, fin]).tobytes()
+    assert Q is P and rank.tolist() == np.where(fin, rank_of[P[0].astype(np.int64)], -1).tolist()
     assert C.tobytes() == np.ascontiguousarray(P[:, ~fin]).tobytes() and 0 < C.shape[1] < n
-    assert rk.tolist() == rank_of[K[0].astype(np.int64)].tolist() and not nan
+    assert m == int(fin.sum()) and not nan
+    rk = rank[fin]
     assert (lo, hi) == (int(rk.min()), int(rk.max()))
-    a, b = impl.order2(K[5], K[6], rk, lo, hi - lo + 1)
-    assert np.array_equal(a, np.lexsort((K[5], rk))) and np.array_equal(b, np.lexsort((K[6], rk)))
+    a, b = impl.order2(P[5], P[6], rank, lo, hi - lo + 1, m)     # the ranked rows of P
+    keep = np.flatnonzero(fin)
+    assert np.array_equal(a, keep[np.lexsort((P[5, keep], rk))])
+    assert np.array_equal(b, keep[np.lexsort((P[6, keep], rk))])
+    K = np.ascontiguousarray(P[:, fin])
     whole = impl.split(K, rank_of, 5)
-    assert whole[1] is None and whole[0] is K
+    assert whole[1] is None and whole[0] is K and whole[6] == K.shape[1]
     K[6, 3] = np.nan
     assert impl.split(K, rank_of, 5)[5]
     P[0, 7] = int(np.flatnonzero(rank_of == 5)[0])      # an op written by an earlier flush

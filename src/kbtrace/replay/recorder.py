@@ -296,10 +296,11 @@ class Recorder:
             return new
         return np.concatenate((carry, new), axis=1)
 
-    def _intervals_of(self, r: np.ndarray
+    def _intervals_of(self, r: np.ndarray, rank: np.ndarray | None = None
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The busy intervals of rows ``r`` (compiled: those ``rank`` does not mark -1)."""
         if self._kernels is not None:       # one compiled pass; node-side rows first seen:
-            res, s, e, b = self._kernels.intervals(r, self._rid_of)     # -1 - their key
+            res, s, e, b = self._kernels.intervals(r, self._rid_of, rank)   # -1 - their key
             miss = np.flatnonzero(res < 0)
             if miss.size:
                 key = -1 - res[miss]
@@ -364,14 +365,20 @@ class Recorder:
             self._carry = None
             return
         k = self._kernels
+        ranked = None                       # (compiled: per row of r its rank, -1: carried)
         if k is not None:                   # rows of completed ops and the others, one pass
             got = k.split(r, self._rank, rank_lo)
             if isinstance(got, int):
                 self._late(r, -1 - got)
-            r, self._carry, rank, lo_r, hi_r, nan = got
-            n = len(rank)
+            r, self._carry, rank, lo_r, hi_r, nan, n = got
             if not n:
                 return
+            if self._carry is not None:
+                if nan or hi_r - lo_r + 1 > 4 * n + 1024:     # numpy's sorts: those rows only
+                    keep = np.flatnonzero(rank >= 0)
+                    r, rank = np.take(r, keep, axis=1), rank[keep]
+                else:
+                    ranked = rank
         else:
             op = r[_OP].astype(np.int64)
             rank = self._rank[op]
@@ -391,7 +398,7 @@ class Recorder:
                 return
         enter, leave, queue = r[_EN], r[_LV], r[_Q]
         if k is not None and not nan and hi_r - lo_r + 1 <= 4 * n + 1024:
-            order, lo = k.order2(enter, leave, rank, lo_r, hi_r - lo_r + 1)
+            order, lo = k.order2(enter, leave, rank, lo_r, hi_r - lo_r + 1, n)
         else:
             order = self._sort(enter, rank)     # hop order within ops (ties by creation)
             lo = self._sort(leave, rank)        # crit order
@@ -434,8 +441,10 @@ class Recorder:
         w = self._watermark(now)    # (also trims the issued-op queue when nothing is checked)
         if self.busy is not None:
             try:
-                self.busy.add(*self._intervals_of(r), w)
+                self.busy.add(*self._intervals_of(r, ranked), w)
             except InvariantError as e:
+                if ranked is not None:
+                    r = np.take(r, np.flatnonzero(ranked >= 0), axis=1)
                 raise InvariantError(f"{e}{self._culprit(r)}; this is a kbtrace model bug, not "
                                      f"an input error: please report it with the trace (another "
                                      f"--fidelity may avoid it)") from None

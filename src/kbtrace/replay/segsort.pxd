@@ -4,9 +4,6 @@
 # the LP64 platforms the core is built on (numpy's int64 buffers have the format 'l').
 import cython
 
-cpdef _order(double[::1] minor, long[::1] major, long lo, long[::1] cnt, long[::1] out,
-             long[::1] tmp)
-
 @cython.locals(n=cython.Py_ssize_t, span=cython.Py_ssize_t, i=cython.Py_ssize_t,
                k=cython.Py_ssize_t)
 cdef int _count(long[::1] major, long lo, long[::1] cnt, long[::1] out) except -1
@@ -16,7 +13,8 @@ cdef int _count(long[::1] major, long lo, long[::1] cnt, long[::1] out) except -
 cdef int _within(double[::1] minor, long[::1] cnt, long[::1] out, long[::1] tmp) except -1
 
 @cython.locals(i=cython.Py_ssize_t, j=cython.Py_ssize_t, x=cython.long, v=cython.double)
-cdef int _insertion(double[::1] minor, long[::1] out, Py_ssize_t a, Py_ssize_t b) except -1
+cdef bint _insertion(double[::1] minor, long[::1] out, Py_ssize_t a, Py_ssize_t b,
+                    Py_ssize_t budget) except -1
 
 @cython.locals(r=cython.Py_ssize_t, e=cython.Py_ssize_t, i=cython.Py_ssize_t,
                j=cython.Py_ssize_t, k=cython.Py_ssize_t, m=cython.Py_ssize_t,
@@ -55,9 +53,10 @@ cpdef Py_ssize_t _finish(double[:, ::1] P, long[::1] order, long[::1] lo, double
                          long[::1] seg_ops) except -1
 
 @cython.locals(n=cython.Py_ssize_t, top=cython.Py_ssize_t, m=cython.Py_ssize_t,
-               i=cython.Py_ssize_t, bz=cython.double, r=cython.long, key=cython.long)
-cpdef Py_ssize_t _intervals(double[:, ::1] P, long[::1] rid_of, long[::1] res, double[::1] s,
-                            double[::1] e, double[::1] b) except -1
+               i=cython.Py_ssize_t, bz=cython.double, r=cython.long, key=cython.long,
+               ranked=cython.bint)
+cpdef Py_ssize_t _intervals(double[:, ::1] P, long[::1] rid_of, long[::1] rank, long[::1] res,
+                            double[::1] s, double[::1] e, double[::1] b) except -1
 
 @cython.locals(lo=cython.long, hi=cython.long, first=cython.bint, inf=cython.double,
                w_lo=cython.double, i=cython.Py_ssize_t, r=cython.long, x=cython.double,
@@ -79,7 +78,6 @@ cpdef Py_ssize_t _busy_close(long[::1] w_r, double[::1] w_s, double[::1] w_e, do
 cpdef Py_ssize_t _ranks(double[:, ::1] P, long[::1] rank_of, long rank_lo, long[::1] rank,
                         long[::1] info) except -2
 
-@cython.locals(n=cython.Py_ssize_t, a=cython.Py_ssize_t, c=cython.Py_ssize_t,
-               i=cython.Py_ssize_t, f=cython.Py_ssize_t)
-cpdef _part(double[:, ::1] P, long[::1] rank, double[:, ::1] K, double[:, ::1] C,
-            long[::1] rk)
+@cython.locals(n=cython.Py_ssize_t, c=cython.Py_ssize_t, i=cython.Py_ssize_t,
+               f=cython.Py_ssize_t)
+cpdef _part(double[:, ::1] P, long[::1] rank, double[:, ::1] C)

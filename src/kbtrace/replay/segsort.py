@@ -1,3 +1,5 @@
+# cython: boundscheck=False, wraparound=False
+# (compiled: indices in range by construction or guarded; interpreted, every index is checked)
 """The recorder's batch kernels as plain loops, for the compiled core: sorts, the busy-window
 sweep, and the expansion of compact transfers.
 
@@ -7,15 +9,15 @@ Each hop batch is put in (op rank, time) order twice (``Recorder.flush``: hop or
 Numpy does that in passes over whole columns (``colsort.lexsort2``: a stable argsort of the
 times and a radix pass on the integer key; the sweep ranks the ends with one more argsort
 to find each resource's running maximum), which is what runs interpreted. Compiled
-(``setup.py``: ``_segsort_c``, typed by ``segsort.pxd``), these loops do the same in one
-or two passes: ``order`` places the rows by their integer key (a counting sort: stable)
-and sorts each key's rows by time in place (insertion sort for a few rows, a stable merge
-sort for more), ``windows`` walks the sorted intervals once, ``expand`` writes the pending
-rows (``Recorder._pending``: compact transfers expanded by their plans, explicit rows
-between them) in one pass instead of numpy's repeat / gather / scatter passes, and
-``finish`` writes a batch's output columns in hop order, typed, with each row's
-``crit_ns`` and each op's ``t_end``, in two passes instead of some thirty numpy gathers,
-casts and sweeps (``Recorder.flush``).
+(``_segsort_c``, typed by ``segsort.pxd``), these loops do the same in one or two passes:
+``order`` places the rows by their integer key (a counting sort: stable) and sorts each
+key's rows by time in place (by insertion, as they come nearly in order; a stable merge sort
+where that moves too much), ``windows`` walks the sorted intervals once, ``expand`` writes
+the pending rows (``Recorder._pending``: compact transfers expanded by their plans, explicit
+rows between them) in one pass instead of numpy's repeat / gather / scatter passes, and
+``finish`` writes a batch's output columns in hop order, typed, with each row's ``crit_ns``
+and each op's ``t_end``, in two passes instead of some thirty numpy gathers, casts and
+sweeps (``Recorder.flush``).
 ``fabric.core.seg_kernels()`` gives the compiled module, or None where the core is pure
 Python.
 
@@ -35,7 +37,8 @@ import numpy as np
 
 __all__ = ["order", "order2", "split", "windows", "expand", "finish", "intervals", "busy_add", "SMALL"]
 
-#: a key's rows sorted by insertion up to this many, by merging beyond
+#: a key's rows up to this many sorted by insertion whatever it takes (more: merged where
+#: insertion makes over four moves per row)
 SMALL = 24
 _NEG_INF = float("-inf")
 
@@ -46,16 +49,19 @@ def order(minor: np.ndarray, major: np.ndarray, lo: int, span: int) -> np.ndarra
     position."""
     n = len(minor)
     out = np.empty(n, dtype=np.int64)
-    _order(minor, major, lo, np.zeros(span + 1, dtype=np.int64), out,
-           np.empty(n, dtype=np.int64))
+    cnt = np.zeros(span + 1, dtype=np.int64)
+    _count(major, lo, cnt, out)
+    _within(minor, cnt, out, np.empty(n, dtype=np.int64))
     return out
 
 
 def order2(minor: np.ndarray, minor2: np.ndarray, major: np.ndarray, lo: int,
-           span: int) -> tuple[np.ndarray, np.ndarray]:
+           span: int, n: int = -1) -> tuple[np.ndarray, np.ndarray]:
     """``(order(minor, major, lo, span), order(minor2, major, lo, span))``, with one counting
-    pass for both (``Recorder.flush``'s hop and crit orders)."""
-    n = len(minor)
+    pass for both (``Recorder.flush``'s hop and crit orders). ``n``: how many ``major`` are
+    ``lo`` or more (default: all); the others (``split``'s -1: rows of ops in flight) are
+    left out."""
+    n = len(minor) if n < 0 else n
     out = np.empty(n, dtype=np.int64)
     cnt = np.zeros(span + 1, dtype=np.int64)
     _count(major, lo, cnt, out)
@@ -66,43 +72,40 @@ def order2(minor: np.ndarray, minor2: np.ndarray, major: np.ndarray, lo: int,
     return out, out2
 
 
-def _order(minor: np.ndarray, major: np.ndarray, lo: int, cnt: np.ndarray, out: np.ndarray,
-           tmp: np.ndarray) -> None:
-    _count(major, lo, cnt, out)
-    _within(minor, cnt, out, tmp)
-
-
 def _count(major: np.ndarray, lo: int, cnt: np.ndarray, out: np.ndarray) -> None:
-    """``out``: the positions by ``major`` (a counting sort: stable); ``cnt[k]``: where key
-    ``lo + k``'s positions end."""
+    """``out``: the positions by ``major`` (a counting sort: stable), those with ``major``
+    below ``lo`` left out; ``cnt[k]``: where key ``lo + k``'s positions end."""
     n = major.shape[0]
     span = cnt.shape[0] - 1
     for i in range(n):
-        cnt[major[i] - lo + 1] += 1
+        k = major[i] - lo
+        if k >= 0:
+            cnt[k + 1] += 1
     for k in range(1, span + 1):
         cnt[k] += cnt[k - 1]
     for i in range(n):
         k = major[i] - lo
-        out[cnt[k]] = i
-        cnt[k] += 1
+        if k >= 0:
+            out[cnt[k]] = i
+            cnt[k] += 1
 
 
 def _within(minor: np.ndarray, cnt: np.ndarray, out: np.ndarray, tmp: np.ndarray) -> None:
-    """Each key's positions in ``out`` (ending at ``cnt``) stably by ``minor``."""
+    """Each key's positions in ``out`` (ending at ``cnt``) stably by ``minor``: by insertion
+    (the rows come nearly in time order), by merging where that takes too many moves."""
     span = cnt.shape[0] - 1
     small = SMALL
     a = 0
     for k in range(span):                   # each key's rows [a, b) by minor (stable)
         b = cnt[k]
-        if b - a <= small:
-            _insertion(minor, out, a, b)
-        else:
-            _merge_sort(minor, out, tmp, a, b)
+        if not _insertion(minor, out, a, b, -1 if b - a <= small else 4 * (b - a)):
+            _merge_sort(minor, out, tmp, a, b)      # (stable from the part insertion left)
         a = b
 
 
-def _insertion(minor: np.ndarray, out: np.ndarray, a: int, b: int) -> None:
-    """``out[a:b]`` stably by ``minor``, in place (insertion sort: for short runs)."""
+def _insertion(minor: np.ndarray, out: np.ndarray, a: int, b: int, budget: int) -> bool:
+    """``out[a:b]`` stably by ``minor``, in place (insertion sort); False (a prefix sorted,
+    the rest as it was) once more than ``budget`` moves were made (-1: no limit)."""
     for i in range(a + 1, b):
         x = out[i]
         v = minor[x]
@@ -111,6 +114,11 @@ def _insertion(minor: np.ndarray, out: np.ndarray, a: int, b: int) -> None:
             out[j + 1] = out[j]
             j -= 1
         out[j + 1] = x
+        if budget >= 0:
+            budget -= i - 1 - j
+            if budget < 0:
+                return False
+    return True
 
 
 def _merge_sort(minor: np.ndarray, out: np.ndarray, tmp: np.ndarray, a: int, b: int) -> None:
@@ -120,7 +128,7 @@ def _merge_sort(minor: np.ndarray, out: np.ndarray, tmp: np.ndarray, a: int, b: 
     r = a
     while r < b:
         e = r + small if r + small < b else b
-        _insertion(minor, out, r, e)
+        _insertion(minor, out, r, e, -1)
         r = e
     w = small
     while w < b - a:
@@ -292,7 +300,7 @@ def finish(P: np.ndarray, order: np.ndarray, lo: np.ndarray, t_issue: np.ndarray
     nb = np.empty(n, dtype=np.int64)
     starts = np.empty(n, dtype=np.int64)
     seg_ops = np.empty(n, dtype=np.int64)
-    tmp = np.empty(n)
+    tmp = np.empty(P.shape[1])              # (crit by row of P, ranked or not)
     m = _finish(P, order, lo, t_issue, t_end, tmp, op, hop, tile, stage, node, link, en, lv,
                 busy, q, crit, nb, starts, seg_ops)
     return ([op, hop, tile, stage, node, link, en, lv, busy, q, crit, nb], starts[:m],
@@ -358,29 +366,32 @@ def _finish(P: np.ndarray, order: np.ndarray, lo: np.ndarray, t_issue: np.ndarra
     return m
 
 
-def intervals(P: np.ndarray, rid_of: np.ndarray) -> tuple[np.ndarray, ...]:
+def intervals(P: np.ndarray, rid_of: np.ndarray, rank: np.ndarray | None = None
+              ) -> tuple[np.ndarray, ...]:
     """``Recorder._intervals_of`` in one pass: per row of ``P`` (``(10, n)``, as ``expand``
-    writes them) with ``busy > 0``, in row order, ``(resource, enter + queue, leave, busy)``;
-    a link row's resource is its link, a node-side row's ``rid_of[node * 64 + stage]``, or
-    ``-1 - key`` where that is not known yet (negative or past ``rid_of``: the caller
-    assigns it)."""
+    writes them) with ``busy > 0`` (and, given ``split``'s ``rank``, a rank: rows of ops in
+    flight left out), in row order, ``(resource, enter + queue, leave, busy)``; a link row's
+    resource is its link, a node-side row's ``rid_of[node * 64 + stage]``, or ``-1 - key``
+    where that is not known yet (negative or past ``rid_of``: the caller assigns it)."""
     n = P.shape[1]
     res = np.empty(n, dtype=np.int64)
     s = np.empty(n)
     e = np.empty(n)
     b = np.empty(n)
-    m = _intervals(P, rid_of, res, s, e, b)
+    m = _intervals(P, rid_of, np.empty(0, dtype=np.int64) if rank is None else rank,
+                   res, s, e, b)
     return res[:m], s[:m], e[:m], b[:m]
 
 
-def _intervals(P: np.ndarray, rid_of: np.ndarray, res: np.ndarray, s: np.ndarray,
-               e: np.ndarray, b: np.ndarray) -> int:
+def _intervals(P: np.ndarray, rid_of: np.ndarray, rank: np.ndarray, res: np.ndarray,
+               s: np.ndarray, e: np.ndarray, b: np.ndarray) -> int:
     n = P.shape[1]
     top = rid_of.shape[0]
+    ranked = rank.shape[0] > 0
     m = 0
     for i in range(n):
         bz = P[7, i]
-        if not bz > 0.0:
+        if not bz > 0.0 or (ranked and rank[i] < 0):
             continue
         r = int(P[4, i])                    # (truncated, as astype does)
         if r < 0:
@@ -531,11 +542,11 @@ def _busy_close(w_r: np.ndarray, w_s: np.ndarray, w_e: np.ndarray, w_b: np.ndarr
 
 
 def split(P: np.ndarray, rank_of: np.ndarray, rank_lo: int) -> int | tuple[Any, ...]:
-    """``Recorder.flush``'s partition of the pending rows ``P`` (``(10, n)``) by the rank of
-    their op (``rank_of[op]``, -1: not completed): ``-1 - i`` where row ``i`` is the first of
-    an op written before (rank in ``[0, rank_lo)``), else ``(rows of completed ops, rows of
-    the others or None, the former's ranks, their lowest and highest rank, whether an enter
-    or leave time of them is NaN)``, each part in row order."""
+    """``Recorder.flush``'s split of the pending rows ``P`` (``(10, n)``) by their op's rank
+    (``rank_of[op]``, -1: not completed): ``-1 - i`` where row ``i`` is the first of an op
+    written before (rank in ``[0, rank_lo)``), else ``(P, a copy of the unranked rows in row
+    order or None, each row's rank or -1, the lowest and highest rank, whether a ranked row's
+    enter or leave is NaN, how many are ranked)`` (``order2`` / ``intervals`` skip the rest)."""
     n = P.shape[1]
     rank = np.empty(n, dtype=np.int64)
     info = np.zeros(4, dtype=np.int64)      # rows of completed ops, lowest, highest, NaN
@@ -543,13 +554,11 @@ def split(P: np.ndarray, rank_of: np.ndarray, rank_lo: int) -> int | tuple[Any, 
     if bad >= 0:
         return -1 - bad
     m = int(info[0])
-    if m == n:
-        return P, None, rank, int(info[1]), int(info[2]), bool(info[3])
-    K = np.empty((10, m))
-    C = np.empty((10, n - m))
-    rk = np.empty(m, dtype=np.int64)
-    _part(P, rank, K, C, rk)
-    return K, C, rk, int(info[1]), int(info[2]), bool(info[3])
+    C = None
+    if m < n:
+        C = np.empty((10, n - m))
+        _part(P, rank, C)
+    return P, C, rank, int(info[1]), int(info[2]), bool(info[3]), m
 
 
 def _ranks(P: np.ndarray, rank_of: np.ndarray, rank_lo: int, rank: np.ndarray,
@@ -580,18 +589,12 @@ def _ranks(P: np.ndarray, rank_of: np.ndarray, rank_lo: int, rank: np.ndarray,
     return -1
 
 
-def _part(P: np.ndarray, rank: np.ndarray, K: np.ndarray, C: np.ndarray,
-          rk: np.ndarray) -> None:
+def _part(P: np.ndarray, rank: np.ndarray, C: np.ndarray) -> None:
+    """``C``: the rows of ``P`` without a rank, in row order."""
     n = P.shape[1]
-    a = 0
     c = 0
     for i in range(n):
-        if rank[i] >= 0:
-            for f in range(10):
-                K[f, a] = P[f, i]
-            rk[a] = rank[i]
-            a += 1
-        else:
+        if rank[i] < 0:
             for f in range(10):
                 C[f, c] = P[f, i]
             c += 1

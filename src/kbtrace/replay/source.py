@@ -58,6 +58,8 @@ FEED_ROWS = 1 << 8
 #: 0.015 ms; 0.94 vs 0.49 ms with the records built) for a file 3.5x smaller (21 MB per
 #: 100 k gemm ops)
 _SPILL_CODEC: str | None = None
+#: bytes the spill's writes are gathered into (21.6 k write calls per 100 k gemm ops unbuffered)
+_SPILL_BUFFER = 1 << 20
 
 
 class _Prog:
@@ -182,8 +184,9 @@ class OpSource:
                     validate.validate_ops(pa.Table.from_batches([batch]), topo, meta,
                                           first_row=at, n_total=self.n, pairs=pairs)
                 batch = self.coder.code(batch)
-                if writer is None:
-                    writer = pa.ipc.new_file(self._sink, batch.schema,
+                if writer is None:     # (buffered: a feed batch is ~50 buffers, a write each)
+                    out = pa.BufferedOutputStream(self._sink, _SPILL_BUFFER)
+                    writer = pa.ipc.new_file(out, batch.schema,
                                              options=pa.ipc.IpcWriteOptions(
                                                  compression=_SPILL_CODEC))
                 self._split(batch, at, writer)
@@ -191,9 +194,11 @@ class OpSource:
         finally:
             if writer is not None:
                 writer.close()
+                out.close()
         if pairs is not None:
             pairs.check(self)
-        self._sink.close()
+        if not self._sink.closed:
+            self._sink.close()
         if writer is not None:
             self._file = pa.OSFile(str(self._spill) if self._fd is None
                                    else f"/proc/self/fd/{self._fd}")
