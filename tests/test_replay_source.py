@@ -241,3 +241,17 @@ def test_records_are_the_rows_values_through_the_template_coding(monkeypatch):
         assert len(nested) > 1 and all(o.in_shapes is nested[0].in_shapes for o in nested)
     finally:
         src.close()
+
+
+@pytest.mark.parametrize(("n", "hi"), [(3000, 5), (100, 2000)])
+def test_groups_are_the_distinct_rows_in_order(n, hi):
+    """``spillcode._groups``: per row the index of its distinct row (in row-tuple order) and
+    each one's first row, as ``np.unique`` over the rows gives them, whether the combined
+    key is narrow enough to count (3000 rows of 3 x 6 values) or is sorted (100 of 3 x 2000)."""
+    from kbtrace.replay.spillcode import _groups
+    rng = np.random.default_rng(n)
+    cols = [rng.integers(0, 3, n), rng.integers(-hi // 2, hi - hi // 2, n)]
+    _, first, inv = np.unique(np.stack(cols, 1), axis=0, return_index=True, return_inverse=True)
+    got_inv, got_first = _groups(cols)
+    assert got_inv.tolist() == inv.reshape(-1).tolist() and got_first.tolist() == first.tolist()
+    assert len(first) == 18 if hi == 5 else len(first) > 90     # (every pair / most rows)
