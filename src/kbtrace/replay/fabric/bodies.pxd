@@ -6,12 +6,12 @@ import cython
 
 from kbtrace.replay.fabric._booking_c cimport Spans
 from kbtrace.replay.fabric._fair_c cimport Flow
-from kbtrace.replay.fabric._ledger_c cimport Notes, Recs, Slots
+from kbtrace.replay.fabric._ledger_c cimport Recs, Slots
 
 cdef double TIME_EPS
 cdef Py_ssize_t GONE, LIVE, REC, HOP
 
-@cython.locals(nf=cython.Py_ssize_t, own=Notes, i=cython.Py_ssize_t,
+@cython.locals(nf=cython.Py_ssize_t, tab=Slots, i=cython.Py_ssize_t,
                cur=cython.double, s_r=cython.double, e_r=cython.double, ar=cython.double,
                x=cython.double, k=cython.Py_ssize_t, lng=cython.bint, arr=list)
 cpdef double body_hold(fab, rt, Py_ssize_t j, Py_ssize_t n, Spans iv, double ov, double ft,

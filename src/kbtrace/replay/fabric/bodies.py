@@ -75,7 +75,7 @@ def body_hold(fab: Any, rt: Any, j: int, n: int, iv: Spans, ov: float, ft: float
     flits after the head wait behind every head that arrived there before them, as flit mode's
     node serves one FIFO: returns ``t``, no earlier than the end of each overhead there of a
     head that arrived after ``a`` (a single flit's, if the body is longer than ``ov``; its
-    arrival noted in ``FastFabric.node_own``) plus the flit times of the flits that arrived
+    arrival noted beside its reservation, ``Spans.own``) plus the flit times of the flits that arrived
     after that head (its flits arrive evenly until ``t_in`` where that is within its own
     overhead, else as the flow's booking on the link before serves them; a head that arrived
     with it, served after it, counts too). Heads booked later find it among its bookings
@@ -90,7 +90,7 @@ def body_hold(fab: Any, rt: Any, j: int, n: int, iv: Spans, ov: float, ft: float
     lng = t_in > a + ov + TIME_EPS      # a longer body: counted as it arrives
     if lng and (f is None or j == 0 or f.links[j - 1] is None):
         return t
-    own = fab.node_own[n]
+    tab = fab.flow_slots
     i = iv.bisect_right(a)
     if i & 1:
         i -= 1
@@ -100,7 +100,7 @@ def body_hold(fab: Any, rt: Any, j: int, n: int, iv: Spans, ov: float, ft: float
         e_r = iv.at(i + 1)
         if s_r >= t_in and s_r > cur + TIME_EPS:
             break
-        o = own.get(s_r)
+        o = tab.owner(iv, i)
         if o is not None:
             if type(o) is tuple:
                 g = o[0]

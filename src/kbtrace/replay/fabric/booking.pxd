@@ -10,8 +10,8 @@ import cython
 cdef double TIME_EPS
 
 cdef class _Sorted:
-    cdef object _at, _ar
-    cdef double[::1] t, r
+    cdef object _at, _ar, _ao
+    cdef double[::1] t, r, o
     cdef readonly Py_ssize_t n
     cdef Py_ssize_t cap
     @cython.locals(cap=cython.Py_ssize_t)
@@ -36,6 +36,14 @@ cdef class Spans(_Sorted):
     cpdef push(self, double s, double e)
     @cython.locals(n=cython.Py_ssize_t, q=cython.Py_ssize_t)
     cpdef insert2(self, Py_ssize_t i, double s, double e)
+    @cython.locals(i=cython.Py_ssize_t)
+    cpdef Py_ssize_t find(self, double s) except -1
+    @cython.locals(q=cython.Py_ssize_t)
+    cpdef own(self, Py_ssize_t i, Py_ssize_t slot, double sn, Py_ssize_t j, double a)
+    cpdef bint owned(self)
+    cpdef Py_ssize_t slot_at(self, Py_ssize_t i)
+    @cython.locals(k=cython.Py_ssize_t, q=cython.Py_ssize_t)
+    cpdef disown(self, double now)
     @cython.locals(k=cython.Py_ssize_t)
     cpdef prune(self, double now)
 

@@ -42,10 +42,12 @@ class _Sorted:
     of C doubles (``_at``; ``t`` is a typed view of it where compiled, the array itself where
     not; a full array is replaced by one twice as large, since one with a view on it cannot
     be resized), ``Steps``' shares ``r`` beside them (``_ar``; None for ``Spans``), their
-    binary searches and deleting a run of them (``cut``). The methods index ``self.t``
-    rather than a local copy of the view: compiled, each such copy is an atomic increment and
-    decrement of the view's count, which cost ~90% of an append."""
-    __slots__ = ("_at", "t", "_ar", "r", "n", "cap")
+    binary searches and deleting a run of them (``cut``). ``Spans``' owners ``o`` beside them
+    (``_ao``: two C doubles per value, so four per reservation; None until the first owner)
+    move with them. The methods index ``self.t`` rather than a local copy of the view:
+    compiled, each such copy is an atomic increment and decrement of the view's count, which
+    cost ~90% of an append."""
+    __slots__ = ("_at", "t", "_ar", "r", "_ao", "o", "n", "cap")
 
     def __init__(self, shares: bool) -> None:
         # no buffer until the first value (``_grow``): most of a topology's nodes and links
@@ -54,6 +56,8 @@ class _Sorted:
         self.t: Any = None
         self._ar: Any = _EMPTY if shares else None      # Steps' shares (Spans: none)
         self.r: Any = None
+        self._ao: Any = None            # Spans' owners (``Spans.own``)
+        self.o: Any = None
         self.n = 0
         self.cap = 0
 
@@ -69,6 +73,9 @@ class _Sorted:
         if self._ar is not None:
             self._ar = _copied(self._ar, self.n, cap)
             self.r = self._ar
+        if self._ao is not None:
+            self._ao = _copied(self._ao, 2 * self.n, 2 * cap)
+            self.o = self._ao
         self.cap = cap
 
     def cut(self, i: int, j: int) -> None:
@@ -79,7 +86,13 @@ class _Sorted:
             return
         d = j - i
         q = j
-        if self._ar is None:
+        if self._ao is not None:        # (Spans with owners: theirs move too)
+            while q < self.n:
+                self.t[q - d] = self.t[q]
+                self.o[2 * (q - d)] = self.o[2 * q]
+                self.o[2 * (q - d) + 1] = self.o[2 * q + 1]
+                q += 1
+        elif self._ar is None:
             while q < self.n:
                 self.t[q - d] = self.t[q]
                 q += 1
@@ -124,7 +137,12 @@ def _copied(a: Any, n: int, cap: int) -> array:
 
 class Spans(_Sorted):
     """A node's future busy intervals: ``t[:n]`` is ``[s0, e0, s1, e1, ...]``, sorted,
-    disjoint (they may touch)."""
+    disjoint (they may touch), and who holds each, if a flow whose head may move there does
+    (``own``; ``fair.Flow``, ``heads.serve_head``): four C doubles beside reservation
+    ``t[i:i + 2]`` at ``o[2 * i:2 * i + 4]``, written as it is made, gone as it goes: the
+    flow's slot in ``ledger.Slots`` (-1: none), its serial number there, its hop (-1: its head
+    arrived as the reservation starts) and its head's arrival (``ledger.Slots.owner`` reads
+    them). Nothing else changes a reservation once made (none is merged, moved or trimmed)."""
     __slots__ = ()
 
     def __init__(self) -> None:
@@ -148,6 +166,8 @@ class Spans(_Sorted):
             self._grow(n + 2)
         self.t[n] = s
         self.t[n + 1] = e
+        if self._ao is not None:
+            self.o[2 * n] = -1.0
         self.n = n + 2
 
     def insert2(self, i: int, s: float, e: float) -> None:
@@ -161,7 +181,50 @@ class Spans(_Sorted):
             q -= 1
         self.t[i] = s
         self.t[i + 1] = e
+        if self._ao is not None:
+            q = 2 * n - 1
+            while q >= 2 * i:
+                self.o[q + 4] = self.o[q]
+                q -= 1
+            self.o[2 * i] = -1.0
         self.n = n + 2
+
+    def find(self, s: float) -> int:
+        """The index in ``t`` of the reservation starting at ``s`` (reservations have
+        positive length; ``n`` if none starts at or after it)."""
+        i = self.bisect_left(s)
+        if i & 1:             # an interval ending exactly at s precedes it
+            i += 1
+        return i
+
+    def own(self, i: int, slot: int, sn: float, j: int, a: float) -> None:
+        """The reservation ``t[i:i + 2]`` is held by slot ``slot``'s flow (serial ``sn``), its
+        head arriving at ``a`` (at its hop ``j``; -1: at the start, ``a`` the start)."""
+        if self._ao is None:
+            self._ao = _zeros(2 * self.cap)
+            self.o = self._ao
+            for q in range(0, self.n, 2):
+                self.o[2 * q] = -1.0
+        q = 2 * i
+        self.o[q] = slot
+        self.o[q + 1] = sn
+        self.o[q + 2] = j
+        self.o[q + 3] = a
+
+    def owned(self) -> bool:
+        """Has a reservation ever been held by a flow (``own``)?"""
+        return self._ao is not None
+
+    def slot_at(self, i: int) -> int:
+        """The slot of the flow holding the reservation ``t[i:i + 2]`` (-1: none)."""
+        return int(self.o[2 * i]) if self._ao is not None else -1
+
+    def disown(self, now: float) -> None:
+        """Forget who holds the reservations that start by ``now`` (their heads are there:
+        none moves; ``heads.prune_owners``)."""
+        k = self.bisect_right(now)
+        for q in range(0, k, 2):
+            self.o[2 * q] = -1.0
 
     def prune(self, now: float) -> None:
         """Drop the intervals that ended at or before ``now`` (they can block nothing;
@@ -280,9 +343,7 @@ def take(iv: Spans, s: float, e: float) -> bool:
 
 def unreserve(iv: Spans, s: float) -> None:
     """Remove the reservation starting at ``s`` (reservations have positive length)."""
-    i = iv.bisect_left(s)
-    if i & 1:             # an interval ending exactly at s precedes it
-        i += 1
+    i = iv.find(s)
     iv.cut(i, i + 2)
 
 

@@ -4,7 +4,7 @@
 import cython
 
 from kbtrace.replay.fabric._booking_c cimport Steps
-from kbtrace.replay.fabric._ledger_c cimport Notes, Recs, Slots
+from kbtrace.replay.fabric._ledger_c cimport Recs, Slots
 
 # (imported from intervals: a C double here, so tests against it compare C doubles
 # rather than boxing both sides)
@@ -56,8 +56,8 @@ cdef Booked _record(Flow f, Py_ssize_t j, double s, double e, double r, double b
 
 @cython.locals(i=cython.Py_ssize_t, q=cython.Py_ssize_t,
                kind=cython.Py_ssize_t, A=cython.double, B=cython.double, bz=cython.double,
-               s=cython.double, e=cython.double, x=cython.double, r=cython.double, own=list,
-               jj=cython.Py_ssize_t, n=cython.Py_ssize_t, li=cython.Py_ssize_t, notes=Notes)
+               s=cython.double, e=cython.double, x=cython.double, r=cython.double,
+               jj=cython.Py_ssize_t, li=cython.Py_ssize_t)
 cpdef book_plan(list link_flows, Flow f, double[::1] off, double[::1] bk, Py_ssize_t k, double h,
                 double t)
 

@@ -272,22 +272,16 @@ def _record(f: Flow, j: int, s: float, e: float, r: float, busy: float, tail: fl
 
 def book_plan(link_flows: list, f: Flow, off: Any, bk: Any, k: int, h: float, t: float) -> None:
     """Flow ``f`` reserved the first ``k`` resources of a free-path plan from head / tail
-    times ``h`` / ``t`` (``routes._Plan.take``): note its node reservations (``node_own``)
-    and ``book`` its links among them, reading what it needs of each from the plan's C
-    doubles ``off`` and ``bk`` (``_Plan.off``, ``_Plan.bk``; compiled: typed views, a C call)."""
-    own = f.fab.node_own
+    times ``h`` / ``t`` (``routes._Plan.take``, which noted it beside its node reservations):
+    ``book`` its links among them, reading what it needs of each from the plan's C doubles
+    ``off`` and ``bk`` (``_Plan.off``, ``_Plan.bk``; compiled: typed views, a C call)."""
     for i in range(k):
         q = 6 * i
         kind = int(bk[q])
-        if kind == 0:       # the destination's overhead (not a flow's to move)
+        if kind < 3:        # a node's overhead (noted by ``take``)
             continue
         jj = int(bk[q + 1])
         s = h + off[4 * i]
-        if kind < 3:        # a node's overhead, served as its head arrives: it may move
-            n = int(bk[q + 2])     # (its head arrives as it starts: the flow alone)
-            notes = own[n]
-            notes.add(s, f.slot)
-            continue
         bz = off[4 * i + 3]
         x = h + off[4 * i + 2]
         if kind == 3:       # a single flit's link: no stream to share

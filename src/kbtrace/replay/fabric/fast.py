@@ -32,7 +32,7 @@ from kbtrace.replay.fabric.heads import (
     prune_all,
     relink,
 )
-from kbtrace.replay.fabric.ledger import Notes, Recs, Slots
+from kbtrace.replay.fabric.ledger import Recs, Slots
 from kbtrace.replay.fabric.pull import pull_behind, read_first
 from kbtrace.replay.fabric.routes import _Plan, _Route, book_route, held, hop_seq
 from kbtrace.replay.hbm import HbmController
@@ -107,11 +107,6 @@ class FastFabric(Fabric):
         self.flow_slots = Slots()
         self.link_flows: list[Recs] = [Recs(self.flow_slots) for _ in topo.links]
         self._f: Flow | None = None         # the flow being booked, if it is one
-        #: per node, the reservations of flows' heads (start -> (flow, hop, head's arrival),
-        #: or the flow alone where its head arrives as it starts, as most do; the flows named
-        #: by slot, ``ledger.Notes``): a head arriving before one goes first and the flow
-        #: moves (``heads.serve_head``)
-        self.node_own: list[Notes] = [Notes(self.flow_slots) for _ in topo.nodes]
         #: per link, the single flits of flows booked there (start -> (flow, hop, arrival)):
         #: a flit arriving before one goes first and the flow moves (``heads.serve_flit``)
         self.link_own: list[dict[float, tuple[Flow, int, float]]] = [{} for _ in topo.links]
@@ -273,8 +268,8 @@ class FastFabric(Fabric):
             x = h + B
             rows.append((op_id, tile, rt.stage[j], rt.node[j], rt.links[j], h + H0,
                          x if x > e else e, rt.busy[j], 0.0, nb))
-            if niv is not None and self._f is not None:
-                self.node_own[rt.nodes[j]].add(h + H0, self._f.slot)
+            if niv is not None and self._f is not None:     # (its head may move there)
+                self.flow_slots.own(niv, niv.find(h + H0), self._f.slot, -1, h + H0)
             j += 1
         else:
             H0, A0, B0 = H, A, B

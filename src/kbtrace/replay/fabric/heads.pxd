@@ -1,6 +1,6 @@
 # Types for the compiled twin of heads.py (Cython's pure-Python mode: this augmenting .pxd
-# types its hot functions and their locals, so a node's reservations (``Spans``) and notes
-# (``Notes``) are read through C calls and C doubles rather than Python method calls and
+# types its hot functions and their locals, so a node's reservations (``Spans``) and their
+# owners (``Slots.owner``) are read through C calls and C doubles rather than Python method calls and
 # boxed floats; heads.py itself stays plain Python and is what runs interpreted). setup.py
 # copies it beside the generated _heads_c.py; routes.pxd cimports the functions its
 # ``hop_seq`` calls.
@@ -8,13 +8,13 @@ import cython
 
 from kbtrace.replay.fabric._bodies_c cimport hold_bodies
 from kbtrace.replay.fabric._booking_c cimport Spans, Steps, serve
-from kbtrace.replay.fabric._ledger_c cimport Notes
+from kbtrace.replay.fabric._ledger_c cimport Slots
 
 # (imported from intervals: a C double here, so tests against it compare C doubles
 # rather than boxing both sides)
 cdef double TIME_EPS
 
-@cython.locals(own=Notes, pushed=list, i=cython.Py_ssize_t, hz=cython.double,
+@cython.locals(tab=Slots, pushed=list, i=cython.Py_ssize_t, hz=cython.double,
                s_r=cython.double, e_r=cython.double, jg=cython.Py_ssize_t, a=cython.double,
                e=cython.double, e2=cython.double, w=cython.double, ins=list)
 cpdef double serve_head(fab, Py_ssize_t n, Spans iv, double now, double h, double ov,
@@ -22,7 +22,7 @@ cpdef double serve_head(fab, Py_ssize_t n, Spans iv, double now, double h, doubl
 
 cpdef prune_all(fab, double now)
 
-@cython.locals(e=cython.double, k=cython.Py_ssize_t, s0=cython.double, notes=Notes)
+@cython.locals(e=cython.double, k=cython.Py_ssize_t, s0=cython.double, tab=Slots)
 cpdef double _reserve(fab, Py_ssize_t n, Spans iv, g, Py_ssize_t j, double a,
                       double w) except? -1.0
 
@@ -30,9 +30,9 @@ cpdef double _reserve(fab, Py_ssize_t n, Spans iv, g, Py_ssize_t j, double a,
                s=cython.double, hd2=cython.double, td=cython.double, hi=cython.double)
 cpdef tuple serve_flit(fab, rt, Py_ssize_t j, double now, double h)
 
-@cython.locals(notes=Notes)
-cpdef prune_owners(list node_own, double now)
+@cython.locals(iv=Spans)
+cpdef prune_owners(list node_iv, double now)
 
-@cython.locals(niv=Spans, ov=cython.double, n=cython.Py_ssize_t, own=Notes, s0=cython.double,
+@cython.locals(niv=Spans, ov=cython.double, n=cython.Py_ssize_t, tab=Slots, s0=cython.double,
                i=cython.Py_ssize_t)
 cpdef double head_at(fab, g, Py_ssize_t j, double old, double ha) except? -1.0

@@ -2,9 +2,10 @@
 
 Fast mode books a transfer when it starts (``fast.FastFabric``), so a node's overhead
 reservations are in start order, while flit mode's node serves heads in the order they
-arrive. ``FastFabric.node_own`` notes, per node, the reservations a flow's head (``fair.Flow``)
-took as it arrived: ``start -> (flow, hop, arrival)``, or the flow alone where its head arrived
-at the start (most do; its hop is where the node is on its route). A head served at a node
+arrive. A node's reservations (``booking.Spans``) note who holds each a flow's head
+(``fair.Flow``) took as it arrived: ``(flow, hop, arrival)``, or the flow alone where its head
+arrived at the start (most do; its hop is where the node is on its route; ``Spans.own``,
+``ledger.Slots.owner``). A head served at a node
 (``serve_head``, from ``FastFabric._hop``) goes before every such reservation of a head that
 arrives after it: those flows are served after it, and each moves (``_delay``): its head
 leaves the node later, ``fair._push`` carries the delay along its path, and at each further
@@ -81,7 +82,7 @@ def serve_head(fab: Any, n: int, iv: Spans, now: float, h: float, ov: float, j: 
     """Serve the overhead ``ov`` of a head arriving at node ``n`` at ``h`` (``iv``: the node's
     reservations) first come, first served, as flit mode's node serves heads: reservations
     after ``h`` that belong to flows whose heads arrive later (booked earlier, as fast mode
-    books in start order; ``FastFabric.node_own``) go after it, their flows delayed
+    books in start order; ``Spans.own``) go after it, their flows delayed
     (``_delay``, at most ``PUSH_DEPTH`` deep), served again in the order their heads arrive
     (not in the order of their old reservations: a head that moved later at this node after
     another had queued behind it would else still go first; ring_allreduce per-op p95 4.62%
@@ -89,9 +90,9 @@ def serve_head(fab: Any, n: int, iv: Spans, now: float, h: float, ov: float, j: 
     (``booking.serve``). Returns when its overhead is done. If the head
     is flow ``f``'s (hop ``j``), its reservation may move in turn. ``flits``: push only the
     flows of single flits (a moved IPCQ credit, ``head_at``)."""
-    own = fab.node_own[n]
+    tab = fab.flow_slots
     pushed = []
-    if own and iv.last() > h and fab.push_depth < PUSH_DEPTH:
+    if iv.owned() and iv.last() > h and fab.push_depth < PUSH_DEPTH:
         i = iv.bisect_right(h)
         hz = h
         if i & 1:                       # one under way: after it
@@ -102,7 +103,7 @@ def serve_head(fab: Any, n: int, iv: Spans, now: float, h: float, ov: float, j: 
             s_r = iv.at(i)
             e_r = iv.at(i + 1)
             hz += e_r - s_r
-            o = own.get(s_r)
+            o = tab.owner(iv, i)
             if o is not None:
                 if type(o) is tuple:
                     g, jg, a = o
@@ -112,7 +113,6 @@ def serve_head(fab: Any, n: int, iv: Spans, now: float, h: float, ov: float, j: 
                     if jg < 0:          # (a route passes a node once: where it is on it)
                         jg = g.rt.nodes.index(n)
                     if not flits or g.rt.hops[jg][4] == 1:
-                        own.pop(s_r)
                         pushed.append((g, jg, a, e_r, e_r - s_r))
                         iv.cut(i, i + 2)
                         continue
@@ -137,25 +137,25 @@ def prune_all(fab: Any, now: float) -> None:
     """Drop what can no longer meet a transfer starting at ``now`` or later: flows' link
     bookings, movable reservations, and nodes' and links' past intervals."""
     prune_flows(fab.link_flows, now)
-    prune_owners(fab.node_own, now)
+    prune_owners(fab.node_iv, now)
     prune_links(fab.link_own, now)
     prune_states(fab.node_iv, fab.link_steps, now, 64)
 
 
 def _reserve(fab: Any, n: int, iv: Spans, g: Flow, j: int, a: float, w: float) -> float:
     """Serve ``w`` ns of node ``n`` (reservations ``iv``) for flow ``g``'s head arriving at
-    ``a`` (hop ``j``); a reservation in one piece is noted as the flow's (``node_own``), so
+    ``a`` (hop ``j``); a reservation in one piece is noted as the flow's (``Spans.own``), so
     a head arriving before ``a`` may move it. Returns when it is done."""
     e = serve(iv, fab.env.now, a, w)
     k = iv.bisect_right(e - TIME_EPS)
     if k & 1 and k < iv.n:
         s0 = iv.at(k - 1)
         if s0 >= e - w - TIME_EPS:
-            notes = fab.node_own[n]
+            tab = fab.flow_slots
             if a == s0:
-                notes.add(s0, g.slot)
+                tab.own(iv, k - 1, g.slot, -1, s0)
             else:
-                notes.add_at(s0, g.slot, j, a)
+                tab.own(iv, k - 1, g.slot, j, a)
             if g.nres is None:
                 g.nres = {}
             g.nres[j] = s0
@@ -329,17 +329,17 @@ def prune_links(link_own: list, now: float) -> None:
                 del own[s]
 
 
-def prune_owners(node_own: list, now: float) -> None:
-    """Forget the movable node reservations that start by ``now`` (their heads are there;
-    ``ledger.Notes.prune``: gemm on default.yaml drops ~22,000 of ~28,000 each prune)."""
-    for notes in node_own:
-        if notes.n:
-            notes.prune(now)
+def prune_owners(node_iv: list, now: float) -> None:
+    """Forget who holds the node reservations that start by ``now`` (their heads are there:
+    none moves; ``Spans.disown``)."""
+    for iv in node_iv:
+        if iv.owned():
+            iv.disown(now)
 
 
 def head_at(fab: Any, g: Flow, j: int, old: float, ha: float) -> float:
     """Flow ``g``'s head reaches node ``j`` of its path at ``ha`` instead of ``old``: its
-    overhead there moves if it was served as the head arrived (``FastFabric.node_own``; first
+    overhead there moves if it was served as the head arrived (``Spans.own``; first
     come, first served: ``serve_head``), else it is taken as due; returns when the head
     leaves the node. A single flit between PEs (an IPCQ credit; not a one-flit read or write)
     moved to a UCIe, IO or PCIe node (overheads of 5-10 ns) takes the node's gaps
@@ -363,13 +363,12 @@ def head_at(fab: Any, g: Flow, j: int, old: float, ha: float) -> float:
     if niv is None:
         return ha + ov
     n = g.rt.nodes[j]
-    own = fab.node_own[n]
     s0 = g.nres.get(j, old) if g.nres is not None else old
-    o = own.get(s0)
-    if o is not None and (o is g or type(o) is tuple and o[0] is g):
-        own.pop(s0)
-        i = niv.bisect_right(s0) - 1
-        if i >= 0 and not i & 1 and niv.at(i) == s0:
+    i = niv.bisect_right(s0) - 1
+    if i >= 0 and not i & 1 and niv.at(i) == s0:
+        tab = fab.flow_slots
+        o = tab.owner(niv, i)
+        if o is not None and (o is g or type(o) is tuple and o[0] is g):
             niv.cut(i, i + 2)
             if ha > s0 + TIME_EPS and fab.push_depth < PUSH_DEPTH:
                 fab.pull_behind(fab, n, niv, s0, ha, g)     # (``pull``: credits behind it)

@@ -5,8 +5,10 @@
 # fair.pxd cimports the classes from there.
 import cython
 
+from kbtrace.replay.fabric._booking_c cimport Spans
+
 cdef double TIME_EPS
-cdef Py_ssize_t GONE, LIVE, MOVED, REC, HOP, NOTE, _CAP0
+cdef Py_ssize_t GONE, LIVE, MOVED, REC, HOP, _CAP0
 cdef double _INF
 
 @cython.final
@@ -33,6 +35,9 @@ cdef class Slots:
     cpdef moved(self, Py_ssize_t i, Py_ssize_t j)
     cpdef retimed(self, Py_ssize_t i)
     cpdef bint moved_at(self, Py_ssize_t i, Py_ssize_t j)
+    cpdef own(self, Spans iv, Py_ssize_t i, Py_ssize_t slot, Py_ssize_t j, double a)
+    @cython.locals(q=cython.Py_ssize_t, sl=cython.Py_ssize_t, j=cython.Py_ssize_t)
+    cpdef owner(self, Spans iv, Py_ssize_t i)
     cpdef recycle(self)
 
 cdef class _Table:
@@ -56,22 +61,3 @@ cdef class Recs(_Table):
     cdef double _a_end(self, Py_ssize_t q, Py_ssize_t sl) except? -1.0
     @cython.locals(k=cython.Py_ssize_t)
     cdef inline void _move(self, Py_ssize_t q, Py_ssize_t w)
-
-
-@cython.final
-cdef class Notes(_Table):
-    cdef object _at, _ao
-    cdef double[::1] t, o
-    cpdef add(self, double s, Py_ssize_t slot)
-    @cython.locals(n=cython.Py_ssize_t, q=cython.Py_ssize_t)
-    cpdef add_at(self, double s, Py_ssize_t slot, Py_ssize_t j, double a)
-    @cython.locals(n=cython.Py_ssize_t, cap=cython.Py_ssize_t)
-    cdef _grow(self)
-    @cython.locals(i=cython.Py_ssize_t, q=cython.Py_ssize_t, sl=cython.Py_ssize_t,
-                   j=cython.Py_ssize_t)
-    cpdef get(self, double s)
-    cpdef pop(self, double s)
-    cpdef prune(self, double now)
-    @cython.locals(i=cython.Py_ssize_t, k=cython.Py_ssize_t, q=cython.Py_ssize_t,
-                   w=cython.Py_ssize_t, y=cython.double)
-    cdef _keep(self, double x, bint after)

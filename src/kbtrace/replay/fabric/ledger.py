@@ -19,10 +19,11 @@ the link reads that hop's ``a_end`` from the object. Dropping is a compaction by
 compare (``scan``, ``prune``). A slot is reused only after every link dropped the
 bookings of its complete flow (``Slots.recycle``, after ``fair.prune_flows``).
 
-A node's notes of whose overhead reservation starts when (``Notes``, ``FastFabric.node_own``:
-~29 per flow, few ever looked up) name the flow the same way, by slot, with the slot's serial
-number (``Slots.sn``: a slot reused by a later flow is not its): appending a note writes five
-C doubles and holds no reference.
+Who holds a node's overhead reservation (~29 per flow, few ever looked up) is written beside
+it in the node's ``booking.Spans`` as it is made (``Slots.own``), naming the flow the same way,
+by slot, with the slot's serial number (``Slots.sn``: a slot reused by a later flow is not
+its): four C doubles, no reference held (``Slots.owner`` reads them). Imports nothing of the
+package (compiled: ``booking``'s ``Spans`` type).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 
 from kbtrace.replay.intervals import TIME_EPS
 
-__all__ = ["Slots", "Recs", "Notes", "DONE", "GONE", "LIVE", "MOVED", "REC", "HOP", "NOTE"]
+__all__ = ["Slots", "Recs", "DONE", "GONE", "LIVE", "MOVED", "REC", "HOP"]
 
 GONE = 0        # the slot's flow is complete (or the slot is free)
 LIVE = 1        # under way, every booking's a_end as booked
@@ -40,7 +41,6 @@ MOVED = 2       # under way, the arrival of one of its hops moved (``Slots.moved
                 # tails (``Slots.retimed``)
 REC = 3         # doubles per booking on a link: a_end, slot, hop
 HOP = 5         # doubles per slot and hop: start, lone end, work, tail, moved (0 / 1)
-NOTE = 4        # doubles per node note's owner: slot, its serial, hop (-1: the flow alone), arrival
 _CAP0 = 64
 _INF = float("inf")
 
@@ -143,6 +143,27 @@ class Slots:
     def moved_at(self, i: int, j: int) -> bool:
         return self.hv[HOP * (self.hops * i + j) + 4] != 0.0
 
+    def own(self, iv: Any, i: int, slot: int, j: int, a: float) -> None:
+        """Slot ``slot``'s flow, its head arriving at ``a`` (hop ``j``; -1: at the start, the
+        flow alone), holds the reservation ``t[i:i + 2]`` of a node's ``Spans`` ``iv``."""
+        iv.own(i, slot, self.sn[slot], j, a)
+
+    def owner(self, iv: Any, i: int) -> Any:
+        """Who holds the reservation ``t[i:i + 2]`` of a node's ``Spans`` ``iv``: None (no
+        flow), the flow (its head arrived as it starts) or ``(flow, hop, arrival)``; ``DONE``
+        for a flow complete since (its slot left or reused)."""
+        if iv._ao is None:
+            return None
+        q = 2 * i
+        sl = int(iv.o[q])
+        if sl < 0:
+            return None
+        f = self.flows[sl]
+        if f is None or self.sn[sl] != iv.o[q + 1]:
+            f = DONE
+        j = int(iv.o[q + 2])
+        return f if j < 0 else (f, j, iv.o[q + 3])
+
     def recycle(self) -> None:
         """No link holds a booking of a complete flow any more: their slots are free."""
         if self.gone:
@@ -151,9 +172,9 @@ class Slots:
 
 
 class _Table:
-    """What a link's bookings (``Recs``) and a node's notes (``Notes``) share: ``n`` entries
-    in C arrays of capacity ``cap`` (none until the first entry: most links and nodes take
-    none), their flows named by slot in the fabric's ``Slots`` ``tab``."""
+    """A link's bookings' (``Recs``') count: ``n`` entries in C arrays of capacity ``cap``
+    (none until the first entry: most links take none), their flows named by slot in the
+    fabric's ``Slots`` ``tab``."""
     __slots__ = ("n", "cap", "tab")
 
     def __init__(self, tab: Slots) -> None:
@@ -242,102 +263,10 @@ class Recs(_Table):
 
 
 class _Done:
-    """What ``Notes.get`` names where a note's flow is complete (its slot left or reused):
-    the note's readers ask only whether it is finished."""
+    """What ``Slots.owner`` names where a reservation's flow is complete (its slot left or
+    reused): its readers ask only whether it is finished."""
     __slots__ = ()
     fin = True
 
 
 DONE = _Done()
-
-
-class Notes(_Table):
-    """A node's notes of whose reservation starts when (``FastFabric.node_own``): start ->
-    owner as a dict would hold them, the owner a flow (``add``: its head arrived as the
-    reservation starts) or ``(flow, hop, arrival)`` (``add_at``). They are appended, the
-    start a C double in ``t`` (unsorted; the scans read only these) and the owner ``NOTE`` C
-    doubles in ``o`` (the flow's slot in ``tab`` and its serial, hop, arrival), and looked up
-    from the last (a later note of a start replaces an earlier one): no float boxed, no hash,
-    no reference held; few are looked up before ``prune`` (gemm: 4,381 lookups, ~29 notes at
-    their node, for 240,978 notes). A note of a flow complete since names ``DONE``."""
-    __slots__ = ("_at", "t", "_ao", "o")
-
-    def __init__(self, tab: Slots) -> None:
-        _Table.__init__(self, tab)
-        self._at: Any = None
-        self.t: Any = None
-        self._ao: Any = None
-        self.o: Any = None
-
-    def add(self, s: float, slot: int) -> None:
-        """Note that slot ``slot``'s flow, its head arriving at ``s``, holds the reservation
-        from ``s``."""
-        self.add_at(s, slot, -1, s)
-
-    def add_at(self, s: float, slot: int, j: int, a: float) -> None:
-        """Note that slot ``slot``'s flow, its head arriving at ``a`` (hop ``j``; -1: at
-        ``s``, the flow alone), holds the reservation from ``s``."""
-        n = self.n
-        if n == self.cap:
-            self._grow()
-        self.t[n] = s
-        q = NOTE * n
-        self.o[q] = slot
-        self.o[q + 1] = self.tab.sn[slot]
-        self.o[q + 2] = j
-        self.o[q + 3] = a
-        self.n = n + 1
-
-    def _grow(self) -> None:
-        n = self.n
-        cap = 2 * self.cap if self.cap else _CAP0
-        t = array("d", bytes(8 * cap))
-        o = array("d", bytes(8 * NOTE * cap))
-        if n:
-            t[:n] = self._at[:n]
-            o[:NOTE * n] = self._ao[:NOTE * n]
-        self._at = t
-        self.t = t
-        self._ao = o
-        self.o = o
-        self.cap = cap
-
-    def get(self, s: float) -> Any:
-        """The owner of the latest note of ``s`` (None: none)."""
-        i = self.n - 1
-        while i >= 0:
-            if self.t[i] == s:
-                q = NOTE * i
-                sl = int(self.o[q])
-                f = self.tab.flows[sl]
-                if f is None or self.tab.sn[sl] != self.o[q + 1]:
-                    f = DONE
-                j = int(self.o[q + 2])
-                return f if j < 0 else (f, j, self.o[q + 3])
-            i -= 1
-        return None
-
-    def pop(self, s: float) -> None:
-        """Forget the notes of ``s``, if there are any."""
-        self._keep(s, False)
-
-    def prune(self, now: float) -> None:
-        """Forget the notes of starts by ``now``."""
-        self._keep(now, True)
-
-    def _keep(self, x: float, after: bool) -> None:
-        """Keep the notes of starts after ``x`` (``after``) or other than ``x``, in order."""
-        k = 0
-        for i in range(self.n):
-            y = self.t[i]
-            if (y > x) if after else (y != x):
-                if k < i:
-                    self.t[k] = y
-                    q = NOTE * i
-                    w = NOTE * k
-                    self.o[w] = self.o[q]
-                    self.o[w + 1] = self.o[q + 1]
-                    self.o[w + 2] = self.o[q + 2]
-                    self.o[w + 3] = self.o[q + 3]
-                k += 1
-        self.n = k

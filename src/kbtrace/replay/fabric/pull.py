@@ -50,8 +50,8 @@ def pull_behind(fab: Any, n: int, iv: Spans, s0: float, ha: float, g: Flow) -> N
     before ``ha`` and whose reservations start after their arrival, from ``s0`` to ``ha`` plus
     the node's overhead (queued behind it), are served again from their arrival, in arrival
     order, and carried on earlier (``_pull``)."""
-    own = fab.node_own[n]
-    if not own or fab.node_kind[n] != "router":
+    tab = fab.flow_slots
+    if not iv.owned() or fab.node_kind[n] != "router":
         return
     i = iv.bisect_right(s0 - TIME_EPS)
     if i & 1:
@@ -62,7 +62,7 @@ def pull_behind(fab: Any, n: int, iv: Spans, s0: float, ha: float, g: Flow) -> N
         s_r = iv.at(i)
         if s_r > lim:
             break
-        o = own.get(s_r)
+        o = tab.owner(iv, i)
         if o is not None and type(o) is tuple:
             c, jc, a = o
             if (not c.fin and c is not g and c is not fab._f and a < s_r - TIME_EPS
@@ -79,7 +79,6 @@ def pull_behind(fab: Any, n: int, iv: Spans, s0: float, ha: float, g: Flow) -> N
         if k < 0 or k & 1 or iv.at(k) != s_r:
             continue
         iv.cut(k, k + 2)
-        own.pop(s_r)
         e2 = _reserve(fab, n, iv, c, jc, a, e_r - s_r)
         if e2 < e_r - TIME_EPS:
             _pull(fab, c, jc, e2)

@@ -165,7 +165,7 @@ class _Plan:
         self.rows = rows
         self.pid = fab.rec.add_plan(rows, rt.nb)
 
-    def take(self, h: float, t: float) -> int:
+    def take(self, h: float, t: float, slot: int = -1, sn: float = 0.0) -> int:
         """Reserve the plan's resources (``sts``, in path order) for a transfer whose head and
         tail reach its first hop at ``h`` / ``t``, each ``[h + S, max(t + A, h + B)]``,
         while each is free as the head reaches it (a node: ``booking.take``; a link:
@@ -174,7 +174,10 @@ class _Plan:
 
         Nearly every reservation is an append to a resource free from its start on: two C
         doubles in a node's ``Spans``, two breakpoints and their shares in a link's
-        ``Steps`` (compiled: no Python object made, the offsets read as C doubles)."""
+        ``Steps`` (compiled: no Python object made, the offsets read as C doubles).
+        ``slot``: the flow's slot in ``ledger.Slots`` (serial ``sn``; -1: no flow), noted
+        beside each reservation of a node's overhead served as its head arrives (it may move:
+        ``Spans.own``, ``heads.serve_head``)."""
         k = 0
         off = self.off
         for st in self.sts:
@@ -190,6 +193,7 @@ class _Plan:
                 n = sp.n
                 if not n or sp.t[n - 1] <= s:
                     sp.push(s, e)
+                    i = n
                 else:   # a gap that takes the whole overhead, or a stall
                     i = sp.bisect_right(s)
                     if i & 1:
@@ -203,6 +207,8 @@ class _Plan:
                         if (x if x > z else z) > y + TIME_EPS:
                             break
                     sp.insert2(i, s, e if e < y else y)
+                if slot >= 0 and self.bk[6 * k] != 0.0:   # (not the destination's)
+                    sp.own(i, slot, sn, -1, s)
             else:
                 ln = st
                 n = ln.n
@@ -243,9 +249,14 @@ def book_route(fab: Any, rt: _Route, f: Any, op_id: int, tile: int, addr: int, h
             h = got
         else:
             pl = rt.build(fab, j) if plo is False else plo
-            k = pl.take(h, t)       # the resources free as the head reaches them
-            if f is not None and k:
-                book_plan(fab.link_flows, f, pl.off, pl.bk, k, h, t)
+            if f is None:           # the resources free as the head reaches them
+                k = pl.take(h, t)
+            else:
+                tab = fab.flow_slots
+                sl = f.slot
+                k = pl.take(h, t, sl, tab.sn[sl])
+                if k:
+                    book_plan(fab.link_flows, f, pl.off, pl.bk, k, h, t)
             if k == pl.n_res:
                 hh = h + pl.h_end
                 tt = t + pl.t_a
@@ -269,8 +280,6 @@ def book_route(fab: Any, rt: _Route, f: Any, op_id: int, tile: int, addr: int, h
             for i in range(pl.first[jr], k):
                 S = pl.off[4 * i]
                 unreserve(pl.sts[i], h + S)    # a node's (a hop's link is its last resource)
-                if f is not None:
-                    fab.node_own[rt.nodes[pl.j0 + jr]].pop(h + S)
             if jr:
                 if f is not None:
                     f.segs.append(("P", pl, h, t, 0.0, jr))
