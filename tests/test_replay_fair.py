@@ -97,7 +97,7 @@ def test_a_flow_booked_first_is_slowed_and_its_completion_moved(tmp_path):
 def test_a_completed_flow_is_freed_by_reference_counting(tmp_path, core):
     """A flow and the records of its per-link bookings (``fair.Booked``) refer to each other
     while it is under way; complete, it drops them and leaves its slot (the links' bookings
-    and the nodes' notes name it by slot, ``ledger``), so nothing holds it: no
+    and the nodes' reservations name it by slot, ``ledger``), so nothing holds it: no
     flow waits for the cyclic garbage collector (with a cycle left, every flow of a large
     replay lived until a collection, and those collections took a fifth of its time)."""
     import gc
@@ -123,7 +123,9 @@ def test_a_completed_flow_is_freed_by_reference_counting(tmp_path, core):
         _read(fab, 1, mem, dma, 3.5, got)     # they meet: the first is moved
         fab.env.run()
         assert sorted(got) == [0, 1]
-        assert sum(len(notes) for notes in fab.node_own) == 14     # (by slot, unpruned)
+        tab = fab.flow_slots                # (owners by slot, beside the reservations)
+        assert sum(tab.owner(iv, i) is not None for iv in fab.node_iv
+                   for i in range(0, iv.n, 2)) == 14
         assert flows() == 1                   # (the last flow booked)
         fab._f = None
         assert fab.flow_slots.flows == [None, None] and flows() == 0

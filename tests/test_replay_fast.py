@@ -480,35 +480,39 @@ def test_fast_stretch_equals_hop_by_hop_two_identical_reads_meeting(tmp_path):
         tmp_path, [(8, 0, True, 4096, 0.0, 300.0, 64.0)] * 2, None)
 
 
-@pytest.mark.parametrize("mod", ["ledger", "_ledger_c"])
-def test_node_notes_read_as_a_dict_of_the_latest_note_per_start(mod):
-    """``ledger.Notes`` (``FastFabric.node_own``), pure and compiled: notes appended as C
-    doubles (the flow by its slot) are looked up as a dict would hold them (a later note of
-    a start replaces an earlier one), and a prune forgets those up to its time, looked up
-    before or not. A note of a flow complete since, its slot left or reused, names ``DONE``."""
+@pytest.mark.parametrize("bk, mod", [("booking", "ledger"), ("_booking_c", "_ledger_c")])
+def test_a_reservations_owner_is_kept_beside_it(bk, mod):
+    """A node's reservation's owner (``booking.Spans.own``, read by ``ledger.Slots.owner``),
+    pure and compiled: written beside the reservation as four C doubles (the flow by its
+    slot), it moves with it as reservations are inserted before it or cut, survives the
+    arrays' growth, and goes with it; ``disown`` forgets those starting up to its time. An
+    owner complete since, its slot left or reused, is ``DONE``."""
+    b = pytest.importorskip(f"kbtrace.replay.fabric.{bk}")
     m = pytest.importorskip(f"kbtrace.replay.fabric.{mod}")
     tab = m.Slots()
-    a, b, c, d = (SimpleNamespace(name=x) for x in "abcd")
-    sa, sb, sc, sd = (tab.enter(f, 4) for f in (a, b, c, d))
-    notes = m.Notes(tab)
-    assert not notes
-    notes.add(10.0, sa)
-    notes.add(12.5, sb)
-    notes.add_at(10.0, sc, 2, 9.25)
-    assert notes and (notes.get(10.0), notes.get(11.0)) == ((c, 2, 9.25), None)
-    notes.add(14.0, sd)                 # (appended after the lookup)
-    notes.add(9.0, sa)
-    notes.prune(10.0)
-    assert len(notes) == 2 and [notes.get(s) for s in (9.0, 10.0, 12.5, 14.0)] == [None, None,
-                                                                                  b, d]
-    notes.add(12.5, sc)
-    notes.pop(13.0)                     # (none there: nothing)
-    notes.pop(12.5)                     # (both notes of 12.5)
-    assert [notes.get(s) for s in (12.5, 14.0)] == [None, d]
+    a, c, d = (SimpleNamespace(name=x) for x in "acd")
+    sa, sc, sd = (tab.enter(f, 4) for f in (a, c, d))
+    iv = b.Spans()
+    iv.push(10.0, 12.0)
+    iv.push(12.5, 13.0)
+    assert not iv.owned() and tab.owner(iv, 0) is None
+    tab.own(iv, 0, sa, -1, 10.0)
+    tab.own(iv, iv.find(12.5), sc, 2, 11.25)
+    assert iv.owned() and (tab.owner(iv, 0), tab.owner(iv, 2)) == (a, (c, 2, 11.25))
+    iv.insert2(0, 8.0, 9.0)             # (before both: they move, it has none)
+    iv.push(14.0, 15.0)
+    assert [tab.owner(iv, i) for i in range(0, 8, 2)] == [None, a, (c, 2, 11.25), None]
+    tab.own(iv, iv.find(14.0), sd, -1, 14.0)
+    for k in range(20):                 # (the arrays grow: 16 values at first)
+        iv.push(20.0 + k, 20.5 + k)
+    assert iv.n == 48 and iv.find(12.5) == 4 and tab.owner(iv, 4) == (c, 2, 11.25)
+    iv.disown(10.0)                     # (starts up to 10 forgotten: a's)
+    assert [tab.owner(iv, i) for i in range(0, 8, 2)] == [None, None, (c, 2, 11.25), d]
+    b.unreserve(iv, 12.5)               # (c's goes with its reservation)
+    assert iv.tolist()[:6] == [8.0, 9.0, 10.0, 12.0, 14.0, 15.0]
+    assert [tab.owner(iv, i) for i in range(0, 8, 2)] == [None, None, d, None]
     tab.leave(sd)                       # d complete
-    assert notes.get(14.0) is m.DONE and m.DONE.fin
+    assert tab.owner(iv, 4) is m.DONE and m.DONE.fin
     tab.recycle()
-    assert tab.enter(SimpleNamespace(name="e"), 4) == sd   # (its slot reused: not d's note)
-    assert notes.get(14.0) is m.DONE
-    notes.pop(14.0)
-    assert not notes
+    assert tab.enter(SimpleNamespace(name="e"), 4) == sd   # (its slot reused: not d's)
+    assert tab.owner(iv, 4) is m.DONE

@@ -34,7 +34,7 @@ from kbtrace.replay.fabric.booking import (
     steps_of,
     take_rate,
 )
-from kbtrace.replay.fabric.ledger import Notes, Slots
+from kbtrace.replay.fabric.ledger import Slots
 from kbtrace.replay.hbm import HbmController
 from kbtrace.topology import compile_topology
 from test_replay_util import TOPO_DIR, SynthTrace, hbm, load
@@ -341,6 +341,11 @@ def _moved_flow(fab, rt, op):
     return Flow(fab, rt, op, -1, 0.0)
 
 
+def _owners(tab, iv) -> list:
+    """Who holds each of ``iv``'s reservations, in order (``ledger.Slots.owner``)."""
+    return [tab.owner(iv, i) for i in range(0, iv.n, 2)]
+
+
 def test_a_moved_credit_takes_the_gaps_and_pushes_no_one():
     """``heads.head_at``: flow g, a single flit between PEs (an IPCQ credit), booked at node 0
     for [10, 12], now arrives at 12.5; flow h's head (arrived at 13) holds the node for
@@ -352,8 +357,7 @@ def test_a_moved_credit_takes_the_gaps_and_pushes_no_one():
     from kbtrace.replay.fabric.pull import pull_behind
     niv = spans_of([10.0, 12.0, 13.0, 15.0])
     tab = Slots()
-    own = Notes(tab)
-    fab = SimpleNamespace(node_own=[own], env=SimpleNamespace(now=0.0), push_depth=0, _f=None,
+    fab = SimpleNamespace(env=SimpleNamespace(now=0.0), push_depth=0, _f=None,
                           flow_slots=tab, hbm={}, node_kind=["ucie"], node_ov=[2.0],   # (g: from no HBM ctrl)
                           body_in=[[]],
                           pull_behind=pull_behind)      # (h's head was not queued behind g)
@@ -362,11 +366,11 @@ def test_a_moved_credit_takes_the_gaps_and_pushes_no_one():
     h_rt = SimpleNamespace(links=(0,), nodes=(0, 1), hops=((niv, 2.0, Steps(), 0, 0, 0.0, 0.0, 0.0,
                                                             0.0),))
     g, h = _moved_flow(fab, g_rt, 1), _moved_flow(fab, h_rt, 2)
-    own.add(10.0, g.slot)
-    own.add(13.0, h.slot)
+    tab.own(niv, 0, g.slot, -1, 10.0)
+    tab.own(niv, 2, h.slot, -1, 13.0)
     assert head_at(fab, g, 0, 10.0, 12.5) == 16.5
     assert niv.tolist() == [12.5, 13.0, 13.0, 15.0, 15.0, 16.5]
-    assert (own.get(10.0), own.get(13.0), len(own)) == (None, h, 1)   # h's stands, movable
+    assert _owners(tab, niv) == [None, h, None]     # h's stands, movable
 
 
 @pytest.mark.parametrize("at, done", [(8.25, {0: 25.4125, 1: 16.5}), (8.5, {0: 25.6625, 1: 16.75}),
@@ -459,18 +463,16 @@ def test_heads_pushed_at_a_node_are_served_again_in_arrival_order():
     from kbtrace.replay.fabric.heads import serve_head
     niv = spans_of([12.0, 14.0, 14.0, 16.0])
     tab = Slots()
-    own = Notes(tab)
-    fab = SimpleNamespace(node_own=[own], env=SimpleNamespace(now=0.0), push_depth=0, _f=None,
+    fab = SimpleNamespace(env=SimpleNamespace(now=0.0), push_depth=0, _f=None,
                           flow_slots=tab, hbm={}, node_kind=["router"], node_ov=[2.0], body_in=[[]])
     rt = SimpleNamespace(links=(0,), nodes=(0, 1), hops=((niv, 2.0, Steps(), 0, 0, 0.0, 0.0, 0.0,
                                                           0.0),))
     g, h = _moved_flow(fab, rt, 1), _moved_flow(fab, rt, 2)
-    own.add_at(12.0, g.slot, 0, 11.5)
-    own.add_at(14.0, h.slot, 0, 11.0)
+    tab.own(niv, 0, g.slot, 0, 11.5)
+    tab.own(niv, 2, h.slot, 0, 11.0)
     assert serve_head(fab, 0, niv, 0.0, 10.5, 2.0, 0, None) == 12.5
     assert niv.tolist() == [10.5, 12.5, 12.5, 14.5, 14.5, 16.5]
-    assert [own.get(s) for s in (12.0, 14.0, 12.5, 14.5)] == [None, None, (h, 0, 11.0),
-                                                               (g, 0, 11.5)] and len(own) == 2
+    assert _owners(tab, niv) == [None, (h, 0, 11.0), (g, 0, 11.5)]
 
 
 def _done_times(tmp_path, topo, sends, send=None):

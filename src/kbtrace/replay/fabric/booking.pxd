@@ -41,7 +41,6 @@ cdef class Spans(_Sorted):
     @cython.locals(q=cython.Py_ssize_t)
     cpdef own(self, Py_ssize_t i, Py_ssize_t slot, double sn, Py_ssize_t j, double a)
     cpdef bint owned(self)
-    cpdef Py_ssize_t slot_at(self, Py_ssize_t i)
     @cython.locals(k=cython.Py_ssize_t, q=cython.Py_ssize_t)
     cpdef disown(self, double now)
     @cython.locals(k=cython.Py_ssize_t)

@@ -42,9 +42,8 @@ class _Sorted:
     of C doubles (``_at``; ``t`` is a typed view of it where compiled, the array itself where
     not; a full array is replaced by one twice as large, since one with a view on it cannot
     be resized), ``Steps``' shares ``r`` beside them (``_ar``; None for ``Spans``), their
-    binary searches and deleting a run of them (``cut``). ``Spans``' owners ``o`` beside them
-    (``_ao``: two C doubles per value, so four per reservation; None until the first owner)
-    move with them. The methods index ``self.t`` rather than a local copy of the view:
+    binary searches and deleting a run of them (``cut``; ``Spans``' owners ``o``, two C doubles
+    per value, with them). The methods index ``self.t`` rather than a local copy of the view:
     compiled, each such copy is an atomic increment and decrement of the view's count, which
     cost ~90% of an append."""
     __slots__ = ("_at", "t", "_ar", "r", "_ao", "o", "n", "cap")
@@ -214,10 +213,6 @@ class Spans(_Sorted):
     def owned(self) -> bool:
         """Has a reservation ever been held by a flow (``own``)?"""
         return self._ao is not None
-
-    def slot_at(self, i: int) -> int:
-        """The slot of the flow holding the reservation ``t[i:i + 2]`` (-1: none)."""
-        return int(self.o[2 * i]) if self._ao is not None else -1
 
     def disown(self, now: float) -> None:
         """Forget who holds the reservations that start by ``now`` (their heads are there:
