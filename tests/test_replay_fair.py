@@ -124,7 +124,7 @@ def test_a_completed_flow_is_freed_by_reference_counting(tmp_path, core):
         fab.env.run()
         assert sorted(got) == [0, 1]
         tab = fab.flow_slots                # (owners by slot, beside the reservations)
-        assert sum(tab.owner(iv, i) is not None for iv in fab.node_iv
+        assert sum(tab.owner(iv, i, n) is not None for n, iv in enumerate(fab.node_iv)
                    for i in range(0, iv.n, 2)) == 14
         assert flows() == 1                   # (the last flow booked)
         fab._f = None

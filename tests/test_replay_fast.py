@@ -483,36 +483,40 @@ def test_fast_stretch_equals_hop_by_hop_two_identical_reads_meeting(tmp_path):
 @pytest.mark.parametrize("bk, mod", [("booking", "ledger"), ("_booking_c", "_ledger_c")])
 def test_a_reservations_owner_is_kept_beside_it(bk, mod):
     """A node's reservation's owner (``booking.Spans.own``, read by ``ledger.Slots.owner``),
-    pure and compiled: written beside the reservation as four C doubles (the flow by its
-    slot), it moves with it as reservations are inserted before it or cut, survives the
-    arrays' growth, and goes with it; ``disown`` forgets those starting up to its time. An
-    owner complete since, its slot left or reused, is ``DONE``."""
+    pure and compiled: written beside the reservation as two C doubles (the flow by its slot
+    and serial number, its head's arrival), it moves with it as reservations are inserted
+    before it or cut, survives the arrays' growth, and goes with it; ``disown`` forgets those
+    starting up to its time. A head that arrived before the reservation starts names its hop
+    (where the node is on its route). An owner complete since, its slot left or reused, is
+    ``DONE``."""
     b = pytest.importorskip(f"kbtrace.replay.fabric.{bk}")
     m = pytest.importorskip(f"kbtrace.replay.fabric.{mod}")
     tab = m.Slots()
-    a, c, d = (SimpleNamespace(name=x) for x in "acd")
+    rt = SimpleNamespace(nodes=(4, 9, 7, 3))
+    a, c, d = (SimpleNamespace(name=x, rt=rt) for x in "acd")
     sa, sc, sd = (tab.enter(f, 4) for f in (a, c, d))
+    assert tab.key(sc) == 2 * 2 ** 20 + sc        # (its serial, 2, and slot; SLOTS_MAX)
     iv = b.Spans()
     iv.push(10.0, 12.0)
     iv.push(12.5, 13.0)
-    assert not iv.owned() and tab.owner(iv, 0) is None
-    tab.own(iv, 0, sa, -1, 10.0)
-    tab.own(iv, iv.find(12.5), sc, 2, 11.25)
-    assert iv.owned() and (tab.owner(iv, 0), tab.owner(iv, 2)) == (a, (c, 2, 11.25))
+    assert not iv.owned() and tab.owner(iv, 0, 7) is None
+    tab.own(iv, 0, sa, 10.0)
+    tab.own(iv, iv.find(12.5), sc, 11.25)
+    assert iv.owned() and (tab.owner(iv, 0, 7), tab.owner(iv, 2, 7)) == (a, (c, 2, 11.25))
     iv.insert2(0, 8.0, 9.0)             # (before both: they move, it has none)
     iv.push(14.0, 15.0)
-    assert [tab.owner(iv, i) for i in range(0, 8, 2)] == [None, a, (c, 2, 11.25), None]
-    tab.own(iv, iv.find(14.0), sd, -1, 14.0)
+    assert [tab.owner(iv, i, 7) for i in range(0, 8, 2)] == [None, a, (c, 2, 11.25), None]
+    tab.own(iv, iv.find(14.0), sd, 14.0)
     for k in range(20):                 # (the arrays grow: 16 values at first)
         iv.push(20.0 + k, 20.5 + k)
-    assert iv.n == 48 and iv.find(12.5) == 4 and tab.owner(iv, 4) == (c, 2, 11.25)
+    assert iv.n == 48 and iv.find(12.5) == 4 and tab.owner(iv, 4, 3) == (c, 3, 11.25)
     iv.disown(10.0)                     # (starts up to 10 forgotten: a's)
-    assert [tab.owner(iv, i) for i in range(0, 8, 2)] == [None, None, (c, 2, 11.25), d]
+    assert [tab.owner(iv, i, 7) for i in range(0, 8, 2)] == [None, None, (c, 2, 11.25), d]
     b.unreserve(iv, 12.5)               # (c's goes with its reservation)
     assert iv.tolist()[:6] == [8.0, 9.0, 10.0, 12.0, 14.0, 15.0]
-    assert [tab.owner(iv, i) for i in range(0, 8, 2)] == [None, None, d, None]
+    assert [tab.owner(iv, i, 7) for i in range(0, 8, 2)] == [None, None, d, None]
     tab.leave(sd)                       # d complete
-    assert tab.owner(iv, 4) is m.DONE and m.DONE.fin
+    assert tab.owner(iv, 4, 7) is m.DONE and m.DONE.fin
     tab.recycle()
     assert tab.enter(SimpleNamespace(name="e"), 4) == sd   # (its slot reused: not d's)
-    assert tab.owner(iv, 4) is m.DONE
+    assert tab.owner(iv, 4, 7) is m.DONE

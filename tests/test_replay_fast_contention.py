@@ -342,8 +342,8 @@ def _moved_flow(fab, rt, op):
 
 
 def _owners(tab, iv) -> list:
-    """Who holds each of ``iv``'s reservations, in order (``ledger.Slots.owner``)."""
-    return [tab.owner(iv, i) for i in range(0, iv.n, 2)]
+    """Who holds each of node 0's reservations ``iv``, in order (``ledger.Slots.owner``)."""
+    return [tab.owner(iv, i, 0) for i in range(0, iv.n, 2)]
 
 
 def test_a_moved_credit_takes_the_gaps_and_pushes_no_one():
@@ -366,8 +366,8 @@ def test_a_moved_credit_takes_the_gaps_and_pushes_no_one():
     h_rt = SimpleNamespace(links=(0,), nodes=(0, 1), hops=((niv, 2.0, Steps(), 0, 0, 0.0, 0.0, 0.0,
                                                             0.0),))
     g, h = _moved_flow(fab, g_rt, 1), _moved_flow(fab, h_rt, 2)
-    tab.own(niv, 0, g.slot, -1, 10.0)
-    tab.own(niv, 2, h.slot, -1, 13.0)
+    tab.own(niv, 0, g.slot, 10.0)
+    tab.own(niv, 2, h.slot, 13.0)
     assert head_at(fab, g, 0, 10.0, 12.5) == 16.5
     assert niv.tolist() == [12.5, 13.0, 13.0, 15.0, 15.0, 16.5]
     assert _owners(tab, niv) == [None, h, None]     # h's stands, movable
@@ -468,8 +468,8 @@ def test_heads_pushed_at_a_node_are_served_again_in_arrival_order():
     rt = SimpleNamespace(links=(0,), nodes=(0, 1), hops=((niv, 2.0, Steps(), 0, 0, 0.0, 0.0, 0.0,
                                                           0.0),))
     g, h = _moved_flow(fab, rt, 1), _moved_flow(fab, rt, 2)
-    tab.own(niv, 0, g.slot, 0, 11.5)
-    tab.own(niv, 2, h.slot, 0, 11.0)
+    tab.own(niv, 0, g.slot, 11.5)
+    tab.own(niv, 2, h.slot, 11.0)
     assert serve_head(fab, 0, niv, 0.0, 10.5, 2.0, 0, None) == 12.5
     assert niv.tolist() == [10.5, 12.5, 12.5, 14.5, 14.5, 16.5]
     assert _owners(tab, niv) == [None, (h, 0, 11.0), (g, 0, 11.5)]

@@ -100,7 +100,7 @@ def body_hold(fab: Any, rt: Any, j: int, n: int, iv: Spans, ov: float, ft: float
         e_r = iv.at(i + 1)
         if s_r >= t_in and s_r > cur + TIME_EPS:
             break
-        o = tab.owner(iv, i)
+        o = tab.owner(iv, i, n)
         if o is not None:
             if type(o) is tuple:
                 g = o[0]

@@ -39,7 +39,7 @@ cdef class Spans(_Sorted):
     @cython.locals(i=cython.Py_ssize_t)
     cpdef Py_ssize_t find(self, double s) except -1
     @cython.locals(q=cython.Py_ssize_t)
-    cpdef own(self, Py_ssize_t i, Py_ssize_t slot, double sn, Py_ssize_t j, double a)
+    cpdef own(self, Py_ssize_t i, double key, double a)
     cpdef bint owned(self)
     @cython.locals(k=cython.Py_ssize_t, q=cython.Py_ssize_t)
     cpdef disown(self, double now)

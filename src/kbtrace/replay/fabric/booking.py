@@ -1,3 +1,6 @@
+# cython: boundscheck=False
+# (compiled: the indices below are in range by construction; the pure-Python run, whose
+# arrays check every index, is the test of that: tests/test_replay_core.py)
 """Fast mode's reservation arithmetic: the booking state of nodes and links, and pure functions
 on it, no SimPy.
 
@@ -42,7 +45,7 @@ class _Sorted:
     of C doubles (``_at``; ``t`` is a typed view of it where compiled, the array itself where
     not; a full array is replaced by one twice as large, since one with a view on it cannot
     be resized), ``Steps``' shares ``r`` beside them (``_ar``; None for ``Spans``), their
-    binary searches and deleting a run of them (``cut``; ``Spans``' owners ``o``, two C doubles
+    binary searches and deleting a run of them (``cut``; ``Spans``' owners ``o``, one C double
     per value, with them). The methods index ``self.t`` rather than a local copy of the view:
     compiled, each such copy is an atomic increment and decrement of the view's count, which
     cost ~90% of an append."""
@@ -73,7 +76,7 @@ class _Sorted:
             self._ar = _copied(self._ar, self.n, cap)
             self.r = self._ar
         if self._ao is not None:
-            self._ao = _copied(self._ao, 2 * self.n, 2 * cap)
+            self._ao = _copied(self._ao, self.n, cap)
             self.o = self._ao
         self.cap = cap
 
@@ -88,8 +91,7 @@ class _Sorted:
         if self._ao is not None:        # (Spans with owners: theirs move too)
             while q < self.n:
                 self.t[q - d] = self.t[q]
-                self.o[2 * (q - d)] = self.o[2 * q]
-                self.o[2 * (q - d) + 1] = self.o[2 * q + 1]
+                self.o[q - d] = self.o[q]
                 q += 1
         elif self._ar is None:
             while q < self.n:
@@ -137,11 +139,11 @@ def _copied(a: Any, n: int, cap: int) -> array:
 class Spans(_Sorted):
     """A node's future busy intervals: ``t[:n]`` is ``[s0, e0, s1, e1, ...]``, sorted,
     disjoint (they may touch), and who holds each, if a flow whose head may move there does
-    (``own``; ``fair.Flow``, ``heads.serve_head``): four C doubles beside reservation
-    ``t[i:i + 2]`` at ``o[2 * i:2 * i + 4]``, written as it is made, gone as it goes: the
-    flow's slot in ``ledger.Slots`` (-1: none), its serial number there, its hop (-1: its head
-    arrived as the reservation starts) and its head's arrival (``ledger.Slots.owner`` reads
-    them). Nothing else changes a reservation once made (none is merged, moved or trimmed)."""
+    (``own``; ``fair.Flow``, ``heads.serve_head``): two C doubles beside reservation
+    ``t[i:i + 2]`` at ``o[i:i + 2]``, written as it is made, gone as it goes: the flow, by its
+    slot in ``ledger.Slots`` and its serial number there (``Slots.key``; -1: none), and its
+    head's arrival (``Slots.owner`` reads them). Nothing else changes a reservation once made
+    (none is merged, moved or trimmed)."""
     __slots__ = ()
 
     def __init__(self) -> None:
@@ -166,7 +168,7 @@ class Spans(_Sorted):
         self.t[n] = s
         self.t[n + 1] = e
         if self._ao is not None:
-            self.o[2 * n] = -1.0
+            self.o[n] = -1.0
         self.n = n + 2
 
     def insert2(self, i: int, s: float, e: float) -> None:
@@ -181,11 +183,11 @@ class Spans(_Sorted):
         self.t[i] = s
         self.t[i + 1] = e
         if self._ao is not None:
-            q = 2 * n - 1
-            while q >= 2 * i:
-                self.o[q + 4] = self.o[q]
+            q = n - 1
+            while q >= i:
+                self.o[q + 2] = self.o[q]
                 q -= 1
-            self.o[2 * i] = -1.0
+            self.o[i] = -1.0
         self.n = n + 2
 
     def find(self, s: float) -> int:
@@ -196,19 +198,16 @@ class Spans(_Sorted):
             i += 1
         return i
 
-    def own(self, i: int, slot: int, sn: float, j: int, a: float) -> None:
-        """The reservation ``t[i:i + 2]`` is held by slot ``slot``'s flow (serial ``sn``), its
-        head arriving at ``a`` (at its hop ``j``; -1: at the start, ``a`` the start)."""
+    def own(self, i: int, key: float, a: float) -> None:
+        """The reservation ``t[i:i + 2]`` is held by the flow ``key`` (``ledger.Slots.key``),
+        its head arriving at ``a`` (the start: as it starts)."""
         if self._ao is None:
-            self._ao = _zeros(2 * self.cap)
+            self._ao = _zeros(self.cap)
             self.o = self._ao
             for q in range(0, self.n, 2):
-                self.o[2 * q] = -1.0
-        q = 2 * i
-        self.o[q] = slot
-        self.o[q + 1] = sn
-        self.o[q + 2] = j
-        self.o[q + 3] = a
+                self.o[q] = -1.0
+        self.o[i] = key
+        self.o[i + 1] = a
 
     def owned(self) -> bool:
         """Has a reservation ever been held by a flow (``own``)?"""
@@ -219,7 +218,7 @@ class Spans(_Sorted):
         none moves; ``heads.prune_owners``)."""
         k = self.bisect_right(now)
         for q in range(0, k, 2):
-            self.o[2 * q] = -1.0
+            self.o[q] = -1.0
 
     def prune(self, now: float) -> None:
         """Drop the intervals that ended at or before ``now`` (they can block nothing;

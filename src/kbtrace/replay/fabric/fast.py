@@ -269,7 +269,7 @@ class FastFabric(Fabric):
             rows.append((op_id, tile, rt.stage[j], rt.node[j], rt.links[j], h + H0,
                          x if x > e else e, rt.busy[j], 0.0, nb))
             if niv is not None and self._f is not None:     # (its head may move there)
-                self.flow_slots.own(niv, niv.find(h + H0), self._f.slot, -1, h + H0)
+                self.flow_slots.own(niv, niv.find(h + H0), self._f.slot, h + H0)
             j += 1
         else:
             H0, A0, B0 = H, A, B

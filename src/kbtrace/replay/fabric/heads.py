@@ -103,7 +103,7 @@ def serve_head(fab: Any, n: int, iv: Spans, now: float, h: float, ov: float, j: 
             s_r = iv.at(i)
             e_r = iv.at(i + 1)
             hz += e_r - s_r
-            o = tab.owner(iv, i)
+            o = tab.owner(iv, i, n)
             if o is not None:
                 if type(o) is tuple:
                     g, jg, a = o
@@ -152,10 +152,7 @@ def _reserve(fab: Any, n: int, iv: Spans, g: Flow, j: int, a: float, w: float) -
         s0 = iv.at(k - 1)
         if s0 >= e - w - TIME_EPS:
             tab = fab.flow_slots
-            if a == s0:
-                tab.own(iv, k - 1, g.slot, -1, s0)
-            else:
-                tab.own(iv, k - 1, g.slot, j, a)
+            tab.own(iv, k - 1, g.slot, a)
             if g.nres is None:
                 g.nres = {}
             g.nres[j] = s0
@@ -367,7 +364,7 @@ def head_at(fab: Any, g: Flow, j: int, old: float, ha: float) -> float:
     i = niv.bisect_right(s0) - 1
     if i >= 0 and not i & 1 and niv.at(i) == s0:
         tab = fab.flow_slots
-        o = tab.owner(niv, i)
+        o = tab.owner(niv, i, n)
         if o is not None and (o is g or type(o) is tuple and o[0] is g):
             niv.cut(i, i + 2)
             if ha > s0 + TIME_EPS and fab.push_depth < PUSH_DEPTH:

@@ -8,7 +8,7 @@ import cython
 from kbtrace.replay.fabric._booking_c cimport Spans
 
 cdef double TIME_EPS
-cdef Py_ssize_t GONE, LIVE, MOVED, REC, HOP, _CAP0
+cdef Py_ssize_t GONE, LIVE, MOVED, REC, HOP, _CAP0, SLOTS_MAX
 cdef double _INF
 
 @cython.final
@@ -35,9 +35,10 @@ cdef class Slots:
     cpdef moved(self, Py_ssize_t i, Py_ssize_t j)
     cpdef retimed(self, Py_ssize_t i)
     cpdef bint moved_at(self, Py_ssize_t i, Py_ssize_t j)
-    cpdef own(self, Spans iv, Py_ssize_t i, Py_ssize_t slot, Py_ssize_t j, double a)
-    @cython.locals(q=cython.Py_ssize_t, sl=cython.Py_ssize_t, j=cython.Py_ssize_t)
-    cpdef owner(self, Spans iv, Py_ssize_t i)
+    cpdef double key(self, Py_ssize_t i) except? -1.0
+    cpdef own(self, Spans iv, Py_ssize_t i, Py_ssize_t slot, double a)
+    @cython.locals(x=cython.double, k=cython.Py_ssize_t, sl=cython.Py_ssize_t, a=cython.double)
+    cpdef owner(self, Spans iv, Py_ssize_t i, Py_ssize_t n)
     cpdef recycle(self)
 
 cdef class _Table:

@@ -22,7 +22,8 @@ bookings of its complete flow (``Slots.recycle``, after ``fair.prune_flows``).
 Who holds a node's overhead reservation (~29 per flow, few ever looked up) is written beside
 it in the node's ``booking.Spans`` as it is made (``Slots.own``), naming the flow the same way,
 by slot, with the slot's serial number (``Slots.sn``: a slot reused by a later flow is not
-its): four C doubles, no reference held (``Slots.owner`` reads them). Imports nothing of the
+its; ``Slots.key``), and its head's arrival: two C doubles, no reference held (``Slots.owner``
+reads them). Imports nothing of the
 package (compiled: ``booking``'s ``Spans`` type).
 """
 
@@ -42,6 +43,7 @@ MOVED = 2       # under way, the arrival of one of its hops moved (``Slots.moved
 REC = 3         # doubles per booking on a link: a_end, slot, hop
 HOP = 5         # doubles per slot and hop: start, lone end, work, tail, moved (0 / 1)
 _CAP0 = 64
+SLOTS_MAX = 1 << 20     # flows under way at once (``Slots.key``)
 _INF = float("inf")
 
 
@@ -75,6 +77,8 @@ class Slots:
             self.flows[i] = f
         else:
             i = len(self.flows)
+            if i == SLOTS_MAX:      # (``key``)
+                raise OverflowError(f"more than {SLOTS_MAX} flows under way")
             self.flows.append(f)
             if i >= self.cap:
                 new = array("b", bytes(2 * self.cap))
@@ -143,26 +147,35 @@ class Slots:
     def moved_at(self, i: int, j: int) -> bool:
         return self.hv[HOP * (self.hops * i + j) + 4] != 0.0
 
-    def own(self, iv: Any, i: int, slot: int, j: int, a: float) -> None:
-        """Slot ``slot``'s flow, its head arriving at ``a`` (hop ``j``; -1: at the start, the
-        flow alone), holds the reservation ``t[i:i + 2]`` of a node's ``Spans`` ``iv``."""
-        iv.own(i, slot, self.sn[slot], j, a)
+    def key(self, i: int) -> float:
+        """Slot ``i``'s flow as one C double: its serial number and slot (exact below 2 ** 53:
+        2 ** 33 flows)."""
+        return self.sn[i] * SLOTS_MAX + i
 
-    def owner(self, iv: Any, i: int) -> Any:
-        """Who holds the reservation ``t[i:i + 2]`` of a node's ``Spans`` ``iv``: None (no
-        flow), the flow (its head arrived as it starts) or ``(flow, hop, arrival)``; ``DONE``
-        for a flow complete since (its slot left or reused)."""
+    def own(self, iv: Any, i: int, slot: int, a: float) -> None:
+        """Slot ``slot``'s flow, its head arriving at ``a``, holds the reservation ``t[i:i + 2]``
+        of a node's ``Spans`` ``iv``."""
+        iv.own(i, self.key(slot), a)
+
+    def owner(self, iv: Any, i: int, n: int) -> Any:
+        """Who holds the reservation ``t[i:i + 2]`` of node ``n``'s ``Spans`` ``iv``: None (no
+        flow), the flow (its head arrived as it starts) or ``(flow, hop, arrival)`` (its hop:
+        where ``n`` is on its route, which passes a node once); ``DONE`` for a flow complete
+        since (its slot left or reused; its hop then -1)."""
         if iv._ao is None:
             return None
-        q = 2 * i
-        sl = int(iv.o[q])
-        if sl < 0:
+        x = iv.o[i]
+        if x < 0.0:
             return None
+        k = int(x)
+        sl = k % SLOTS_MAX
         f = self.flows[sl]
-        if f is None or self.sn[sl] != iv.o[q + 1]:
+        a = iv.o[i + 1]
+        if f is None or self.sn[sl] != k // SLOTS_MAX:
             f = DONE
-        j = int(iv.o[q + 2])
-        return f if j < 0 else (f, j, iv.o[q + 3])
+        elif a != iv.at(i):
+            return f, f.rt.nodes.index(n), a
+        return f if a == iv.at(i) else (f, -1, a)
 
     def recycle(self) -> None:
         """No link holds a booking of a complete flow any more: their slots are free."""

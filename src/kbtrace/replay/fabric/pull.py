@@ -62,7 +62,7 @@ def pull_behind(fab: Any, n: int, iv: Spans, s0: float, ha: float, g: Flow) -> N
         s_r = iv.at(i)
         if s_r > lim:
             break
-        o = tab.owner(iv, i)
+        o = tab.owner(iv, i, n)
         if o is not None and type(o) is tuple:
             c, jc, a = o
             if (not c.fin and c is not g and c is not fab._f and a < s_r - TIME_EPS

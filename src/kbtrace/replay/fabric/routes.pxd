@@ -32,7 +32,7 @@ cdef class _Plan:
                    bz=cython.double,
                    s=cython.double, e=cython.double, x=cython.double, y=cython.double,
                    r=cython.double, i=cython.Py_ssize_t, n=cython.Py_ssize_t)
-    cpdef Py_ssize_t take(self, double h, double t, Py_ssize_t slot=*, double sn=*) except -1
+    cpdef Py_ssize_t take(self, double h, double t, double key=*) except -1
 
 @cython.locals(i=cython.Py_ssize_t)
 cpdef bint held(Spans sp, double s, double t_in) except -1
@@ -40,7 +40,7 @@ cpdef bint held(Spans sp, double s, double t_in) except -1
 @cython.locals(j=cython.Py_ssize_t, k=cython.Py_ssize_t, jr=cython.Py_ssize_t, pl=_Plan,
                i=cython.Py_ssize_t,
                hh=cython.double, tt=cython.double, x=cython.double, H=cython.double,
-               sl=cython.Py_ssize_t, tab=Slots,
+               tab=Slots,
                A=cython.double, B=cython.double, S=cython.double)
 cpdef book_route(fab, _Route rt, f, op_id, tile, addr, double h, double t, double ack,
                  double now)

@@ -165,7 +165,7 @@ class _Plan:
         self.rows = rows
         self.pid = fab.rec.add_plan(rows, rt.nb)
 
-    def take(self, h: float, t: float, slot: int = -1, sn: float = 0.0) -> int:
+    def take(self, h: float, t: float, key: float = -1.0) -> int:
         """Reserve the plan's resources (``sts``, in path order) for a transfer whose head and
         tail reach its first hop at ``h`` / ``t``, each ``[h + S, max(t + A, h + B)]``,
         while each is free as the head reaches it (a node: ``booking.take``; a link:
@@ -175,9 +175,9 @@ class _Plan:
         Nearly every reservation is an append to a resource free from its start on: two C
         doubles in a node's ``Spans``, two breakpoints and their shares in a link's
         ``Steps`` (compiled: no Python object made, the offsets read as C doubles).
-        ``slot``: the flow's slot in ``ledger.Slots`` (serial ``sn``; -1: no flow), noted
-        beside each reservation of a node's overhead served as its head arrives (it may move:
-        ``Spans.own``, ``heads.serve_head``)."""
+        ``key``: the flow's (``ledger.Slots.key``; -1: no flow), noted beside each reservation
+        of a node's overhead served as its head arrives (it may move: ``Spans.own``,
+        ``heads.serve_head``)."""
         k = 0
         off = self.off
         for st in self.sts:
@@ -207,8 +207,8 @@ class _Plan:
                         if (x if x > z else z) > y + TIME_EPS:
                             break
                     sp.insert2(i, s, e if e < y else y)
-                if slot >= 0 and self.bk[6 * k] != 0.0:   # (not the destination's)
-                    sp.own(i, slot, sn, -1, s)
+                if key >= 0.0 and self.bk[6 * k] != 0.0:    # (not the destination's)
+                    sp.own(i, key, s)
             else:
                 ln = st
                 n = ln.n
@@ -253,8 +253,7 @@ def book_route(fab: Any, rt: _Route, f: Any, op_id: int, tile: int, addr: int, h
                 k = pl.take(h, t)
             else:
                 tab = fab.flow_slots
-                sl = f.slot
-                k = pl.take(h, t, sl, tab.sn[sl])
+                k = pl.take(h, t, tab.key(f.slot))
                 if k:
                     book_plan(fab.link_flows, f, pl.off, pl.bk, k, h, t)
             if k == pl.n_res:
