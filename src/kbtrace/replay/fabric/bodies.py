@@ -75,7 +75,7 @@ def body_hold(fab: Any, rt: Any, j: int, n: int, iv: Spans, ov: float, ft: float
     flits after the head wait behind every head that arrived there before them, as flit mode's
     node serves one FIFO: returns ``t``, no earlier than the end of each overhead there of a
     head that arrived after ``a`` (a single flit's, if the body is longer than ``ov``; its
-    arrival noted beside its reservation, ``Spans.own``) plus the flit times of the flits that arrived
+    arrival noted by ``Spans.own``) plus the flit times of the flits that arrived
     after that head (its flits arrive evenly until ``t_in`` where that is within its own
     overhead, else as the flow's booking on the link before serves them; a head that arrived
     with it, served after it, counts too). Heads booked later find it among its bookings

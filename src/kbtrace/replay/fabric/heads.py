@@ -2,10 +2,10 @@
 
 Fast mode books a transfer when it starts (``fast.FastFabric``), so a node's overhead
 reservations are in start order, while flit mode's node serves heads in the order they
-arrive. A node's reservations (``booking.Spans``) note who holds each a flow's head
-(``fair.Flow``) took as it arrived: ``(flow, hop, arrival)``, or the flow alone where its head
-arrived at the start (most do; its hop is where the node is on its route; ``Spans.own``,
-``ledger.Slots.owner``). A head served at a node
+arrive. Beside each reservation a flow's head (``fair.Flow``) took at a node as it arrived,
+the node's ``booking.Spans`` notes whose it is (``Spans.own``, ``ledger.Slots.owner``):
+``(flow, hop, arrival)``, or the flow alone where its head arrived at the start (most do; its
+hop is where the node is on its route). A head served at a node
 (``serve_head``, from ``FastFabric._hop``) goes before every such reservation of a head that
 arrives after it: those flows are served after it, and each moves (``_delay``): its head
 leaves the node later, ``fair._push`` carries the delay along its path, and at each further
