@@ -520,3 +520,21 @@ def test_a_reservations_owner_is_kept_beside_it(bk, mod):
     tab.recycle()
     assert tab.enter(SimpleNamespace(name="e"), 4) == sd   # (its slot reused: not d's)
     assert tab.owner(iv, 4, 7) is m.DONE
+
+
+def test_too_many_flows_under_way_is_one_replay_error(monkeypatch):
+    """``Slots.key`` packs a slot in 20 bits: the (pure) ledger refuses the slot past
+    ``SLOTS_MAX`` with a ReplayError naming the fidelities that have no such limit, not an
+    OverflowError's traceback; freed slots are reused first, so only flows under way count."""
+    from kbtrace.errors import ReplayError
+    from kbtrace.replay.fabric import ledger
+    monkeypatch.setattr(ledger, "SLOTS_MAX", 2)
+    tab = ledger.Slots()
+    s0, s1 = tab.enter(SimpleNamespace(), 3), tab.enter(SimpleNamespace(), 3)
+    assert (s0, s1) == (0, 1)
+    with pytest.raises(ReplayError, match=r"more than 2 transfers under way at once; replay "
+                                          r"with --fidelity fast-fcfs or flit"):
+        tab.enter(SimpleNamespace(), 3)
+    tab.leave(s0)
+    tab.recycle()
+    assert tab.enter(SimpleNamespace(), 3) == 0

@@ -32,6 +32,7 @@ from __future__ import annotations
 from array import array
 from typing import Any
 
+from kbtrace.errors import ReplayError
 from kbtrace.replay.intervals import TIME_EPS
 
 __all__ = ["Slots", "Recs", "DONE", "GONE", "LIVE", "MOVED", "REC", "HOP"]
@@ -78,7 +79,8 @@ class Slots:
         else:
             i = len(self.flows)
             if i == SLOTS_MAX:      # (``key``)
-                raise OverflowError(f"more than {SLOTS_MAX} flows under way")
+                raise ReplayError(f"fast mode: more than {SLOTS_MAX:,} transfers under way at "
+                                  f"once; replay with --fidelity fast-fcfs or flit")
             self.flows.append(f)
             if i >= self.cap:
                 new = array("b", bytes(2 * self.cap))
