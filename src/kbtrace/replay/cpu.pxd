@@ -5,6 +5,7 @@
 # Python-visible attribute and ``_ok`` a class attribute (``env.step`` reads both).
 import cython
 from kbtrace.replay.fabric._opcore_c cimport OpCore
+from kbtrace.replay.fabric._rowbuf_c cimport HopRows
 from kbtrace.replay.fabric._stations_c cimport Command, Program, Scheduler, Station
 
 cdef Py_ssize_t DISPATCH, CYCLES
@@ -18,7 +19,8 @@ cdef class Cpu:
     cdef public object _resume_cb, _dep_cb, _end_cb, _credit_cb, queue, eid
     cdef public OpCore core
     cdef public bytearray done
-    cdef public object row, n_cpu, cpu_name
+    cdef public HopRows x
+    cdef public object n_cpu, cpu_name
     cdef public double dispatch_ns
     cdef public Station sched
     cpdef submit(self, prog)

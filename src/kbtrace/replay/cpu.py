@@ -40,7 +40,7 @@ class Cpu:
     """
     __slots__ = ("pe", "sim", "env", "callbacks", "_cbl", "progs", "prog", "i", "issued", "op",
                  "t_issue", "t_ready", "t0", "phase", "n_wait", "_resume_cb", "_dep_cb", "_end_cb",
-                 "_credit_cb", "queue", "eid", "done", "core", "row", "dispatch_ns", "sched",
+                 "_credit_cb", "queue", "eid", "done", "core", "x", "dispatch_ns", "sched",
                  "n_cpu", "cpu_name")
     _ok = True
 
@@ -68,7 +68,7 @@ class Cpu:
         self.eid = pe.env._eid
         self.done: bytearray = pe.sim._done     # per op: 1 once completed
         self.core = pe.sim.core             # (``opcore.OpCore``: plans, issues, completions)
-        self.row = pe.sim.rec.row
+        self.x = pe.sim.rec.hop_rows        # (``Recorder.hop`` by stage code: ``x.add``)
         self.dispatch_ns: float = pe.dispatch_ns
         self.sched = pe.sched               # the scheduler's station
         self.n_cpu, self.cpu_name = pe.n_cpu, pe.names["pe_cpu"]
@@ -159,7 +159,8 @@ class Cpu:
             self._timer(DISPATCH, d)
             return False
         t = now + d
-        self.row(op.op_id, -1, _C_CPU, self.n_cpu, -1, self.t_issue, t, d, now - self.t_issue, 0)
+        self.x.add(op.op_id, -1, _C_CPU, self.n_cpu, -1, self.t_issue, t, d, now - self.t_issue,
+                   0)
         srv: Scheduler = idle.pop()        # (its only server)
         srv.book(Command(op, self.core.plan(op), self.t_issue), t)
         self.core.on_done(op.op_id, self._resume_cb)
@@ -176,8 +177,8 @@ class Cpu:
     def _dispatched(self) -> bool:
         op, pe, sim = self.op, self.pe, self.sim
         now = self.env._now
-        self.row(op.op_id, -1, _C_CPU, self.n_cpu, -1, self.t_issue, now, self.dispatch_ns,
-                 self.t_ready - self.t_issue, 0)
+        self.x.add(op.op_id, -1, _C_CPU, self.n_cpu, -1, self.t_issue, now, self.dispatch_ns,
+                   self.t_ready - self.t_issue, 0)
         kind = op.kind
         if kind == "wait":
             self.core.complete(op, self.t_issue, self.t_ready, self.cpu_name)

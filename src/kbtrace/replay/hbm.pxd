@@ -24,7 +24,7 @@ cdef class HbmController:
                    first=cython.double, last=cython.double, j=cython.long, pc=cython.long,
                    cnt=cython.long, k_tail=cython.long, f=cython.double, f0=cython.double,
                    f1=cython.double, k=cython.long, avail=list, last_dir=list)
-    cpdef tuple _read(self, long addr, long nbytes, double t, list out, long op_id=*)
+    cpdef tuple read_into(self, long addr, long nbytes, double t, list out, long op_id=*)
 
     @cython.locals(burst=cython.long, shift=cython.long, mask=cython.long, bw=cython.double,
                    pen=cython.double, n=cython.long, step=cython.double, last=cython.double,

@@ -78,7 +78,7 @@ class HbmController:
         if nbytes <= 0:
             return []
         out = [0.0] * -(-nbytes // self.burst)
-        self._read(addr, nbytes, t, out, op_id)
+        self.read_into(addr, nbytes, t, out, op_id)
         return out
 
     def read_span(self, addr: int, nbytes: int, t: float,
@@ -86,11 +86,13 @@ class HbmController:
         """``read`` reduced to its (first, last) burst finish times: same PC state, same bits."""
         if nbytes <= 0:
             return t, t
-        return self._read(addr, nbytes, t, None, op_id)
+        return self.read_into(addr, nbytes, t, None, op_id)
 
-    def _read(self, addr: int, nbytes: int, t: float,
-              out: list[float] | None, op_id: int = -1) -> tuple[float, float]:
-        """Schedule a read's bursts; return (first, last) finish, filling ``out`` if given.
+    def read_into(self, addr: int, nbytes: int, t: float,
+                  out: list[float] | None, op_id: int = -1) -> tuple[float, float]:
+        """Schedule a read's bursts (``nbytes > 0``); return (first, last) finish, filling
+        ``out`` (as many as the bursts) with each burst's if given: ``min`` / ``max`` of
+        ``out`` (a PC's finish times only grow) without a pass over it.
 
         Same arithmetic as ``commit`` per burst. Consecutive bursts go round-robin over
         the pseudo-channels (burst and PC count are powers of 2), and all arrive at

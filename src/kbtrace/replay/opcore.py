@@ -137,15 +137,15 @@ class OpCore:
         if self.fast and nbytes % h.burst and nbytes > h.burst:
             # a short last burst: the closed form needs to know where it falls in ready order
             # (flits leave in that order; ties keep burst order): head, middle or tail
-            bursts = h.read(addr, nbytes, t, op_id)
-            first, last = min(bursts), max(bursts)
+            bursts = [0.0] * -(-nbytes // h.burst)
+            first, last = h.read_into(addr, nbytes, t, bursts, op_id)
             short, full = bursts[-1], bursts[:-1]
             shape = 1 if short < min(full) else 0 if short >= max(full) else 2
             group = bursts.count(last)      # ready together at the end: they queue
             ready = None
         elif self.flows and nbytes > h.burst:   # a flow: its bursts, how
-            bursts = h.read(addr, nbytes, t, op_id)     # it reaches its first link (``fair``)
-            first, last = min(bursts), max(bursts)
+            bursts = [0.0] * -(-nbytes // h.burst)      # it reaches its first link (``fair``)
+            first, last = h.read_into(addr, nbytes, t, bursts, op_id)
             ready = None
         elif self.fast:
             first, last = h.read_span(addr, nbytes, t, op_id)

@@ -6,6 +6,7 @@
 # Python-visible attribute and ``_ok`` a class attribute (``env.step`` reads both).
 import cython
 from kbtrace.replay.fabric._opcore_c cimport OpCore
+from kbtrace.replay.fabric._rowbuf_c cimport HopRows
 
 cdef Py_ssize_t _DMA_READ, _FETCH, _STORE, _GEMM
 
@@ -33,7 +34,8 @@ cdef class Station:
 cdef class Server:
     cdef public object callbacks
     cdef public list _cbl
-    cdef public object _fire_cb, pe, env, rec, row, queue, eid, tok, sched_name
+    cdef public object _fire_cb, pe, env, rec, queue, eid, tok, sched_name
+    cdef public HopRows x
     cdef public OpCore core
     cdef public dict engine_of
     cdef public Station station

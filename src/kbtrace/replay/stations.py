@@ -101,7 +101,7 @@ class Server:
     i.e. its completion will call ``_fire``) and ``route()`` (record the finished
     service, pass the token on; return a token to serve next in place, or None).
     """
-    __slots__ = ("callbacks", "_cbl", "_fire_cb", "station", "pe", "env", "rec", "row", "queue",
+    __slots__ = ("callbacks", "_cbl", "_fire_cb", "station", "pe", "env", "rec", "x", "queue",
                  "eid", "tok", "t0", "core", "engine_of", "sched_name")
     _ok = True            # a service never fails
 
@@ -109,7 +109,7 @@ class Server:
         self.pe = pe
         self.env = pe.env
         self.rec = pe.sim.rec
-        self.row = self.rec.row             # (``Recorder.hop`` by stage code)
+        self.x = self.rec.hop_rows          # (``Recorder.hop`` by stage code: ``x.add``)
         self.queue = pe.env._queue          # (``env.schedule``: its heap and its ids)
         self.eid = pe.env._eid
         self.core = pe.sim.core             # (``opcore.OpCore``: completions, HBM reads)
@@ -245,8 +245,8 @@ class Compute(StageServer):
         else:
             stage, node, nb = _C_MATH, self.n_math, 0
         t_in = tok.t_in
-        self.row(tok.cmd.op_id, tok.tile, stage, node, -1, t_in, now, self.dur, self.t0 - t_in,
-                 nb)
+        self.x.add(tok.cmd.op_id, tok.tile, stage, node, -1, t_in, now, self.dur,
+                   self.t0 - t_in, nb)
         return self._pass_on(tok, now)
 
 
@@ -277,11 +277,11 @@ class DmaServer(StageServer):
         st = tok.stages[tok.idx]
         if not self.in_place and self.fast:   # fast write: the ack leg's row
             t_ack, lat = self.t_ack, self.lat
-            self.row(tok.cmd.op_id, tok.tile, _C_FABRIC, self.src, -1, t_ack, t_ack + lat,
-                     0.0, 0.0, 0)
+            self.x.add(tok.cmd.op_id, tok.tile, _C_FABRIC, self.src, -1, t_ack,
+                       t_ack + lat, 0.0, 0.0, 0)
         t_in, t0 = tok.t_in, self.t0
-        self.row(tok.cmd.op_id, tok.tile, self._stage, self.n_dma, -1, t_in, now, now - t0,
-                 t0 - t_in, st.b)
+        self.x.add(tok.cmd.op_id, tok.tile, self._stage, self.n_dma, -1, t_in, now,
+                   now - t0, t0 - t_in, st.b)
         return self._pass_on(tok, now)
 
     def _begin_at(self, tok: Token) -> P.Stage:
@@ -315,7 +315,8 @@ class DmaReadFast(DmaServer):
         self._begin_at(tok)
         lat = self._cmd_ns(self.src)
         t = self.t0 + self.setup
-        self.row(tok.cmd.op_id, tok.tile, _C_FABRIC, self.n_dma, -1, t, t + lat, 0.0, 0.0, 0)
+        self.x.add(tok.cmd.op_id, tok.tile, _C_FABRIC, self.n_dma, -1, t, t + lat, 0.0, 0.0,
+                   0)
         self._timer(self.setup + lat)
         return True
 
@@ -403,7 +404,7 @@ class Scheduler(Server):
     def route(self) -> None:
         cmd = self.tok
         now = self.env._now
-        self.row(cmd.op_id, -1, _C_SCHED, self.n_sched, -1, self.t0, now, self.ov, 0.0, 0)
+        self.x.add(cmd.op_id, -1, _C_SCHED, self.n_sched, -1, self.t0, now, self.ov, 0.0, 0)
         plan = cmd.plan
         if not plan:
             self._finish(cmd)
