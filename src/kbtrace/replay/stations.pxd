@@ -65,10 +65,10 @@ cdef class Compute(StageServer):
     cpdef route(self)
 
 cdef class DmaServer(StageServer):
-    cdef public object sim, fab, resolved, n_dma, src, _data_cb, _sent_cb, _stage
+    cdef public object sim, fab, n_dma, src, _data_cb, _sent_cb, _stage
     cdef public double setup, lat, t_ack
     cdef public bint fast
-    cdef public dict hbm, lats
+    cdef public dict hbm, lats, resolved
     @cython.locals(tok=Token, now=double, t_in=double, t0=double, t_ack=double, lat=double)
     cpdef route(self)
     cdef _begin_at(self, Token tok)

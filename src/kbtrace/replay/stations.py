@@ -165,7 +165,11 @@ class Server:
 
 
 class StageServer(Server):
-    """A server of tile stages: passes a finished token to its next stage's station."""
+    """A server of tile stages: passes a finished token to its next stage's station.
+
+    A stage's fields are read by index (``st[0]`` its kind, ``st[1]`` / ``st[2]`` its ``a`` /
+    ``b``: a DMA stage's address and bytes): compiled, a named tuple's field is an attribute
+    look-up through its class, its index a C call."""
     __slots__ = ("stations", "in_place")
 
     def __init__(self, pe: Any, station: Station, in_place: bool = False) -> None:
@@ -281,14 +285,15 @@ class DmaServer(StageServer):
                        t_ack + lat, 0.0, 0.0, 0)
         t_in, t0 = tok.t_in, self.t0
         self.x.add(tok.cmd.op_id, tok.tile, self._stage, self.n_dma, -1, t_in, now,
-                   now - t0, t0 - t_in, st.b)
+                   now - t0, t0 - t_in, st[2])
         return self._pass_on(tok, now)
 
     def _begin_at(self, tok: Token) -> P.Stage:
         """``_begin`` plus the node owning the stage's address, kept in ``self.src``."""
         st = self._begin(tok)
-        node = self.resolved.get(st.a)
-        self.src = node if node is not None else self.sim.resolve(st.a)
+        addr = st[1]
+        node = self.resolved.get(addr)
+        self.src = node if node is not None else self.sim.resolve(addr)
         return st
 
     def _cmd_ns(self, node: int) -> float:
@@ -324,13 +329,13 @@ class DmaReadFast(DmaServer):
         """The request reached the source: read HBM, book the data transfer back."""
         tok = self.tok
         st = tok.stages[tok.idx]
-        op_id, tile, src, nb = tok.cmd.op_id, tok.tile, self.src, st.b
+        op_id, tile, src, addr, nb = tok.cmd.op_id, tok.tile, self.src, st[1], st[2]
         if nb <= 0:
             ev = self.fab.command(op_id, tile, src, self.n_dma)
         elif src in self.hbm:
-            ev = self.core.hbm_read(op_id, tile, src, self.n_dma, st.a, nb)
+            ev = self.core.hbm_read(op_id, tile, src, self.n_dma, addr, nb)
         else:
-            ev = self.fab.send(op_id, tile, src, self.n_dma, nb, st.a)
+            ev = self.fab.send(op_id, tile, src, self.n_dma, nb, addr)
         ev.callbacks.append(self._data_cb)
 
 
@@ -346,8 +351,9 @@ class DmaWriteFast(DmaServer):
         st = self._begin_at(tok)
         dst = self.src
         lat = self.lat = self._cmd_ns(dst)
-        if st.b > 0:            # (fast mode's send: addr, ready, at, ack)
-            ev = self.fab.send(tok.cmd.op_id, tok.tile, self.n_dma, dst, st.b, st.a,
+        nb = st[2]
+        if nb > 0:              # (fast mode's send: addr, ready, at, ack)
+            ev = self.fab.send(tok.cmd.op_id, tok.tile, self.n_dma, dst, nb, st[1],
                                None, self.t0 + self.setup, lat)
             ev.callbacks.append(self._sent_cb)
         else:
@@ -411,10 +417,10 @@ class Scheduler(Server):
             return None
         stations = self.stations
         if len(plan) == 1:
-            stations[plan[0][0].kind].submit(Token(cmd, -1, plan[0], now))
+            stations[plan[0][0][0]].submit(Token(cmd, -1, plan[0], now))
         else:
             for ti, stages in enumerate(plan):
-                stations[stages[0].kind].submit(Token(cmd, ti, stages, now))
+                stations[stages[0][0]].submit(Token(cmd, ti, stages, now))
         return None
 
 
