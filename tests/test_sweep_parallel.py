@@ -160,19 +160,22 @@ def test_piped_captures_write_the_serial_files_and_account_cpu(tmp_path, monkeyp
 def test_piped_capture_failure_names_the_first_workload(tmp_path, monkeypatch, bad_first):
     """A capture failing in a -j 2 sweep is the sweep's error (the first failing workload
     in config order), as at -j 1, where no point runs; at -j 2 the other workload's points
-    may have run meanwhile, and the sweep then says it is running (resume completes it)."""
+    may have run meanwhile, and the sweep then says it is running (resume completes it).
+    If the failure comes before the other capture is handed out, none starts (``Pool.halt``):
+    nothing was written, and the directory the sweep created is gone again."""
     monkeypatch.setattr(_sweepsafe, "free_cores", lambda: 2)
     cfg = _two_workloads(bad_first=bad_first, bad_second=not bad_first)
     for jobs, out in ((1, tmp_path / "s1"), (2, tmp_path / "s2")):
         with pytest.raises(SweepError, match=r"workloads: .*softmax.py on .*small.yaml: "):
             run_sweep(cfg, out, jobs=jobs)
     assert sorted(p.name for p in (tmp_path / "s1").iterdir()) == ["traces"]
-    s2 = sorted(p.name for p in (tmp_path / "s2").iterdir())
-    if "sweep.json" in s2:
+    s2 = sorted(p.name for p in (tmp_path / "s2").iterdir()) if (tmp_path / "s2").exists() \
+        else None
+    if s2 is not None and "sweep.json" in s2:
         assert json.loads((tmp_path / "s2" / "sweep.json").read_text())["status"] == "running"
         assert "points.parquet" not in s2
     else:
-        assert s2 == ["traces"]
+        assert s2 in (["traces"], None)
 
 
 def test_piped_sweep_whose_captures_all_fail_leaves_no_directory(tmp_path, monkeypatch):
