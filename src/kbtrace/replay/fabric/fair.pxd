@@ -41,7 +41,7 @@ cpdef list _arrival(list src, double p0, double k, double s)
 cpdef book(list link_flows, Flow f, Py_ssize_t j, double s, double e, double busy, pcs,
            double tail)
 
-@cython.locals(r=cython.double, b=Booked, a_end=cython.double, tab=Slots)
+@cython.locals(r=cython.double, b=Booked, a_end=cython.double)
 cdef _book(Recs lst, Flow f, Py_ssize_t j, double s, double e, double busy, pcs, double tail)
 
 cpdef booked(Flow f, Py_ssize_t j)
@@ -53,13 +53,6 @@ cdef Booked _made(Slots tab, Flow f, Py_ssize_t j)
 @cython.locals(b=Booked)
 cdef Booked _record(Flow f, Py_ssize_t j, double s, double e, double r, double busy, double tail,
                     double a_end)
-
-@cython.locals(i=cython.Py_ssize_t, q=cython.Py_ssize_t,
-               kind=cython.Py_ssize_t, A=cython.double, B=cython.double, bz=cython.double,
-               s=cython.double, e=cython.double, x=cython.double, r=cython.double,
-               jj=cython.Py_ssize_t, li=cython.Py_ssize_t)
-cpdef book_plan(list link_flows, Flow f, double[::1] off, double[::1] bk, Py_ssize_t k, double h,
-                double t)
 
 @cython.locals(lst=Recs, got=list, inc=list, i=cython.Py_ssize_t)
 cpdef list incumbents(list link_flows, Py_ssize_t li, f, double h, double now)

@@ -46,7 +46,7 @@ from kbtrace.replay.fabric.fifo import (
 )
 from kbtrace.replay.intervals import TIME_EPS
 
-__all__ = ["Flow", "Booked", "book", "booked", "book_plan", "fair_hop", "incumbents", "prune_flows", "share_with", "expand", "coarse",
+__all__ = ["Flow", "Booked", "book", "booked", "fair_hop", "incumbents", "prune_flows", "share_with", "expand", "coarse",
            "ARRIVAL_PIECES"]
 
 class Flow:
@@ -219,17 +219,15 @@ def book(link_flows: list, f: Flow, j: int, s: float, e: float, busy: float,
 
 def _book(lst: Any, f: Flow, j: int, s: float, e: float, busy: float, pcs: list | None,
           tail: float) -> None:
-    """``book`` on the link whose bookings are ``lst``."""
-    r = busy / (e - s)
-    if r > 1.0:
-        r = 1.0
-    a_end = s + busy / r
-    tab = lst.tab
-    tab.note(f.slot, j, s, e, busy, tail)
-    lst.add(f.slot, j, a_end)
+    """``book`` on the link whose bookings are ``lst`` (``Recs.book`` notes it there and in
+    the flow's slot; ``routes._Plan.take`` calls that itself)."""
+    a_end = lst.book(f.slot, j, s, e, busy, tail)
     if pcs is None:         # (the common case: a record only if it is asked for, ``booked``)
         f.links[j] = True
         return
+    r = busy / (e - s)
+    if r > 1.0:
+        r = 1.0
     b = _record(f, j, s, e, r, busy, tail, a_end)
     b.pcs = pcs
 
@@ -268,31 +266,6 @@ def _record(f: Flow, j: int, s: float, e: float, r: float, busy: float, tail: fl
     b.a_end = a_end
     f.links[j] = b
     return b
-
-
-def book_plan(link_flows: list, f: Flow, off: Any, bk: Any, k: int, h: float, t: float) -> None:
-    """Flow ``f`` reserved the first ``k`` resources of a free-path plan from head / tail
-    times ``h`` / ``t`` (``routes._Plan.take``, which noted it beside its node reservations):
-    ``book`` its links among them, reading what it needs of each from the plan's C doubles
-    ``off`` and ``bk`` (``_Plan.off``, ``_Plan.bk``; compiled: typed views, a C call)."""
-    for i in range(k):
-        q = 6 * i
-        kind = int(bk[q])
-        if kind < 3:        # a node's overhead (noted by ``take``)
-            continue
-        jj = int(bk[q + 1])
-        s = h + off[4 * i]
-        bz = off[4 * i + 3]
-        x = h + off[4 * i + 2]
-        if kind == 3:       # a single flit's link: no stream to share
-            r = bz / (x - s)
-            f.booked_flit(jj, [(s, x, r if r < 1.0 else 1.0)])
-            continue
-        e = t + off[4 * i + 1]
-        if x > e:
-            e = x
-        li = int(bk[q + 2])
-        _book(link_flows[li], f, jj, s, e, bz, None, e)
 
 
 def expand(f: Flow) -> list[tuple]:

@@ -52,6 +52,9 @@ cdef class Recs(_Table):
     cdef double[::1] v
     @cython.locals(n=cython.Py_ssize_t, cap=cython.Py_ssize_t, q=cython.Py_ssize_t)
     cpdef add(self, Py_ssize_t slot, Py_ssize_t j, double a_end)
+    @cython.locals(r=cython.double, a_end=cython.double)
+    cpdef double book(self, Py_ssize_t slot, Py_ssize_t j, double s, double e, double busy,
+                      double tail) except? -1.0
     cpdef Py_ssize_t slot_at(self, Py_ssize_t i)
     cpdef Py_ssize_t hop_at(self, Py_ssize_t i)
     @cython.locals(out=list, hi=cython.double, w=cython.Py_ssize_t, i=cython.Py_ssize_t,

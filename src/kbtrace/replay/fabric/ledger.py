@@ -164,7 +164,7 @@ class Slots:
         flow), the flow (its head arrived as it starts) or ``(flow, hop, arrival)`` (its hop:
         where ``n`` is on its route, which passes a node once); ``DONE`` for a flow complete
         since (its slot left or reused; its hop then -1)."""
-        if iv._ao is None:
+        if not iv.owned():
             return None
         x = iv.o[i]
         if x < 0.0:
@@ -173,11 +173,11 @@ class Slots:
         sl = k % SLOTS_MAX
         f = self.flows[sl]
         a = iv.o[i + 1]
-        if f is None or self.sn[sl] != k // SLOTS_MAX:
-            f = DONE
-        elif a != iv.at(i):
-            return f, f.rt.nodes.index(n), a
-        return f if a == iv.at(i) else (f, -1, a)
+        if f is None or self.sn[sl] != k // SLOTS_MAX:      # complete since
+            return DONE if a == iv.at(i) else (DONE, -1, a)
+        if a == iv.at(i):       # its head arrived as it starts (alone)
+            return f
+        return f, f.rt.nodes.index(n), a
 
     def recycle(self) -> None:
         """No link holds a booking of a complete flow any more: their slots are free."""
@@ -229,6 +229,19 @@ class Recs(_Table):
         self.v[q + 1] = slot
         self.v[q + 2] = j
         self.n = n + 1
+
+    def book(self, slot: int, j: int, s: float, e: float, busy: float, tail: float) -> float:
+        """Slot ``slot``'s flow booked this link at its hop ``j`` from ``s``, alone until
+        ``e`` at the share ``busy / (e - s)`` (at most 1), its tail leaving at ``tail``: noted
+        in its slot (``Slots.note``) and here (``add``). Returns when all of it has arrived
+        there (``a_end``; ``fair.book``)."""
+        r = busy / (e - s)
+        if r > 1.0:
+            r = 1.0
+        a_end = s + busy / r
+        self.tab.note(slot, j, s, e, busy, tail)
+        self.add(slot, j, a_end)
+        return a_end
 
     def slot_at(self, i: int) -> int:
         return int(self.v[REC * i + 1])

@@ -4,10 +4,10 @@
 # generated _routes_c.py.
 import cython
 from kbtrace.replay.fabric._booking_c cimport Spans, Steps
-from kbtrace.replay.fabric._fair_c cimport book_plan
+from kbtrace.replay.fabric._fair_c cimport Flow
 from kbtrace.replay.fabric._bodies_c cimport body_hold
 from kbtrace.replay.fabric._heads_c cimport serve_flit, serve_head
-from kbtrace.replay.fabric._ledger_c cimport Slots
+from kbtrace.replay.fabric._ledger_c cimport Recs, Slots
 
 # (imported from intervals: a C double here, so tests against it compare C doubles
 # rather than boxing both sides)
@@ -24,15 +24,16 @@ cdef class _Route:
 cdef class _Plan:
     cdef public Py_ssize_t j0, n_hops, n_rows, n_res
     cdef public object pid
-    cdef public list sts, res_hop, first, start, rows
+    cdef public list sts, res_hop, first, start, rows, recs
     cdef readonly double[::1] off, bk
     cdef public double h_in, h_end, t_a, t_b
 
     @cython.locals(k=cython.Py_ssize_t, q=cython.Py_ssize_t, sp=Spans, ln=Steps, off="double[::1]",
                    bz=cython.double,
                    s=cython.double, e=cython.double, x=cython.double, y=cython.double,
-                   r=cython.double, i=cython.Py_ssize_t, n=cython.Py_ssize_t)
-    cpdef Py_ssize_t take(self, double h, double t, double key=*) except -1
+                   r=cython.double, i=cython.Py_ssize_t, n=cython.Py_ssize_t,
+                   jj=cython.Py_ssize_t, lst=Recs)
+    cpdef Py_ssize_t take(self, double h, double t, double key=*, Flow f=*) except -1
 
 @cython.locals(i=cython.Py_ssize_t)
 cpdef bint held(Spans sp, double s, double t_in) except -1

@@ -17,7 +17,6 @@ from typing import Any, Literal
 from kbtrace.replay.fabric.base import _Ev, after
 from kbtrace.replay.fabric.bodies import body_hold
 from kbtrace.replay.fabric.booking import Spans, fit_rate, serve, take_rate, unreserve
-from kbtrace.replay.fabric.fair import book_plan
 from kbtrace.replay.fabric.heads import commit_later, serve_flit, serve_head
 from kbtrace.replay.intervals import TIME_EPS
 from kbtrace.replay.recorder import STAGE_CODE
@@ -91,15 +90,16 @@ class _Plan:
     each belongs to; ``first``: each hop's first resource; ``start``: ``(H, A, B)`` at each hop's start; ``h_end`` /
     ``t_a`` / ``t_b``: head and tail at the destination; ``pid``: the recorder
     plan of the matching hop rows (terminal row last). ``bk[6 i:6 i + 6]``: what a flow notes
-    of resource ``i`` (``fair.book_plan``), C doubles read where the plan's Python objects
+    of resource ``i`` (``take``), C doubles read where the plan's Python objects
     (``res_hop``, ``start``, the route's hop tuples) would each be a cache miss:
     ``(kind, hop, node or link, node overhead, A, B at the hop's start)``, ``kind`` 0 the
     destination's overhead, 1 a node's, 2 a node's at a mesh router of a stream hop (fair
     share only: its body is held there, ``bodies``), 3 a single
-    flit's link, 4 a stream's link.
+    flit's link, 4 a stream's link. ``recs[i]``: a stream link's bookings (``ledger.Recs``,
+    ``FastFabric.link_flows``), where a flow's booking there is noted (``take``); else None.
     """
     __slots__ = ("j0", "n_hops", "n_res", "sts", "off", "res_hop", "first", "start", "h_in",
-                 "h_end", "t_a", "t_b", "pid", "n_rows", "rows", "bk")
+                 "h_end", "t_a", "t_b", "pid", "n_rows", "rows", "bk", "recs")
 
     def __init__(self, rt: _Route, fab: Any, j0: int) -> None:
         self.j0 = j0   # (not the route: a route holds its plans, and no cycle is left
@@ -108,6 +108,7 @@ class _Plan:
         self.n_hops = len(hops)
         H, A, B = 0.0, 0.0, _NEG_INF
         res: list[Any] = []         # a Spans / Steps per resource
+        recs: list[Any] = []        # a stream link's Recs per resource, else None
         off: list[float] = []       # its S, A, B, busy
         bk: list[float] = []        # its kind, hop, node or link, overhead, A and B at the hop
         res_hop: list[int] = []
@@ -122,6 +123,7 @@ class _Plan:
             en = H
             if niv is not None:
                 res.append(niv)
+                recs.append(None)
                 off += (H, _NEG_INF, H + ov, -1.0)
                 res_hop.append(jr)
                 n = rt.nodes[j]
@@ -132,12 +134,14 @@ class _Plan:
                 B = max(B, H)
             if mode == 2:
                 res.append(ln)
+                recs.append(fab.link_flows[rt.links[j]])
                 off += (H, A + last_d, max(H + body, B) + last_d, bz)
                 res_hop.append(jr)
                 bk += (4.0, j, rt.links[j], 0.0, 0.0, 0.0)
                 A, B, H = A + last_d, max(B, H + body) + last_d, H + hd_d
             elif mode == 1:
                 res.append(ln)
+                recs.append(None)
                 off += (H, _NEG_INF, H + hd_d, bz)
                 res_hop.append(jr)
                 bk += (3.0, j, rt.links[j], 0.0, 0.0, 0.0)
@@ -151,6 +155,7 @@ class _Plan:
         h_in = H
         if rt.dst_iv is not None:
             res.append(rt.dst_iv)
+            recs.append(None)
             off += (H, _NEG_INF, H + rt.dst_ov, -1.0)
             res_hop.append(self.n_hops)
             bk += (0.0, j0 + self.n_hops, rt.dst, 0.0, 0.0, 0.0)
@@ -159,13 +164,14 @@ class _Plan:
         rows.append((rt.term_stage, rt.dst, -1, rt.term_busy, h_in, 0.0, 0.0, True))
         self.sts, self.off, self.n_res = res, array("d", off), len(res)
         self.bk = array("d", bk)
+        self.recs = recs
         self.res_hop, self.first, self.start = res_hop, first, start
         self.h_in, self.h_end, self.t_a, self.t_b = h_in, H, A, B
         self.n_rows = len(rows)
         self.rows = rows
         self.pid = fab.rec.add_plan(rows, rt.nb)
 
-    def take(self, h: float, t: float, key: float = -1.0) -> int:
+    def take(self, h: float, t: float, key: float = -1.0, f: Any = None) -> int:
         """Reserve the plan's resources (``sts``, in path order) for a transfer whose head and
         tail reach its first hop at ``h`` / ``t``, each ``[h + S, max(t + A, h + B)]``,
         while each is free as the head reaches it (a node: ``booking.take``; a link:
@@ -175,9 +181,11 @@ class _Plan:
         Nearly every reservation is an append to a resource free from its start on: two C
         doubles in a node's ``Spans``, two breakpoints and their shares in a link's
         ``Steps`` (compiled: no Python object made, the offsets read as C doubles).
-        ``key``: the flow's (``ledger.Slots.key``; -1: no flow), noted beside each reservation
-        of a node's overhead served as its head arrives (it may move: ``Spans.own``,
-        ``heads.serve_head``)."""
+        ``f``: the ``fair.Flow`` being booked (None: no flow), ``key`` its ``ledger.Slots.key``,
+        noted beside each reservation of a node's overhead served as its head arrives (it may
+        move: ``Spans.own``, ``heads.serve_head``); what it took of each link is noted as it
+        is taken: a stream's with the link and in its slot (``Recs.book``), as ``fair.book``
+        notes it, a single flit's with the flow (``Flow.booked_flit``)."""
         k = 0
         off = self.off
         for st in self.sts:
@@ -217,6 +225,15 @@ class _Plan:
                     ln.push(s, r if r < 1.0 else 1.0, e)
                 elif not take_rate(ln, s, e, bz):   # not enough bandwidth to spare
                     break
+                if f is not None:
+                    jj = int(self.bk[6 * k + 1])
+                    if self.bk[6 * k] == 4.0:       # a stream's (``fair.book``, no pieces)
+                        lst = self.recs[k]
+                        lst.book(f.slot, jj, s, e, bz, e)
+                        f.links[jj] = True
+                    else:                           # a single flit's: no stream to share
+                        r = bz / (e - s)
+                        f.booked_flit(jj, [(s, e, r if r < 1.0 else 1.0)])
             k += 1
         return k
 
@@ -253,9 +270,7 @@ def book_route(fab: Any, rt: _Route, f: Any, op_id: int, tile: int, addr: int, h
                 k = pl.take(h, t)
             else:
                 tab = fab.flow_slots
-                k = pl.take(h, t, tab.key(f.slot))
-                if k:
-                    book_plan(fab.link_flows, f, pl.off, pl.bk, k, h, t)
+                k = pl.take(h, t, tab.key(f.slot), f)
             if k == pl.n_res:
                 hh = h + pl.h_end
                 tt = t + pl.t_a
