@@ -1,4 +1,4 @@
-# cython: boundscheck=False
+# cython: boundscheck=False, wraparound=False
 # (compiled: the indices below are in range by construction; the pure-Python run, whose
 # arrays check every index, is the test of that: tests/test_replay_core.py)
 """Fast mode's reservation arithmetic: the booking state of nodes and links, and pure functions

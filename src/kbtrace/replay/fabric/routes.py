@@ -1,3 +1,6 @@
+# cython: boundscheck=False, wraparound=False
+# (compiled: the indices below are in range by construction; the pure-Python run, whose
+# lists and arrays check every index, is the test of that: tests/test_replay_core.py)
 """Fast mode's routes and their free-path closed forms (``_Route``, ``_Plan``), and the walk
 that books a transfer along a route in stretches (``book_route``, the heart of
 ``FastFabric.send``).
@@ -48,7 +51,7 @@ class _Route:
         self.nodes, self.links = nodes, links
         self.hops = tuple(h for h, _b in per_hop)
         self.stage = tuple(fab.link_stage_code[li] for li in links)
-        self.node = nodes[:-1]
+        self.node = nodes[:len(nodes) - 1]
         self.busy = tuple(b for _h, b in per_hop)
         self.dst = dst
         self.dst_ov = fab.node_ov[dst]
