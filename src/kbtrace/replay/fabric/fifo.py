@@ -1,3 +1,6 @@
+# cython: boundscheck=False
+# (compiled: the indices below are in range by construction; the pure-Python run, whose
+# lists and arrays check every index, is the test of that: tests/test_replay_core.py)
 """Fast mode's fair share on one link: streams served together, first come, first served.
 
 ``share_fifo`` serves several streams that meet on a link from one moment on, as flit mode's

@@ -28,6 +28,13 @@ cdef class _Plan:
     cdef readonly double[::1] off, bk
     cdef public double h_in, h_end, t_a, t_b
 
+    @cython.locals(H=cython.double, A=cython.double, B=cython.double, ov=cython.double,
+                   hd_d=cython.double, body=cython.double, last_d=cython.double,
+                   p=cython.double, bz=cython.double, en=cython.double, h_in=cython.double,
+                   jr=cython.Py_ssize_t, j=cython.Py_ssize_t, mode=cython.Py_ssize_t,
+                   n=cython.Py_ssize_t, hops=tuple, res=list, recs=list, off=list, bk=list,
+                   res_hop=list, first=list, start=list, rows=list)
+    cdef _build(self, _Route rt, fab, Py_ssize_t j0)
     @cython.locals(k=cython.Py_ssize_t, q=cython.Py_ssize_t, sp=Spans, ln=Steps, off="double[::1]",
                    bz=cython.double,
                    s=cython.double, e=cython.double, x=cython.double, y=cython.double,

@@ -107,6 +107,10 @@ class _Plan:
     def __init__(self, rt: _Route, fab: Any, j0: int) -> None:
         self.j0 = j0   # (not the route: a route holds its plans, and no cycle is left
                        # for the garbage collector when the cache is emptied)
+        self._build(rt, fab, j0)
+
+    def _build(self, rt: _Route, fab: Any, j0: int) -> None:
+        """(``__init__``'s work; compiled: its times C doubles.)"""
         hops = rt.hops[j0:]
         self.n_hops = len(hops)
         H, A, B = 0.0, 0.0, _NEG_INF
