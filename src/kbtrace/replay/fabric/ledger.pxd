@@ -50,18 +50,19 @@ cdef class _Table:
 cdef class Recs(_Table):
     cdef object _a
     cdef double[::1] v
-    @cython.locals(n=cython.Py_ssize_t, cap=cython.Py_ssize_t, q=cython.Py_ssize_t)
-    cpdef add(self, Py_ssize_t slot, Py_ssize_t j, double a_end)
-    @cython.locals(r=cython.double, a_end=cython.double)
+    @cython.locals(r=cython.double, a_end=cython.double, n=cython.Py_ssize_t,
+                   q=cython.Py_ssize_t)
     cpdef double book(self, Py_ssize_t slot, Py_ssize_t j, double s, double e, double busy,
                       double tail) except? -1.0
+    @cython.locals(cap=cython.Py_ssize_t)
+    cdef _grow(self)
     cpdef Py_ssize_t slot_at(self, Py_ssize_t i)
     cpdef Py_ssize_t hop_at(self, Py_ssize_t i)
     @cython.locals(out=list, hi=cython.double, w=cython.Py_ssize_t, i=cython.Py_ssize_t,
-                   q=cython.Py_ssize_t, sl=cython.Py_ssize_t, a=cython.double, st=cython.int)
+                   q=cython.Py_ssize_t, sl=cython.Py_ssize_t, a=cython.double, st=cython.int,
+                   tab=Slots, p=cython.Py_ssize_t)
     cpdef list scan(self, Py_ssize_t slot, double h, double now)
     cpdef prune(self, double now)
     @cython.locals(j=cython.Py_ssize_t)
     cdef double _a_end(self, Py_ssize_t q, Py_ssize_t sl) except? -1.0
-    @cython.locals(k=cython.Py_ssize_t)
-    cdef inline void _move(self, Py_ssize_t q, Py_ssize_t w)
+

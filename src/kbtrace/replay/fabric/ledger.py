@@ -213,35 +213,35 @@ class Recs(_Table):
         self._a: Any = None
         self.v: Any = None
 
-    def add(self, slot: int, j: int, a_end: float) -> None:
-        """Note that slot ``slot``'s flow booked this link at its hop ``j``."""
-        n = self.n
-        if n == self.cap:
-            cap = 2 * self.cap if self.cap else _CAP0
-            new = array("d", bytes(8 * REC * cap))
-            if n:
-                new[:REC * n] = self._a[:REC * n]
-            self._a = new
-            self.v = new
-            self.cap = cap
-        q = REC * n
-        self.v[q] = a_end
-        self.v[q + 1] = slot
-        self.v[q + 2] = j
-        self.n = n + 1
-
     def book(self, slot: int, j: int, s: float, e: float, busy: float, tail: float) -> float:
         """Slot ``slot``'s flow booked this link at its hop ``j`` from ``s``, alone until
         ``e`` at the share ``busy / (e - s)`` (at most 1), its tail leaving at ``tail``: noted
-        in its slot (``Slots.note``) and here (``add``). Returns when all of it has arrived
-        there (``a_end``; ``fair.book``)."""
+        in its slot (``Slots.note``) and here. Returns when all of it has arrived there
+        (``a_end``; ``fair.book``, ``routes._Plan.take``)."""
         r = busy / (e - s)
         if r > 1.0:
             r = 1.0
         a_end = s + busy / r
         self.tab.note(slot, j, s, e, busy, tail)
-        self.add(slot, j, a_end)
+        n = self.n
+        if n == self.cap:
+            self._grow()
+        q = REC * n
+        self.v[q] = a_end
+        self.v[q + 1] = slot
+        self.v[q + 2] = j
+        self.n = n + 1
         return a_end
+
+    def _grow(self) -> None:
+        """Room for twice as many bookings."""
+        cap = 2 * self.cap if self.cap else _CAP0
+        new = array("d", bytes(8 * REC * cap))
+        if self.n:
+            new[:REC * self.n] = self._a[:REC * self.n]
+        self._a = new
+        self.v = new
+        self.cap = cap
 
     def slot_at(self, i: int) -> int:
         return int(self.v[REC * i + 1])
@@ -254,18 +254,22 @@ class Recs(_Table):
         the drop) of the others arriving after ``h``, slot ``slot``'s excepted, in order."""
         out = []
         hi = h + TIME_EPS
+        tab = self.tab
         w = 0
         for i in range(self.n):
             q = REC * i
             sl = int(self.v[q + 1])
-            st = self.tab.st[sl]
+            st = tab.st[sl]
             if st == GONE:
                 continue
             a = self.v[q] if st == LIVE else self._a_end(q, sl)
             if a <= now:
                 continue
-            if w < i:
-                self._move(q, REC * w)
+            if w < i:           # (moved down: its REC values)
+                p = REC * w
+                self.v[p] = self.v[q]
+                self.v[p + 1] = self.v[q + 1]
+                self.v[p + 2] = self.v[q + 2]
             if a > hi and sl != slot:
                 out.append(w)
             w += 1
@@ -284,10 +288,6 @@ class Recs(_Table):
         if self.tab.moved_at(sl, j):
             return self.tab.flows[sl].links[j].a_end
         return self.v[q]
-
-    def _move(self, q: int, w: int) -> None:
-        for k in range(REC):
-            self.v[w + k] = self.v[q + k]
 
 
 class _Done:

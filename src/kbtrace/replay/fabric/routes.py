@@ -47,12 +47,21 @@ class _Route:
     def __init__(self, fab: Any, src: int, dst: int, nb: int, shape: int = 0) -> None:
         nodes, links = fab.route(src, dst)
         hop_of = fab.hop_of
-        per_hop = [hop_of(li, nb, j == 0, shape) for j, li in enumerate(links)]
+        code, bw, fb = fab.link_stage_code, fab.link_bw, fab.flit_bytes
+        hops, stage, busy = [], [], []
+        fm = 0.0            # a full flit's time on the path's slowest link
+        for j, li in enumerate(links):      # (a loop: no generator per route)
+            hp, b = hop_of(li, nb, j == 0, shape)
+            hops.append(hp)
+            busy.append(b)
+            stage.append(code[li])
+            if bw[li] > 0 and fb / bw[li] > fm:
+                fm = fb / bw[li]
         self.nodes, self.links = nodes, links
-        self.hops = tuple(h for h, _b in per_hop)
-        self.stage = tuple(fab.link_stage_code[li] for li in links)
+        self.hops = tuple(hops)
+        self.stage = tuple(stage)
         self.node = nodes[:len(nodes) - 1]
-        self.busy = tuple(b for _h, b in per_hop)
+        self.busy = tuple(busy)
         self.dst = dst
         self.dst_ov = fab.node_ov[dst]
         self.dst_iv = fab.node_iv[dst] if self.dst_ov > 0 else None
@@ -62,9 +71,7 @@ class _Route:
         self.term_busy = nb / (h.bw * h.n_pcs) if h is not None else 0.0
         self.nb = nb
         self.plans: list[_Plan | Literal[False] | None] = [None] * (len(links) + 1)
-        # a full flit's time on the path's slowest link
-        self.flit_max = max((fab.flit_bytes / fab.link_bw[li] for li in links
-                             if fab.link_bw[li] > 0), default=0.0)
+        self.flit_max = fm
         # a transfer to a node without an HBM commit (a stream, or a single flit whose head a
         # head arriving first at a node may push), or a one-flit HBM write through a node with
         # an overhead (``heads``): a flow others may slow or push (``fair``)
