@@ -3,7 +3,8 @@
 Fast mode books a transfer when it starts (``fast.FastFabric``). A transfer to a node without an HBM
 commit (a read's data, an IPCQ payload or credit) is also a ``Flow``: what it booked on each link (a
 stream's; a single flit's is not) is kept as C doubles, registered with the link
-(``FastFabric.link_flows``, a ``ledger.Recs`` each: the flow named by its slot), and a ``Booked``
+(``FastFabric.link_flows``, a ``ledger.Recs`` each: the flow named by its slot; ``book``, or
+``routes._Plan.take`` as it takes a free path), and a ``Booked``
 record of it (start, lone end, share, pieces, tail, arrival; ``Flow.links``) is made only when it
 is read (``booked``, ``incumbents``); its hop rows wait for its completion (``Flow.segs``),
 which is one event that can move (``Flow.ev``).

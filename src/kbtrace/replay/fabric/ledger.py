@@ -12,7 +12,9 @@ reference counted or tracked by the cyclic GC), which keeps per slot and hop fiv
 (start, lone end, work, tail, and whether its arrival moved: ``note``, ``values``) in one
 growable array (``array('d')``, a typed view where compiled), and a link's bookings are
 ``Recs``: per booking three C doubles (when all of it has arrived there, ``a_end``; the slot;
-the hop). Once ``fair`` made a record object for a hop (``fair.Booked``, in ``Flow.links[j]``)
+the hop), both written by one C call as the flow takes the link (``Recs.book``: from
+``routes._Plan.take`` where the path is free, the link's ``Recs`` held by the plan, else from
+``fair.book``). Once ``fair`` made a record object for a hop (``fair.Booked``, in ``Flow.links[j]``)
 its values are the object's; a move of its arrival (``Booked.arrive``) marks the hop
 (``moved``) and the slot's state byte (``MOVED``; ``GONE`` once the flow is complete): then
 the link reads that hop's ``a_end`` from the object. Dropping is a compaction by a clock

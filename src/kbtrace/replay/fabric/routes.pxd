@@ -12,6 +12,7 @@ from kbtrace.replay.fabric._ledger_c cimport Recs, Slots
 # (imported from intervals: a C double here, so tests against it compare C doubles
 # rather than boxing both sides)
 cdef double TIME_EPS
+cdef double _NEG_INF
 
 cdef class _Route:
     cdef public tuple nodes, links, hops, stage, node, busy
@@ -32,9 +33,12 @@ cdef class _Plan:
                    hd_d=cython.double, body=cython.double, last_d=cython.double,
                    p=cython.double, bz=cython.double, en=cython.double, h_in=cython.double,
                    jr=cython.Py_ssize_t, j=cython.Py_ssize_t, mode=cython.Py_ssize_t,
-                   n=cython.Py_ssize_t, hops=tuple, res=list, recs=list, off=list, bk=list,
+                   n=cython.Py_ssize_t, m=cython.Py_ssize_t, hops=tuple, res=list, recs=list,
                    res_hop=list, first=list, start=list, rows=list)
     cdef _build(self, _Route rt, fab, Py_ssize_t j0)
+    @cython.locals(q=cython.Py_ssize_t)
+    cdef _put(self, Py_ssize_t i, double s, double a, double b, double busy, double kind,
+              double j, double x, double ov, double a0, double b0)
     @cython.locals(k=cython.Py_ssize_t, q=cython.Py_ssize_t, sp=Spans, ln=Steps, off="double[::1]",
                    bz=cython.double,
                    s=cython.double, e=cython.double, x=cython.double, y=cython.double,

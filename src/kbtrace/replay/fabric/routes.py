@@ -117,14 +117,16 @@ class _Plan:
         self._build(rt, fab, j0)
 
     def _build(self, rt: _Route, fab: Any, j0: int) -> None:
-        """(``__init__``'s work; compiled: its times C doubles.)"""
+        """(``__init__``'s work; compiled: its times C doubles, written into ``off`` and
+        ``bk`` as such, ``_put``.)"""
         hops = rt.hops[j0:]
         self.n_hops = len(hops)
+        m = 2 * len(hops) + 1              # resources at most: a node and a link per hop
+        self.off = array("d", bytes(32 * m))
+        self.bk = array("d", bytes(48 * m))
         H, A, B = 0.0, 0.0, _NEG_INF
         res: list[Any] = []         # a Spans / Steps per resource
         recs: list[Any] = []        # a stream link's Recs per resource, else None
-        off: list[float] = []       # its S, A, B, busy
-        bk: list[float] = []        # its kind, hop, node or link, overhead, A and B at the hop
         res_hop: list[int] = []
         first: list[int] = []
         start: list[tuple[float, float, float]] = []
@@ -136,29 +138,29 @@ class _Plan:
             start.append((H, A, B))
             en = H
             if niv is not None:
+                n = rt.nodes[j]
+                self._put(len(res), H, _NEG_INF, H + ov, -1.0,
+                          2.0 if mode == 2 and fab.fair and fab.node_kind[n] == "router" else 1.0,
+                          j, n, fab.node_ov[n], A, B)
                 res.append(niv)
                 recs.append(None)
-                off += (H, _NEG_INF, H + ov, -1.0)
                 res_hop.append(jr)
-                n = rt.nodes[j]
-                bk += (2.0 if mode == 2 and fab.fair and fab.node_kind[n] == "router" else 1.0,
-                       j, n, fab.node_ov[n], A, B)
             if niv is not None or ov > 0:       # the node's overhead, reserved or not
                 H += ov
                 B = max(B, H)
             if mode == 2:
+                self._put(len(res), H, A + last_d, max(H + body, B) + last_d, bz, 4.0, j,
+                          rt.links[j], 0.0, 0.0, 0.0)
                 res.append(ln)
                 recs.append(fab.link_flows[rt.links[j]])
-                off += (H, A + last_d, max(H + body, B) + last_d, bz)
                 res_hop.append(jr)
-                bk += (4.0, j, rt.links[j], 0.0, 0.0, 0.0)
                 A, B, H = A + last_d, max(B, H + body) + last_d, H + hd_d
             elif mode == 1:
+                self._put(len(res), H, _NEG_INF, H + hd_d, bz, 3.0, j, rt.links[j], 0.0, 0.0,
+                          0.0)
                 res.append(ln)
                 recs.append(None)
-                off += (H, _NEG_INF, H + hd_d, bz)
                 res_hop.append(jr)
-                bk += (3.0, j, rt.links[j], 0.0, 0.0, 0.0)
                 A, B, H = _NEG_INF, H + hd_d, H + hd_d
             else:
                 B = max(B, H)
@@ -168,22 +170,38 @@ class _Plan:
         start.append((H, A, B))
         h_in = H
         if rt.dst_iv is not None:
+            self._put(len(res), H, _NEG_INF, H + rt.dst_ov, -1.0, 0.0, j0 + self.n_hops, rt.dst,
+                      0.0, 0.0, 0.0)
             res.append(rt.dst_iv)
             recs.append(None)
-            off += (H, _NEG_INF, H + rt.dst_ov, -1.0)
             res_hop.append(self.n_hops)
-            bk += (0.0, j0 + self.n_hops, rt.dst, 0.0, 0.0, 0.0)
             H += rt.dst_ov
         B = max(B, H)
         rows.append((rt.term_stage, rt.dst, -1, rt.term_busy, h_in, 0.0, 0.0, True))
-        self.sts, self.off, self.n_res = res, array("d", off), len(res)
-        self.bk = array("d", bk)
+        self.sts, self.n_res = res, len(res)
         self.recs = recs
         self.res_hop, self.first, self.start = res_hop, first, start
         self.h_in, self.h_end, self.t_a, self.t_b = h_in, H, A, B
         self.n_rows = len(rows)
         self.rows = rows
         self.pid = fab.rec.add_plan(rows, rt.nb)
+
+    def _put(self, i: int, s: float, a: float, b: float, busy: float, kind: float, j: float,
+             x: float, ov: float, a0: float, b0: float) -> None:
+        """Resource ``i``: its ``off[4 i:4 i + 4]`` and ``bk[6 i:6 i + 6]`` (the class
+        docstring)."""
+        q = 4 * i
+        self.off[q] = s
+        self.off[q + 1] = a
+        self.off[q + 2] = b
+        self.off[q + 3] = busy
+        q = 6 * i
+        self.bk[q] = kind
+        self.bk[q + 1] = j
+        self.bk[q + 2] = x
+        self.bk[q + 3] = ov
+        self.bk[q + 4] = a0
+        self.bk[q + 5] = b0
 
     def take(self, h: float, t: float, key: float = -1.0, f: Any = None) -> int:
         """Reserve the plan's resources (``sts``, in path order) for a transfer whose head and
