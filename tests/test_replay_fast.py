@@ -123,19 +123,21 @@ def test_hbm_read_span_equals_read():
     rng = random.Random(7)
     p = SimpleNamespace(pcs_per_pe=8, pc_bw_gbps=32.0, efficiency=0.9, burst_bytes=256,
                         switch_penalty_ns=1.5)
-    a, b = HbmController(0, p), HbmController(0, p)
+    a, b, c = HbmController(0, p), HbmController(0, p), HbmController(0, p)
     t = 0.0
     for _ in range(400):
         t += rng.choice([0.0, 0.5, 3.0, 40.0])
         addr = rng.randrange(0, 1 << 16) * 64
         nb = rng.choice([1, 64, 256, 300, 2048, 4096, 5000, 65536])
         if rng.random() < 0.3:
-            a.commit(addr, 256, t, 1)
-            b.commit(addr, 256, t, 1)
+            for h in (a, b, c):
+                h.commit(addr, 256, t, 1)
             continue
         ready = a.read(addr, nb, t)
         assert b.read_span(addr, nb, t) == (min(ready), max(ready))
-        assert a.pc_avail == b.pc_avail and a.last_dir == b.last_dir
+        assert c.read_bursts(addr, nb, t) == (ready, min(ready), max(ready))
+        assert a.pc_avail == b.pc_avail == c.pc_avail and a.last_dir == b.last_dir == c.last_dir
+    assert c.read_bursts(0, 0, 7.5) == ([], 7.5, 7.5)
 
 
 # --------------------------------------------------------------------------- fast fabric

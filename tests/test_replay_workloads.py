@@ -192,3 +192,40 @@ def test_memoised_plans_equal_fresh_ones(small, traces, tmp_path):
                 assert sim.plan(moved) == plan_for(moved, small.params) != plan_for(
                     o, small.params), (w, o.op_id, field)
         sim.rec.hops.abort()
+
+
+def _varying(ops, fields, shift):
+    """The ``fields`` columns of ``ops``, their input addresses moved by ``shift``."""
+    return [[(tuple(a + shift for a in o.in_addrs) if f == "in_addrs" and o.in_addrs
+              else getattr(o, f)) for o in ops] for f in fields]
+
+
+def test_template_keyed_plans_equal_fresh_ones(small, traces, tmp_path):
+    """A dot or composite built from a template (``ops.build_ops``: ``Op.tpl``) is memoised by
+    the template's id and the addresses of its operands outside TCM (``OpCore.plan``): its plan
+    is plan_for's, one object for the template at one address, a new one when an operand moves."""
+    from kbtrace.replay.engine import Sim
+    from kbtrace.replay.ops import TEMPLATE, VARYING, build_ops, load_ops, plan_for
+    from kbtrace.replay.source import OpSource
+
+    moved_apart = 0
+    for w, tr in traces.items():
+        ops = [o for o in load_ops(tr.ops()) if o.kind in ("dot", "composite")]
+        if not ops:
+            continue
+        assert {o.tpl for o in ops} == {-1}                 # not built from a template
+        sim = Sim(small, OpSource(tr.ops()), ReplayOptions(out_dir=str(tmp_path / w)),
+                  tmp_path / w)
+        sigs = [tuple(getattr(o, f) for f in TEMPLATE) for o in ops]
+        templates = list(dict.fromkeys(sigs))
+        ids = [templates.index(sg) for sg in sigs]
+        built, again, moved = (build_ops(templates, ids, *_varying(ops, VARYING, shift))
+                               for shift in (0, 0, 4096))
+        assert [b.tpl for b in built] == ids
+        for o, b, b2, m in zip(ops, built, again, moved, strict=True):
+            assert sim.plan(b) == plan_for(o, small.params), (w, o.op_id)
+            assert sim.plan(b2) is sim.plan(b)
+            assert sim.plan(m) == plan_for(m, small.params), (w, o.op_id)
+            moved_apart += plan_for(m, small.params) != plan_for(o, small.params)
+        sim.rec.hops.abort()
+    assert moved_apart > 0      # some operand outside TCM: the key told the addresses apart

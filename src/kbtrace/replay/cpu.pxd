@@ -6,7 +6,7 @@
 import cython
 from kbtrace.replay.fabric._opcore_c cimport OpCore
 from kbtrace.replay.fabric._rowbuf_c cimport HopRows
-from kbtrace.replay.fabric._stations_c cimport Command, Program, Scheduler, Station
+from kbtrace.replay.fabric._stations_c cimport Command, Program, Scheduler, Station, command
 
 cdef Py_ssize_t DISPATCH, CYCLES
 
@@ -30,7 +30,7 @@ cdef class Cpu:
     @cython.locals(done=bytearray)
     cdef bint _wait(self, op_ids, cb) except -1
     cdef bint _program_done(self) except -1
-    @cython.locals(now=double, d=double, t=double, srv=Scheduler, idle=list)
+    @cython.locals(now=double, d=double, t=double, srv=Scheduler, idle=list, cmd=Command)
     cdef bint _dispatch(self) except -1
     @cython.locals(now=double)
     cdef bint _dispatched(self) except -1

@@ -21,7 +21,7 @@ from simpy.events import NORMAL  # the priority of a Timeout
 
 from kbtrace.replay.ops import METADATA_KINDS, Op, is_metadata
 from kbtrace.replay.recorder import STAGE_CODE
-from kbtrace.replay.stations import Command, Program, Scheduler
+from kbtrace.replay.stations import Program, Scheduler, command
 
 __all__ = ["Cpu"]
 
@@ -147,23 +147,25 @@ class Cpu:
         """
         now = self.t_ready = self.env._now
         op = self.op
+        kind = op.kind
         # a metadata-only call: no command, no cost (ADR-0046 D3, D6)
-        if op.kind in METADATA_KINDS and is_metadata(op):
+        if kind in METADATA_KINDS and is_metadata(op):
             self.core.complete(op, self.t_issue, now, self.cpu_name)
             return True
         d = self.dispatch_ns
         if d <= 0:
             return self._dispatched()
         idle = self.sched.idle
-        if op.is_async or op.kind in _CPU_KINDS or not idle:
+        if op.is_async or kind in _CPU_KINDS or not idle:
             self._timer(DISPATCH, d)
             return False
         t = now + d
-        self.x.add(op.op_id, -1, _C_CPU, self.n_cpu, -1, self.t_issue, t, d, now - self.t_issue,
+        cmd = command(op, self.core.plan(op), self.t_issue)
+        self.x.add(cmd.op_id, -1, _C_CPU, self.n_cpu, -1, self.t_issue, t, d, now - self.t_issue,
                    0)
         srv: Scheduler = idle.pop()        # (its only server)
-        srv.book(Command(op, self.core.plan(op), self.t_issue), t)
-        self.core.on_done(op.op_id, self._resume_cb)
+        srv.book(cmd, t)
+        self.core.on_done(cmd.op_id, self._resume_cb)
         return False
 
     def _fire(self, _ev: Any) -> None:
@@ -206,7 +208,7 @@ class Cpu:
             else:
                 ready.callbacks.append(partial(_deliver, pe.rx.submit, item))
         else:
-            self.sched.submit(Command(op, self.core.plan(op), self.t_issue))
+            self.sched.submit(command(op, self.core.plan(op), self.t_issue))
         if self.done[op.op_id]:
             return True
         if op.is_async:

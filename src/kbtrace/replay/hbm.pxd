@@ -16,6 +16,9 @@ cdef class HbmController:
 
     cpdef list read(self, long addr, long nbytes, double t, long op_id=*)
 
+    @cython.locals(out=list, first=cython.double, last=cython.double)
+    cpdef tuple read_bursts(self, long addr, long nbytes, double t, long op_id=*)
+
     cpdef tuple read_span(self, long addr, long nbytes, double t, long op_id=*)
 
     @cython.locals(burst=cython.long, shift=cython.long, mask=cython.long, bw=cython.double,

@@ -75,11 +75,17 @@ class HbmController:
 
     def read(self, addr: int, nbytes: int, t: float, op_id: int = -1) -> list[float]:
         """Schedule every burst of a read that arrived at ``t``; finish time per burst."""
+        return self.read_bursts(addr, nbytes, t, op_id)[0]
+
+    def read_bursts(self, addr: int, nbytes: int, t: float,
+                    op_id: int = -1) -> tuple[list[float], float, float]:
+        """``read``, with its (first, last) burst finish times (``read_into``'s, no pass over
+        the list); no bursts and (t, t) for ``nbytes <= 0``."""
         if nbytes <= 0:
-            return []
+            return [], t, t
         out = [0.0] * -(-nbytes // self.burst)
-        self.read_into(addr, nbytes, t, out, op_id)
-        return out
+        first, last = self.read_into(addr, nbytes, t, out, op_id)
+        return out, first, last
 
     def read_span(self, addr: int, nbytes: int, t: float,
                   op_id: int = -1) -> tuple[float, float]:

@@ -16,7 +16,7 @@ cdef class OpCore:
     cdef public bytearray done
     cdef public dict waiting, plans, hbm
     cdef public bint fast, flows
-    @cython.locals(cache=dict)
+    @cython.locals(cache=dict, tpl=Py_ssize_t)
     cpdef plan(self, op)
     cpdef issue(self, Py_ssize_t op_id, double t_issue)
     @cython.locals(cbs=list)

@@ -65,8 +65,9 @@ class OpCore:
     def plan(self, op: Op) -> Any:
         """``plan_for(op)``, memoised (plans are immutable, and a kernel's ops repeat them):
         loads and stores by (address, size); dots and composites by everything their plan
-        reads (shape, tiling, dtypes, epilogue, and the addresses of operands outside TCM); at
-        most ``PLAN_CACHE`` entries."""
+        reads (shape, tiling, dtypes, epilogue, and the addresses of operands outside TCM), or
+        for an op built from a template (``Op.tpl``) by that template's id and those
+        addresses (the rest are the template's fields); at most ``PLAN_CACHE`` entries."""
         kind = op.kind
         key: tuple[Any, ...]
         if kind == "load":
@@ -82,10 +83,14 @@ class OpCore:
             else:
                 ext = tuple([a if s != "tcm" else None for a, s in zip(addrs, spaces,
                                                                         strict=False)])
-            key = (kind, op.name, op.m, op.n, op.k, op.extra_json, op.out_dtype,
-                   (op.in_dtypes or ("f32",))[0], spaces, op.dst_space, ext,
-                   op.dst_addr if kind == "composite" and op.dst_space != "tcm" else None,
-                   tuple(op.out_shape or ()))
+            dst = op.dst_addr if kind == "composite" and op.dst_space != "tcm" else None
+            tpl = op.tpl
+            if tpl >= 0:    # the rest of what the plan reads is the op's template's
+                key = (kind, tpl, ext, dst)
+            else:
+                key = (kind, op.name, op.m, op.n, op.k, op.extra_json, op.out_dtype,
+                       (op.in_dtypes or ("f32",))[0], spaces, op.dst_space, ext, dst,
+                       tuple(op.out_shape or ()))
         else:
             return plan_for(op, self.params)
         cache = self.plans
@@ -137,22 +142,19 @@ class OpCore:
         if self.fast and nbytes % h.burst and nbytes > h.burst:
             # a short last burst: the closed form needs to know where it falls in ready order
             # (flits leave in that order; ties keep burst order): head, middle or tail
-            bursts = [0.0] * -(-nbytes // h.burst)
-            first, last = h.read_into(addr, nbytes, t, bursts, op_id)
+            bursts, first, last = h.read_bursts(addr, nbytes, t, op_id)
             short, full = bursts[-1], bursts[:-1]
             shape = 1 if short < min(full) else 0 if short >= max(full) else 2
             group = bursts.count(last)      # ready together at the end: they queue
             ready = None
-        elif self.flows and nbytes > h.burst:   # a flow: its bursts, how
-            bursts = [0.0] * -(-nbytes // h.burst)      # it reaches its first link (``fair``)
-            first, last = h.read_into(addr, nbytes, t, bursts, op_id)
+        elif self.flows and nbytes > h.burst:   # a flow: its bursts, how it reaches its first
+            bursts, first, last = h.read_bursts(addr, nbytes, t, op_id)     # link (``fair``)
             ready = None
         elif self.fast:
             first, last = h.read_span(addr, nbytes, t, op_id)
             ready = bursts = None
         else:
-            ready = h.read(addr, nbytes, t, op_id)
-            first, last = min(ready), max(ready)
+            ready, first, last = h.read_bursts(addr, nbytes, t, op_id)
         self.x.add(op_id, tile, _C_HBM, src, -1, t, last, nbytes / (h.bw * h.n_pcs),
                    max(0.0, first - t - min(nbytes, h.burst) / h.bw), nbytes)
         if ready is None:       # (fast mode's send: addr, ready, at, ack, span, shape, group,

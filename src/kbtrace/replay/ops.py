@@ -43,10 +43,14 @@ _FIELDS = ("op_id", "launch", "program", "sip", "cube", "pe", "seq", "kind", "na
 
 
 class Op:
-    __slots__ = _FIELDS
+    """One op of the trace: its ``_FIELDS``, and ``tpl``: the id of the template its
+    ``TEMPLATE`` fields came from (``build_ops``; ops with equal ids have equal ``TEMPLATE``
+    fields, so a memo keyed by it need not hash them: ``OpCore.plan``), -1 if none."""
+    __slots__ = (*_FIELDS, "tpl")
 
     def __init__(self, values: tuple[Any, ...]) -> None:
         _assign(self, values)
+        self.tpl = -1
 
     if TYPE_CHECKING:       # for the type checker: one attribute per field of _FIELDS
         def __getattr__(self, name: str) -> Any: ...
@@ -78,6 +82,7 @@ def _make_build():
            f"    for t, {vs} in zip(ids, {', '.join(VARYING)}, strict=True):\n"
            "        o = new(Op)\n"
            f"        {', '.join('o.' + f for f in TEMPLATE)}, = templates[t]\n"
+           "        o.tpl = t\n"
            + "".join(f"        o.{f} = v_{f}\n" for f in VARYING) +
            "        add(o)\n    return out\n")
     ns: dict[str, Any] = {"Op": Op}

@@ -22,6 +22,11 @@ cdef class Token:
     cdef public Py_ssize_t idx
     cdef public double t_in
 
+@cython.locals(c=Command)
+cpdef Command command(op, plan, double t_issue)
+@cython.locals(tok=Token)
+cpdef Token token(Command cmd, tile, tuple stages, double t_in)
+
 cdef class Program:
     cdef public object done, it
     cdef public Py_ssize_t n

@@ -29,31 +29,56 @@ _DMA_READ, _FETCH, _STORE, _GEMM = P.DMA_READ, P.FETCH, P.STORE, P.GEMM
 _C_FABRIC, _C_SCHED = STAGE_CODE["fabric"], STAGE_CODE["scheduler"]
 _C_FETCH, _C_STORE, _C_GEMM, _C_MATH = (STAGE_CODE[s] for s in ("fetch", "store", "gemm", "math"))
 
-__all__ = ["Command", "Token", "Program", "Station", "Server", "StageServer", "Compute",
-           "DmaServer", "DmaReadFast", "DmaWriteFast", "DmaFlit", "Scheduler", "Proc"]
+__all__ = ["Command", "command", "Token", "token", "Program", "Station", "Server",
+           "StageServer", "Compute", "DmaServer", "DmaReadFast", "DmaWriteFast", "DmaFlit",
+           "Scheduler", "Proc"]
 
 
 class Command:
+    """One op's plan on its way through the PE (made by ``command``)."""
     __slots__ = ("op", "op_id", "plan", "left", "t_start", "t_issue")
+    op: Op
+    op_id: int
+    plan: P.Plan
+    left: int
+    t_start: float
+    t_issue: float
 
-    def __init__(self, op: Op, plan: P.Plan, t_issue: float) -> None:
-        self.op = op
-        self.op_id = op.op_id               # (read by every row of its stages)
-        self.plan = plan
-        self.left = len(plan)
-        self.t_start = -1.0
-        self.t_issue = t_issue
+
+def command(op: Op, plan: P.Plan, t_issue: float) -> Command:
+    """The command of ``op`` issued at ``t_issue``: no tile started, ``len(plan)`` to go.
+    (A factory, not ``__init__``: compiled, one is made per op by the type's allocator and C
+    stores instead of a call whose arguments are parsed.)"""
+    c = Command.__new__(Command)
+    c.op = op
+    c.op_id = op.op_id               # (read by every row of its stages)
+    c.plan = plan
+    c.left = len(plan)
+    c.t_start = -1.0
+    c.t_issue = t_issue
+    return c
 
 
 class Token:
+    """One tile of a command on its way through the stages (made by ``token``)."""
     __slots__ = ("cmd", "tile", "stages", "idx", "t_in")
+    cmd: Command
+    tile: int
+    stages: tuple[P.Stage, ...]
+    idx: int
+    t_in: float
 
-    def __init__(self, cmd: Command, tile: int, stages: tuple[P.Stage, ...], t_in: float) -> None:
-        self.cmd = cmd
-        self.tile = tile
-        self.stages = stages
-        self.idx = 0
-        self.t_in = t_in
+
+def token(cmd: Command, tile: int, stages: tuple[P.Stage, ...], t_in: float) -> Token:
+    """Tile ``tile`` of ``cmd`` at its first stage, there since ``t_in`` (a factory, as
+    ``command``)."""
+    tok = Token.__new__(Token)
+    tok.cmd = cmd
+    tok.tile = tile
+    tok.stages = stages
+    tok.idx = 0
+    tok.t_in = t_in
+    return tok
 
 
 class OpFeed(Protocol):
@@ -167,9 +192,10 @@ class Server:
 class StageServer(Server):
     """A server of tile stages: passes a finished token to its next stage's station.
 
-    A stage's fields are read by index (``st[0]`` its kind, ``st[1]`` / ``st[2]`` its ``a`` /
-    ``b``: a DMA stage's address and bytes): compiled, a named tuple's field is an attribute
-    look-up through its class, its index a C call."""
+    A stage's fields are read by name (``st.kind``; ``st.a`` / ``st.b``: a DMA stage's address
+    and bytes), or unpacked: compiled, an index into a named tuple (a subclass of tuple) is
+    CPython's generic ``__getitem__`` slot (a method call with a boxed index, ~5x a field's
+    descriptor)."""
     __slots__ = ("stations", "in_place")
 
     def __init__(self, pe: Any, station: Station, in_place: bool = False) -> None:
@@ -197,7 +223,7 @@ class StageServer(Server):
                 self._finish(cmd)
             return None
         tok.t_in = now
-        kind = stages[idx][0]                # (its kind)
+        kind = stages[idx].kind
         if self.in_place and kind == _DMA_READ:
             return tok
         self.stations[kind].submit(tok)
@@ -285,13 +311,13 @@ class DmaServer(StageServer):
                        t_ack + lat, 0.0, 0.0, 0)
         t_in, t0 = tok.t_in, self.t0
         self.x.add(tok.cmd.op_id, tok.tile, self._stage, self.n_dma, -1, t_in, now,
-                   now - t0, t0 - t_in, st[2])
+                   now - t0, t0 - t_in, st.b)
         return self._pass_on(tok, now)
 
     def _begin_at(self, tok: Token) -> P.Stage:
         """``_begin`` plus the node owning the stage's address, kept in ``self.src``."""
         st = self._begin(tok)
-        addr = st[1]
+        addr = st.a
         node = self.resolved.get(addr)
         self.src = node if node is not None else self.sim.resolve(addr)
         return st
@@ -329,7 +355,7 @@ class DmaReadFast(DmaServer):
         """The request reached the source: read HBM, book the data transfer back."""
         tok = self.tok
         st = tok.stages[tok.idx]
-        op_id, tile, src, addr, nb = tok.cmd.op_id, tok.tile, self.src, st[1], st[2]
+        op_id, tile, src, addr, nb = tok.cmd.op_id, tok.tile, self.src, st.a, st.b
         if nb <= 0:
             ev = self.fab.command(op_id, tile, src, self.n_dma)
         elif src in self.hbm:
@@ -351,9 +377,9 @@ class DmaWriteFast(DmaServer):
         st = self._begin_at(tok)
         dst = self.src
         lat = self.lat = self._cmd_ns(dst)
-        nb = st[2]
+        nb = st.b
         if nb > 0:              # (fast mode's send: addr, ready, at, ack)
-            ev = self.fab.send(tok.cmd.op_id, tok.tile, self.n_dma, dst, nb, st[1],
+            ev = self.fab.send(tok.cmd.op_id, tok.tile, self.n_dma, dst, nb, st.a,
                                None, self.t0 + self.setup, lat)
             ev.callbacks.append(self._sent_cb)
         else:
@@ -417,10 +443,10 @@ class Scheduler(Server):
             return None
         stations = self.stations
         if len(plan) == 1:
-            stations[plan[0][0][0]].submit(Token(cmd, -1, plan[0], now))
+            stations[plan[0][0].kind].submit(token(cmd, -1, plan[0], now))
         else:
             for ti, stages in enumerate(plan):
-                stations[stages[0][0]].submit(Token(cmd, ti, stages, now))
+                stations[stages[0].kind].submit(token(cmd, ti, stages, now))
         return None
 
 

@@ -192,8 +192,7 @@ class FastFabric(Fabric):
                 self.evict()
             rt = self._routes_nb[key] = _Route(self, src, dst, nbytes, shape)
             self.held += len(rt.hops) + 1
-        env = self.env
-        now = env.now
+        now = self.env._now                 # (``env.now`` without its property call)
         t0 = now if at is None else at
         if span is not None:
             h, t = span
