@@ -7,10 +7,10 @@ kbtrace runs the same code as pure Python where it is not built (saying so once;
 ``kbtrace.replay.fabric.core``).
 
 The reference sources stay the readable ``.py`` files (``replay/fabric/booking.py``,
-``fifo.py``, ``ledger.py``, ``fair.py``, ``heads.py``, ``bodies.py``, ``pull.py``, ``routes.py``, ``fast.py``, ``replay/hbm.py``,
+``fifo.py``, ``ledger.py``, ``fair.py``, ``enters.py``, ``heads.py``, ``bodies.py``, ``pull.py``, ``routes.py``, ``fast.py``, ``replay/hbm.py``,
 ``rowbuf.py``, ``segsort.py``, ``stations.py``, ``cpu.py``, ``opcore.py``); Cython compiles copies
 of them under other module names (``_booking_c``, ``_fifo_c``, ``_ledger_c``, ``_fair_c``, ``_heads_c``,
-``_bodies_c``, ``_pull_c``, ``_routes_c``, ``_fast_c``, ``_hbm_c``, ``_rowbuf_c``, ``_segsort_c``, ``_stations_c``,
+``_bodies_c``, ``_pull_c``, ``_enters_c``, ``_routes_c``, ``_fast_c``, ``_hbm_c``, ``_rowbuf_c``, ``_segsort_c``, ``_stations_c``,
 ``_cpu_c``, ``_opcore_c``,
 all in ``replay/fabric/``), generated into ``build/kbtrace-core/`` with the imports between
 them pointed at the compiled twins, the types of their ``.pxd`` files (Cython's pure-Python mode: an augmenting ``.pxd`` beside the
@@ -40,6 +40,7 @@ CORE = {
     "kbtrace.replay.fabric._heads_c": "kbtrace/replay/fabric/heads.py",
     "kbtrace.replay.fabric._bodies_c": "kbtrace/replay/fabric/bodies.py",
     "kbtrace.replay.fabric._pull_c": "kbtrace/replay/fabric/pull.py",
+    "kbtrace.replay.fabric._enters_c": "kbtrace/replay/fabric/enters.py",
     "kbtrace.replay.fabric._routes_c": "kbtrace/replay/fabric/routes.py",
     "kbtrace.replay.fabric._hbm_c": "kbtrace/replay/hbm.py",
     "kbtrace.replay.fabric._rowbuf_c": "kbtrace/replay/rowbuf.py",
@@ -57,6 +58,7 @@ TWINS = {"kbtrace.replay.fabric.booking": "kbtrace.replay.fabric._booking_c",
          "kbtrace.replay.fabric.heads": "kbtrace.replay.fabric._heads_c",
          "kbtrace.replay.fabric.bodies": "kbtrace.replay.fabric._bodies_c",
          "kbtrace.replay.fabric.pull": "kbtrace.replay.fabric._pull_c",
+         "kbtrace.replay.fabric.enters": "kbtrace.replay.fabric._enters_c",
          "kbtrace.replay.fabric.routes": "kbtrace.replay.fabric._routes_c",
          "kbtrace.replay.stations": "kbtrace.replay.fabric._stations_c"}
 

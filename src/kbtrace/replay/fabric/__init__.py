@@ -33,7 +33,8 @@ travel on a separate control channel: propagation plus node overheads, no
 bandwidth occupancy, identical in both modes. Hop rows: one per link per
 transfer (``link_idx`` set; ``t_enter`` = head reaches the link's source node,
 ``t_leave`` = tail reaches the link's destination), one terminal row at the
-destination node, and one row per control message.
+destination node, and one row per control message. In fast mode a head moved later after
+it was booked (``fair``, ``heads``) enters its rows as it now arrives (``enters``).
 
 Modules (one-way imports: ``flit`` and ``fast`` import ``base``; ``fast`` imports
 ``booking``; this package imports all three):
@@ -63,6 +64,8 @@ Modules (one-way imports: ``flit`` and ``fast`` import ``base``; ``fast`` import
              import it).
 ``pull``     IPCQ credits queued behind a head that moved later served again earlier,
              carried on along their path (imports ``booking``, ``fair``, ``heads``).
+``enters``   a moved head's hop rows entered as it now arrives, as late as its link
+             bookings allow (imports nothing of the package; ``fair`` imports it).
 ``core``     which ``FastFabric`` runs: the compiled twin of ``fast`` + ``booking``
              (Cython, built by ``pip install -e .``) or this pure-Python reference.
 """

@@ -1,9 +1,9 @@
 """Which fast-mode core runs: the compiled one (Cython) or the pure-Python reference.
 
-``booking.py``, ``fifo.py``, ``ledger.py``, ``fair.py``, ``heads.py``, ``bodies.py``, ``pull.py``,
+``booking.py``, ``fifo.py``, ``ledger.py``, ``fair.py``, ``enters.py``, ``heads.py``, ``bodies.py``, ``pull.py``,
 ``routes.py``, ``fast.py`` and ``replay/hbm.py`` are the reference: readable, and what runs where
 nothing was compiled. ``pip install -e .`` compiles copies of them (``_booking_c``, ``_fifo_c``,
-``_ledger_c``, ``_fair_c``, ``_heads_c``, ``_bodies_c``, ``_pull_c``, ``_routes_c``, ``_fast_c``,
+``_ledger_c``, ``_fair_c``, ``_enters_c``, ``_heads_c``, ``_bodies_c``, ``_pull_c``, ``_routes_c``, ``_fast_c``,
 ``_hbm_c``; ``setup.py``) where a C compiler exists. ``hbm_controller()``, ``row_buffers()`` and ``seg_kernels()`` give fast mode the
 compiled ``HbmController``, the recorder's compiled row buffers (``replay/rowbuf.py``) and its
 compiled batch sorts and busy-window sweep (``replay/segsort.py``) with the rest of the core
@@ -41,6 +41,7 @@ CORE = {"kbtrace.replay.fabric._booking_c": _PKG / "booking.py",
         "kbtrace.replay.fabric._heads_c": _PKG / "heads.py",
         "kbtrace.replay.fabric._bodies_c": _PKG / "bodies.py",
         "kbtrace.replay.fabric._pull_c": _PKG / "pull.py",
+        "kbtrace.replay.fabric._enters_c": _PKG / "enters.py",
         "kbtrace.replay.fabric._routes_c": _PKG / "routes.py",
         "kbtrace.replay.fabric._hbm_c": _PKG.parent / "hbm.py",
         "kbtrace.replay.fabric._rowbuf_c": _PKG.parent / "rowbuf.py",

@@ -9,12 +9,13 @@ from kbtrace.replay.fabric._ledger_c cimport Recs, Slots
 # (imported from intervals: a C double here, so tests against it compare C doubles
 # rather than boxing both sides)
 cdef double TIME_EPS
+cdef double INF
 
 cdef class Flow:
     cdef public object fab, rt, op_id, tile, ev, rows, nres, sl, rd
     cdef public double ack, tt
     cdef public list segs, links
-    cdef public object en, lv
+    cdef public object en, lv, hn
     cdef public bint fin, wr
     cdef public Py_ssize_t slot
 

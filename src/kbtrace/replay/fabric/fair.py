@@ -36,6 +36,7 @@ from typing import Any
 
 from kbtrace.replay.fabric.base import after
 from kbtrace.replay.fabric.booking import unbook
+from kbtrace.replay.fabric.enters import INF, enter_rows, entered
 from kbtrace.replay.fabric.fifo import (
     ARRIVAL_PIECES,
     BURST_NS,
@@ -53,7 +54,7 @@ __all__ = ["Flow", "Booked", "book", "booked", "fair_hop", "incumbents", "prune_
 class Flow:
     """A movable transfer (see the module docstring)."""
     __slots__ = ("rt", "op_id", "tile", "ack", "ev", "segs", "rows", "links", "fin", "tt",
-                 "fab", "en", "lv", "nres", "wr", "sl", "rd", "slot")
+                 "fab", "en", "lv", "hn", "nres", "wr", "sl", "rd", "slot")
 
     def __init__(self, fab: Any, rt: Any, op_id: int, tile: int, ack: float,
                  wr: bool = False) -> None:
@@ -66,6 +67,8 @@ class Flow:
         self.rows: list[tuple] | None = None   # explicit rows, once evicted or complete
         self.en: list[float] | None = None     # its rows' enter and leave times, once moved
         self.lv: list[float] | None = None     # (``_times``; ``_push`` moves ``lv``)
+        #: per row whose head moved later (``_push``), when the head now enters it
+        self.hn: dict[int, float] | None = None
         #: per hop, where booked: its ``Booked`` once made (``booked``), True while only its
         #: link's ``ledger.Recs`` holds it
         self.links: list[Booked | bool | None] = [None] * len(rt.links)
@@ -115,7 +118,7 @@ class Flow:
                 rec.rows(run)
         # its bookings may stay on their links' lists a while: keep no rows or plans there
         self.segs = []
-        self.rows = self.en = self.lv = None
+        self.rows = self.en = self.lv = self.hn = None
 
 
 class Booked:
@@ -271,7 +274,8 @@ def _record(f: Flow, j: int, s: float, e: float, r: float, busy: float, tail: fl
 
 def expand(f: Flow) -> list[tuple]:
     """The flow's rows, explicit (compact records expanded as the recorder expands them),
-    leaving when ``_push`` moved them (``Flow.lv``)."""
+    leaving when ``_push`` moved them (``Flow.lv``), entered when its head now enters them
+    (``Flow.hn``)."""
     lv = f.lv
     rows = f.rows
     if rows is not None:
@@ -280,6 +284,8 @@ def expand(f: Flow) -> list[tuple]:
                 rw = rows[i]
                 if rw[6] != lv[i]:
                     rows[i] = _leave(rw, lv[i])
+        if f.hn is not None:
+            enter_rows(f, rows)
         return rows
     rows = []
     op, tile, nb = f.op_id, f.tile, f.rt.nb
@@ -301,6 +307,8 @@ def expand(f: Flow) -> list[tuple]:
                 y = h + b
                 leave = x if x > y else y
             rows.append((op, tile, stage, node, link, h + en, leave, busy, 0.0, nb))
+    if f.hn is not None:
+        enter_rows(f, rows)
     f.rows = rows
     f.segs = []
     return rows
@@ -452,7 +460,11 @@ def _push(fab: Any, g: Flow, j0: int, tail: float, t_from: float, hs: float = -1
             ha = hs + (pm[5] if pm[4] else 0.0) + pm[8]
             hs = -1.0
             if ha > en[j] + TIME_EPS:
-                hs = fab.head_at(fab, g, j, en[j], ha)  # (``heads``; its row keeps its start)
+                hs = fab.head_at(fab, g, j, en[j], ha)  # (``heads``)
+                if rec is not None and mode == 2:       # (its booking keeps its start)
+                    entered(g, j, ha, rec.pcs[0][0] if rec.pcs is not None else rec.s)
+                else:
+                    entered(g, j, ha, INF)
                 if rec is not None:
                     if hs > rec.s + TIME_EPS:
                         rec.pieces()
@@ -510,6 +522,11 @@ def _push(fab: Any, g: Flow, j0: int, tail: float, t_from: float, hs: float = -1
             ha = hs + (pm[5] if pm[4] else 0.0) + pm[8]
         g.ev.recommit(ha, tcur)
         return
+    if hs >= 0.0:       # its head reaches the destination later too
+        pm = hops[n - 1]
+        ha = hs + (pm[5] if pm[4] else 0.0) + pm[8]
+        if ha > en[n] + TIME_EPS:
+            entered(g, n, ha, INF)
     x = en[n]
     if x < tcur:
         x = tcur

@@ -139,11 +139,15 @@ def _pull(fab: Any, c: Flow, j: int, e2: float) -> None:
                     return
                 _row(rows, k, x, x)
                 en[k] = lv[k] = x
+                if c.hn is not None:    # (its row enters as it now arrives)
+                    c.hn.pop(k, None)
                 if x < c.tt - TIME_EPS:
                     _move(fab, c, x)
                 return
             hs = head_at(fab, c, k, en[k], x)
             en[k] = x
+            if c.hn is not None:
+                c.hn.pop(k, None)
         hp = hops[k]
         if hp[4] == 1:
             td = _relink_early(fab, c, k, hs)
