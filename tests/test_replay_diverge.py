@@ -53,9 +53,11 @@ def test_head_delays_name_the_ucie_links_where_fast_heads_pass_first(runs: tuple
     d = head_delays(fast, flit, list(range(16)))
     assert d[0].link == "ucie_w->ucie_w.conn1"
     assert d[0].n == 2
-    assert d[0].a_ns == pytest.approx(10.05)
+    # (10.05 and -6.7 while a moved head's rows kept their booked enter times: the head now
+    # enters the UCIe node later, the connector link's booking still as booked, fabric/enters.py)
+    assert d[0].a_ns == pytest.approx(4.550329, abs=1e-6)
     assert d[0].ref_ns == pytest.approx(16.75)
-    assert d[0].diff_mean_ns == pytest.approx(-6.7)
+    assert d[0].diff_mean_ns == pytest.approx(-12.199671, abs=1e-6)
     assert d[1].link == "ucie_e->ucie_e.conn2"
     assert [x.link for x in head_delays(flit, flit, list(range(16)))] == []
     assert head_delays(fast, flit, []) == []
