@@ -55,6 +55,8 @@ __all__ = [
 ]
 
 ROW_GROUP_SIZE = 65_536
+#: bytes a ``BatchWriter``'s Parquet output is gathered into before each ``write`` call
+_WRITE_BUFFER = 1 << 20
 _PQ_OPTS: dict[str, Any] = {
     "compression": "zstd",
     "write_statistics": True,
@@ -336,18 +338,28 @@ class BatchWriter:
     temporary file (call it from ``finally`` when the run failed).
     """
 
-    __slots__ = ("_schema", "_final", "_tmp", "_writer", "_cols", "_n", "_batch_rows", "rows")
+    __slots__ = ("_schema", "_final", "_tmp", "_sink", "_writer", "_cols", "_n", "_batch_rows",
+                 "rows")
 
     def __init__(self, path: str | os.PathLike[str], schema: pa.Schema,
                  batch_rows: int = ROW_GROUP_SIZE, bulk: bool = False) -> None:
-        """``bulk``: a file of many rows, encoded for speed (see ``_pq_opts``)."""
+        """``bulk``: a file of many rows, encoded for speed (see ``_pq_opts``).
+
+        The writer writes into a ``_WRITE_BUFFER`` buffer, not the file: given a path,
+        Parquet writes each page and its header with a ``write`` call of its own and asks
+        the file's position (an ``lseek``) at each page; the bytes are the same."""
         self._schema = schema
         self._final = Path(path)
         _mkdir(self._final.parent, self._final)
         self._tmp = self._final.with_name(f".{self._final.name}.{os.getpid()}.tmp")
+        self._sink: Any = None
         try:
-            self._writer = pq.ParquetWriter(self._tmp, schema, **_pq_opts(schema, bulk))
+            self._sink = pa.BufferedOutputStream(pa.OSFile(str(self._tmp), "wb"), _WRITE_BUFFER)
+            self._writer = pq.ParquetWriter(self._sink, schema, **_pq_opts(schema, bulk))
         except OSError as exc:
+            if self._sink is not None:
+                self._sink.close()
+                self._tmp.unlink(missing_ok=True)
             raise _cannot_write(self._final, exc) from None
         self._cols: list[list[Any]] = [[] for _ in schema]
         self._n = 0
@@ -409,6 +421,7 @@ class BatchWriter:
         self.flush()
         try:
             self._writer.close()
+            self._sink.close()
             os.replace(self._tmp, self._final)
         except OSError as exc:
             raise _cannot_write(self._final, exc) from None
@@ -416,6 +429,8 @@ class BatchWriter:
     def abort(self) -> None:
         with contextlib.suppress(Exception):
             self._writer.close()
+        with contextlib.suppress(Exception):
+            self._sink.close()
         if self._tmp.exists():
             self._tmp.unlink()
 
