@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["INF", "entered", "enter_rows"]
+__all__ = ["INF", "entered", "enter_rows", "row_at"]
 
 INF = float("inf")
 
@@ -42,8 +42,8 @@ def entered(g: Any, j: int, ha: float, s0: float) -> None:
 def enter_rows(f: Any, rows: list) -> None:
     """Flow ``f``'s rows entered as ``f.hn`` notes where that is later: no later than their
     link booking's start less their queueing (a single flit's as ``heads.relink`` left it),
-    nor than the rows after them (in path order), their queueing no longer than fits (as
-    ``pull._row``)."""
+    nor than the rows after them (in path order), their queueing no longer than fits
+    (``row_at``)."""
     hn = f.hn
     sl = f.sl
     m = INF
@@ -62,10 +62,17 @@ def enter_rows(f: Any, rows: list) -> None:
             x = m
         m = x
         if x > rw[5]:
-            q = rw[8]
-            if x + q + rw[7] > rw[6]:
-                q = rw[6] - rw[7] - x
-                if q < 0.0:
-                    q = 0.0
-            rows[k] = (rw[0], rw[1], rw[2], rw[3], rw[4], x, rw[6], rw[7], q, rw[9])
+            row_at(rows, k, x, rw[6])
     f.hn = None
+
+
+def row_at(rows: list, k: int, en: float, lv: float) -> None:
+    """Row ``k`` entered at ``en``, leaving at ``lv``, its queueing no longer than fits (also
+    ``pull``'s)."""
+    rw = rows[k]
+    q = rw[8]
+    if en + q + rw[7] > lv:
+        q = lv - rw[7] - en
+        if q < 0.0:
+            q = 0.0
+    rows[k] = (rw[0], rw[1], rw[2], rw[3], rw[4], en, lv, rw[7], q, rw[9])

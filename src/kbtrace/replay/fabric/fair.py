@@ -68,7 +68,7 @@ class Flow:
         self.en: list[float] | None = None     # its rows' enter and leave times, once moved
         self.lv: list[float] | None = None     # (``_times``; ``_push`` moves ``lv``)
         #: per row whose head moved later (``_push``), when the head now enters it
-        self.hn: dict[int, float] | None = None
+        self.hn: dict[int, tuple[float, float]] | None = None    # (arrival, booking start)
         #: per hop, where booked: its ``Booked`` once made (``booked``), True while only its
         #: link's ``ledger.Recs`` holds it
         self.links: list[Booked | bool | None] = [None] * len(rt.links)

@@ -36,6 +36,7 @@ from __future__ import annotations
 from typing import Any
 
 from kbtrace.replay.fabric.booking import Spans, fit_rate, unbook
+from kbtrace.replay.fabric.enters import row_at
 from kbtrace.replay.fabric.fair import Flow, _move, _push, _times, book, expand, share_with
 from kbtrace.replay.fabric.fifo import BURST_NS, burst_arrival
 from kbtrace.replay.fabric.heads import PUSH_DEPTH, _by_arrival, _rebook, _reserve, head_at
@@ -137,7 +138,7 @@ def _pull(fab: Any, c: Flow, j: int, e2: float) -> None:
             if k == n:          # the destination (no overhead there: it arrives)
                 if rt.dst_iv is not None or x < fab.env.now:
                     return
-                _row(rows, k, x, x)
+                row_at(rows, k, x, x)
                 en[k] = lv[k] = x
                 if c.hn is not None:    # (its row enters as it now arrives)
                     c.hn.pop(k, None)
@@ -158,20 +159,8 @@ def _pull(fab: Any, c: Flow, j: int, e2: float) -> None:
         x = td + hp[8]
         if x > lv[k] - TIME_EPS:
             return
-        _row(rows, k, en[k], x)
+        row_at(rows, k, en[k], x)
         lv[k] = x
-
-
-def _row(rows: list, k: int, en: float, lv: float) -> None:
-    """Row ``k`` entered at ``en``, leaving at ``lv``, its queueing no longer than fits."""
-    rw = rows[k]
-    q = rw[8]
-    if en + q + rw[7] > lv:
-        q = lv - rw[7] - en
-        if q < 0.0:
-            q = 0.0
-    rows[k] = (rw[0], rw[1], rw[2], rw[3], rw[4], en, lv, rw[7], q, rw[9])
-
 
 
 def read_first(fab: Any, rt: Any, j: int, h: float, t: float, inc: list,
