@@ -169,3 +169,32 @@ def test_cli_replay_writes_identical_files_with_and_without(tmp_path):
         if rel == Path("run.json"):
             a, b = ({k: v for k, v in json.loads(x).items() if k != "wall_s"} for x in (a, b))
         assert a == b, rel
+
+
+_FAULTS = """
+import json, resource
+from kbtrace import _hugepages
+status = _hugepages.install()
+def rounds(n):
+    f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(n):
+        b = bytearray(64 << 20)      # a block past glibc's default mmap threshold, touched whole
+        del b
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
+rounds(1)
+print(json.dumps([status, _hugepages.malloc_status(), rounds(3)]))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_a_freed_large_block_is_reused_without_faulting_its_pages_in_again():
+    """``install()`` keeps freed blocks up to 1 GiB mapped: three more 64 MiB blocks after the
+    first fault in (next to) nothing; with ``KBTRACE_MALLOC_KEEP=0`` each is a fresh mapping
+    whose 16,384 pages fault in as it is zeroed (unless the kernel backs it with huge pages)."""
+    _huge, kept, faults = _python(_FAULTS)
+    assert kept == "kept"
+    assert faults < 1_000
+    _huge, off, faults_off = _python(_FAULTS, {_hugepages.MALLOC_ENV: "0"})
+    assert off == "off (KBTRACE_MALLOC_KEEP=0)"
+    if _hugepages.thp_mode() != "always":
+        assert faults_off > 3 * 16_384 * 0.9

@@ -1,4 +1,5 @@
-"""pymalloc's arenas on transparent huge pages, for the processes kbtrace owns (issue 22).
+"""pymalloc's arenas on transparent huge pages, and glibc's malloc keeping what it frees, for
+the processes kbtrace owns (issue 22).
 
 ``install()`` switches CPython's small-object allocator to arenas carved from 2 MiB-aligned
 chunks madvised ``MADV_HUGEPAGE`` (the C extension ``kbtrace._hugearena``, built by
@@ -10,21 +11,38 @@ command calls it (``kbtrace.cli.main()`` run as the program, and ``python -m kbt
 the sweep workers of a process that did; ``import kbtrace`` and the library calls leave a
 notebook's allocator as it is. ``KBTRACE_HUGE_PAGES=0`` keeps the default arenas; so does a
 kernel whose transparent huge pages are ``never``, and a build without the extension.
+
+``install()`` also asks glibc's malloc (``mallopt``) to serve blocks up to ``KEEP_BYTES`` from
+its heap instead of a fresh mapping each, and to give the heap's free top back to the kernel
+only past ``KEEP_BYTES``: numpy's column buffers, freed and allocated again batch after
+batch, then reuse pages already mapped instead of faulting in fresh zeroed ones (a 100 k-op
+fast replay: 49 k page faults -> 36 k, 0.48-0.61 -> 0.36-0.38 s of system time; the peak RSS
+the same). ``KBTRACE_MALLOC_KEEP=0`` leaves malloc as it is; elsewhere than glibc it is
+``"not supported"`` (``malloc_status()``).
 """
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import os
+import sys
 from typing import Any
 
-__all__ = ["ENV", "install", "installed", "status", "thp_mode"]
+__all__ = ["ENV", "MALLOC_ENV", "install", "installed", "malloc_status", "status", "thp_mode"]
 
 #: the environment switch: "0" keeps pymalloc's default arenas
 ENV = "KBTRACE_HUGE_PAGES"
 THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
 
 _status: str | None = None     # install()'s answer, once asked
+
+#: the environment switch: "0" leaves glibc's malloc options as they are
+MALLOC_ENV = "KBTRACE_MALLOC_KEEP"
+#: blocks up to this size from the heap; its free top kept up to this size
+KEEP_BYTES = 1 << 30
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3     # glibc's malloc.h
+_malloc: str | None = None     # what install() did to malloc, once asked
 
 
 def thp_mode(path: str | None = None) -> str | None:
@@ -45,10 +63,32 @@ def install() -> str:
     as a short phrase: ``"installed"``, or why not (``"off (KBTRACE_HUGE_PAGES=0)"``, ``"off
     (transparent huge pages: never)"``, ``"not built"``, ``"not supported"``). Asked again,
     the first answer (the switch is read once)."""
-    global _status
+    global _status, _malloc
+    if _malloc is None:
+        _malloc = _keep_freed()
     if _status is None:
         _status = _install()
     return _status
+
+
+def _keep_freed() -> str:
+    if os.environ.get(MALLOC_ENV, "1").strip() == "0":
+        return f"off ({MALLOC_ENV}=0)"
+    if not sys.platform.startswith("linux"):
+        return "not supported"
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return "not supported"
+    ok = mallopt(_M_MMAP_THRESHOLD, KEEP_BYTES) and mallopt(_M_TRIM_THRESHOLD, KEEP_BYTES)
+    return "kept" if ok else "not supported"
+
+
+def malloc_status() -> str:
+    """What ``install()`` did to glibc's malloc in this process: ``"kept"`` (freed blocks up to
+    ``KEEP_BYTES`` stay mapped), ``"off (KBTRACE_MALLOC_KEEP=0)"``, ``"not supported"``, or
+    ``"not asked"``."""
+    return _malloc or "not asked"
 
 
 def _install() -> str:

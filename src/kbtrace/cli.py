@@ -103,7 +103,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)   # path arguments resolve here (kbtrace._paths)
         setup_logging(getattr(args, "verbose", 0) - getattr(args, "quiet", 0))
         if huge is not None:
+            from kbtrace._hugepages import malloc_status
             log.debug(f"pymalloc's arenas on huge pages: {huge}")
+            log.debug(f"glibc's malloc keeps freed blocks mapped: {malloc_status()}")
         if not getattr(args, "func", None):
             parser.print_help()
             return 0 if args.command is None else 2
