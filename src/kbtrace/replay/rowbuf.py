@@ -55,10 +55,11 @@ class _Rows:
 
     def drop(self, k: int) -> None:
         """Forget the first ``k`` rows (the rest move to the front: a slice assignment of the
-        same length, allowed while the view is held)."""
+        same, non-zero length, what an array allows while the view on it is held)."""
         w = self.width
         m = (self.n - k) * w
-        self._arr[:m] = self._arr[k * w:self.n * w]
+        if m:
+            self._arr[:m] = self._arr[k * w:self.n * w]
         self.n -= k
 
 
