@@ -15,6 +15,7 @@ cdef class HopRows(_Rows):
     @cython.locals(i=cython.Py_ssize_t)
     cpdef add(self, double op, double tile, double stage, double node, double link,
               double enter, double leave, double busy, double queue, double nbytes)
+    @cython.locals(r=tuple)
     cpdef extend(self, rows)
 
 cdef class CompactRows(_Rows):

@@ -89,7 +89,8 @@ class HopRows(_Rows):
         self.n += 1
 
     def extend(self, rows: list[tuple]) -> None:
-        """Rows given as tuples of the ten fields (compiled: each a direct call of ``add``)."""
+        """Rows given as tuples of the ten fields (compiled: each a direct call of ``add``,
+        its fields read as a tuple's items: a row of another type is a TypeError there)."""
         for r in rows:
             self.add(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9])
 
