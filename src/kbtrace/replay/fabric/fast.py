@@ -32,7 +32,7 @@ from kbtrace.replay.fabric.heads import (
     prune_all,
     relink,
 )
-from kbtrace.replay.fabric.ledger import Recs, Slots
+from kbtrace.replay.fabric.ledger import FabState, Recs, Slots
 from kbtrace.replay.fabric.pull import pull_behind, read_first
 from kbtrace.replay.fabric.routes import _Plan, _Route, book_route, held, hop_seq
 from kbtrace.replay.hbm import HbmController
@@ -43,7 +43,7 @@ __all__ = ["FastFabric", "_Route", "_Plan"]
 _NEG_INF = float("-inf")
 
 
-class FastFabric(Fabric):
+class FastFabric(Fabric, FabState):
     """Closed-form wormhole timing per transfer with per-link / per-node reservations.
 
     Each node keeps its future busy intervals for its per-transaction overhead (``node_iv``,
