@@ -3,8 +3,8 @@
 # itself stays plain Python and is what runs interpreted). setup.py copies it beside the
 # generated _routes_c.py.
 import cython
-from kbtrace.replay.fabric._booking_c cimport Spans, Steps
-from kbtrace.replay.fabric._fair_c cimport Flow
+from kbtrace.replay.fabric._booking_c cimport Spans, Steps, take, take_rate, unreserve
+from kbtrace.replay.fabric._fair_c cimport Flow, book
 from kbtrace.replay.fabric._bodies_c cimport body_hold
 from kbtrace.replay.fabric._heads_c cimport serve_flit, serve_head
 from kbtrace.replay.fabric._ledger_c cimport FabState, Recs, Slots
@@ -56,6 +56,15 @@ cpdef bint held(Spans sp, double s, double t_in) except -1
                A=cython.double, B=cython.double, S=cython.double)
 cpdef book_route(FabState fab, _Route rt, f, op_id, tile, addr, double h, double t, double ack,
                  double now)
+
+@cython.locals(hops=tuple, f=Flow, H=cython.double, A=cython.double, B=cython.double,
+               H0=cython.double, A0=cython.double, B0=cython.double, rows=list,
+               j=cython.Py_ssize_t, n=cython.Py_ssize_t, niv=Spans, ov=cython.double,
+               ln=Steps, mode=cython.Py_ssize_t, hd_d=cython.double, body=cython.double,
+               last_d=cython.double, p=cython.double, e=cython.double, x=cython.double,
+               tt=cython.double, hh=cython.double)
+cpdef tuple walk(FabState fab, _Route rt, Py_ssize_t j0, op_id, tile, double h, double t, addr,
+                 double ack)
 
 @cython.locals(ov=cython.double, mode=cython.Py_ssize_t, hd_d=cython.double,
                body=cython.double, last_d=cython.double, p=cython.double, fair=cython.bint,
