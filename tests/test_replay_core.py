@@ -199,5 +199,5 @@ def test_op_core_records_a_completion_flushes_a_full_batch_then_calls_back_in_or
     assert (rec.n_done, rec.dones.n, bytes(oc.done)) == (2, 0, b"\x00\x01\x00\x00")
     assert rec.t_end[:2].tolist() == [0.25, 3.0] and rec.t_start[1] == 0.75
     assert rec.engine[:3].tolist() == [0, 1, -1] and rec.engine_names == ["pe0", "pe1"]
-    assert (list(rec.iss_op), list(rec.iss_t)) == ([0, 1], [0.0, 0.5])
+    assert rec.iss.take().tolist() == [[0.0, 0.0], [0.5, 1.0]]
     rec.close()

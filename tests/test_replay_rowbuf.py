@@ -55,3 +55,17 @@ def test_a_transfer_is_placed_after_the_explicit_rows_so_far(mod):
     assert (c.n, c.rows) == (2, 36.0)
     c.clear()
     assert (c.n, c.rows) == (0, 0.0)
+
+
+@pytest.mark.parametrize("mod", _impls(), ids=lambda m: m.__name__.rpartition(".")[2])
+def test_the_issue_log_keeps_its_rows_after_the_first_are_dropped(mod):
+    iss = mod.IssueRows(2)
+    for i in range(7):
+        iss.add(0.5 * i, 100 + i)
+    iss.drop(4)
+    assert iss.n == 3 and iss.take().tolist() == [[2.0, 104.0], [2.5, 105.0], [3.0, 106.0]]
+    iss.add(9.0, 7)
+    iss.drop(0)
+    assert iss.take()[:, 1].tolist() == [104.0, 105.0, 106.0, 7.0]
+    iss.drop(4)
+    assert iss.n == 0 and iss.take().shape == (0, 2)

@@ -4,15 +4,16 @@
 # runs interpreted and in flit mode). setup.py copies it beside the generated _opcore_c.py.
 import cython
 from kbtrace.replay.fabric._hbm_c cimport HbmController
-from kbtrace.replay.fabric._rowbuf_c cimport DoneRows, HopRows
+from kbtrace.replay.fabric._rowbuf_c cimport DoneRows, HopRows, IssueRows
 
 cdef Py_ssize_t PLAN_CACHE
 cdef long _C_HBM
 
 cdef class OpCore:
-    cdef public object env, params, rec, iss_t, iss_op, fabric
+    cdef public object env, params, rec, fabric
     cdef public DoneRows dones
     cdef public HopRows x
+    cdef public IssueRows iss
     cdef public bytearray done
     cdef public dict waiting, plans, hbm
     cdef public bint fast, flows

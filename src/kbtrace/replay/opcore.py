@@ -42,7 +42,7 @@ class OpCore:
     completes; ``fast`` / ``flows``: the fidelity is a fast one / ``fast`` (whose flows take
     an HBM read's per-burst ready times).
     """
-    __slots__ = ("env", "params", "rec", "dones", "x", "iss_t", "iss_op", "done", "waiting",
+    __slots__ = ("env", "params", "rec", "dones", "x", "iss", "done", "waiting",
                  "plans", "hbm", "fabric", "fast", "flows")
 
     def __init__(self, env: Any, params: Any, rec: Any, hbm: dict[int, Any], fabric: Any,
@@ -52,8 +52,7 @@ class OpCore:
         self.rec = rec
         self.dones = rec.dones              # the recorder's completions since its last flush
         self.x = rec.hop_rows               # ... and its explicit hop rows
-        self.iss_t = rec.iss_t              # ... and its issue log
-        self.iss_op = rec.iss_op
+        self.iss = rec.iss                  # ... and its issue log
         self.done = bytearray(n_ops)
         self.waiting: dict[int, list[Callable[[], Any]]] = {}
         self.plans: dict[tuple[Any, ...], Any] = {}
@@ -104,8 +103,7 @@ class OpCore:
     def issue(self, op_id: int, t_issue: float) -> None:
         """Op ``op_id`` was issued at ``t_issue`` (now), appended to the recorder's issue log:
         none of its rows starts earlier (the recorder's watermark)."""
-        self.iss_t.append(t_issue)
-        self.iss_op.append(op_id)
+        self.iss.add(t_issue, op_id)
 
     def on_done(self, op_id: int, fn: Callable[[], Any]) -> None:
         """Call ``fn()`` when op ``op_id`` completes (it must not have completed yet)."""

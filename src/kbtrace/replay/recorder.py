@@ -47,7 +47,6 @@ windows that may still grow, so no per-hop state outlives its batch.
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -60,7 +59,7 @@ from kbtrace._io import ROW_GROUP_SIZE, BatchWriter
 from kbtrace.errors import InvariantError
 from kbtrace.replay.colsort import lexsort2
 from kbtrace.replay.intervals import row_faults
-from kbtrace.replay.rowbuf import CompactRows, DoneRows, HopRows
+from kbtrace.replay.rowbuf import CompactRows, DoneRows, HopRows, IssueRows
 
 __all__ = ["Recorder", "STAGE_CODE"]
 
@@ -152,10 +151,9 @@ class Recorder:
         self._p_row: tuple[np.ndarray, ...] = tuple(np.empty(0, dtype=t) for t in _PLAN_ROW_DT)
         # invariant 1, fed per batch; (t_issue, op) of issued ops, in issue (= time) order
         self.busy: BusySink | None = None
-        #: issue time of each op issued, in issue order, and its id (appended to by
-        #: ``opcore.OpCore.issue``)
-        self.iss_t = array("d")
-        self.iss_op = array("q")
+        #: ``(t_issue, op)`` of each op issued, in issue order (``rowbuf.IssueRows``, added to
+        #: by ``opcore.OpCore.issue``)
+        self.iss: IssueRows = self.dones.iss
         self._iss_lo = 0                    # the first of them not known finalised
 
     # ------------------------------------------------------------------ resources
@@ -212,17 +210,17 @@ class Recorder:
         """No row finalised after this flush starts before the returned time: the issue time
         of the first op issued (issue order is time order) not finalised yet, if it is
         earlier. The ops before it are forgotten (the arrays are cut once half of them is)."""
-        lo, n = self._iss_lo, len(self.iss_op)
+        lo, n = self._iss_lo, self.iss.n
+        issued = self.iss.take()
         if lo < n:
-            fin = self._rank[np.frombuffer(self.iss_op, dtype=np.int64)[lo:]] >= 0
+            fin = self._rank[issued[lo:, 1].astype(np.int64)] >= 0
             lo += int(fin.argmin()) if not fin.all() else n - lo
+        t_lo = float(issued[lo, 0]) if lo < n else now
         if lo > 4096 and 2 * lo > n:
-            del self.iss_t[:lo]
-            del self.iss_op[:lo]
-            n -= lo
+            self.iss.drop(lo)
             lo = 0
         self._iss_lo = lo
-        return min(now, self.iss_t[lo]) if lo < n else now
+        return min(now, t_lo)
 
     # ------------------------------------------------------------------ finalisation
     def _plans_np(self) -> tuple[np.ndarray, ...]:

@@ -9,11 +9,13 @@ cdef class _Rows:
     cdef object _arr
     cdef double[::1] _buf
     cpdef _grow(self)
+    cpdef drop(self, Py_ssize_t k)
 
 cdef class HopRows(_Rows):
     @cython.locals(i=cython.Py_ssize_t)
     cpdef add(self, double op, double tile, double stage, double node, double link,
               double enter, double leave, double busy, double queue, double nbytes)
+    @cython.locals(r=tuple)
     cpdef extend(self, rows)
 
 cdef class CompactRows(_Rows):
@@ -26,12 +28,17 @@ cdef class CompactRows(_Rows):
     cpdef transfer(self, double op, double tile, double plan, double h0, double t0,
                    double done, double n)
 
+cdef class IssueRows(_Rows):
+    @cython.locals(i=cython.Py_ssize_t)
+    cpdef add(self, double t_issue, double op)
+
 cdef class DoneRows(_Rows):
     cdef public dict codes
     cdef public list names
     cdef public HopRows x
     cdef public CompactRows c
     cdef public Py_ssize_t batch_rows
+    cdef public IssueRows iss
     @cython.locals(i=cython.Py_ssize_t)
     cpdef bint add(self, double op, double t_issue, double t_start, double t_end,
                    str engine) except -1

@@ -6,7 +6,9 @@ until their batch is flushed. A row is written
 field by field into a flat ``array('d')`` (``HopRows.add``, ``CompactRows.add``) instead of
 being kept as a tuple of Python numbers and converted with ``np.fromiter`` at the flush;
 ``take()`` hands the rows over as an ``(n, width)`` numpy array, ``clear()`` empties the
-buffer (kept, so a run allocates it a few times, not once per row).
+buffer (kept, so a run allocates it a few times, not once per row). ``IssueRows`` is the
+recorder's issue log in the same form (two fields per issued op, the oldest dropped with
+``drop``).
 
 Compiled with the fast-mode core (``setup.py``: ``_rowbuf_c``, typed by ``rowbuf.pxd``: the
 buffer is a typed memoryview of the array, so a row is ten C stores); this file is the
@@ -20,7 +22,7 @@ from array import array
 
 import numpy as np
 
-__all__ = ["HopRows", "CompactRows", "DoneRows"]
+__all__ = ["HopRows", "CompactRows", "DoneRows", "IssueRows"]
 
 
 class _Rows:
@@ -51,6 +53,15 @@ class _Rows:
     def clear(self) -> None:
         self.n = 0
 
+    def drop(self, k: int) -> None:
+        """Forget the first ``k`` rows (the rest move to the front: a slice assignment of the
+        same, non-zero length, what an array allows while the view on it is held)."""
+        w = self.width
+        m = (self.n - k) * w
+        if m:
+            self._arr[:m] = self._arr[k * w:self.n * w]
+        self.n -= k
+
 
 class HopRows(_Rows):
     """Explicit hop rows: ``(op, tile, stage_code, node, link, enter, leave, busy, queue,
@@ -78,7 +89,8 @@ class HopRows(_Rows):
         self.n += 1
 
     def extend(self, rows: list[tuple]) -> None:
-        """Rows given as tuples of the ten fields (compiled: each a direct call of ``add``)."""
+        """Rows given as tuples of the ten fields (compiled: each a direct call of ``add``,
+        its fields read as a tuple's items: a row of another type is a TypeError there)."""
         for r in rows:
             self.add(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9])
 
@@ -122,12 +134,29 @@ class CompactRows(_Rows):
         self.rows = 0.0
 
 
+class IssueRows(_Rows):
+    """Ops issued, in issue (= time) order: ``(t_issue, op)``."""
+    __slots__ = ()
+
+    def __init__(self, cap: int = 1024) -> None:
+        super().__init__(2, cap)
+
+    def add(self, t_issue: float, op: float) -> None:
+        if self.n == self.cap:
+            self._grow()
+        i = self.n * 2
+        self._buf[i] = t_issue
+        self._buf[i + 1] = op
+        self.n += 1
+
+
 class DoneRows(_Rows):
     """Ops completed since the last flush, in completion order: ``(op, t_issue, t_start,
     t_end, engine code)``; ``codes`` / ``names``: the engines' codes (in order of first
     completion); ``x`` / ``c``: the pending hop rows, whose count says when a flush is due
-    (``batch_rows``)."""
-    __slots__ = ("codes", "names", "x", "c", "batch_rows")
+    (``batch_rows``); ``iss``: the ops issued (the recorder's issue log, here so that it is
+    the same build of this module as the other buffers)."""
+    __slots__ = ("codes", "names", "x", "c", "batch_rows", "iss")
 
     def __init__(self, x: HopRows, c: CompactRows, batch_rows: int, cap: int = 1024) -> None:
         super().__init__(5, cap)
@@ -136,6 +165,7 @@ class DoneRows(_Rows):
         self.x = x
         self.c = c
         self.batch_rows = batch_rows
+        self.iss = IssueRows()
 
     def add(self, op: int, t_issue: float, t_start: float, t_end: float, engine: str) -> bool:
         """Op ``op`` completed on ``engine`` (a node id); True when the pending hop rows make

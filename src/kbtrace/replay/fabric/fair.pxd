@@ -4,7 +4,7 @@
 import cython
 
 from kbtrace.replay.fabric._booking_c cimport Steps
-from kbtrace.replay.fabric._ledger_c cimport Recs, Slots
+from kbtrace.replay.fabric._ledger_c cimport FabState, Recs, Slots
 
 # (imported from intervals: a C double here, so tests against it compare C doubles
 # rather than boxing both sides)
@@ -12,7 +12,8 @@ cdef double TIME_EPS
 cdef double INF
 
 cdef class Flow:
-    cdef public object fab, rt, op_id, tile, ev, rows, nres, sl, rd
+    cdef public FabState fab
+    cdef public object rt, op_id, tile, ev, rows, nres, sl, rd
     cdef public double ack, tt
     cdef public list segs, links
     cdef public object en, lv, hn
@@ -64,14 +65,14 @@ cpdef prune_flows(list link_flows, double now)
 @cython.locals(streams=list, kept=list, kp=list, pcs=list, res=list, b=Booked, i=cython.Py_ssize_t,
                d=cython.double, end=cython.double, tail=cython.double, a=cython.double,
                z=cython.double, r=cython.double)
-cpdef list share_with(fab, Steps ln, double h, list inc, list extra)
+cpdef list share_with(FabState fab, Steps ln, double h, list inc, list extra)
 
 @cython.locals(busy=cython.double, e=cython.double, rho=cython.double, hd_d=cython.double,
                body=cython.double, last_d=cython.double, b=Booked, d=cython.double,
                end=cython.double, head=cython.double, start=cython.double, tl=cython.double,
                tail=cython.double, streams=list, kept=list, kp=list, pcs=list,
                a=cython.double, z=cython.double, r=cython.double)
-cpdef tuple fair_hop(fab, rt, Py_ssize_t j, double h, double t, list inc, f)
+cpdef tuple fair_hop(FabState fab, rt, Py_ssize_t j, double h, double t, list inc, f)
 
 @cython.locals(en=list, lv=list, hp=tuple, tcur=cython.double, n=cython.Py_ssize_t,
                j=cython.Py_ssize_t, mode=cython.int, last_d=cython.double, p=cython.double,
@@ -80,12 +81,12 @@ cpdef tuple fair_hop(fab, rt, Py_ssize_t j, double h, double t, list inc, f)
                src=object, a=cython.double, b=cython.double, r=cython.double,
                busy=tuple, hops=tuple, end=cython.double, body=cython.double, ha=cython.double,
                pm=tuple)
-cpdef _push(fab, Flow g, Py_ssize_t j0, double tail, double t_from, double hs=*)
+cpdef _push(FabState fab, Flow g, Py_ssize_t j0, double tail, double t_from, double hs=*)
 
 cpdef tuple _leave(tuple rw, double x)
 
 @cython.locals(old=object)
-cpdef _move(fab, Flow g, double tt)
+cpdef _move(FabState fab, Flow g, double tt)
 
 @cython.locals(lv=list, rows=list, i=cython.Py_ssize_t, rw=tuple, sg=tuple, n=cython.Py_ssize_t,
                h=cython.double, t=cython.double, dn=cython.double, x=cython.double,

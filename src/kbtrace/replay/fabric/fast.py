@@ -15,9 +15,7 @@ from kbtrace.replay.fabric.booking import (
     Steps,
     fit_rate,
     serve,
-    take,
     take_rate,
-    unreserve,
 )
 from kbtrace.replay.fabric.fair import (
     Flow,
@@ -32,9 +30,9 @@ from kbtrace.replay.fabric.heads import (
     prune_all,
     relink,
 )
-from kbtrace.replay.fabric.ledger import Recs, Slots
+from kbtrace.replay.fabric.ledger import FabState, Recs, Slots
 from kbtrace.replay.fabric.pull import pull_behind, read_first
-from kbtrace.replay.fabric.routes import _Plan, _Route, book_route, held, hop_seq
+from kbtrace.replay.fabric.routes import _Plan, _Route, book_route, hop_seq
 from kbtrace.replay.hbm import HbmController
 from kbtrace.replay.recorder import STAGE_CODE, Recorder
 
@@ -43,7 +41,7 @@ __all__ = ["FastFabric", "_Route", "_Plan"]
 _NEG_INF = float("-inf")
 
 
-class FastFabric(Fabric):
+class FastFabric(Fabric, FabState):
     """Closed-form wormhole timing per transfer with per-link / per-node reservations.
 
     Each node keeps its future busy intervals for its per-transaction overhead (``node_iv``,
@@ -62,7 +60,7 @@ class FastFabric(Fabric):
     it (a node: a gap that holds its overhead; a link: enough bandwidth to spare all
     along the occupancy): one tight pass books them, and the stretch's hop rows go to the recorder as one compact
     record (expanded later with numpy). The first transfer to reach a stretch
-    computes the plan's offsets as it goes instead (``_walk``: the same arithmetic,
+    computes the plan's offsets as it goes instead (``routes.walk``: the same arithmetic,
     rows recorded explicitly, nothing kept); the plan is built for the second. At
     the first resource that is not free,
     that hop is booked by the sequential recursion (``_hop``: ``serve`` and
@@ -210,92 +208,6 @@ class FastFabric(Fabric):
             f.rd = bursts
         return book_route(self, rt, f, op_id, tile, addr, h, t, ack, now)
 
-    def _walk(self, rt: _Route, j0: int, op_id: int, tile: int, h: float, t: float,
-              addr: int, ack: float) -> tuple[int, Any, float]:
-        """Book from hop ``j0`` as ``_Plan(rt, j0)`` would (the same floating-point
-        operations, so the same result), computing its offsets as it goes and keeping none:
-        the first transfer on a stretch pays no more than the walk up to its first resource
-        that is not free. Rows are recorded explicitly (as ``Recorder._pending`` expands a
-        compact record). Returns ``(-1, event, 0.0)`` when the transfer completed (the event
-        ``send`` returns), else
-        ``(j, h, t)``: hop ``j`` (``len(links)``: the destination) is not free, and nothing
-        of it is reserved; head and tail reach its start at ``h`` / ``t``."""
-        hops = rt.hops
-        H, A, B = 0.0, 0.0, _NEG_INF
-        rows: list[tuple] = []
-        nb = rt.nb
-        j = j0
-        n = len(hops)
-        while j < n:
-            niv, ov, ln, _li, mode, hd_d, body, last_d, p = hops[j]
-            H0, A0, B0 = H, A, B
-            if niv is not None:
-                if (mode == 2 and self.fair and niv.last() > h + H
-                        and held(niv, h + H, max(t + A, h + B))
-                        and self.node_kind[rt.nodes[j]] == "router"):
-                    break           # (its later flits wait for a head: ``hop_seq``)
-                if not take(niv, h + H, h + (H + ov)):
-                    break
-            if niv is not None or ov > 0:       # the node's overhead, reserved or not
-                H += ov
-                B = max(B, H)
-            if mode == 2:
-                e = t + (A + last_d)
-                x = h + (max(H + body, B) + last_d)
-                if not take_rate(ln, h + H, x if x > e else e, rt.busy[j]):
-                    if niv is not None:
-                        unreserve(niv, h + H0)
-                    break
-                if self._f is not None:
-                    book(self.link_flows, self._f, j, h + H, x if x > e else e, rt.busy[j], None,
-                         x if x > e else e)
-                A, B, H = A + last_d, max(B, H + body) + last_d, H + hd_d
-            elif mode == 1:
-                if not take_rate(ln, h + H, h + (H + hd_d), rt.busy[j]):
-                    if niv is not None:
-                        unreserve(niv, h + H0)
-                    break
-                if self._f is not None:        # (``take_rate``'s share)
-                    e = h + (H + hd_d)
-                    x = rt.busy[j] / (e - (h + H))
-                    self._f.booked_flit(j, [(h + H, e, x if x < 1.0 else 1.0)])
-                A, B, H = _NEG_INF, H + hd_d, H + hd_d
-            else:
-                B = max(B, H)
-            H, A, B = H + p, A + p, B + p
-            e = t + A
-            x = h + B
-            rows.append((op_id, tile, rt.stage[j], rt.node[j], rt.links[j], h + H0,
-                         x if x > e else e, rt.busy[j], 0.0, nb))
-            if niv is not None and self._f is not None:     # (its head may move there)
-                self.flow_slots.own(niv, niv.find(h + H0), self._f.slot, h + H0)
-            j += 1
-        else:
-            H0, A0, B0 = H, A, B
-            if rt.dst_iv is None or take(rt.dst_iv, h + H, h + (H + rt.dst_ov)):
-                if rt.dst_iv is not None:
-                    H += rt.dst_ov
-                B = max(B, H)
-                tt = t + A
-                x = h + B
-                if x > tt:
-                    tt = x
-                hh = h + H
-                if rt.hbm is not None:
-                    if rows:
-                        self._rows(rows)
-                    return -1, commit_later(self, rt, op_id, tile, addr, h + H0, hh, tt, 0.0,
-                                                  ack), 0.0
-                rows.append((op_id, tile, rt.term_stage, rt.dst, -1, h + H0, tt, rt.term_busy,
-                             0.0, nb))
-                self._rows(rows)
-                return -1, self._complete(tt, ack), 0.0
-        if rows:
-            self._rows(rows)
-        tt = t + A0
-        x = h + B0
-        return j, h + H0, (tt if tt > x else x)
-
     def _hop(self, rt: _Route, j: int, op_id: int, tile: int, h: float, t: float,
              now: float) -> tuple[float, float]:
         """Book hop ``j`` sequentially (head at ``h``, tail at ``t``); record its row;
@@ -338,7 +250,7 @@ class FastFabric(Fabric):
     def _complete(self, tt: float, ack: float) -> _Ev:
         """The completion event at ``tt`` (+ ``ack``); a flow's can move (``fair``)."""
         env = self.env
-        ev = after(env, tt + ack - env.now, tt)
+        ev = after(env, tt + ack - env._now, tt)   # (``env.now`` without its property call)
         f = self._f
         if f is not None:
             f.ev = ev

@@ -66,3 +66,10 @@ cdef class Recs(_Table):
     @cython.locals(j=cython.Py_ssize_t)
     cdef double _a_end(self, Py_ssize_t q, Py_ssize_t sl) except? -1.0
 
+cdef class FabState:
+    cdef public object env, rec, hbm, flit_bytes, _f
+    cdef public list link_bw, link_prop, node_ov, node_kind, link_steps, node_iv, link_flows
+    cdef public list link_own, body_in
+    cdef public Slots flow_slots
+    cdef public bint fair
+    cdef public Py_ssize_t push_depth, held

@@ -37,7 +37,7 @@ from typing import Any
 from kbtrace.errors import ReplayError
 from kbtrace.replay.intervals import TIME_EPS
 
-__all__ = ["Slots", "Recs", "DONE", "GONE", "LIVE", "MOVED", "REC", "HOP"]
+__all__ = ["FabState", "Slots", "Recs", "DONE", "GONE", "LIVE", "MOVED", "REC", "HOP"]
 
 GONE = 0        # the slot's flow is complete (or the slot is free)
 LIVE = 1        # under way, every booking's a_end as booked
@@ -48,6 +48,18 @@ HOP = 5         # doubles per slot and hop: start, lone end, work, tail, moved (
 _CAP0 = 64
 SLOTS_MAX = 1 << 20     # flows under way at once (``Slots.key``)
 _INF = float("inf")
+
+
+class FabState:
+    """The fast fabric's state that the booking code reads per transfer and hop (a base of
+    ``fast.FastFabric``, which fills it in): compiled, an extension type whose fields the
+    compiled functions that take it typed (``routes``, ``heads``, ``bodies``, ``fair``) read as
+    C struct fields, not as attribute look-ups in the fabric's ``__dict__`` (~100
+    instructions each, some 150 per transfer); interpreted, a plain base class. The
+    attributes' meanings are ``Fabric``'s and ``FastFabric``'s: ``env``, ``rec``, ``hbm``,
+    ``flit_bytes``, ``link_bw``, ``link_prop``, ``node_ov``, ``node_kind``, ``fair``, ``_f``,
+    ``link_steps``, ``node_iv``, ``link_flows``, ``link_own``, ``flow_slots``, ``body_in``,
+    ``push_depth``, ``held``."""
 
 
 class Slots:

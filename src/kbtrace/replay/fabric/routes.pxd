@@ -3,11 +3,11 @@
 # itself stays plain Python and is what runs interpreted). setup.py copies it beside the
 # generated _routes_c.py.
 import cython
-from kbtrace.replay.fabric._booking_c cimport Spans, Steps
-from kbtrace.replay.fabric._fair_c cimport Flow
+from kbtrace.replay.fabric._booking_c cimport Spans, Steps, take, take_rate, unreserve
+from kbtrace.replay.fabric._fair_c cimport Flow, book
 from kbtrace.replay.fabric._bodies_c cimport body_hold
 from kbtrace.replay.fabric._heads_c cimport serve_flit, serve_head
-from kbtrace.replay.fabric._ledger_c cimport Recs, Slots
+from kbtrace.replay.fabric._ledger_c cimport FabState, Recs, Slots
 
 # (imported from intervals: a C double here, so tests against it compare C doubles
 # rather than boxing both sides)
@@ -20,7 +20,7 @@ cdef class _Route:
     cdef public double dst_ov, term_busy, flit_max
     cdef public list plans
     cdef public bint movable
-    cpdef _Plan build(self, fab, Py_ssize_t j0)
+    cpdef _Plan build(self, FabState fab, Py_ssize_t j0)
 
 cdef class _Plan:
     cdef public Py_ssize_t j0, n_hops, n_rows, n_res
@@ -35,7 +35,7 @@ cdef class _Plan:
                    jr=cython.Py_ssize_t, j=cython.Py_ssize_t, mode=cython.Py_ssize_t,
                    n=cython.Py_ssize_t, m=cython.Py_ssize_t, hops=tuple, res=list, recs=list,
                    res_hop=list, first=list, start=list, rows=list)
-    cdef _build(self, _Route rt, fab, Py_ssize_t j0)
+    cdef _build(self, _Route rt, FabState fab, Py_ssize_t j0)
     @cython.locals(q=cython.Py_ssize_t)
     cdef _put(self, Py_ssize_t i, double s, double a, double b, double busy, double kind,
               double j, double x, double ov, double a0, double b0)
@@ -54,11 +54,20 @@ cpdef bint held(Spans sp, double s, double t_in) except -1
                hh=cython.double, tt=cython.double, x=cython.double, H=cython.double,
                tab=Slots,
                A=cython.double, B=cython.double, S=cython.double)
-cpdef book_route(fab, _Route rt, f, op_id, tile, addr, double h, double t, double ack,
+cpdef book_route(FabState fab, _Route rt, f, op_id, tile, addr, double h, double t, double ack,
                  double now)
+
+@cython.locals(hops=tuple, f=Flow, H=cython.double, A=cython.double, B=cython.double,
+               H0=cython.double, A0=cython.double, B0=cython.double, rows=list,
+               j=cython.Py_ssize_t, n=cython.Py_ssize_t, niv=Spans, ov=cython.double,
+               ln=Steps, mode=cython.Py_ssize_t, hd_d=cython.double, body=cython.double,
+               last_d=cython.double, p=cython.double, e=cython.double, x=cython.double,
+               tt=cython.double, hh=cython.double)
+cpdef tuple walk(FabState fab, _Route rt, Py_ssize_t j0, op_id, tile, double h, double t, addr,
+                 double ack)
 
 @cython.locals(ov=cython.double, mode=cython.Py_ssize_t, hd_d=cython.double,
                body=cython.double, last_d=cython.double, p=cython.double, fair=cython.bint,
                enter=cython.double, q=cython.double, s=cython.double, t_in=cython.double,
                hd=cython.double, td=cython.double, n=cython.Py_ssize_t)
-cpdef tuple hop_seq(fab, _Route rt, Py_ssize_t j, op_id, tile, double h, double t, double now)
+cpdef tuple hop_seq(FabState fab, _Route rt, Py_ssize_t j, op_id, tile, double h, double t, double now)

@@ -19,12 +19,13 @@ from typing import Any, Literal
 
 from kbtrace.replay.fabric.base import _Ev, after
 from kbtrace.replay.fabric.bodies import body_hold
-from kbtrace.replay.fabric.booking import Spans, fit_rate, serve, take_rate, unreserve
+from kbtrace.replay.fabric.booking import Spans, fit_rate, serve, take, take_rate, unreserve
+from kbtrace.replay.fabric.fair import book
 from kbtrace.replay.fabric.heads import commit_later, serve_flit, serve_head
 from kbtrace.replay.intervals import TIME_EPS
 from kbtrace.replay.recorder import STAGE_CODE
 
-__all__ = ["book_route", "held", "hop_seq"]
+__all__ = ["book_route", "held", "hop_seq", "walk"]
 
 _NEG_INF = float("-inf")
 
@@ -37,7 +38,7 @@ class _Route:
     ``head`` / ``body`` / ``last`` are ``first / bw``, ``(nbytes - last) / bw``,
     ``last / bw``. ``plans[j]``: the free-path closed form from hop ``j`` on, built the
     second time a transfer reaches hop ``j`` (``None``: never reached, ``False``: reached
-    once). The first time, ``FastFabric._walk`` books it with the same arithmetic, keeping
+    once). The first time, ``walk`` books it with the same arithmetic, keeping
     nothing. A route used once (e.g. all-to-all traffic) so holds no plans, and no result
     depends on what the cache holds.
     """
@@ -292,7 +293,7 @@ def book_route(fab: Any, rt: _Route, f: Any, op_id: int, tile: int, addr: int, h
         plo = rt.plans[j]
         if plo is None:      # first reach: book by the plan's arithmetic, keep nothing
             rt.plans[j] = False
-            j, got, t = fab._walk(rt, j, op_id, tile, h, t, addr, ack)
+            j, got, t = walk(fab, rt, j, op_id, tile, h, t, addr, ack)
             if j < 0:
                 return got  # the completion event
             h = got
@@ -341,6 +342,94 @@ def book_route(fab: Any, rt: _Route, f: Any, op_id: int, tile: int, addr: int, h
             return fab._arrive(rt, op_id, tile, addr, h, t, now, ack)
         h, t = hop_seq(fab, rt, j, op_id, tile, h, t, now)
         j += 1
+
+
+def walk(fab: Any, rt: _Route, j0: int, op_id: int, tile: int, h: float, t: float,
+         addr: int, ack: float) -> tuple[int, Any, float]:
+    """Book from hop ``j0`` as ``_Plan(rt, j0)`` would (the same floating-point operations,
+    so the same result; ``fab``: the ``FastFabric``, its flow being booked ``fab._f``),
+    computing its offsets as it goes and keeping none: the first transfer on a stretch
+    pays no more than the walk up to its first resource that is not free. Rows are recorded explicitly (as ``Recorder._pending`` expands a
+    compact record). Returns ``(-1, event, 0.0)`` when the transfer completed (the event
+    ``FastFabric.send`` returns), else
+    ``(j, h, t)``: hop ``j`` (``len(links)``: the destination) is not free, and nothing
+    of it is reserved; head and tail reach its start at ``h`` / ``t``."""
+    hops = rt.hops
+    f = fab._f
+    H, A, B = 0.0, 0.0, _NEG_INF
+    rows: list[tuple] = []
+    nb = rt.nb
+    j = j0
+    n = len(hops)
+    while j < n:
+        niv, ov, ln, _li, mode, hd_d, body, last_d, p = hops[j]
+        H0, A0, B0 = H, A, B
+        if niv is not None:
+            if (mode == 2 and fab.fair and niv.last() > h + H
+                    and held(niv, h + H, max(t + A, h + B))
+                    and fab.node_kind[rt.nodes[j]] == "router"):
+                break           # (its later flits wait for a head: ``hop_seq``)
+            if not take(niv, h + H, h + (H + ov)):
+                break
+        if niv is not None or ov > 0:       # the node's overhead, reserved or not
+            H += ov
+            B = max(B, H)
+        if mode == 2:
+            e = t + (A + last_d)
+            x = h + (max(H + body, B) + last_d)
+            if not take_rate(ln, h + H, x if x > e else e, rt.busy[j]):
+                if niv is not None:
+                    unreserve(niv, h + H0)
+                break
+            if f is not None:
+                book(fab.link_flows, f, j, h + H, x if x > e else e, rt.busy[j], None,
+                     x if x > e else e)
+            A, B, H = A + last_d, max(B, H + body) + last_d, H + hd_d
+        elif mode == 1:
+            if not take_rate(ln, h + H, h + (H + hd_d), rt.busy[j]):
+                if niv is not None:
+                    unreserve(niv, h + H0)
+                break
+            if f is not None:        # (``take_rate``'s share)
+                e = h + (H + hd_d)
+                x = rt.busy[j] / (e - (h + H))
+                f.booked_flit(j, [(h + H, e, x if x < 1.0 else 1.0)])
+            A, B, H = _NEG_INF, H + hd_d, H + hd_d
+        else:
+            B = max(B, H)
+        H, A, B = H + p, A + p, B + p
+        e = t + A
+        x = h + B
+        rows.append((op_id, tile, rt.stage[j], rt.node[j], rt.links[j], h + H0,
+                     x if x > e else e, rt.busy[j], 0.0, nb))
+        if niv is not None and f is not None:     # (its head may move there)
+            fab.flow_slots.own(niv, niv.find(h + H0), f.slot, h + H0)
+        j += 1
+    else:
+        H0, A0, B0 = H, A, B
+        if rt.dst_iv is None or take(rt.dst_iv, h + H, h + (H + rt.dst_ov)):
+            if rt.dst_iv is not None:
+                H += rt.dst_ov
+            B = max(B, H)
+            tt = t + A
+            x = h + B
+            if x > tt:
+                tt = x
+            hh = h + H
+            if rt.hbm is not None:
+                if rows:
+                    fab._rows(rows)
+                return -1, commit_later(fab, rt, op_id, tile, addr, h + H0, hh, tt, 0.0,
+                                        ack), 0.0
+            rows.append((op_id, tile, rt.term_stage, rt.dst, -1, h + H0, tt, rt.term_busy,
+                         0.0, nb))
+            fab._rows(rows)
+            return -1, fab._complete(tt, ack), 0.0
+    if rows:
+        fab._rows(rows)
+    tt = t + A0
+    x = h + B0
+    return j, h + H0, (tt if tt > x else x)
 
 
 def hop_seq(fab: Any, rt: _Route, j: int, op_id: int, tile: int, h: float, t: float,
