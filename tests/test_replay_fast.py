@@ -10,7 +10,7 @@
 * The fast fabric's closed-form stretch booking equals booking every hop sequentially
   (hop rows, completion times, reservations; property test), also when its bounded route
   cache is emptied between sends. The first transfer to reach a hop walks it
-  (``FastFabric._walk``) with the arithmetic of the plan built for the second: the two agree
+  (``routes.walk``) with the arithmetic of the plan built for the second: the two agree
   exactly.
 * A whole replay with a route cache so small that every new route empties it gives the
   same rows and timings as one with the default bound, value for value.
@@ -169,7 +169,7 @@ def _hop_by_hop():
 
 def _always_plan(base=None):
     """A fast fabric (``base``, default ``FastFabric``) that builds (and keeps) a plan the
-    first time a hop is reached, instead of walking it (``FastFabric._walk``): the two must
+    first time a hop is reached, instead of walking it (``routes.walk``): the two must
     agree exactly."""
     from kbtrace.replay.fabric.fast import FastFabric, _Route
 

@@ -6,7 +6,7 @@ and IPCQ tiers); node overheads and link propagation add their differences; a MA
 ``max(overhead, compute / clock)`` with its compute from its shape (``replay.stations``).
 Link hops: a transfer (a run of link rows of one op and tile) that crossed its path
 unqueued is re-priced with fast mode's free-path closed form (``_free_path``, the
-arithmetic of ``replay.fabric.fast._walk``), so a slower link moves the transfer's
+arithmetic of ``replay.fabric.routes.walk``), so a slower link moves the transfer's
 bottleneck as the replay would; queued transfers scale their serialisation by the rate
 ratio. Everything that does not depend on the new topology is prepared once.
 """
@@ -158,7 +158,7 @@ class Pricer:
 
     def _free_path(self, topo: Any, geo: tuple[np.ndarray, ...]
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Fast mode's free-path closed form (``replay.fabric.fast._walk`` with every
+        """Fast mode's free-path closed form (``replay.fabric.routes.walk`` with every
         resource free), per link row, relative to the transfer's head start ``h``: the tail
         leaves at ``max(t + C_j, h + B_j)`` (``t``: the tail ready). Head ``Hs_j`` = the
         sums of overheads (a link's source node's, but not the route's first), head-flit
