@@ -38,8 +38,6 @@ from kbtrace.replay.recorder import STAGE_CODE, Recorder
 
 __all__ = ["FastFabric", "_Route", "_Plan"]
 
-_NEG_INF = float("-inf")
-
 
 class FastFabric(Fabric, FabState):
     """Closed-form wormhole timing per transfer with per-link / per-node reservations.

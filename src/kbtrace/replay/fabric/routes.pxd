@@ -70,4 +70,5 @@ cpdef tuple walk(FabState fab, _Route rt, Py_ssize_t j0, op_id, tile, double h, 
                body=cython.double, last_d=cython.double, p=cython.double, fair=cython.bint,
                enter=cython.double, q=cython.double, s=cython.double, t_in=cython.double,
                hd=cython.double, td=cython.double, n=cython.Py_ssize_t)
-cpdef tuple hop_seq(FabState fab, _Route rt, Py_ssize_t j, op_id, tile, double h, double t, double now)
+cpdef tuple hop_seq(FabState fab, _Route rt, Py_ssize_t j, op_id, tile, double h, double t,
+                    double now)

@@ -349,11 +349,11 @@ def walk(fab: Any, rt: _Route, j0: int, op_id: int, tile: int, h: float, t: floa
     """Book from hop ``j0`` as ``_Plan(rt, j0)`` would (the same floating-point operations,
     so the same result; ``fab``: the ``FastFabric``, its flow being booked ``fab._f``),
     computing its offsets as it goes and keeping none: the first transfer on a stretch
-    pays no more than the walk up to its first resource that is not free. Rows are recorded explicitly (as ``Recorder._pending`` expands a
-    compact record). Returns ``(-1, event, 0.0)`` when the transfer completed (the event
-    ``FastFabric.send`` returns), else
-    ``(j, h, t)``: hop ``j`` (``len(links)``: the destination) is not free, and nothing
-    of it is reserved; head and tail reach its start at ``h`` / ``t``."""
+    pays no more than the walk up to its first resource that is not free. Rows are
+    recorded explicitly (as ``Recorder._pending`` expands a compact record). Returns
+    ``(-1, event, 0.0)`` when the transfer completed (the event ``FastFabric.send``
+    returns), else ``(j, h, t)``: hop ``j`` (``len(links)``: the destination) is not free,
+    and nothing of it is reserved; head and tail reach its start at ``h`` / ``t``."""
     hops = rt.hops
     f = fab._f
     H, A, B = 0.0, 0.0, _NEG_INF
