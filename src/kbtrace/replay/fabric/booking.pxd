@@ -10,10 +10,14 @@ import cython
 cdef double TIME_EPS
 
 cdef class _Sorted:
-    cdef object _at, _ar, _ao
-    cdef double[::1] t, r, o
+    # (the order is the C struct's: the count, the last value and the first view's data
+    # pointer share the object header's cache line, which a route's walk misses on every
+    # resource it books)
     cdef readonly Py_ssize_t n
     cdef Py_ssize_t cap
+    cdef readonly double tl
+    cdef double[::1] t, r, o
+    cdef object _at, _ar, _ao
     @cython.locals(cap=cython.Py_ssize_t)
     cdef _grow(self, Py_ssize_t need)
     @cython.locals(q=cython.Py_ssize_t, d=cython.Py_ssize_t)

@@ -11,10 +11,9 @@ booked from each on ``r`` (``Steps``; ``take_rate``, ``fit_rate``, ``add_shares`
 served together, first come, first served (``fifo.share_fifo``; ``fair``). ``FastFabric``
 owns one ``Spans`` per node and one ``Steps`` per link; these functions read and update them.
 
-Both keep their values in growable arrays of C doubles (``array('d')``, with a typed view
-where compiled: ``booking.pxd``), not lists of Python floats: a read from HBM reserves ~36
-resources, and each reservation made two to four floats that pruning later freed (issue 22).
-The values, the order of the operations on them and so every result are the same either way.
+Both keep their values in growable arrays of C doubles (``array('d')``, typed views where
+compiled: ``booking.pxd``), not lists of Python floats (a read from HBM reserves ~36 resources;
+issue 22). The values, the order of the operations and so every result are the same either way.
 """
 
 from __future__ import annotations
@@ -46,10 +45,10 @@ class _Sorted:
     not; a full array is replaced by one twice as large, since one with a view on it cannot
     be resized), ``Steps``' shares ``r`` beside them (``_ar``; None for ``Spans``), their
     binary searches and deleting a run of them (``cut``; ``Spans``' owners ``o``, one C double
-    per value, with them). The methods index ``self.t`` rather than a local copy of the view:
-    compiled, each such copy is an atomic increment and decrement of the view's count, which
-    cost ~90% of an append."""
-    __slots__ = ("_at", "t", "_ar", "r", "_ao", "o", "n", "cap")
+    per value, with them). The methods index ``self.t``, not a local copy of the view (compiled,
+    a copy is an atomic count update: ~90% of an append). ``tl``: the last value ``t[n - 1]``
+    beside the count, so a booking's first test (free from ``s`` on?) misses no array tail."""
+    __slots__ = ("_at", "t", "_ar", "r", "_ao", "o", "n", "cap", "tl")
 
     def __init__(self, shares: bool) -> None:
         # no buffer until the first value (``_grow``): most of a topology's nodes and links
@@ -62,6 +61,7 @@ class _Sorted:
         self.o: Any = None
         self.n = 0
         self.cap = 0
+        self.tl = 0.0
 
     def __len__(self) -> int:
         return self.n
@@ -103,6 +103,7 @@ class _Sorted:
                 self.r[q - d] = self.r[q]
                 q += 1
         self.n -= d
+        self.tl = self.t[self.n - 1] if self.n else 0.0
 
     def bisect_right(self, x: float) -> int:
         """``bisect.bisect_right(t[:n], x)``."""
@@ -140,11 +141,9 @@ def _copied(a: Any, n: int, cap: int) -> array:
 class Spans(_Sorted):
     """A node's future busy intervals: ``t[:n]`` is ``[s0, e0, s1, e1, ...]``, sorted,
     disjoint (they may touch), and who holds each, if a flow whose head may move there does
-    (``own``; ``fair.Flow``, ``heads.serve_head``): two C doubles beside reservation
-    ``t[i:i + 2]`` at ``o[i:i + 2]``, written as it is made, gone as it goes: the flow, by its
-    slot in ``ledger.Slots`` and its serial number there (``Slots.key``; -1: none), and its
-    head's arrival (``Slots.owner`` reads them). Nothing else changes a reservation once made
-    (none is merged, moved or trimmed)."""
+    (``own``; ``fair.Flow``, ``heads.serve_head``): beside reservation ``t[i:i + 2]``, at
+    ``o[i:i + 2]``, the flow's ``Slots.key`` (-1: none) and its head's arrival (``Slots.owner``
+    reads them). Nothing else changes a reservation once made (none merged, moved, trimmed)."""
     __slots__ = ()
 
     def __init__(self) -> None:
@@ -159,7 +158,7 @@ class Spans(_Sorted):
 
     def last(self) -> float:
         """The end of the last reservation; -inf if there is none."""
-        return self.t[self.n - 1] if self.n else _NEG_INF
+        return self.tl if self.n else _NEG_INF
 
     def push(self, s: float, e: float) -> None:
         """Append the reservation ``[s, e]`` (after the last one)."""
@@ -171,6 +170,7 @@ class Spans(_Sorted):
         if self._ao is not None:
             self.o[n] = -1.0
         self.n = n + 2
+        self.tl = e
 
     def insert2(self, i: int, s: float, e: float) -> None:
         """Insert ``s, e`` before ``t[i]``."""
@@ -190,6 +190,7 @@ class Spans(_Sorted):
                 q -= 1
             self.o[i] = -1.0
         self.n = n + 2
+        self.tl = self.t[n + 1]
 
     def find(self, s: float) -> int:
         """The index in ``t`` of the reservation starting at ``s`` (reservations have
@@ -252,6 +253,7 @@ class Steps(_Sorted):
         self.t[n + 1] = e
         self.r[n + 1] = 0.0
         self.n = n + 2
+        self.tl = e
 
     def insert(self, i: int, x: float, r: float) -> None:
         """Insert the breakpoint ``x`` with the share ``r`` from it on before ``t[i]``."""
@@ -266,6 +268,7 @@ class Steps(_Sorted):
         self.t[i] = x
         self.r[i] = r
         self.n = n + 1
+        self.tl = self.t[n]
 
 
 def spans_of(values: list[float]) -> Spans:
@@ -286,11 +289,10 @@ def steps_of(times: list[float], shares: list[float]) -> Steps:
 
 def serve(iv: Spans, now: float, h: float, work: float) -> float:
     """Serve ``work`` ns on an exclusive resource (a node's overhead) from ``h`` on, in the
-    gaps between its reservations, each as far as it goes (preemptive resume: what is
-    booked keeps its times; a gap shorter than ``work`` is used, not skipped); reserve the
-    pieces; return when the work is done."""
+    gaps between its reservations (preemptive resume: bookings keep their times; a gap
+    shorter than ``work`` is used, not skipped); reserve the pieces; return when done."""
     n = iv.n
-    if not n or iv.t[n - 1] <= h:
+    if not n or iv.tl <= h:
         iv.push(h, h + work)
         return h + work
     if iv.t[1] <= now:
@@ -323,7 +325,7 @@ def take(iv: Spans, s: float, e: float) -> bool:
     holds it whole); False (nothing reserved) if not: ``FastFabric.send``'s test, inline
     there."""
     n = iv.n
-    if not n or iv.t[n - 1] <= s:
+    if not n or iv.tl <= s:
         iv.push(s, e)
         return True
     i = iv.bisect_right(s)
@@ -360,7 +362,7 @@ def take_rate(ln: Steps, s: float, e: float, busy: float) -> bool:
     if r > 1.0:
         r = 1.0
     n = ln.n
-    if not n or ln.t[n - 1] <= s:       # free from s on
+    if not n or ln.tl <= s:             # free from s on
         ln.push(s, r, e)
         return True
     lim = 1.0 + RATE_EPS - r
@@ -537,8 +539,7 @@ def prune_rate(ln: Steps, now: float) -> None:
 
 
 def prune_states(node_iv: list, link_steps: list, now: float, over: int) -> None:
-    """Prune every node's ``Spans`` and every link's ``Steps`` holding more than ``over``
-    values (``heads.prune_all``; compiled: each state's count read as a C field)."""
+    """Prune each node's ``Spans`` and link's ``Steps`` holding over ``over`` values."""
     for iv in node_iv:
         if iv.n > over:
             iv.prune(now)
@@ -557,8 +558,7 @@ def _snap(ln: Steps, x: float) -> float:
 
 def unbook(ln: Steps, pieces: list, t_from: float) -> float:
     """Give back what ``pieces`` (``(start, end, share)``, as booked) hold from ``t_from`` on;
-    returns the work (share x ns) they served before it. Ends are snapped to the breakpoints
-    the booking made, so nothing is left over but rounding."""
+    returns the work (share x ns) served before it. Ends snap to the booking's breakpoints."""
     done = 0.0
     for a, b, r in pieces:
         if a < t_from:

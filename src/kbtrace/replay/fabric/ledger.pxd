@@ -48,8 +48,8 @@ cdef class _Table:
 
 @cython.final
 cdef class Recs(_Table):
-    cdef object _a
     cdef double[::1] v
+    cdef object _a
     @cython.locals(r=cython.double, a_end=cython.double, n=cython.Py_ssize_t,
                    q=cython.Py_ssize_t)
     cpdef double book(self, Py_ssize_t slot, Py_ssize_t j, double s, double e, double busy,

@@ -232,7 +232,7 @@ class _Plan:
             if bz < 0.0:        # a node's overhead: exclusive
                 sp = st
                 n = sp.n
-                if not n or sp.t[n - 1] <= s:
+                if not n or sp.tl <= s:
                     sp.push(s, e)
                     i = n
                 else:   # a gap that takes the whole overhead, or a stall
@@ -253,7 +253,7 @@ class _Plan:
             else:
                 ln = st
                 n = ln.n
-                if not n or ln.t[n - 1] <= s:   # a link, free from s on: the share busy / span
+                if not n or ln.tl <= s:         # a link, free from s on: the share busy / span
                     r = bz / (e - s)
                     ln.push(s, r if r < 1.0 else 1.0, e)
                 elif not take_rate(ln, s, e, bz):   # not enough bandwidth to spare
