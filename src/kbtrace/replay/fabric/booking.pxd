@@ -16,8 +16,8 @@ cdef class _Sorted:
     cdef readonly Py_ssize_t n
     cdef Py_ssize_t cap
     cdef readonly double tl
-    cdef double[::1] t, r, o
-    cdef object _at, _ar, _ao
+    cdef double[::1] t, v
+    cdef object _at, _av
     @cython.locals(cap=cython.Py_ssize_t)
     cdef _grow(self, Py_ssize_t need)
     @cython.locals(q=cython.Py_ssize_t, d=cython.Py_ssize_t)

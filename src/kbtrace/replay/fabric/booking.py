@@ -43,22 +43,22 @@ class _Sorted:
     """What ``Spans`` and ``Steps`` share: sorted breakpoints ``t[:n]`` in a growable array
     of C doubles (``_at``; ``t`` is a typed view of it where compiled, the array itself where
     not; a full array is replaced by one twice as large, since one with a view on it cannot
-    be resized), ``Steps``' shares ``r`` beside them (``_ar``; None for ``Spans``), their
-    binary searches and deleting a run of them (``cut``; ``Spans``' owners ``o``, one C double
-    per value, with them). The methods index ``self.t``, not a local copy of the view (compiled,
+    be resized), the values beside them in one more (``_av``, its view ``v``: ``Steps``'
+    shares, ``Spans``' owners once held, else None; one view, so a state is a small object
+    that pymalloc places among the others), their binary searches and deleting a run (``cut``). The methods index ``self.t``, not a local copy of the view (compiled,
     a copy is an atomic count update: ~90% of an append). ``tl``: the last value ``t[n - 1]``
     beside the count, so a booking's first test (free from ``s`` on?) misses no array tail."""
-    __slots__ = ("_at", "t", "_ar", "r", "_ao", "o", "n", "cap", "tl")
+    __slots__ = ("_at", "t", "_av", "v", "n", "cap", "tl")
 
     def __init__(self, shares: bool) -> None:
         # no buffer until the first value (``_grow``): most of a topology's nodes and links
         # never book anything, and a buffer with its typed view costs ~4 us to make
         self._at = _EMPTY
         self.t: Any = None
-        self._ar: Any = _EMPTY if shares else None      # Steps' shares (Spans: none)
-        self.r: Any = None
-        self._ao: Any = None            # Spans' owners (``Spans.own``)
-        self.o: Any = None
+        # the values beside t (one view, so that a state stays a small object): Steps'
+        # shares, Spans' owners once one is held (``Spans.own``)
+        self._av: Any = _EMPTY if shares else None
+        self.v: Any = None
         self.n = 0
         self.cap = 0
         self.tl = 0.0
@@ -72,35 +72,27 @@ class _Sorted:
             cap *= 2
         self._at = _copied(self._at, self.n, cap)
         self.t = self._at
-        if self._ar is not None:
-            self._ar = _copied(self._ar, self.n, cap)
-            self.r = self._ar
-        if self._ao is not None:
-            self._ao = _copied(self._ao, self.n, cap)
-            self.o = self._ao
+        if self._av is not None:
+            self._av = _copied(self._av, self.n, cap)
+            self.v = self._av
         self.cap = cap
 
     def cut(self, i: int, j: int) -> None:
-        """Delete ``t[i:j]`` (and ``r[i:j]``; as ``del`` on a list: clipped to ``n``)."""
+        """Delete ``t[i:j]`` (and ``v[i:j]``; as ``del`` on a list: clipped to ``n``)."""
         if j > self.n:
             j = self.n
         if i >= j:
             return
         d = j - i
         q = j
-        if self._ao is not None:        # (Spans with owners: theirs move too)
-            while q < self.n:
-                self.t[q - d] = self.t[q]
-                self.o[q - d] = self.o[q]
-                q += 1
-        elif self._ar is None:
+        if self._av is None:
             while q < self.n:
                 self.t[q - d] = self.t[q]
                 q += 1
         else:
             while q < self.n:
                 self.t[q - d] = self.t[q]
-                self.r[q - d] = self.r[q]
+                self.v[q - d] = self.v[q]
                 q += 1
         self.n -= d
         self.tl = self.t[self.n - 1] if self.n else 0.0
@@ -142,7 +134,7 @@ class Spans(_Sorted):
     """A node's future busy intervals: ``t[:n]`` is ``[s0, e0, s1, e1, ...]``, sorted,
     disjoint (they may touch), and who holds each, if a flow whose head may move there does
     (``own``; ``fair.Flow``, ``heads.serve_head``): beside reservation ``t[i:i + 2]``, at
-    ``o[i:i + 2]``, the flow's ``Slots.key`` (-1: none) and its head's arrival (``Slots.owner``
+    ``v[i:i + 2]``, the flow's ``Slots.key`` (-1: none) and its head's arrival (``Slots.owner``
     reads them). Nothing else changes a reservation once made (none merged, moved, trimmed)."""
     __slots__ = ()
 
@@ -167,8 +159,8 @@ class Spans(_Sorted):
             self._grow(n + 2)
         self.t[n] = s
         self.t[n + 1] = e
-        if self._ao is not None:
-            self.o[n] = -1.0
+        if self._av is not None:
+            self.v[n] = -1.0
         self.n = n + 2
         self.tl = e
 
@@ -183,12 +175,12 @@ class Spans(_Sorted):
             q -= 1
         self.t[i] = s
         self.t[i + 1] = e
-        if self._ao is not None:
+        if self._av is not None:
             q = n - 1
             while q >= i:
-                self.o[q + 2] = self.o[q]
+                self.v[q + 2] = self.v[q]
                 q -= 1
-            self.o[i] = -1.0
+            self.v[i] = -1.0
         self.n = n + 2
         self.tl = self.t[n + 1]
 
@@ -203,24 +195,24 @@ class Spans(_Sorted):
     def own(self, i: int, key: float, a: float) -> None:
         """The reservation ``t[i:i + 2]`` is held by the flow ``key`` (``ledger.Slots.key``),
         its head arriving at ``a`` (the start: as it starts)."""
-        if self._ao is None:
-            self._ao = _zeros(self.cap)
-            self.o = self._ao
+        if self._av is None:
+            self._av = _zeros(self.cap)
+            self.v = self._av
             for q in range(0, self.n, 2):
-                self.o[q] = -1.0
-        self.o[i] = key
-        self.o[i + 1] = a
+                self.v[q] = -1.0
+        self.v[i] = key
+        self.v[i + 1] = a
 
     def owned(self) -> bool:
         """Has a reservation ever been held by a flow (``own``)?"""
-        return self._ao is not None
+        return self._av is not None
 
     def disown(self, now: float) -> None:
         """Forget who holds the reservations that start by ``now`` (their heads are there:
         none moves; ``heads.prune_owners``)."""
         k = self.bisect_right(now)
         for q in range(0, k, 2):
-            self.o[q] = -1.0
+            self.v[q] = -1.0
 
     def prune(self, now: float) -> None:
         """Drop the intervals that ended at or before ``now`` (they can block nothing;
@@ -230,7 +222,7 @@ class Spans(_Sorted):
 
 
 class Steps(_Sorted):
-    """A link's booked bandwidth, a step function: the share ``r[i]`` of the bandwidth is
+    """A link's booked bandwidth, a step function: the share ``v[i]`` of the bandwidth is
     booked from breakpoint ``t[i]`` to ``t[i + 1]`` (``i < n``; the last share is 0)."""
     __slots__ = ()
 
@@ -241,7 +233,7 @@ class Steps(_Sorted):
         return self._at[:self.n].tolist()
 
     def shares(self) -> list[float]:
-        return self._ar[:self.n].tolist()
+        return self._av[:self.n].tolist()
 
     def push(self, s: float, r: float, e: float) -> None:
         """Book the share ``r`` from ``s`` to ``e``, after the last breakpoint (``<= s``)."""
@@ -249,9 +241,9 @@ class Steps(_Sorted):
         if n + 2 > self.cap:
             self._grow(n + 2)
         self.t[n] = s
-        self.r[n] = r
+        self.v[n] = r
         self.t[n + 1] = e
-        self.r[n + 1] = 0.0
+        self.v[n + 1] = 0.0
         self.n = n + 2
         self.tl = e
 
@@ -263,10 +255,10 @@ class Steps(_Sorted):
         q = n - 1
         while q >= i:
             self.t[q + 1] = self.t[q]
-            self.r[q + 1] = self.r[q]
+            self.v[q + 1] = self.v[q]
             q -= 1
         self.t[i] = x
-        self.r[i] = r
+        self.v[i] = r
         self.n = n + 1
         self.tl = self.t[n]
 
@@ -351,7 +343,7 @@ def take_rate(ln: Steps, s: float, e: float, busy: float) -> bool:
     """Reserve a link's bandwidth share ``busy / (e - s)`` over ``[s, e)`` if every moment of
     it has that much to spare; False (nothing reserved) if not.
 
-    A link's reservations are a step function (``Steps``): ``r[i]`` is the share of the
+    A link's reservations are a step function (``Steps``): ``v[i]`` is the share of the
     bandwidth booked from breakpoint ``t[i]`` to ``t[i + 1]`` (non-decreasing; the last share
     is 0). A transfer whose flits arrive slower than the link serves them (fed by a slower
     link upstream) books only that share, so transfers that together fit the bandwidth
@@ -376,11 +368,11 @@ def take_rate(ln: Steps, s: float, e: float, busy: float) -> bool:
     if k < 0:                           # before the first breakpoint (share 0 there)
         k = 0
     elif j == k + 1:                    # inside one segment (the common case)
-        x = ln.r[k]
+        x = ln.v[k]
         if x > lim:
             return False
         if ln.t[k] == s:
-            ln.r[k] = x + r
+            ln.v[k] = x + r
             if j == n or ln.t[j] != e:
                 ln.insert(j, e, x)
         elif j < n and ln.t[j] == e:
@@ -390,7 +382,7 @@ def take_rate(ln: Steps, s: float, e: float, busy: float) -> bool:
             ln.insert(j, s, x + r)
         return True
     for q in range(k, j):
-        x = ln.r[q]         # (compiled: a C double)
+        x = ln.v[q]         # (compiled: a C double)
         if x > lim:
             return False
     add_shares(ln, s, e, (r,))
@@ -403,19 +395,19 @@ def add_shares(ln: Steps, s: float, e: float, shares: Any) -> None:
     added to every segment)."""
     j = ln.bisect_left(e)
     if j == ln.n or ln.t[j] != e:
-        ln.insert(j, e, ln.r[j - 1] if j else 0.0)
+        ln.insert(j, e, ln.v[j - 1] if j else 0.0)
     i = ln.bisect_right(s) - 1
     if i < 0 or ln.t[i] != s:
         i += 1
-        ln.insert(i, s, ln.r[i - 1] if i else 0.0)
+        ln.insert(i, s, ln.v[i - 1] if i else 0.0)
         j += 1
     if len(shares) == 1:
         r = shares[0]
         for k in range(i, j):
-            ln.r[k] += r
+            ln.v[k] += r
     else:
         for k, r in zip(range(i, j), shares, strict=True):
-            ln.r[k] += r
+            ln.v[k] += r
 
 
 def fit_rate(ln: Steps, now: float, h: float, hd: float, body: float,
@@ -465,7 +457,7 @@ def fit_rate(ln: Steps, now: float, h: float, hd: float, body: float,
     while not finished:
         c = 1.0
         if k >= 0:
-            booked = ln.r[k]    # (compiled: a C double)
+            booked = ln.v[k]    # (compiled: a C double)
             c = 1.0 - booked
         if c <= rate_eps:
             c = 0.0
@@ -585,15 +577,15 @@ def _tidy(ln: Steps, a: float, b: float) -> None:
     k = i
     reps, teps = RATE_EPS, TIME_EPS     # (compiled: C doubles in the loop, items unboxed)
     while k < j:
-        x = ln.r[k]
+        x = ln.v[k]
         if -reps < x < reps:
-            ln.r[k] = 0.0
+            ln.v[k] = 0.0
             x = 0.0
         if k > 0:
             gap = ln.t[k] - ln.t[k - 1]
-            if gap <= teps or x == ln.r[k - 1]:
+            if gap <= teps or x == ln.v[k - 1]:
                 if gap <= teps:
-                    ln.r[k - 1] = ln.r[k]   # the sliver before goes; this share holds from there
+                    ln.v[k - 1] = ln.v[k]   # the sliver before goes; this share holds from there
                 ln.cut(k, k + 1)
                 j -= 1
                 continue

@@ -361,7 +361,7 @@ def share_fifo(ln: Steps, t0: float, streams: list) -> list:
             raise RuntimeError("share_fifo: no progress")
         while k + 1 < n and ln.t[k + 1] <= t:
             k += 1
-        c = 1.0 - (ln.r[k] if k >= 0 else 0.0)
+        c = 1.0 - (ln.v[k] if k >= 0 else 0.0)
         if c <= RATE_EPS:
             c = 0.0
         nxt = ln.t[k + 1] if k + 1 < n else _INF

@@ -180,13 +180,13 @@ class Slots:
         since (its slot left or reused; its hop then -1)."""
         if not iv.owned():
             return None
-        x = iv.o[i]
+        x = iv.v[i]
         if x < 0.0:
             return None
         k = int(x)
         sl = k % SLOTS_MAX
         f = self.flows[sl]
-        a = iv.o[i + 1]
+        a = iv.v[i + 1]
         if f is None or self.sn[sl] != k // SLOTS_MAX:      # complete since
             return DONE if a == iv.at(i) else (DONE, -1, a)
         if a == iv.at(i):       # its head arrived as it starts (alone)
