@@ -24,7 +24,11 @@ samples the raw rate itself, right before and right after every stage call (100 
 timeouts each, ~0.1 CPU s, not counted in any figure), and prices each stage at the mean
 of its own two samples, the CPU outside the stages at the median of all of them: the
 ``local`` cost per op is the sum over ops, independent of where the machine's phase was
-when the parent sampled.
+when the parent sampled. The replay, the longest stage (a minute at 1 M ops, long enough for
+the machine to change phase within it), is also sampled while it runs, from its progress
+callback every ``REPLAY_SAMPLE_EVERY`` reports (~8 samples per 1 M ops), and priced segment by
+segment; the table gives each stage's share of the local cost (*staged*) beside its share of
+the CPU time, which a phase change inside one stage moves by several points.
 
 The child puts pymalloc's arenas on huge pages first, as the ``kbtrace`` command does
 (``kbtrace._hugepages.install``), so that it measures what ``kbtrace run`` costs a user;
@@ -61,6 +65,7 @@ TARGET_STAGE_SHARE = 0.40         # no stage over 40% of the whole
 TARGET_RSS_GIB = 2.0              # target 3
 TARGET_RSS_GROWTH = 1.3           # ... growing <= 1.3x when the trace grows 10x
 LOCAL_SAMPLE = 100_000            # timeouts per raw-rate sample around each stage call
+REPLAY_SAMPLE_EVERY = 10          # the replay's progress reports (2^15 events each) per sample
 HUGE_ENV = "KBTRACE_HUGE_PAGES"   # kbtrace._hugepages.ENV (not imported: PYTHONPATH)
 
 
@@ -113,6 +118,7 @@ def child(params: dict[str, int], topology: str, out: str, fidelity: str = "fast
     outside = [0]      # the peak between stages (imports, topology), before each reset
     sampling = [0.0]   # CPU s spent sampling the raw rate, left out of every figure
     rates: list[float] = []
+    seg: dict = {}     # the stage under way: its stats, the CPU and rate of its last sample
 
     def sample() -> float:
         c = time.process_time()
@@ -121,24 +127,44 @@ def child(params: dict[str, int], topology: str, out: str, fidelity: str = "fast
         rates.append(r)
         return r
 
+    def net_cpu() -> float:     # CPU s so far, sampling left out
+        return time.process_time() - sampling[0]
+
+    def price(r: float) -> None:
+        """The stage's CPU since its last sample at the mean of that sample's rate and ``r``."""
+        c = net_cpu()
+        seg["s"]["timeouts"] += (c - seg["c"]) * (seg["r"] + r) / 2
+        seg["c"], seg["r"] = c, r
+        seg["s"]["samples"] += 1
+
+    def in_replay(_p) -> None:  # (the replay's progress callback)
+        seg["n"] = seg.get("n", 0) + 1
+        if seg.get("s") is not None and seg["n"] % REPLAY_SAMPLE_EVERY == 0:
+            price(sample())
+
     def timed(stage, fn):
         def wrapper(*a, **k):
+            if seg.get("s") is not None:      # inside a stage: the outer one counts it
+                return fn(*a, **k)
             outside[0] = max(outside[0], _hwm_kib())
             before = sample()
             _reset_hwm()
             start = _rss_kib() / 1024     # what the stages before left resident
-            c0, w0 = time.process_time(), time.perf_counter()
+            s = stats.setdefault(stage, {"cpu_s": 0.0, "wall_s": 0.0, "peak_rss_mib": 0.0,
+                                         "timeouts": 0.0, "start_rss_mib": start, "samples": 0})
+            c0, w0 = net_cpu(), time.perf_counter()
+            seg.update(s=s, c=c0, r=before)
+            s["samples"] += 1
             try:
                 return fn(*a, **k)
             finally:
-                cpu = time.process_time() - c0
+                cpu = net_cpu() - c0
                 wall = time.perf_counter() - w0
-                s = stats.setdefault(stage, {"cpu_s": 0.0, "wall_s": 0.0, "peak_rss_mib": 0.0,
-                                             "timeouts": 0.0, "start_rss_mib": start})
                 s["cpu_s"] += cpu
                 s["wall_s"] += wall
                 s["peak_rss_mib"] = max(s["peak_rss_mib"], _hwm_kib() / 1024)
-                s["timeouts"] += cpu * (before + sample()) / 2
+                price(sample())
+                seg["s"] = None
         return wrapper
 
     capture_pkg.capture = timed("capture", capture_pkg.capture)
@@ -150,7 +176,7 @@ def child(params: dict[str, int], topology: str, out: str, fidelity: str = "fast
     verifier.verify = timed("verify", verifier.verify)
     s = main.run_workload(ROOT / "capture" / "gemm.py", topology=topology,
                           params={k: v for k, v in params.items()}, out=out,
-                          fidelity=fidelity)
+                          fidelity=fidelity, progress=in_replay)
     peak = max([outside[0] / 1024, _hwm_kib() / 1024] + [v["peak_rss_mib"] for v in stats.values()])
     cpu = time.process_time() - t_cpu0 - sampling[0]
     rest = cpu - sum(v["cpu_s"] for v in stats.values())
@@ -216,8 +242,11 @@ def table(figs: list[dict], raws: list[float]) -> str:
         lr = f.get("local_rates") or [0.0]
         local = (f"{f.get('local_timeouts', 0.0) / f['ops']:.0f} ({len(lr)} samples "
                  f"{min(lr) / 1e6:.2f}-{max(lr) / 1e6:.2f} M/s)")
+        lt = f.get("local_timeouts") or 0.0
         shares = " | ".join(f"{f['stages'].get(s, {}).get('cpu_s', 0.0):.1f} s "
-                            f"({f['stages'].get(s, {}).get('cpu_s', 0.0) / f['cpu_s']:.0%})"
+                            f"({f['stages'].get(s, {}).get('cpu_s', 0.0) / f['cpu_s']:.0%}"
+                            + (f"; staged {f['stages'].get(s, {}).get('timeouts', 0.0) / lt:.0%})"
+                               if lt else ")")
                             for s in STAGES)
         peaks = ", ".join(f"{s} {f['stages'].get(s, {}).get('peak_rss_mib', 0):.0f}"
                           for s in STAGES)
