@@ -6,7 +6,7 @@ on it, no SimPy.
 A node's per-transaction overhead is an exclusive resource: its future busy intervals
 are a flat sorted list ``[s0, e0, s1, e1, ...]`` (``Spans``; ``serve``, ``take``,
 ``unreserve``). A link's booked bandwidth is a step function: breakpoints ``t`` and the share
-booked from each on ``r`` (``Steps``; ``take_rate``, ``fit_rate``, ``add_shares``,
+booked from each on ``v`` (``Steps``; ``take_rate``, ``fit_rate``, ``add_shares``,
 ``prune_rate``); streams that meet on a link give back what they booked (``unbook``) and are
 served together, first come, first served (``fifo.share_fifo``; ``fair``). ``FastFabric``
 owns one ``Spans`` per node and one ``Steps`` per link; these functions read and update them.
@@ -44,10 +44,11 @@ class _Sorted:
     of C doubles (``_at``; ``t`` is a typed view of it where compiled, the array itself where
     not; a full array is replaced by one twice as large, since one with a view on it cannot
     be resized), the values beside them in one more (``_av``, its view ``v``: ``Steps``'
-    shares, ``Spans``' owners once held, else None; one view, so a state is a small object
-    that pymalloc places among the others), their binary searches and deleting a run (``cut``). The methods index ``self.t``, not a local copy of the view (compiled,
-    a copy is an atomic count update: ~90% of an append). ``tl``: the last value ``t[n - 1]``
-    beside the count, so a booking's first test (free from ``s`` on?) misses no array tail."""
+    shares, ``Spans``' owners once held, else None; one view: a state is a 480-byte object,
+    in pymalloc's arenas), their binary searches and deleting a run (``cut``). The methods
+    index ``self.t``, not a local copy of the view (compiled, a copy is an atomic count
+    update: ~90% of an append). ``tl``: the last value ``t[n - 1]`` beside the count, so a
+    booking's first test (free from ``s`` on?) misses no array tail."""
     __slots__ = ("_at", "t", "_av", "v", "n", "cap", "tl")
 
     def __init__(self, shares: bool) -> None:

@@ -5,7 +5,7 @@
 
 ``share_fifo`` serves several streams that meet on a link from one moment on, as flit mode's
 link FIFO serves their flits, with the bandwidth the link's step function (``booking.Steps``:
-the breakpoints ``t``, the shares ``r``) has to spare, and books what each is served
+the breakpoints ``t``, the shares ``v``) has to spare, and books what each is served
 (``booking.add_shares``). ``fair.fair_hop`` calls it after giving back what the streams had
 booked there (``booking.unbook``). How a stream arrives: ``coarse`` keeps the arrival a link
 serves a short list; an HBM read reaches its first link as its bursts are ready
