@@ -18,6 +18,10 @@ cdef class _Sorted:
     cdef readonly double tl
     cdef double[::1] t, v
     cdef object _at, _av
+    # (16 bytes of padding: a 496-byte object takes a 512-byte pymalloc block, and with the
+    # pool's 48-byte header and the GC's 16 every such object starts on a cache line, so the
+    # fields above it up to t's data pointer are one line)
+    cdef double _pad0, _pad1
     @cython.locals(cap=cython.Py_ssize_t)
     cdef _grow(self, Py_ssize_t need)
     @cython.locals(q=cython.Py_ssize_t, d=cython.Py_ssize_t)
