@@ -50,6 +50,9 @@ cdef class _Table:
 cdef class Recs(_Table):
     cdef double[::1] v
     cdef object _a
+    # (40 bytes of padding: a 304-byte object takes a 320-byte pymalloc block, so each starts
+    # on a cache line, its count and view's data pointer in the header's; booking.pxd's _Sorted)
+    cdef double _pad0, _pad1, _pad2, _pad3, _pad4
     @cython.locals(r=cython.double, a_end=cython.double, n=cython.Py_ssize_t,
                    q=cython.Py_ssize_t)
     cpdef double book(self, Py_ssize_t slot, Py_ssize_t j, double s, double e, double busy,
