@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 
 import pytest
 from hypothesis import given, settings
@@ -81,3 +82,24 @@ def test_a_cut_of_everything_then_a_push():
         assert ln.n == 0
         ln.push(5.0, 1.0, 7.0)
         assert (ln.n, ln.tl) == (2, 7.0)
+
+
+def test_compiled_states_fill_whole_cache_lines_of_pymalloc_blocks():
+    """The padding in ``booking.pxd`` (``_Sorted``) and ``ledger.pxd`` (``Recs``) makes each
+    object, with the GC's 16-byte header, a multiple of 64 bytes that pymalloc serves (at most
+    512): its pool's 48-byte header then puts every such object on a cache line. A field added
+    to either class breaks that here, not silently (adjust the padding)."""
+    try:
+        b = importlib.import_module("kbtrace.replay.fabric._booking_c")
+        led = importlib.import_module("kbtrace.replay.fabric._ledger_c")
+    except ImportError:
+        pytest.skip("compiled core not built")
+    for cls in (b.Spans, b.Steps, led.Recs):
+        block = cls.__basicsize__ + 16
+        assert block % 64 == 0 and block <= 512, (cls.__name__, cls.__basicsize__)
+    if os.environ.get("PYTHONMALLOC", "pymalloc") != "pymalloc":
+        return      # (another allocator: no pools, no alignment to check)
+    tab = led.Slots()
+    objs = [b.Steps() for _ in range(8)] + [b.Spans() for _ in range(8)] + \
+        [led.Recs(tab) for _ in range(8)]
+    assert [id(o) % 64 for o in objs] == [0] * len(objs)
