@@ -140,6 +140,38 @@ def test_hbm_read_span_equals_read():
     assert c.read_bursts(0, 0, 7.5) == ([], 7.5, 7.5)
 
 
+@pytest.mark.parametrize("which", ("pure", "fast mode's"))
+def test_hbm_read_lazy_works_out_the_same_burst_times(which):
+    """``read_lazy`` (fast mode's flows) leaves the same PC state and (first, last) as
+    ``read_bursts``, and ``Bursts.times`` later gives the very same finish times, short last
+    bursts and turnaround penalties included, whatever the controller did in between."""
+    from kbtrace.replay.fabric.core import hbm_controller
+    from kbtrace.replay.hbm import known_bursts
+    cls = HbmController if which == "pure" else hbm_controller()
+    rng = random.Random(11)
+    p = SimpleNamespace(pcs_per_pe=8, pc_bw_gbps=32.0, efficiency=0.9, burst_bytes=256,
+                        switch_penalty_ns=1.5)
+    a, b = cls(0, p), cls(0, p)
+    t = 0.0
+    pending = []
+    for _ in range(400):
+        t += rng.choice([0.0, 0.5, 3.0, 40.0])
+        addr = rng.randrange(0, 1 << 16) * 64
+        nb = rng.choice([64, 256, 300, 2048, 4096, 5000, 65536])
+        if rng.random() < 0.3:
+            for h in (a, b):
+                h.commit(addr, 256, t, 1)
+            continue
+        ready, first, last = a.read_bursts(addr, nb, t)
+        lazy, first_l, last_l = b.read_lazy(addr, nb, t)
+        assert (first_l, last_l) == (first, last)
+        assert a.pc_avail == b.pc_avail and a.last_dir == b.last_dir
+        pending.append((lazy, ready))
+    for lazy, ready in pending:              # asked for long after: the times they were
+        assert lazy.times() == ready and lazy.times() is lazy.times()
+    assert known_bursts([1.0, 2.5]).times() == [1.0, 2.5]
+
+
 # --------------------------------------------------------------------------- fast fabric
 # The fast fabric books a transfer in closed-form stretches (``_Plan``) and falls back to the
 # sequential recursion (``_hop``) only at a resource that is not free. Its docstring claims the

@@ -4,6 +4,19 @@
 # setup.py copies it beside the generated _hbm_c.py.
 import cython
 
+cdef class Bursts:
+    cdef public Py_ssize_t n, npcs
+    cdef public double full, tail
+    cdef public list f0
+    cdef public object _t
+    @cython.locals(n=Py_ssize_t, npcs=Py_ssize_t, full=cython.double, tail=cython.double,
+                   out=list, j=Py_ssize_t, cnt=Py_ssize_t, k_tail=Py_ssize_t,
+                   f=cython.double, k=Py_ssize_t)
+    cpdef list times(self)
+
+@cython.locals(b=Bursts)
+cpdef Bursts known_bursts(list times)
+
 cdef class HbmController:
     cdef public long node_idx, shift, mask, burst, n_pcs
     cdef public double bw, penalty
@@ -19,6 +32,9 @@ cdef class HbmController:
     @cython.locals(out=list, first=cython.double, last=cython.double)
     cpdef tuple read_bursts(self, long addr, long nbytes, double t, long op_id=*)
 
+    @cython.locals(b=Bursts)
+    cpdef tuple read_lazy(self, long addr, long nbytes, double t, long op_id=*)
+
     cpdef tuple read_span(self, long addr, long nbytes, double t, long op_id=*)
 
     @cython.locals(burst=cython.long, shift=cython.long, mask=cython.long, bw=cython.double,
@@ -27,7 +43,8 @@ cdef class HbmController:
                    first=cython.double, last=cython.double, j=cython.long, pc=cython.long,
                    cnt=cython.long, k_tail=cython.long, f=cython.double, f0=cython.double,
                    f1=cython.double, k=cython.long, avail=list, last_dir=list)
-    cpdef tuple read_into(self, long addr, long nbytes, double t, list out, long op_id=*)
+    cpdef tuple read_into(self, long addr, long nbytes, double t, list out, long op_id=*,
+                          Bursts lazy=*)
 
     @cython.locals(burst=cython.long, shift=cython.long, mask=cython.long, bw=cython.double,
                    pen=cython.double, n=cython.long, step=cython.double, last=cython.double,

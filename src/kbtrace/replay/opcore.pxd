@@ -3,7 +3,7 @@
 # compiled servers and PE_CPU make directly; opcore.py itself stays plain Python and is what
 # runs interpreted and in flit mode). setup.py copies it beside the generated _opcore_c.py.
 import cython
-from kbtrace.replay.fabric._hbm_c cimport HbmController
+from kbtrace.replay.fabric._hbm_c cimport Bursts, HbmController
 from kbtrace.replay.fabric._rowbuf_c cimport DoneRows, HopRows, IssueRows
 
 cdef Py_ssize_t PLAN_CACHE
@@ -25,5 +25,5 @@ cdef class OpCore:
     @cython.locals(op_id=Py_ssize_t, now=double, cbs=list)
     cpdef complete(self, op, double t_issue, double t_start, str engine)
     @cython.locals(h=HbmController, t=double, shape=long, group=long, first=double,
-                   last=double, bursts=list, ready=list)
+                   last=double, bursts=Bursts, times=list, ready=list)
     cpdef hbm_read(self, long op_id, long tile, long src, long dst, long addr, long nbytes)

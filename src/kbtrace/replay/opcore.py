@@ -18,10 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbtrace.replay.ops import Op, plan_for
 from kbtrace.replay.recorder import STAGE_CODE
+
+if TYPE_CHECKING:       # (a module: the compiled twin cimports the class by this name)
+    from kbtrace.replay import hbm
 
 __all__ = ["OpCore", "PLAN_CACHE"]
 
@@ -135,19 +138,20 @@ class OpCore:
         t = self.env._now
         shape = 0
         group = 1
-        bursts: list[float] | None
+        bursts: hbm.Bursts | None
         ready: list[float] | None
         if self.fast and nbytes % h.burst and nbytes > h.burst:
             # a short last burst: the closed form needs to know where it falls in ready order
             # (flits leave in that order; ties keep burst order): head, middle or tail
-            bursts, first, last = h.read_bursts(addr, nbytes, t, op_id)
-            short, full = bursts[-1], bursts[:-1]
+            bursts, first, last = h.read_lazy(addr, nbytes, t, op_id)
+            times = bursts.times()
+            short, full = times[-1], times[:-1]
             shape = 1 if short < min(full) else 0 if short >= max(full) else 2
-            group = bursts.count(last)      # ready together at the end: they queue
+            group = times.count(last)       # ready together at the end: they queue
             ready = None
         elif self.flows and nbytes > h.burst:   # a flow: its bursts, how it reaches its first
-            bursts, first, last = h.read_bursts(addr, nbytes, t, op_id)     # link (``fair``)
-            ready = None
+            bursts, first, last = h.read_lazy(addr, nbytes, t, op_id)   # link (``fair``), when
+            ready = None                                                # asked for
         elif self.fast:
             first, last = h.read_span(addr, nbytes, t, op_id)
             ready = bursts = None

@@ -13,8 +13,8 @@ cdef class _Rows:
 
 cdef class HopRows(_Rows):
     @cython.locals(i=cython.Py_ssize_t)
-    cpdef add(self, double op, double tile, double stage, double node, double link,
-              double enter, double leave, double busy, double queue, double nbytes)
+    cpdef add(self, op, tile, stage, node, link, double enter, double leave, double busy,
+              double queue, nbytes)
     @cython.locals(r=tuple)
     cpdef extend(self, rows)
 
@@ -22,11 +22,9 @@ cdef class CompactRows(_Rows):
     cdef public HopRows x
     cdef public double rows
     @cython.locals(i=cython.Py_ssize_t)
-    cpdef add(self, double pos, double op, double tile, double plan, double h0, double t0,
-              double done, double n)
+    cpdef add(self, double pos, op, tile, plan, double h0, double t0, double done, n)
     @cython.locals(x=HopRows)
-    cpdef transfer(self, double op, double tile, double plan, double h0, double t0,
-                   double done, double n)
+    cpdef transfer(self, op, tile, plan, double h0, double t0, double done, n)
 
 cdef class IssueRows(_Rows):
     @cython.locals(i=cython.Py_ssize_t)

@@ -32,7 +32,7 @@ exactly as before.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbtrace.replay.fabric.base import after
 from kbtrace.replay.fabric.booking import unbook
@@ -47,6 +47,9 @@ from kbtrace.replay.fabric.fifo import (
     share_fifo,
 )
 from kbtrace.replay.intervals import TIME_EPS
+
+if TYPE_CHECKING:
+    from kbtrace.replay.hbm import Bursts
 
 __all__ = ["Flow", "Booked", "book", "booked", "fair_hop", "incumbents", "prune_flows", "share_with", "expand", "coarse",
            "ARRIVAL_PIECES"]
@@ -80,7 +83,7 @@ class Flow:
         self.nres: dict[int, float] | None = None
         #: per hop of a single flit, the pieces its link booking holds (``heads.relink``)
         self.sl: dict[int, list] | None = None
-        self.rd: list[float] | None = None    # an HBM read's burst ready times (``arrival``)
+        self.rd: Bursts | None = None     # an HBM read's burst ready times (``arrival``)
 
     def booked_flit(self, j: int, pcs: list, a: float = -1.0) -> None:
         """Its single flit took hop ``j``'s link as ``pcs`` (``(start, end, share)``), arriving
@@ -160,7 +163,7 @@ class Booked:
                 self.arr = _arrival(prev.pieces(), f.rt.hops[j - 1][8], self.busy / prev.busy,
                                     self.s)
             elif j == 0 and f.rd is not None:   # an HBM read's bursts, as they are ready
-                self.arr = burst_arrival(f.rd, self.busy, f.rt.nb, f.fab.flit_bytes)
+                self.arr = burst_arrival(f.rd.times(), self.busy, f.rt.nb, f.fab.flit_bytes)
             else:
                 self.arr = [(self.s, self.s + self.busy / self.r, self.r)]
         return self.arr
@@ -416,7 +419,7 @@ def fair_hop(fab: Any, rt: Any, j: int, h: float, t: float, inc: list,
     if prev is not None:                # it arrives as the link before serves it
         arr = _arrival(prev.pieces(), rt.hops[j - 1][8], busy / prev.busy, h)
     elif j == 0 and f is not None and f.rd is not None:     # an HBM read: as it is ready
-        arr, hw = burst_arrival(f.rd, busy, rt.nb, fab.flit_bytes, BURST_NS), hd_d
+        arr, hw = burst_arrival(f.rd.times(), busy, rt.nb, fab.flit_bytes, BURST_NS), hd_d
     else:
         arr = [(h, h + busy / rho, rho)]
     pcs, end, head = share_with(fab, ln, h, inc, [[arr, busy, 0.0, hw]])[0]

@@ -33,7 +33,7 @@ from kbtrace.replay.fabric.heads import (
 from kbtrace.replay.fabric.ledger import FabState, Recs, Slots
 from kbtrace.replay.fabric.pull import pull_behind, read_first
 from kbtrace.replay.fabric.routes import _Plan, _Route, book_route, hop_seq
-from kbtrace.replay.hbm import HbmController
+from kbtrace.replay.hbm import Bursts, HbmController, known_bursts
 from kbtrace.replay.recorder import STAGE_CODE, Recorder
 
 __all__ = ["FastFabric", "_Route", "_Plan"]
@@ -163,7 +163,7 @@ class FastFabric(Fabric, FabState):
             self, op_id: int, tile: int, src: int, dst: int, nbytes: int, addr: int = 0,
             ready: list[float] | None = None, at: float | None = None, ack: float = 0.0,
             span: tuple[float, float] | None = None, shape: int = 0, group: int = 1,
-            bursts: list[float] | None = None) -> _Ev:
+            bursts: Bursts | list[float] | None = None) -> _Ev:
         """As ``Fabric.send``, but the event is a bare one (``after``): yield it or add
         callbacks; it is not a ``simpy.Event`` (no ``all_of``). ``at``: flits ready at this
         (future) time instead of now;
@@ -179,8 +179,8 @@ class FastFabric(Fabric, FabState):
         times on the slowest link after it would alone (exact for a tandem of FIFO links):
         its ready time is moved by that much. Without it, a read whose short burst leads
         three full ones ready together came out two flit times early. ``bursts``: an HBM
-        read's ready time per burst, how a flow's work arrives at its first link
-        (``fair.Booked.arrival``)."""
+        read's ready time per burst (``hbm.Bursts``, worked out when asked for, or a list), how a
+        flow's work arrives at its first link (``fair.Booked.arrival``)."""
         key = (src, dst, nbytes) if not shape else (src, dst, nbytes, shape)
         rt = self._routes_nb.get(key)
         if rt is None:
@@ -203,7 +203,7 @@ class FastFabric(Fabric, FabState):
             prune_all(self, now)
         f = self._f = self.begin(rt, op_id, tile, ack)
         if f is not None:
-            f.rd = bursts
+            f.rd = known_bursts(bursts) if isinstance(bursts, list) else bursts
         return book_route(self, rt, f, op_id, tile, addr, h, t, ack, now)
 
     def _hop(self, rt: _Route, j: int, op_id: int, tile: int, h: float, t: float,

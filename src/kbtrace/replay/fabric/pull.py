@@ -197,7 +197,8 @@ def read_first(fab: Any, rt: Any, j: int, h: float, t: float, inc: list,
         unbook(ln, old, old[0][0])
         del own[s_r]
     extra = [[[(a, a + g.rt.busy[jg], 1.0)], g.rt.busy[jg], 0.0, 0.0] for a, _s, g, jg in late]
-    extra.append([burst_arrival(rd, busy, rt.nb, fab.flit_bytes, BURST_NS), busy, 0.0, hd_d])
+    extra.append([burst_arrival(rd.times(), busy, rt.nb, fab.flit_bytes, BURST_NS), busy, 0.0,
+                  hd_d])
     res = share_with(fab, ln, h, inc, extra)
     fab.push_depth += 1
     for (a, _s, g, jg), old, (pcs, end, _hd) in zip(late, olds, res, strict=False):
