@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -202,7 +203,7 @@ def report(results: list[dict], top: int = 25) -> str:
 
 @pytest.mark.benchmark
 def test_costs(tmp_path):
-    if subprocess.run(["which", "valgrind"], capture_output=True).returncode:
+    if shutil.which("valgrind") is None:
         pytest.skip("valgrind is not installed")
     res = measure([2048, 4096], [ROOT / "src"], tmp_path)
     print(report(res, 10))
@@ -223,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         child(*args.child)
         return 0
+    if shutil.which("valgrind") is None:
+        ap.error("valgrind is not installed; install it (e.g. apt-get install valgrind)")
     if len(set(args.ops)) < 2 or min(args.ops) < 1024:
         ap.error("--ops: two different sizes of at least 1024 ops")
     for src in args.src:
