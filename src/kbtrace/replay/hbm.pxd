@@ -29,7 +29,7 @@ cdef class HbmController:
 
     cpdef list read(self, long addr, long nbytes, double t, long op_id=*)
 
-    @cython.locals(out=list, first=cython.double, last=cython.double)
+    @cython.locals(b=Bursts, first=cython.double, last=cython.double)
     cpdef tuple read_bursts(self, long addr, long nbytes, double t, long op_id=*)
 
     @cython.locals(b=Bursts)
@@ -43,8 +43,7 @@ cdef class HbmController:
                    first=cython.double, last=cython.double, j=cython.long, pc=cython.long,
                    cnt=cython.long, k_tail=cython.long, f=cython.double, f0=cython.double,
                    f1=cython.double, k=cython.long, avail=list, last_dir=list)
-    cpdef tuple read_into(self, long addr, long nbytes, double t, list out, long op_id=*,
-                          Bursts lazy=*)
+    cpdef tuple read_into(self, long addr, long nbytes, double t, long op_id=*, Bursts lazy=*)
 
     @cython.locals(burst=cython.long, shift=cython.long, mask=cython.long, bw=cython.double,
                    pen=cython.double, n=cython.long, step=cython.double, last=cython.double,

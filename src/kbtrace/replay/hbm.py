@@ -45,7 +45,7 @@ class Bursts:
     a stream meets the read at its first link, so most reads never build the list (a boxed
     float per burst: ~26 per op on gemm). ``f0[j]``: when the read's ``j``-th pseudo-channel
     started on it (its turnaround penalty included); ``times`` makes the same additions in the
-    same order as ``HbmController.read_into`` filling a list."""
+    same order as ``HbmController.read_into``'s running sum on each pseudo-channel."""
     __slots__ = ("n", "npcs", "full", "tail", "f0", "_t")
 
     def __init__(self) -> None:
@@ -121,16 +121,15 @@ class HbmController:
         the list); no bursts and (t, t) for ``nbytes <= 0``."""
         if nbytes <= 0:
             return [], t, t
-        out = [0.0] * -(-nbytes // self.burst)
-        first, last = self.read_into(addr, nbytes, t, out, op_id)
-        return out, first, last
+        b, first, last = self.read_lazy(addr, nbytes, t, op_id)
+        return b.times(), first, last
 
     def read_lazy(self, addr: int, nbytes: int, t: float,
                   op_id: int = -1) -> tuple[Bursts, float, float]:
         """``read_bursts`` with the times left to be asked for (``Bursts.times``): the same PC
         state and (first, last); ``nbytes > 0``."""
         b = Bursts()
-        first, last = self.read_into(addr, nbytes, t, None, op_id, b)
+        first, last = self.read_into(addr, nbytes, t, op_id, b)
         return b, first, last
 
     def read_span(self, addr: int, nbytes: int, t: float,
@@ -138,14 +137,13 @@ class HbmController:
         """``read`` reduced to its (first, last) burst finish times: same PC state, same bits."""
         if nbytes <= 0:
             return t, t
-        return self.read_into(addr, nbytes, t, None, op_id)
+        return self.read_into(addr, nbytes, t, op_id)
 
-    def read_into(self, addr: int, nbytes: int, t: float, out: list[float] | None,
-                  op_id: int = -1, lazy: Bursts | None = None) -> tuple[float, float]:
-        """Schedule a read's bursts (``nbytes > 0``); return (first, last) finish, filling
-        ``out`` (as many as the bursts) with each burst's if given: ``min`` / ``max`` of
-        ``out`` (a PC's finish times only grow) without a pass over it. ``lazy``: filled in
-        so that it can work the burst times out later (``Bursts``).
+    def read_into(self, addr: int, nbytes: int, t: float, op_id: int = -1,
+                  lazy: Bursts | None = None) -> tuple[float, float]:
+        """Schedule a read's bursts (``nbytes > 0``); return (first, last) finish: ``min`` /
+        ``max`` of the bursts' (a PC's finish times only grow) without a list of them.
+        ``lazy``: filled in so that it can work each burst's out when asked (``Bursts``).
 
         Same arithmetic as ``commit`` per burst. Consecutive bursts go round-robin over
         the pseudo-channels (burst and PC count are powers of 2), and all arrive at
@@ -157,8 +155,6 @@ class HbmController:
         if burst != 1 << shift or self.n_pcs & mask:    # pragma: no cover - params forbid
             fs = [self.commit(addr + off, min(burst, nbytes - off), t, 0, op_id)
                   for off in range(0, nbytes, burst)]
-            if out is not None:
-                out[:] = fs
             if lazy is not None:
                 lazy._t = fs
             return min(fs), max(fs)
@@ -186,12 +182,7 @@ class HbmController:
             f0 = f
             if lazy is not None:
                 lazy.f0.append(f0)
-            if out is not None:
-                for k in range(cnt):
-                    f += tail if k == k_tail else full
-                    out[j + k * npcs] = f
-                f1 = out[j]
-            elif k_tail < 0:    # fast: the same additions, only the first and last kept
+            if k_tail < 0:      # the same additions as ``Bursts.times``, first and last kept
                 f += full
                 f1 = f
                 for _ in range(cnt - 1):
