@@ -132,6 +132,9 @@ def run(src: Path, trace: Path, out: Path, fidelity: str, l1: int, ll: int
     # numpy's BLAS threads spin a while after start-up, a count that varies run to run
     # (valgrind runs threads one at a time): ~2,000 instructions per op of noise
     env["OPENBLAS_NUM_THREADS"] = env["OMP_NUM_THREADS"] = "1"
+    # a fixed string hash: with a random one the same tree's count moved by ~1,300
+    # instructions per op between two runs (dict and set layouts, type-cache collisions)
+    env["PYTHONHASHSEED"] = "0"
     res = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=yes",
                           "--I1=32768,8,64", f"--D1={l1},8,64", f"--LL={ll},8,64",
                           f"--cachegrind-out-file={cg}", sys.executable, "-W", "ignore",
