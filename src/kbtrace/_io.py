@@ -98,11 +98,16 @@ def _pq_opts(schema: pa.Schema, bulk: bool = False) -> dict[str, Any]:
     20.2 MB (zstd with the split: 0.27 s, 13.1 MB); pyarrow, DuckDB and polars read both.
     No statistics on its dictionary columns (``stage``: every row group holds most of its
     few values, so they skip nothing; computing them took ~15% of the write: 0.35 -> 0.30
-    CPU s on those rows)."""
+    CPU s on those rows). And the encoders are handed a row group's values at once
+    (``write_batch_size``), so their buffers are sized once instead of grown 1,024 values
+    at a time (each growth a copy): writing 2.93 M gemm hop rows took 1,816 instead of 2,127
+    M instructions (cachegrind), the file byte for byte the same (a row group's 8-byte
+    column is 512 KiB, one data page either way)."""
     opts = {**_PQ_OPTS, "use_dictionary": dictionary_columns(schema)}
     leaves = [leaf for f in schema for leaf in _leaves(f.name, f.type)]
     if bulk:
         opts["compression"] = "lz4"
+        opts["write_batch_size"] = ROW_GROUP_SIZE
         opts["use_byte_stream_split"] = [f.name for f in schema if pa.types.is_floating(f.type)]
         opts["write_statistics"] = [f.name for f in schema if not pa.types.is_dictionary(f.type)]
     if any(_is_blob(t) for _n, t in leaves):
