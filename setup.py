@@ -6,10 +6,10 @@ Everything else about the package is in ``pyproject.toml``. The compiled core is
 kbtrace runs the same code as pure Python where it is not built (saying so once; see
 ``kbtrace.replay.fabric.core``).
 
-The reference sources stay the readable ``.py`` files (``replay/fabric/booking.py``,
+The reference sources stay the readable ``.py`` files (``replay/fabric/events.py``, ``booking.py``,
 ``fifo.py``, ``ledger.py``, ``fair.py``, ``enters.py``, ``heads.py``, ``bodies.py``, ``pull.py``, ``routes.py``, ``fast.py``, ``replay/hbm.py``,
 ``rowbuf.py``, ``segsort.py``, ``stations.py``, ``cpu.py``, ``opcore.py``); Cython compiles copies
-of them under other module names (``_booking_c``, ``_fifo_c``, ``_ledger_c``, ``_fair_c``, ``_heads_c``,
+of them under other module names (``_events_c``, ``_booking_c``, ``_fifo_c``, ``_ledger_c``, ``_fair_c``, ``_heads_c``,
 ``_bodies_c``, ``_pull_c``, ``_enters_c``, ``_routes_c``, ``_fast_c``, ``_hbm_c``, ``_rowbuf_c``, ``_segsort_c``, ``_stations_c``,
 ``_cpu_c``, ``_opcore_c``,
 all in ``replay/fabric/``), generated into ``build/kbtrace-core/`` with the imports between
@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent
 GEN = Path("build") / "kbtrace-core"              # relative: setuptools wants relative sources
 #: compiled module -> its reference source under src/ (kbtrace.replay.fabric.core.CORE too)
 CORE = {
+    "kbtrace.replay.fabric._events_c": "kbtrace/replay/fabric/events.py",
     "kbtrace.replay.fabric._booking_c": "kbtrace/replay/fabric/booking.py",
     "kbtrace.replay.fabric._fair_c": "kbtrace/replay/fabric/fair.py",
     "kbtrace.replay.fabric._ledger_c": "kbtrace/replay/fabric/ledger.py",
@@ -51,7 +52,8 @@ CORE = {
 }
 #: processes for Cython's translation and the C compiles (both are one process per module)
 _JOBS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-TWINS = {"kbtrace.replay.fabric.booking": "kbtrace.replay.fabric._booking_c",
+TWINS = {"kbtrace.replay.fabric.events": "kbtrace.replay.fabric._events_c",
+         "kbtrace.replay.fabric.booking": "kbtrace.replay.fabric._booking_c",
          "kbtrace.replay.fabric.fair": "kbtrace.replay.fabric._fair_c",
          "kbtrace.replay.fabric.ledger": "kbtrace.replay.fabric._ledger_c",
          "kbtrace.replay.fabric.fifo": "kbtrace.replay.fabric._fifo_c",

@@ -334,7 +334,7 @@ def test_bare_events_refuse_a_negative_delay_like_timeout():
     import simpy
 
     from kbtrace.errors import InvariantError
-    from kbtrace.replay.fabric.base import after
+    from kbtrace.replay.fabric.events import after
 
     env = simpy.Environment()
     ev = after(env, 2.5, "x")
@@ -342,6 +342,25 @@ def test_bare_events_refuse_a_negative_delay_like_timeout():
     assert env.now == 2.5 and ev.value == "x"
     with pytest.raises(InvariantError, match=r"scheduled 1 ns in the past \(at 1.5 ns, now 2.5 ns\)"):
         after(env, -1.0)
+
+
+@pytest.mark.parametrize("mod", ["kbtrace.replay.fabric.events",
+                                 "kbtrace.replay.fabric._events_c"])
+def test_bare_events_fire_in_the_order_timeouts_would(mod):
+    """``after`` pushes its heap entry itself (as ``Environment.schedule`` does): mixed with
+    ``env.timeout``s, events due together fire in the order they were made, pure and
+    compiled (the twin only where it is built)."""
+    import simpy
+
+    m = pytest.importorskip(mod)
+    env = simpy.Environment()
+    fired = []
+    for i, (kind, d) in enumerate([("t", 1.0), ("a", 1.0), ("t", 0.5), ("a", 1.0), ("a", 0.0),
+                                   ("t", 1.0)]):
+        ev = env.timeout(d, i) if kind == "t" else m.after(env, d, i)
+        ev.callbacks.append(lambda e, i=i: fired.append((env.now, i, e.value)))
+    env.run()
+    assert fired == [(0.0, 4, 4), (0.5, 2, 2), (1.0, 0, 0), (1.0, 1, 1), (1.0, 3, 3), (1.0, 5, 5)]
 
 
 def test_plans_are_built_for_the_second_transfer_on_a_route(tmp_path):

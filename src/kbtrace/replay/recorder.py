@@ -133,6 +133,10 @@ class Recorder:
         #: ``h0`` / ``t0`` (expanded at finalisation), placed after the explicit rows so far
         #: (the buffer's own method: the booking walk calls it with no Python frame)
         self.transfer = self._c.transfer
+        #: ``rows(rows)``: explicit rows, tuples in the internal layout (stage as its
+        #: ``STAGE_CODE``), in creation order (the buffer's own ``extend``: the booking code
+        #: calls it with no Python frame)
+        self.rows = self._x.extend
         self._carry: np.ndarray | None = None   # rows (columns) of ops in flight at last flush
         self._rid_of = np.full(0, -1, dtype=np.int64)   # node * 64 + stage -> rid (grows)
         #: ops completed since the last flush (completion order), their raw timing and engine
@@ -170,10 +174,6 @@ class Recorder:
     def hop(self, op: int, tile: int, stage: str, node: int, link: int, enter: float,
             leave: float, busy: float, queue: float, nbytes: int) -> None:
         self._x.add(op, tile, STAGE_CODE[stage], node, link, enter, leave, busy, queue, nbytes)
-
-    def rows(self, rows: list[tuple]) -> None:
-        """Explicit rows in the internal layout (stage as ``STAGE_CODE``), creation order."""
-        self._x.extend(rows)
 
     def add_plan(self, rows: list[tuple], nbytes: int) -> int:
         """Register a compact-transfer plan; return its id.

@@ -36,15 +36,19 @@ transfer (``link_idx`` set; ``t_enter`` = head reaches the link's source node,
 destination node, and one row per control message. In fast mode a head moved later after
 it was booked (``fair``, ``heads``) enters its rows as it now arrives (``enters``).
 
-Modules (one-way imports: ``flit`` and ``fast`` import ``base``; ``fast`` imports
+Modules (one-way imports: ``flit`` and ``fast`` import ``base`` and ``events``; ``fast`` imports
 ``booking``; this package imports all three):
 
-``base``     ``Transfer``, the ``Fabric`` base (routes, per-link / per-node constants,
-             control messages) and bare events (``after``).
+``base``     ``Transfer`` and the ``Fabric`` base (routes, per-link / per-node constants,
+             control messages).
+``events``   bare SimPy events (``_Ev``, ``after``: ``env.timeout`` without its object,
+             pushed onto the heap as ``Environment.schedule`` does; compiled with the
+             core; imports nothing of the package; ``flit``, ``fast``, ``routes``,
+             ``fair`` and ``heads`` import it).
 ``flit``     ``FlitFabric``: standing link / node processes, per-flit FIFOs.
 ``fast``     ``FastFabric``: closed-form timing per transfer, booked in stretches.
 ``routes``   routes and their free-path closed forms (``_Route``, ``_Plan``), and the
-             walk booking a transfer along them (``book_route``; imports ``base``,
+             walk booking a transfer along them (``book_route``; imports ``events``,
              ``booking``, ``fair``, ``heads`` and ``bodies``; ``fast`` imports it).
 ``booking``  fast mode's reservation arithmetic on plain lists (node busy intervals,
              link bandwidth shares): pure functions, no SimPy.
@@ -53,10 +57,10 @@ Modules (one-way imports: ``flit`` and ``fast`` import ``base``; ``fast`` import
 ``ledger``   flows' link bookings as C records (``Recs`` per link, flows named by slot in
              ``Slots``): no Python object per hop (imports nothing of the package).
 ``fair``     fast mode's fair share: flows that meet on a link served together, moved
-             (imports ``booking``, ``fifo`` and ``ledger``).
+             (imports ``events``, ``booking``, ``fifo`` and ``ledger``).
 ``heads``    node overheads serving heads in arrival order, moving flows' heads (a moved
              single flit's link booking too); HBM writes' commits (``HbmWrite``)
-             (imports ``base``, ``booking``, ``fair`` and ``bodies``; ``fast`` imports all
+             (imports ``events``, ``booking``, ``fair`` and ``bodies``; ``fast`` imports all
              of them).
 ``bodies``   stream bodies held at mesh routers by the heads that arrive before them, found
              among the links' live bookings (``ledger.Recs``; nothing noted per hop)
@@ -76,8 +80,9 @@ from typing import Any
 
 import simpy
 
-from kbtrace.replay.fabric.base import Fabric, Transfer, after
+from kbtrace.replay.fabric.base import Fabric, Transfer
 from kbtrace.replay.fabric.core import fast_fabric
+from kbtrace.replay.fabric.events import after
 from kbtrace.replay.fabric.fast import FastFabric
 from kbtrace.replay.fabric.flit import FlitFabric
 from kbtrace.replay.hbm import HbmController

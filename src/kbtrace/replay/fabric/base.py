@@ -1,18 +1,17 @@
-"""What both fidelity modes share: ``Transfer`` (one payload movement), the ``Fabric`` base
-(routes, per-link / per-node constants, control messages) and bare events (``after``)."""
+"""What both fidelity modes share: ``Transfer`` (one payload movement) and the ``Fabric`` base
+(routes, per-link / per-node constants, control messages). Bare events (``after``) are in
+``events``."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import simpy
-from simpy.events import NORMAL  # the priority of a Timeout
 
-from kbtrace.errors import InvariantError
 from kbtrace.replay.hbm import HbmController
 from kbtrace.replay.recorder import Recorder
 
-__all__ = ["Fabric", "Transfer", "after"]
+__all__ = ["Fabric", "Transfer"]
 
 
 class Transfer:
@@ -125,38 +124,4 @@ class Fabric:
 
     def _start(self, x: Transfer, ready: list[float] | None) -> None:  # pragma: no cover
         raise NotImplementedError
-
-
-
-if TYPE_CHECKING:       # to the type checker a bare event is the SimPy event it stands for
-    _EventLike = simpy.Event
-else:
-    _EventLike = object
-
-
-class _Ev(_EventLike):
-    """A bare SimPy event: what ``Environment.step`` and ``Process._resume`` touch (plus
-    ``value``, as on a ``Timeout``)."""
-    __slots__ = ("callbacks", "_ok", "_value")
-
-    if TYPE_CHECKING:   # made bare (no environment) and filled in by hand
-        def __init__(self) -> None: ...
-
-    @property
-    def value(self) -> Any:
-        return self._value
-
-
-def after(env: simpy.Environment, delay: float, value: Any = None) -> _Ev:
-    """``env.timeout(delay, value)`` without the ``Timeout`` object: the same event scheduled
-    the same way (its value is ``_value``), and refused like it for a negative delay."""
-    if delay < 0:
-        raise InvariantError(f"an event scheduled {-delay:.6g} ns in the past (at "
-                             f"{env.now + delay:.6g} ns, now {env.now:.6g} ns)")
-    ev = _Ev()
-    ev.callbacks = []
-    ev._ok = True
-    ev._value = value
-    env.schedule(ev, NORMAL, delay)
-    return ev
 

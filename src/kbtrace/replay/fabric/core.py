@@ -33,7 +33,8 @@ __all__ = ["fast_fabric", "hbm_controller", "row_buffers", "seg_kernels", "pe_mo
 PURE_ENV = "KBTRACE_PURE_PYTHON"
 _PKG = Path(__file__).resolve().parent
 #: compiled module -> its reference source (setup.py builds the same list)
-CORE = {"kbtrace.replay.fabric._booking_c": _PKG / "booking.py",
+CORE = {"kbtrace.replay.fabric._events_c": _PKG / "events.py",
+        "kbtrace.replay.fabric._booking_c": _PKG / "booking.py",
         "kbtrace.replay.fabric._fair_c": _PKG / "fair.py",
         "kbtrace.replay.fabric._ledger_c": _PKG / "ledger.py",
         "kbtrace.replay.fabric._fifo_c": _PKG / "fifo.py",

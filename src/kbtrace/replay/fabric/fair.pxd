@@ -4,6 +4,7 @@
 import cython
 
 from kbtrace.replay.fabric._booking_c cimport Steps
+from kbtrace.replay.fabric._events_c cimport after
 from kbtrace.replay.fabric._ledger_c cimport FabState, Recs, Slots
 
 # (imported from intervals: a C double here, so tests against it compare C doubles

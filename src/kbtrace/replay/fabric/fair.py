@@ -34,9 +34,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kbtrace.replay.fabric.base import after
 from kbtrace.replay.fabric.booking import unbook
 from kbtrace.replay.fabric.enters import INF, enter_rows, entered
+from kbtrace.replay.fabric.events import after
 from kbtrace.replay.fabric.fifo import (
     ARRIVAL_PIECES,
     BURST_NS,
@@ -552,7 +552,7 @@ def _move(fab: Any, g: Flow, tt: float) -> None:
 def _moved(env: Any, old: Any, tt: float, ack: float) -> Any:
     """A completion event ``old`` moved to ``tt`` (fired ``ack`` later, value ``tt``): a new
     event carrying its callbacks (a scheduled event cannot be rescheduled)."""
-    ev = after(env, tt + ack - env.now, tt)
+    ev = after(env, tt + ack - env._now, tt)
     ev.callbacks = old.callbacks
     old.callbacks = []
     return ev

@@ -8,7 +8,7 @@ from typing import Any
 
 import simpy
 
-from kbtrace.replay.fabric.base import Fabric, _Ev, after
+from kbtrace.replay.fabric.base import Fabric
 from kbtrace.replay.fabric.bodies import router_inputs
 from kbtrace.replay.fabric.booking import (
     Spans,
@@ -17,6 +17,7 @@ from kbtrace.replay.fabric.booking import (
     serve,
     take_rate,
 )
+from kbtrace.replay.fabric.events import _Ev
 from kbtrace.replay.fabric.fair import (
     Flow,
     book,
@@ -32,7 +33,7 @@ from kbtrace.replay.fabric.heads import (
 )
 from kbtrace.replay.fabric.ledger import FabState, Recs, Slots
 from kbtrace.replay.fabric.pull import pull_behind, read_first
-from kbtrace.replay.fabric.routes import _Plan, _Route, book_route, hop_seq
+from kbtrace.replay.fabric.routes import _Plan, _Route, book_route, complete, hop_seq
 from kbtrace.replay.hbm import Bursts, HbmController, known_bursts
 from kbtrace.replay.recorder import STAGE_CODE, Recorder
 
@@ -229,7 +230,7 @@ class FastFabric(Fabric, FabState):
         if rt.hbm is not None:
             return commit_later(self, rt, op_id, tile, addr, h_in, h, t, q, ack)
         self._rows([(op_id, tile, rt.term_stage, rt.dst, -1, h_in, t, rt.term_busy, q, rt.nb)])
-        return self._complete(t, ack)
+        return complete(self, t, ack)
 
     # ------------------------------------------------------------------ fair share (``fair``)
     def begin(self, rt: _Route, op_id: int, tile: int, ack: float) -> Flow | None:
@@ -244,17 +245,6 @@ class FastFabric(Fabric, FabState):
             self.rec.rows(rows)
         else:
             f.segs.extend([("R", r) for r in rows])
-
-    def _complete(self, tt: float, ack: float) -> _Ev:
-        """The completion event at ``tt`` (+ ``ack``); a flow's can move (``fair``)."""
-        env = self.env
-        ev = after(env, tt + ack - env._now, tt)   # (``env.now`` without its property call)
-        f = self._f
-        if f is not None:
-            f.ev = ev
-            f.tt = tt
-            ev.callbacks.append(f.done)
-        return ev
 
     def _stream(self, rt: _Route, j: int, h: float, t: float,
                 now: float) -> tuple[float, float, float]:

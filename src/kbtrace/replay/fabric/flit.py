@@ -9,7 +9,8 @@ from typing import Any
 import simpy
 
 from kbtrace.errors import InvariantError
-from kbtrace.replay.fabric.base import Fabric, Transfer, _Ev, after
+from kbtrace.replay.fabric.base import Fabric, Transfer
+from kbtrace.replay.fabric.events import _Ev, after
 from kbtrace.replay.hbm import HbmController
 from kbtrace.replay.recorder import Recorder
 

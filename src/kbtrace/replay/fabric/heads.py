@@ -46,7 +46,6 @@ from typing import Any
 
 from simpy.events import NORMAL  # the priority of a Timeout
 
-from kbtrace.replay.fabric.base import _Ev, after
 from kbtrace.replay.fabric.bodies import hold_bodies
 from kbtrace.replay.fabric.booking import (
     Spans,
@@ -57,6 +56,7 @@ from kbtrace.replay.fabric.booking import (
     serve,
     unbook,
 )
+from kbtrace.replay.fabric.events import _Ev, after
 from kbtrace.replay.fabric.fair import (
     Flow,
     _moved,
@@ -146,7 +146,7 @@ def _reserve(fab: Any, n: int, iv: Spans, g: Flow, j: int, a: float, w: float) -
     """Serve ``w`` ns of node ``n`` (reservations ``iv``) for flow ``g``'s head arriving at
     ``a`` (hop ``j``); a reservation in one piece is noted as the flow's (``Spans.own``), so
     a head arriving before ``a`` may move it. Returns when it is done."""
-    e = serve(iv, fab.env.now, a, w)
+    e = serve(iv, fab.env._now, a, w)
     k = iv.bisect_right(e - TIME_EPS)
     if k & 1 and k < iv.n:
         s0 = iv.at(k - 1)
@@ -196,7 +196,7 @@ def relink(fab: Any, g: Flow, j: int, hs: float) -> float:
     if o is not None and o[0] is g:
         del own[s0]
     new: list = []
-    _s, _hd, td = fit_rate(ln, fab.env.now, hs, hd, hd, 0.0, 0.0, g.rt.busy[j], new)
+    _s, _hd, td = fit_rate(ln, fab.env._now, hs, hd, hd, 0.0, 0.0, g.rt.busy[j], new)
     e_old = pcs[-1][1]
     x = hs + hd if hs + hd > e_old else e_old
     if td > x + hd + TIME_EPS:          # behind bookings made after it: keep its booking, it
@@ -371,9 +371,9 @@ def head_at(fab: Any, g: Flow, j: int, old: float, ha: float) -> float:
                 fab.pull_behind(fab, n, niv, s0, ha, g)     # (``pull``: credits behind it)
             if g.rt.hops[j][4] == 1 and not g.wr and g.rt.nodes[0] not in fab.hbm:
                 if fab.node_kind[n] != "router":            # (a credit: see above)
-                    return serve(niv, fab.env.now, ha, ov)
-                return serve_head(fab, n, niv, fab.env.now, ha, ov, j, g, True)
-            return serve_head(fab, n, niv, fab.env.now, ha, ov, j, g)
+                    return serve(niv, fab.env._now, ha, ov)
+                return serve_head(fab, n, niv, fab.env._now, ha, ov, j, g, True)
+            return serve_head(fab, n, niv, fab.env._now, ha, ov, j, g)
     return ha + ov
 
 
@@ -433,7 +433,7 @@ class HbmWrite:
         ev = self.ev
         ev._value = done
         ev.callbacks.insert(0, self._record)
-        env.schedule(ev, NORMAL, done + self.ack - env.now)
+        env.schedule(ev, NORMAL, done + self.ack - env._now)
 
     def push(self) -> None:
         """Some of its bursts booked ahead finish later now: so may it."""
@@ -478,8 +478,8 @@ def commit_later(fab: Any, rt: Any, op_id: int, tile: int, addr: int, h_in: floa
         f.ev = w
 
     def commit(_e: Any) -> None:
-        w.start(hbm.write_stream(addr, rt.nb, w.hh, w.tt, env.now, op_id, w))
+        w.start(hbm.write_stream(addr, rt.nb, w.hh, w.tt, env._now, op_id, w))
 
-    w.cev = after(env, hh - env.now)
+    w.cev = after(env, hh - env._now)
     w.cev.callbacks.append(commit)
     return ev

@@ -109,7 +109,7 @@ def _relink_early(fab: Any, c: Flow, k: int, hs: float) -> float:
         a = o[2]
         del own[s0]
     new: list = []
-    td = fit_rate(ln, fab.env.now, hs, hd, hd, 0.0, 0.0, c.rt.busy[k], new)[2]
+    td = fit_rate(ln, fab.env._now, hs, hd, hd, 0.0, 0.0, c.rt.busy[k], new)[2]
     if td > end - TIME_EPS:             # (no gain: as it was)
         unbook(ln, new, new[0][0])
         _rebook(ln, pcs)
@@ -136,7 +136,7 @@ def _pull(fab: Any, c: Flow, j: int, e2: float) -> None:
     for k in range(j, n + 1):
         if k > j:
             if k == n:          # the destination (no overhead there: it arrives)
-                if rt.dst_iv is not None or x < fab.env.now:
+                if rt.dst_iv is not None or x < fab.env._now:
                     return
                 row_at(rows, k, x, x)
                 en[k] = lv[k] = x

@@ -4,6 +4,7 @@
 # generated _routes_c.py.
 import cython
 from kbtrace.replay.fabric._booking_c cimport Spans, Steps, take, take_rate, unreserve
+from kbtrace.replay.fabric._events_c cimport after
 from kbtrace.replay.fabric._fair_c cimport Flow, book
 from kbtrace.replay.fabric._bodies_c cimport body_hold
 from kbtrace.replay.fabric._heads_c cimport serve_flit, serve_head
@@ -48,6 +49,9 @@ cdef class _Plan:
 
 @cython.locals(i=cython.Py_ssize_t)
 cpdef bint held(Spans sp, double s, double t_in) except -1
+
+@cython.locals(f=Flow)
+cpdef complete(FabState fab, double tt, double ack)
 
 @cython.locals(j=cython.Py_ssize_t, k=cython.Py_ssize_t, jr=cython.Py_ssize_t, pl=_Plan,
                i=cython.Py_ssize_t,

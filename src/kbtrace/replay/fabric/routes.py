@@ -17,9 +17,9 @@ from __future__ import annotations
 from array import array
 from typing import Any, Literal
 
-from kbtrace.replay.fabric.base import _Ev, after
 from kbtrace.replay.fabric.bodies import body_hold
 from kbtrace.replay.fabric.booking import Spans, fit_rate, serve, take, take_rate, unreserve
+from kbtrace.replay.fabric.events import _Ev, after
 from kbtrace.replay.fabric.fair import book
 from kbtrace.replay.fabric.heads import commit_later, serve_flit, serve_head
 from kbtrace.replay.intervals import TIME_EPS
@@ -280,6 +280,20 @@ def held(sp: Spans, s: float, t_in: float) -> bool:
     return not i & 1 and i < sp.n and sp.t[i] < t_in - TIME_EPS
 
 
+def complete(fab: Any, tt: float, ack: float) -> _Ev:
+    """The completion event of the transfer being booked, at ``tt`` (fired ``ack`` later,
+    value ``tt``); a flow's (``fab._f``) can move (``fair``): it keeps the event and its time,
+    and records its rows when the event fires (``Flow.done``)."""
+    env = fab.env
+    ev = after(env, tt + ack - env._now, tt)   # (``env.now`` without its property call)
+    f = fab._f
+    if f is not None:
+        f.ev = ev
+        f.tt = tt
+        ev.callbacks.append(f.done)
+    return ev
+
+
 def book_route(fab: Any, rt: _Route, f: Any, op_id: int, tile: int, addr: int, h: float,
                t: float, ack: float, now: float) -> _Ev:
     """Book a transfer on ``rt`` whose head and tail are ready at ``h`` / ``t`` (``f``: its
@@ -319,7 +333,7 @@ def book_route(fab: Any, rt: _Route, f: Any, op_id: int, tile: int, addr: int, h
                                         ack)
                 if f is not None:
                     f.segs.append(("P", pl, h, t, tt, pl.n_rows))
-                    return fab._complete(tt, ack)
+                    return complete(fab, tt, ack)
                 rec.transfer(op_id, tile, pl.pid, h, t, tt, pl.n_rows)
                 return after(env, tt + ack - now, tt)
             # resource k is not free: undo its hop's earlier reservations
@@ -424,7 +438,7 @@ def walk(fab: Any, rt: _Route, j0: int, op_id: int, tile: int, h: float, t: floa
             rows.append((op_id, tile, rt.term_stage, rt.dst, -1, h + H0, tt, rt.term_busy,
                          0.0, nb))
             fab._rows(rows)
-            return -1, fab._complete(tt, ack), 0.0
+            return -1, complete(fab, tt, ack), 0.0
     if rows:
         fab._rows(rows)
     tt = t + A0
