@@ -357,7 +357,7 @@ def test_a_moved_credit_takes_the_gaps_and_pushes_no_one():
     from kbtrace.replay.fabric.pull import pull_behind
     niv = spans_of([10.0, 12.0, 13.0, 15.0])
     tab = Slots()
-    fab = SimpleNamespace(env=SimpleNamespace(now=0.0), push_depth=0, _f=None,
+    fab = SimpleNamespace(env=SimpleNamespace(now=0.0, _now=0.0), push_depth=0, _f=None,
                           flow_slots=tab, hbm={}, node_kind=["ucie"], node_ov=[2.0],   # (g: from no HBM ctrl)
                           body_in=[[]],
                           pull_behind=pull_behind)      # (h's head was not queued behind g)
@@ -463,7 +463,7 @@ def test_heads_pushed_at_a_node_are_served_again_in_arrival_order():
     from kbtrace.replay.fabric.heads import serve_head
     niv = spans_of([12.0, 14.0, 14.0, 16.0])
     tab = Slots()
-    fab = SimpleNamespace(env=SimpleNamespace(now=0.0), push_depth=0, _f=None,
+    fab = SimpleNamespace(env=SimpleNamespace(now=0.0, _now=0.0), push_depth=0, _f=None,
                           flow_slots=tab, hbm={}, node_kind=["router"], node_ov=[2.0], body_in=[[]])
     rt = SimpleNamespace(links=(0,), nodes=(0, 1), hops=((niv, 2.0, Steps(), 0, 0, 0.0, 0.0, 0.0,
                                                           0.0),))
