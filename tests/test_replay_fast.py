@@ -186,9 +186,9 @@ def _hop_by_hop():
         def send(self, op_id, tile, src, dst, nbytes, addr=0, ready=None, at=None, ack=0.0,
                  span=None):
             key = (src, dst, nbytes)
-            rt = self._routes_nb.get(key)
+            rt = self.routes_nb.get(key)
             if rt is None:
-                rt = self._routes_nb[key] = _Route(self, src, dst, nbytes)
+                rt = self.routes_nb[key] = _Route(self, src, dst, nbytes)
             now = self.env.now
             h, t = span if span is not None else ((now if at is None else at),) * 2
             self._f = self.begin(rt, op_id, tile, ack)
@@ -208,9 +208,9 @@ def _always_plan(base=None):
     class AlwaysPlan(base or FastFabric):
         def send(self, op_id, tile, src, dst, nbytes, *a, **k):
             key = (src, dst, nbytes)
-            if key not in self._routes_nb:
-                self._routes_nb[key] = _Route(self, src, dst, nbytes)
-            rt = self._routes_nb[key]
+            if key not in self.routes_nb:
+                self.routes_nb[key] = _Route(self, src, dst, nbytes)
+            rt = self.routes_nb[key]
             rt.plans = [False if p is None else p for p in rt.plans]
             return super().send(op_id, tile, src, dst, nbytes, *a, **k)
 
@@ -371,7 +371,7 @@ def test_plans_are_built_for_the_second_transfer_on_a_route(tmp_path):
     dma = topo.pe_node(PeCoord(0, 0, 1), "dma").idx
     mem = topo.hbm_ctrl(PeCoord(0, 1, 0)).idx
     fab.send(0, -1, mem, dma, 4096)
-    rt = fab._routes_nb[(mem, dma, 4096)]
+    rt = fab.routes_nb[(mem, dma, 4096)]
     assert rt.plans[0] is False and not any(isinstance(p, _Plan) for p in rt.plans)
     held = fab.held
     fab.env.run(until=10_000.0)       # the path is free again
@@ -409,7 +409,7 @@ def test_an_emptied_route_cache_is_freed_without_the_cyclic_gc(tmp_path):
         fab._f = None                   # and the fabric the last flow it booked)
         assert plans() == 1
         fab.evict()
-        assert plans() == 0 and not fab._routes_nb
+        assert plans() == 0 and not fab.routes_nb
     finally:
         gc.enable()
 

@@ -9,7 +9,7 @@ record of it (start, lone end, share, pieces, tail, arrival; ``Flow.links``) is 
 is read (``booked``, ``incumbents``); its hop rows wait for its completion (``Flow.segs``),
 which is one event that can move (``Flow.ev``).
 
-When a stream reaches a link that has not the bandwidth it needs (``FastFabric._stream``) and flows
+When a stream reaches a link that has not the bandwidth it needs (``routes.stream``) and flows
 booked earlier are still arriving there, they are served again together from that moment
 (``fair_hop``): their pieces from then on are given back (``booking.unbook``) and the link serves
 all of them first come, first served with the bandwidth it spares (``fifo.share_fifo``), as its flit

@@ -10,31 +10,14 @@ import simpy
 
 from kbtrace.replay.fabric.base import Fabric
 from kbtrace.replay.fabric.bodies import router_inputs
-from kbtrace.replay.fabric.booking import (
-    Spans,
-    Steps,
-    fit_rate,
-    serve,
-    take_rate,
-)
+from kbtrace.replay.fabric.booking import Spans, Steps, serve
 from kbtrace.replay.fabric.events import _Ev
-from kbtrace.replay.fabric.fair import (
-    Flow,
-    book,
-    expand,
-    fair_hop,
-    incumbents,
-)
-from kbtrace.replay.fabric.heads import (
-    commit_later,
-    head_at,
-    prune_all,
-    relink,
-)
+from kbtrace.replay.fabric.fair import Flow, expand
+from kbtrace.replay.fabric.heads import commit_later, head_at, relink
 from kbtrace.replay.fabric.ledger import FabState, Recs, Slots
-from kbtrace.replay.fabric.pull import pull_behind, read_first
-from kbtrace.replay.fabric.routes import _Plan, _Route, book_route, complete, hop_seq
-from kbtrace.replay.hbm import Bursts, HbmController, known_bursts
+from kbtrace.replay.fabric.pull import pull_behind
+from kbtrace.replay.fabric.routes import PRUNE_EVERY, _Plan, _Route, complete, hop_seq, send
+from kbtrace.replay.hbm import Bursts, HbmController
 from kbtrace.replay.recorder import STAGE_CODE, Recorder
 
 __all__ = ["FastFabric", "_Route", "_Plan"]
@@ -79,7 +62,7 @@ class FastFabric(Fabric, FabState):
     """
 
     fidelity = "fast"
-    PRUNE_EVERY = 1024
+    PRUNE_EVERY = PRUNE_EVERY           # (``routes.send`` prunes every that many transfers)
     HELD_MAX = 1 << 17    # ~35 MiB of routes and plans (~280 B per counted item on default.yaml)
 
     def __init__(self, env: simpy.Environment, topo: Any, rec: Recorder,
@@ -91,11 +74,11 @@ class FastFabric(Fabric, FabState):
         self.fidelity = "fast" if fair else "fast-fcfs"
         self.link_steps: list[Steps] = [Steps() for _ in topo.links]   # booked shares
         self.node_iv: list[Spans] = [Spans() for _ in topo.nodes]       # [s0, e0, s1, ...]
-        self._routes_nb: dict[tuple[int, ...], _Route] = {}
+        self.routes_nb: dict[tuple[int, ...], _Route] = {}
         self._hops: dict[tuple[int, int, bool, int], tuple[tuple, float]] = {}
         self.link_src = [lk.src for lk in topo.links]
         self.link_stage_code = [STAGE_CODE[s] for s in self.link_stage]
-        self._sends = 0
+        self.sends = 0
         for h in hbm.values():
             h.pc_iv = [[] for _ in range(h.n_pcs)]
         self.held = 0
@@ -156,7 +139,7 @@ class FastFabric(Fabric, FabState):
                 expand(f)
         self.rec.flush(self.env.now)
         self.rec.drop_plans()
-        self._routes_nb.clear()
+        self.routes_nb.clear()
         self.held = 0
         self.evictions += 1
 
@@ -182,30 +165,18 @@ class FastFabric(Fabric, FabState):
         three full ones ready together came out two flit times early. ``bursts``: an HBM
         read's ready time per burst (``hbm.Bursts``, worked out when asked for, or a list), how a
         flow's work arrives at its first link (``fair.Booked.arrival``)."""
-        key = (src, dst, nbytes) if not shape else (src, dst, nbytes, shape)
-        rt = self._routes_nb.get(key)
-        if rt is None:
-            if self.held >= self.HELD_MAX:
-                self.evict()
-            rt = self._routes_nb[key] = _Route(self, src, dst, nbytes, shape)
-            self.held += len(rt.hops) + 1
-        now = self.env._now                 # (``env.now`` without its property call)
-        t0 = now if at is None else at
-        if span is not None:
-            h, t = span
-            if group > 1:
-                t += (group - 1) * rt.flit_max
-        elif ready is None:
-            h = t = t0
-        else:
-            h, t = min(ready), max(ready)
-        self._sends += 1
-        if self._sends % self.PRUNE_EVERY == 0:
-            prune_all(self, now)
-        f = self._f = self.begin(rt, op_id, tile, ack)
-        if f is not None:
-            f.rd = known_bursts(bursts) if isinstance(bursts, list) else bursts
-        return book_route(self, rt, f, op_id, tile, addr, h, t, ack, now)
+        return send(self, op_id, tile, src, dst, nbytes, addr, ready, at, ack, span, shape, group,
+                    bursts)
+
+    def new_route(self, key: tuple[int, ...], src: int, dst: int, nbytes: int,
+                  shape: int) -> _Route:
+        """The route of ``key`` made and cached (``routes.send``: a key not seen yet); the
+        cache is emptied first when full (``evict``)."""
+        if self.held >= self.HELD_MAX:
+            self.evict()
+        rt = self.routes_nb[key] = _Route(self, src, dst, nbytes, shape)
+        self.held += len(rt.hops) + 1
+        return rt
 
     def _hop(self, rt: _Route, j: int, op_id: int, tile: int, h: float, t: float,
              now: float) -> tuple[float, float]:
@@ -245,34 +216,3 @@ class FastFabric(Fabric, FabState):
             self.rec.rows(rows)
         else:
             f.segs.extend([("R", r) for r in rows])
-
-    def _stream(self, rt: _Route, j: int, h: float, t: float,
-                now: float) -> tuple[float, float, float]:
-        """Book a stream on hop ``j``'s link (head at ``h``, tail ready at ``t``): as it
-        comes if it fits, else fairly with the flows booked there before it (``fair_hop``),
-        else with what the link spares (``fit_rate``). ``(start, head, tail)``."""
-        _niv, _ov, ln, _li, _mode, hd_d, body, last_d, _p = rt.hops[j]
-        busy = rt.busy[j]
-        f = self._f
-        li = rt.links[j]
-        e = h + body
-        if e < t:
-            e = t
-        e += last_d
-        if take_rate(ln, h, e, busy):
-            if f is not None:
-                book(self.link_flows, f, j, h, e, busy, None, e)
-            return h, h + hd_d, e
-        inc = incumbents(self.link_flows, li, f, h, now)
-        if j == 0 and f is not None and f.rd is not None and self.link_own[li]:
-            got = read_first(self, rt, j, h, t, inc, f)
-            if got is not None:
-                return got
-        if inc:
-            return fair_hop(self, rt, j, h, t, inc, f)
-        if f is None:
-            return fit_rate(ln, now, h, hd_d, body, t, last_d, busy)
-        pcs: list = []
-        s, hd, td = fit_rate(ln, now, h, hd_d, body, t, last_d, busy, pcs)
-        book(self.link_flows, f, j, h, e, busy, pcs, td)
-        return s, hd, td

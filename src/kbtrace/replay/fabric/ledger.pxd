@@ -75,4 +75,5 @@ cdef class FabState:
     cdef public list link_own, body_in
     cdef public Slots flow_slots
     cdef public bint fair
-    cdef public Py_ssize_t push_depth, held
+    cdef public Py_ssize_t push_depth, held, sends
+    cdef public dict routes_nb

@@ -59,7 +59,7 @@ class FabState:
     attributes' meanings are ``Fabric``'s and ``FastFabric``'s: ``env``, ``rec``, ``hbm``,
     ``flit_bytes``, ``link_bw``, ``link_prop``, ``node_ov``, ``node_kind``, ``fair``, ``_f``,
     ``link_steps``, ``node_iv``, ``link_flows``, ``link_own``, ``flow_slots``, ``body_in``,
-    ``push_depth``, ``held``."""
+    ``push_depth``, ``held``, ``sends``, ``routes_nb``."""
 
 
 class Slots:

@@ -22,7 +22,7 @@ ring after it.
 
 An HBM read's stream booked on its first link after single flits of flows that arrive there
 after its first bursts is served with them first come, first served (``read_first``, from
-``FastFabric._stream``): they were booked first, at their arrival, and crossed in what the
+``routes.stream``): they were booked first, at their arrival, and crossed in what the
 read then left, where flit mode's link FIFO sends each behind the bursts ready before it;
 they move later (pushed). The other order, a flit booked after the read, is
 ``heads._in_fifo``'s.

@@ -5,15 +5,16 @@
 import cython
 from kbtrace.replay.fabric._booking_c cimport Spans, Steps, take, take_rate, unreserve
 from kbtrace.replay.fabric._events_c cimport after
-from kbtrace.replay.fabric._fair_c cimport Flow, book
+from kbtrace.replay.fabric._fair_c cimport Flow, book, fair_hop, incumbents
 from kbtrace.replay.fabric._bodies_c cimport body_hold
-from kbtrace.replay.fabric._heads_c cimport serve_flit, serve_head
+from kbtrace.replay.fabric._heads_c cimport prune_all, serve_flit, serve_head
 from kbtrace.replay.fabric._ledger_c cimport FabState, Recs, Slots
 
 # (imported from intervals: a C double here, so tests against it compare C doubles
 # rather than boxing both sides)
 cdef double TIME_EPS
 cdef double _NEG_INF
+cdef Py_ssize_t _PRUNE
 
 cdef class _Route:
     cdef public tuple nodes, links, hops, stage, node, busy
@@ -52,6 +53,16 @@ cpdef bint held(Spans sp, double s, double t_in) except -1
 
 @cython.locals(f=Flow)
 cpdef complete(FabState fab, double tt, double ack)
+
+@cython.locals(rt=_Route, f=Flow, now=cython.double, t0=cython.double, h=cython.double,
+               t=cython.double)
+cpdef send(FabState fab, op_id, tile, src, dst, nbytes, addr=*, ready=*, at=*, double ack=*,
+           span=*, shape=*, Py_ssize_t group=*, bursts=*)
+
+@cython.locals(f=Flow, ln=Steps, busy=cython.double, hd_d=cython.double, body=cython.double,
+               last_d=cython.double, e=cython.double, li=cython.Py_ssize_t, inc=list, pcs=list,
+               s=cython.double, hd=cython.double, td=cython.double)
+cpdef tuple stream(FabState fab, _Route rt, Py_ssize_t j, double h, double t, double now)
 
 @cython.locals(j=cython.Py_ssize_t, k=cython.Py_ssize_t, jr=cython.Py_ssize_t, pl=_Plan,
                i=cython.Py_ssize_t,

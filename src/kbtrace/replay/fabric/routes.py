@@ -3,7 +3,8 @@
 # lists and arrays check every index, is the test of that: tests/test_replay_core.py)
 """Fast mode's routes and their free-path closed forms (``_Route``, ``_Plan``), and the walk
 that books a transfer along a route in stretches (``book_route``, the heart of
-``FastFabric.send``).
+``FastFabric.send``, which is ``send`` here: typed on the fabric's state, so the per-transfer
+path reads its fields as C struct fields; ``stream``: a stream on a link that is not free).
 
 Compiled with the fast-mode core (``setup.py``: ``_routes_c``, typed by ``routes.pxd``: the
 route and plan are extension types read without attribute look-ups, the booking loop and a
@@ -20,12 +21,18 @@ from typing import Any, Literal
 from kbtrace.replay.fabric.bodies import body_hold
 from kbtrace.replay.fabric.booking import Spans, fit_rate, serve, take, take_rate, unreserve
 from kbtrace.replay.fabric.events import _Ev, after
-from kbtrace.replay.fabric.fair import book
-from kbtrace.replay.fabric.heads import commit_later, serve_flit, serve_head
+from kbtrace.replay.fabric.fair import Flow, book, fair_hop, incumbents
+from kbtrace.replay.fabric.heads import commit_later, prune_all, serve_flit, serve_head
+from kbtrace.replay.fabric.pull import read_first
+from kbtrace.replay.hbm import known_bursts
 from kbtrace.replay.intervals import TIME_EPS
 from kbtrace.replay.recorder import STAGE_CODE
 
-__all__ = ["book_route", "held", "hop_seq", "walk"]
+__all__ = ["book_route", "held", "hop_seq", "send", "stream", "walk", "PRUNE_EVERY"]
+
+#: transfers between two prunings of past intervals (``heads.prune_all``)
+PRUNE_EVERY = 1024
+_PRUNE = PRUNE_EVERY     # (compiled: a C integer)
 
 _NEG_INF = float("-inf")
 
@@ -294,6 +301,71 @@ def complete(fab: Any, tt: float, ack: float) -> _Ev:
     return ev
 
 
+def send(fab: Any, op_id: int, tile: int, src: int, dst: int, nbytes: int, addr: int = 0,
+         ready: list[float] | None = None, at: float | None = None, ack: float = 0.0,
+         span: tuple[float, float] | None = None, shape: int = 0, group: int = 1,
+         bursts: Any = None) -> _Ev:
+    """``FastFabric.send`` (see there for the arguments): the route (made and cached on
+    first use, ``FastFabric.new_route``), the head and tail ready times, the transfer's ``Flow``
+    if it is one, then ``book_route``."""
+    key = (src, dst, nbytes) if not shape else (src, dst, nbytes, shape)
+    rt = fab.routes_nb.get(key)
+    if rt is None:
+        rt = fab.new_route(key, src, dst, nbytes, shape)
+    now = fab.env._now                  # (``env.now`` without its property call)
+    t0 = now if at is None else at
+    if span is not None:
+        h, t = span
+        if group > 1:
+            t += (group - 1) * rt.flit_max
+    elif ready is None:
+        h = t = t0
+    else:
+        h, t = min(ready), max(ready)
+    fab.sends += 1
+    if fab.sends % _PRUNE == 0:
+        prune_all(fab, now)
+    f = None
+    if rt.movable and fab.fair:
+        f = Flow(fab, rt, op_id, tile, ack, rt.hbm is not None)
+        if bursts is not None:
+            f.rd = known_bursts(bursts) if isinstance(bursts, list) else bursts
+    fab._f = f
+    return book_route(fab, rt, f, op_id, tile, addr, h, t, ack, now)
+
+
+def stream(fab: Any, rt: _Route, j: int, h: float, t: float,
+           now: float) -> tuple[float, float, float]:
+    """Book a stream on hop ``j``'s link (head at ``h``, tail ready at ``t``): as it
+    comes if it fits, else fairly with the flows booked there before it (``fair_hop``),
+    else with what the link spares (``fit_rate``). ``(start, head, tail)``."""
+    _niv, _ov, ln, _li, _mode, hd_d, body, last_d, _p = rt.hops[j]
+    busy = rt.busy[j]
+    f = fab._f
+    li = rt.links[j]
+    e = h + body
+    if e < t:
+        e = t
+    e += last_d
+    if take_rate(ln, h, e, busy):
+        if f is not None:
+            book(fab.link_flows, f, j, h, e, busy, None, e)
+        return h, h + hd_d, e
+    inc = incumbents(fab.link_flows, li, f, h, now)
+    if j == 0 and f is not None and f.rd is not None and fab.link_own[li]:
+        got = read_first(fab, rt, j, h, t, inc, f)
+        if got is not None:
+            return got
+    if inc:
+        return fair_hop(fab, rt, j, h, t, inc, f)
+    if f is None:
+        return fit_rate(ln, now, h, hd_d, body, t, last_d, busy)
+    pcs: list = []
+    s, hd, td = fit_rate(ln, now, h, hd_d, body, t, last_d, busy, pcs)
+    book(fab.link_flows, f, j, h, e, busy, pcs, td)
+    return s, hd, td
+
+
 def book_route(fab: Any, rt: _Route, f: Any, op_id: int, tile: int, addr: int, h: float,
                t: float, ack: float, now: float) -> _Ev:
     """Book a transfer on ``rt`` whose head and tail are ready at ``h`` / ``t`` (``f``: its
@@ -472,7 +544,7 @@ def hop_seq(fab: Any, rt: _Route, j: int, op_id: int, tile: int, h: float, t: fl
             t = h
     if mode == 2:
         if f is not None or fab.link_flows[rt.links[j]]:
-            s, hd, td = fab._stream(rt, j, h, t, now)
+            s, hd, td = stream(fab, rt, j, h, t, now)
         else:
             s, hd, td = fit_rate(ln, now, h, hd_d, body, t, last_d, rt.busy[j])
         q += s - h
