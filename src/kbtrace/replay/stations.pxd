@@ -82,6 +82,8 @@ cdef class DmaServer(StageServer):
 cdef class DmaReadFast(DmaServer):
     @cython.locals(lat=double, t=double)
     cpdef bint serve(self, tok) except -1
+    @cython.locals(tok=Token)
+    cpdef _request_arrived(self, _ev)
 
 cdef class DmaWriteFast(DmaServer):
     @cython.locals(lat=double)
