@@ -76,7 +76,7 @@ class Flow:
         #: link's ``ledger.Recs`` holds it
         self.links: list[Booked | bool | None] = [None] * len(rt.links)
         #: its slot in ``ledger.Slots`` (the flows under way: ``FastFabric.evict``)
-        self.slot = fab.flow_slots.enter(self, len(rt.links))
+        self.slot = self.fab.flow_slots.enter(self, len(rt.links))
         self.fin = False
         self.tt = 0.0
         #: per hop, where its node overhead starts if not as its row says (``_reserve``)

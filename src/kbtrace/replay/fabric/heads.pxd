@@ -9,6 +9,7 @@ import cython
 from kbtrace.replay.fabric._bodies_c cimport hold_bodies
 from kbtrace.replay.fabric._events_c cimport after
 from kbtrace.replay.fabric._booking_c cimport Spans, Steps, serve
+from kbtrace.replay.fabric._fair_c cimport Flow
 from kbtrace.replay.fabric._ledger_c cimport FabState, Slots
 
 # (imported from intervals: a C double here, so tests against it compare C doubles
@@ -24,7 +25,7 @@ cpdef double serve_head(FabState fab, Py_ssize_t n, Spans iv, double now, double
 cpdef prune_all(FabState fab, double now)
 
 @cython.locals(e=cython.double, k=cython.Py_ssize_t, s0=cython.double, tab=Slots)
-cpdef double _reserve(FabState fab, Py_ssize_t n, Spans iv, g, Py_ssize_t j, double a,
+cpdef double _reserve(FabState fab, Py_ssize_t n, Spans iv, Flow g, Py_ssize_t j, double a,
                       double w) except? -1.0
 
 @cython.locals(hp=tuple, ln=Steps, hd=cython.double, busy=cython.double, pcs=list,
