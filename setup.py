@@ -14,8 +14,8 @@ of them under other module names (``_events_c``, ``_booking_c``, ``_fifo_c``, ``
 ``_cpu_c``, ``_opcore_c``,
 all in ``replay/fabric/``), generated into ``build/kbtrace-core/`` with the imports between
 them pointed at the compiled twins, the types of their ``.pxd`` files (Cython's pure-Python mode: an augmenting ``.pxd`` beside the
-``.py``), and the SHA-256 of the reference source appended (``SOURCE_SHA256``), so a compiled
-module older than its source is recognised and not used.
+``.py``), and the SHA-256 of the reference source and its ``.pxd`` appended (``SOURCE_SHA256``),
+so a compiled module older than either is recognised and not used.
 """
 
 from __future__ import annotations
@@ -65,6 +65,14 @@ TWINS = {"kbtrace.replay.fabric.events": "kbtrace.replay.fabric._events_c",
          "kbtrace.replay.stations": "kbtrace.replay.fabric._stations_c"}
 
 
+def _source_digest(ref: Path) -> str:
+    """SHA-256 of a reference source and its ``.pxd`` (its types: changing one changes the
+    compiled twin); ``kbtrace.replay.fabric.core.source_digest`` computes the same to check
+    a twin (this file runs before the package can be imported)."""
+    pxd = ref.with_suffix(".pxd")
+    return hashlib.sha256(ref.read_bytes() + (pxd.read_bytes() if pxd.is_file() else b"")).hexdigest()
+
+
 def _generate() -> list[Extension]:
     exts = []
     for mod, rel in CORE.items():
@@ -73,7 +81,7 @@ def _generate() -> list[Extension]:
         text = raw.decode()
         for a, b in TWINS.items():
             text = text.replace(f"from {a} import", f"from {b} import")
-        text += f'\n\nSOURCE_SHA256 = "{hashlib.sha256(raw).hexdigest()}"\n'
+        text += f'\n\nSOURCE_SHA256 = "{_source_digest(ref)}"\n'
         out = ROOT / GEN / (mod.replace(".", "/") + ".py")
         out.parent.mkdir(parents=True, exist_ok=True)
         for d in (out.parent, out.parent.parent, out.parent.parent.parent):   # package dirs,

@@ -106,7 +106,7 @@ def test_a_compiled_core_older_than_its_source_is_not_used(monkeypatch):
     for name, ref in core.CORE.items():
         fake = types.ModuleType(name)
         fake.__file__ = f"/x/{name.rpartition('.')[2]}{suffix}"
-        fake.SOURCE_SHA256 = hashlib.sha256(ref.read_bytes()).hexdigest()
+        fake.SOURCE_SHA256 = core.source_digest(ref)
         fake.FastFabric = type("CompiledFastFabric", (), {})
         monkeypatch.setitem(sys.modules, name, fake)
     monkeypatch.delenv(core.PURE_ENV, raising=False)
@@ -116,10 +116,24 @@ def test_a_compiled_core_older_than_its_source_is_not_used(monkeypatch):
         assert (cls.__name__, why) == ("CompiledFastFabric", "compiled")   # current: used
         monkeypatch.setattr(sys.modules["kbtrace.replay.fabric._booking_c"], "SOURCE_SHA256", "0")
         core.status.cache_clear()
-        assert core.status() == (FastFabric, "built from an older booking.py; rebuild with "
-                                              "pip install -e .")
+        assert core.status() == (FastFabric, "built from an older booking.py or booking.pxd; "
+                                              "rebuild with pip install -e .")
     finally:
         core.status.cache_clear()
+
+
+def test_a_source_digest_covers_the_types_of_its_pxd(tmp_path):
+    """Changing only a module's ``.pxd`` (its types) changes its digest, so a twin built
+    before is not used; a module without one is digested by its ``.py`` alone."""
+    py, pxd = tmp_path / "m.py", tmp_path / "m.pxd"
+    py.write_text("def f(x):\n    return x + 1\n")
+    alone = core.source_digest(py)
+    assert alone == hashlib.sha256(py.read_bytes()).hexdigest()
+    pxd.write_text("cpdef f(double x)\n")
+    typed = core.source_digest(py)
+    pxd.write_text("cpdef f(long x)\n")
+    assert len({alone, typed, core.source_digest(py)}) == 3
+    assert core.source_digest(py) == hashlib.sha256(py.read_bytes() + pxd.read_bytes()).hexdigest()
 
 
 def test_fast_mode_pe_model_is_compiled_with_the_core(monkeypatch):

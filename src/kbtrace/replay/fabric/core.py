@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["fast_fabric", "hbm_controller", "row_buffers", "seg_kernels", "pe_model", "op_core",
-           "status", "PurePythonCore", "PURE_ENV", "CORE"]
+           "status", "source_digest", "PurePythonCore", "PURE_ENV", "CORE"]
 
 PURE_ENV = "KBTRACE_PURE_PYTHON"
 _PKG = Path(__file__).resolve().parent
@@ -52,6 +52,13 @@ CORE = {"kbtrace.replay.fabric._events_c": _PKG / "events.py",
         "kbtrace.replay.fabric._opcore_c": _PKG.parent / "opcore.py"}
 
 
+def source_digest(ref: Path) -> str:
+    """SHA-256 of a reference source and its ``.pxd`` if it has one (its types), as
+    ``setup.py`` records it in the twin (``SOURCE_SHA256``)."""
+    pxd = ref.with_suffix(".pxd")
+    return hashlib.sha256(ref.read_bytes() + (pxd.read_bytes() if pxd.is_file() else b"")).hexdigest()
+
+
 class PurePythonCore(RuntimeWarning):
     """Fast mode runs its pure-Python core (slower; results are identical)."""
 
@@ -71,8 +78,11 @@ def status() -> tuple[type, str]:
             return FastFabric, "not built (pip install -e . compiles it with a C compiler)"
         if not str(getattr(mod, "__file__", "")).endswith(tuple(_ext_suffixes())):
             return FastFabric, f"{name} is not an extension module; rebuild with pip install -e ."
-        if getattr(mod, "SOURCE_SHA256", None) != hashlib.sha256(ref.read_bytes()).hexdigest():
-            return FastFabric, (f"built from an older {ref.name}; rebuild with pip install -e .")
+        if getattr(mod, "SOURCE_SHA256", None) != source_digest(ref):
+            pxd = ref.with_suffix(".pxd")
+            return FastFabric, (f"built from an older {ref.name}"
+                                f"{f' or {pxd.name}' if pxd.is_file() else ''}; rebuild with "
+                                "pip install -e .")
         mods[name] = mod
     return mods["kbtrace.replay.fabric._fast_c"].FastFabric, "compiled"
 
