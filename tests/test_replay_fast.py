@@ -181,6 +181,7 @@ def test_hbm_read_lazy_works_out_the_same_burst_times(which):
 
 def _hop_by_hop():
     from kbtrace.replay.fabric.fast import FastFabric, _Route
+    from kbtrace.replay.fabric.routes import begin
 
     class HopByHop(FastFabric):
         def send(self, op_id, tile, src, dst, nbytes, addr=0, ready=None, at=None, ack=0.0,
@@ -191,7 +192,7 @@ def _hop_by_hop():
                 rt = self.routes_nb[key] = _Route(self, src, dst, nbytes)
             now = self.env.now
             h, t = span if span is not None else ((now if at is None else at),) * 2
-            self._f = self.begin(rt, op_id, tile, ack)
+            self._f = begin(self, rt, op_id, tile, ack)
             for j in range(len(rt.links)):
                 h, t = self._hop(rt, j, op_id, tile, h, t, now)
             return self._arrive(rt, op_id, tile, addr, h, t, now, ack)

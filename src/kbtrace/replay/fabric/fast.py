@@ -204,12 +204,6 @@ class FastFabric(Fabric, FabState):
         return complete(self, t, ack)
 
     # ------------------------------------------------------------------ fair share (``fair``)
-    def begin(self, rt: _Route, op_id: int, tile: int, ack: float) -> Flow | None:
-        """The ``Flow`` of a transfer about to be booked on ``rt``, if it is one."""
-        if not rt.movable or not self.fair:
-            return None
-        return Flow(self, rt, op_id, tile, ack, rt.hbm is not None)
-
     def _rows(self, rows: list[tuple]) -> None:
         f = self._f
         if f is None:

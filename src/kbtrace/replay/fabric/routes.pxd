@@ -54,6 +54,8 @@ cpdef bint held(Spans sp, double s, double t_in) except -1
 @cython.locals(f=Flow)
 cpdef complete(FabState fab, double tt, double ack)
 
+cpdef Flow begin(FabState fab, _Route rt, op_id, tile, double ack)
+
 @cython.locals(rt=_Route, f=Flow, now=cython.double, t0=cython.double, h=cython.double,
                t=cython.double)
 cpdef send(FabState fab, op_id, tile, src, dst, nbytes, addr=*, ready=*, at=*, double ack=*,

@@ -28,7 +28,7 @@ from kbtrace.replay.hbm import known_bursts
 from kbtrace.replay.intervals import TIME_EPS
 from kbtrace.replay.recorder import STAGE_CODE
 
-__all__ = ["book_route", "held", "hop_seq", "send", "stream", "walk", "PRUNE_EVERY"]
+__all__ = ["begin", "book_route", "held", "hop_seq", "send", "stream", "walk", "PRUNE_EVERY"]
 
 #: transfers between two prunings of past intervals (``heads.prune_all``)
 PRUNE_EVERY = 1024
@@ -325,13 +325,18 @@ def send(fab: Any, op_id: int, tile: int, src: int, dst: int, nbytes: int, addr:
     fab.sends += 1
     if fab.sends % _PRUNE == 0:
         prune_all(fab, now)
-    f = None
-    if rt.movable and fab.fair:
-        f = Flow(fab, rt, op_id, tile, ack, rt.hbm is not None)
-        if bursts is not None:
-            f.rd = known_bursts(bursts) if isinstance(bursts, list) else bursts
-    fab._f = f
+    f = fab._f = begin(fab, rt, op_id, tile, ack)
+    if f is not None and bursts is not None:
+        f.rd = known_bursts(bursts) if isinstance(bursts, list) else bursts
     return book_route(fab, rt, f, op_id, tile, addr, h, t, ack, now)
+
+
+def begin(fab: Any, rt: _Route, op_id: int, tile: int, ack: float) -> Flow | None:
+    """The ``Flow`` of a transfer about to be booked on ``rt``, if it is one (a route whose
+    bookings can move, in fair mode)."""
+    if not rt.movable or not fab.fair:
+        return None
+    return Flow(fab, rt, op_id, tile, ack, rt.hbm is not None)
 
 
 def stream(fab: Any, rt: _Route, j: int, h: float, t: float,
