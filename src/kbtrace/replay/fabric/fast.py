@@ -16,7 +16,7 @@ from kbtrace.replay.fabric.fair import Flow, expand
 from kbtrace.replay.fabric.heads import commit_later, head_at, relink
 from kbtrace.replay.fabric.ledger import FabState, Recs, Slots
 from kbtrace.replay.fabric.pull import pull_behind
-from kbtrace.replay.fabric.routes import PRUNE_EVERY, _Plan, _Route, complete, hop_seq, send
+from kbtrace.replay.fabric.routes import _Plan, _Route, complete, hop_seq, send
 from kbtrace.replay.hbm import Bursts, HbmController
 from kbtrace.replay.recorder import STAGE_CODE, Recorder
 
@@ -50,7 +50,7 @@ class FastFabric(Fabric, FabState):
     closed form from there. The result equals booking every hop sequentially (up to
     floating-point rounding).
     Intervals ending at or before ``now`` can never block a reservation (heads
-    are never earlier than ``now``); they are pruned every ``PRUNE_EVERY``
+    are never earlier than ``now``); they are pruned every ``routes.PRUNE_EVERY``
     transfers and before each gap search.
 
     The route cache (``_Route`` and its plans per (source, destination, bytes)) is bounded:
@@ -62,7 +62,6 @@ class FastFabric(Fabric, FabState):
     """
 
     fidelity = "fast"
-    PRUNE_EVERY = PRUNE_EVERY           # (``routes.send`` prunes every that many transfers)
     HELD_MAX = 1 << 17    # ~35 MiB of routes and plans (~280 B per counted item on default.yaml)
 
     def __init__(self, env: simpy.Environment, topo: Any, rec: Recorder,
