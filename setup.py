@@ -20,8 +20,8 @@ so a compiled module older than either is recognised and not used.
 
 from __future__ import annotations
 
-import hashlib
 import os
+import runpy
 import shutil
 import sys
 from pathlib import Path
@@ -30,26 +30,13 @@ from setuptools import Extension, setup
 
 ROOT = Path(__file__).resolve().parent
 GEN = Path("build") / "kbtrace-core"              # relative: setuptools wants relative sources
-#: compiled module -> its reference source under src/ (kbtrace.replay.fabric.core.CORE too)
-CORE = {
-    "kbtrace.replay.fabric._events_c": "kbtrace/replay/fabric/events.py",
-    "kbtrace.replay.fabric._booking_c": "kbtrace/replay/fabric/booking.py",
-    "kbtrace.replay.fabric._fair_c": "kbtrace/replay/fabric/fair.py",
-    "kbtrace.replay.fabric._ledger_c": "kbtrace/replay/fabric/ledger.py",
-    "kbtrace.replay.fabric._fifo_c": "kbtrace/replay/fabric/fifo.py",
-    "kbtrace.replay.fabric._fast_c": "kbtrace/replay/fabric/fast.py",
-    "kbtrace.replay.fabric._heads_c": "kbtrace/replay/fabric/heads.py",
-    "kbtrace.replay.fabric._bodies_c": "kbtrace/replay/fabric/bodies.py",
-    "kbtrace.replay.fabric._pull_c": "kbtrace/replay/fabric/pull.py",
-    "kbtrace.replay.fabric._enters_c": "kbtrace/replay/fabric/enters.py",
-    "kbtrace.replay.fabric._routes_c": "kbtrace/replay/fabric/routes.py",
-    "kbtrace.replay.fabric._hbm_c": "kbtrace/replay/hbm.py",
-    "kbtrace.replay.fabric._rowbuf_c": "kbtrace/replay/rowbuf.py",
-    "kbtrace.replay.fabric._segsort_c": "kbtrace/replay/segsort.py",
-    "kbtrace.replay.fabric._stations_c": "kbtrace/replay/stations.py",
-    "kbtrace.replay.fabric._cpu_c": "kbtrace/replay/cpu.py",
-    "kbtrace.replay.fabric._opcore_c": "kbtrace/replay/opcore.py",
-}
+#: the compiled core's modules (compiled module -> its reference source under src/) and how a
+#: twin's sources are digested, from the module that checks them at run time
+#: (``kbtrace.replay.fabric.core``: it imports only the standard library at its top, so it runs
+#: here, before the package can be imported)
+_CORE_PY = runpy.run_path(str(ROOT / "src" / "kbtrace" / "replay" / "fabric" / "core.py"))
+CORE = {mod: ref.relative_to(ROOT / "src").as_posix() for mod, ref in _CORE_PY["CORE"].items()}
+_source_digest = _CORE_PY["source_digest"]
 #: processes for Cython's translation and the C compiles (both are one process per module)
 _JOBS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 TWINS = {"kbtrace.replay.fabric.events": "kbtrace.replay.fabric._events_c",
@@ -63,14 +50,6 @@ TWINS = {"kbtrace.replay.fabric.events": "kbtrace.replay.fabric._events_c",
          "kbtrace.replay.fabric.enters": "kbtrace.replay.fabric._enters_c",
          "kbtrace.replay.fabric.routes": "kbtrace.replay.fabric._routes_c",
          "kbtrace.replay.stations": "kbtrace.replay.fabric._stations_c"}
-
-
-def _source_digest(ref: Path) -> str:
-    """SHA-256 of a reference source and its ``.pxd`` (its types: changing one changes the
-    compiled twin); ``kbtrace.replay.fabric.core.source_digest`` computes the same to check
-    a twin (this file runs before the package can be imported)."""
-    pxd = ref.with_suffix(".pxd")
-    return hashlib.sha256(ref.read_bytes() + (pxd.read_bytes() if pxd.is_file() else b"")).hexdigest()
 
 
 def _generate() -> list[Extension]:

@@ -32,7 +32,8 @@ __all__ = ["fast_fabric", "hbm_controller", "row_buffers", "seg_kernels", "pe_mo
 
 PURE_ENV = "KBTRACE_PURE_PYTHON"
 _PKG = Path(__file__).resolve().parent
-#: compiled module -> its reference source (setup.py builds the same list)
+#: compiled module -> its reference source (setup.py reads this list and ``source_digest``
+#: from this file: keep its top-level imports to the standard library)
 CORE = {"kbtrace.replay.fabric._events_c": _PKG / "events.py",
         "kbtrace.replay.fabric._booking_c": _PKG / "booking.py",
         "kbtrace.replay.fabric._fair_c": _PKG / "fair.py",
