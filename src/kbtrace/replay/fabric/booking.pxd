@@ -87,18 +87,22 @@ cpdef bint take_rate(Steps ln, double s, double e, double busy) except -1
 @cython.locals(i=cython.Py_ssize_t, j=cython.Py_ssize_t, k=cython.Py_ssize_t, r=cython.double)
 cpdef add_shares(Steps ln, double s, double e, shares)
 
-@cython.locals(e=cython.double, rho=cython.double, n=cython.Py_ssize_t, k=cython.Py_ssize_t,
+@cython.locals(e=cython.double, r=cython.double)
+cpdef tuple fit_rate(Steps ln, double now, double h, double hd, double body,
+                     double tail_at, double last, double busy, list out=*)
+
+@cython.locals(rho=cython.double, n=cython.Py_ssize_t, k=cython.Py_ssize_t,
                t0=cython.double, done=cython.double, head_work=cython.double,
                head=cython.double, start=cython.double, m=cython.double, t1=cython.double,
-               got=cython.double, end=cython.double, tail=cython.double, r=cython.double,
+               got=cython.double, end=cython.double, r=cython.double,
                e_in=cython.double, tiny=cython.double, c=cython.double,
                arrived=cython.double, backlog=cython.double, rate=cython.double,
                t_next=cython.double, clear=cython.double, a0=cython.double,
                b0=cython.double, r0=cython.double, a=cython.double, b=cython.double,
                finished=cython.bint, pieces=list, booked=cython.double,
                rate_eps=cython.double, time_eps=cython.double, inf=cython.double)
-cpdef tuple fit_rate(Steps ln, double now, double h, double hd, double body,
-                     double tail_at, double last, double busy, list out=*)
+cpdef tuple queue_rate(Steps ln, double now, double h, double hd, double e, double tail,
+                       double busy, list out=*)
 
 @cython.locals(k=cython.Py_ssize_t)
 cpdef prune_rate(Steps ln, double now)

@@ -24,7 +24,8 @@ from typing import Any
 from kbtrace.replay.intervals import TIME_EPS
 
 __all__ = ["RATE_EPS", "Spans", "Steps", "spans_of", "steps_of", "serve", "take", "unreserve",
-           "take_rate", "add_shares", "fit_rate", "prune_rate", "prune_states", "unbook"]
+           "take_rate", "add_shares", "fit_rate", "queue_rate", "prune_rate", "prune_states",
+           "unbook"]
 
 _INF = float("inf")
 _NEG_INF = float("-inf")
@@ -438,6 +439,13 @@ def fit_rate(ln: Steps, now: float, h: float, hd: float, body: float,
             r = busy / (e - h)
             out.append((h, e, r if r < 1.0 else 1.0))
         return h, h + hd, e
+    return queue_rate(ln, now, h, hd, e, tail_at + last, busy, out)
+
+
+def queue_rate(ln: Steps, now: float, h: float, hd: float, e: float, tail: float,
+               busy: float, out: list | None = None) -> tuple[float, float, float]:
+    """``fit_rate`` past a failed ``take_rate`` over ``[h, e)`` (``tail``: ``tail_at + last``):
+    the stream as a queue at the link, served with what the link spares."""
     if ln.n > 1 and ln.t[1] <= now:
         prune_rate(ln, now)
     rho = busy / (e - h)
@@ -520,7 +528,6 @@ def fit_rate(ln: Steps, now: float, h: float, hd: float, body: float,
             out.append((a0, b0, r0))
     if head < 0.0:
         head = end
-    tail = tail_at + last
     return (start if start >= 0.0 else h), head, (end if end > tail else tail)
 
 

@@ -8,7 +8,7 @@ import cython
 
 from kbtrace.replay.fabric._bodies_c cimport hold_bodies
 from kbtrace.replay.fabric._events_c cimport after
-from kbtrace.replay.fabric._booking_c cimport Spans, Steps, serve
+from kbtrace.replay.fabric._booking_c cimport Spans, Steps, fit_rate, serve
 from kbtrace.replay.fabric._fair_c cimport Flow
 from kbtrace.replay.fabric._ledger_c cimport FabState, Slots
 

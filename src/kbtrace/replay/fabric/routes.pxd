@@ -3,7 +3,8 @@
 # itself stays plain Python and is what runs interpreted). setup.py copies it beside the
 # generated _routes_c.py.
 import cython
-from kbtrace.replay.fabric._booking_c cimport Spans, Steps, take, take_rate, unreserve
+from kbtrace.replay.fabric._booking_c cimport (Spans, Steps, fit_rate, queue_rate, take,
+                                               take_rate, unreserve)
 from kbtrace.replay.fabric._events_c cimport after
 from kbtrace.replay.fabric._fair_c cimport Flow, book, fair_hop, incumbents
 from kbtrace.replay.fabric._bodies_c cimport body_hold

@@ -19,7 +19,15 @@ from array import array
 from typing import Any, Literal
 
 from kbtrace.replay.fabric.bodies import body_hold
-from kbtrace.replay.fabric.booking import Spans, fit_rate, serve, take, take_rate, unreserve
+from kbtrace.replay.fabric.booking import (
+    Spans,
+    fit_rate,
+    queue_rate,
+    serve,
+    take,
+    take_rate,
+    unreserve,
+)
 from kbtrace.replay.fabric.events import _Ev, after
 from kbtrace.replay.fabric.fair import Flow, book, fair_hop, incumbents
 from kbtrace.replay.fabric.heads import commit_later, prune_all, serve_flit, serve_head
@@ -363,10 +371,10 @@ def stream(fab: Any, rt: _Route, j: int, h: float, t: float,
             return got
     if inc:
         return fair_hop(fab, rt, j, h, t, inc, f)
-    if f is None:
-        return fit_rate(ln, now, h, hd_d, body, t, last_d, busy)
+    if f is None:           # (``fit_rate`` past its failed ``take_rate``, done above)
+        return queue_rate(ln, now, h, hd_d, e, t + last_d, busy)
     pcs: list = []
-    s, hd, td = fit_rate(ln, now, h, hd_d, body, t, last_d, busy, pcs)
+    s, hd, td = queue_rate(ln, now, h, hd_d, e, t + last_d, busy, pcs)
     book(fab.link_flows, f, j, h, e, busy, pcs, td)
     return s, hd, td
 
