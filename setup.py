@@ -6,10 +6,10 @@ Everything else about the package is in ``pyproject.toml``. The compiled core is
 kbtrace runs the same code as pure Python where it is not built (saying so once; see
 ``kbtrace.replay.fabric.core``).
 
-The reference sources stay the readable ``.py`` files (``replay/fabric/events.py``, ``booking.py``,
+The reference sources stay the readable ``.py`` files (``replay/eventq.py``, ``replay/fabric/events.py``, ``booking.py``,
 ``fifo.py``, ``ledger.py``, ``fair.py``, ``enters.py``, ``heads.py``, ``bodies.py``, ``pull.py``, ``routes.py``, ``fast.py``, ``replay/hbm.py``,
 ``rowbuf.py``, ``segsort.py``, ``stations.py``, ``cpu.py``, ``opcore.py``); Cython compiles copies
-of them under other module names (``_events_c``, ``_booking_c``, ``_fifo_c``, ``_ledger_c``, ``_fair_c``, ``_heads_c``,
+of them under other module names (``_eventq_c``, ``_events_c``, ``_booking_c``, ``_fifo_c``, ``_ledger_c``, ``_fair_c``, ``_heads_c``,
 ``_bodies_c``, ``_pull_c``, ``_enters_c``, ``_routes_c``, ``_fast_c``, ``_hbm_c``, ``_rowbuf_c``, ``_segsort_c``, ``_stations_c``,
 ``_cpu_c``, ``_opcore_c``,
 all in ``replay/fabric/``), generated into ``build/kbtrace-core/`` with the imports between

@@ -218,11 +218,19 @@ def _always_plan(base=None):
     return AlwaysPlan
 
 
-def _fabric(cls, topo, tmp):
-    import simpy
+def _env_for(cls):
+    """The environment a fabric class runs on: the compiled core's typed event queue for a
+    compiled ``FastFabric`` (``fabric.core.environment``), SimPy's own heap for the .py one."""
+    if any(c.__module__.endswith("._fast_c") for c in cls.__mro__):
+        from kbtrace.replay.fabric._eventq_c import Env
+        return Env()
+    from kbtrace.replay.eventq import plain_env
+    return plain_env()
 
+
+def _fabric(cls, topo, tmp):
     from kbtrace.replay.recorder import Recorder
-    env = simpy.Environment()
+    env = _env_for(cls)
     hbm_p = topo.params.cube.hbm
     hbms = {nd.idx: HbmController(nd.idx, hbm_p) for nd in topo.nodes if nd.kind == "hbm_ctrl"}
     rec = Recorder(tmp, 1 << 16, len(topo.links), 1 << 30)
@@ -332,12 +340,11 @@ def _same_shares(lt_a, lr_a, lt_b, lr_b, now):
 
 
 def test_bare_events_refuse_a_negative_delay_like_timeout():
-    import simpy
-
     from kbtrace.errors import InvariantError
+    from kbtrace.replay.eventq import plain_env
     from kbtrace.replay.fabric.events import after
 
-    env = simpy.Environment()
+    env = plain_env()
     ev = after(env, 2.5, "x")
     env.run()
     assert env.now == 2.5 and ev.value == "x"
@@ -350,11 +357,13 @@ def test_bare_events_refuse_a_negative_delay_like_timeout():
 def test_bare_events_fire_in_the_order_timeouts_would(mod):
     """``after`` pushes its heap entry itself (as ``Environment.schedule`` does): mixed with
     ``env.timeout``s, events due together fire in the order they were made, pure and
-    compiled (the twin only where it is built)."""
-    import simpy
-
+    compiled (the twin only where it is built; on the environment its core runs on)."""
     m = pytest.importorskip(mod)
-    env = simpy.Environment()
+    if mod.endswith("_c"):
+        env = pytest.importorskip("kbtrace.replay.fabric._eventq_c").Env()
+    else:
+        from kbtrace.replay.eventq import plain_env
+        env = plain_env()
     fired = []
     for i, (kind, d) in enumerate([("t", 1.0), ("a", 1.0), ("t", 0.5), ("a", 1.0), ("a", 0.0),
                                    ("t", 1.0)]):

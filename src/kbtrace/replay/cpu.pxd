@@ -4,6 +4,7 @@
 # the generated _cpu_c.py. PE_CPU is the SimPy event of its timers: ``callbacks`` stays a
 # Python-visible attribute and ``_ok`` a class attribute (``env.step`` reads both).
 import cython
+from kbtrace.replay.fabric._eventq_c cimport EventQueue
 from kbtrace.replay.fabric._opcore_c cimport OpCore
 from kbtrace.replay.fabric._rowbuf_c cimport HopRows
 from kbtrace.replay.fabric._stations_c cimport Command, Program, Scheduler, Station, command
@@ -16,7 +17,8 @@ cdef class Cpu:
     cdef public list _cbl, issued
     cdef public Py_ssize_t i, phase, n_wait
     cdef public double t_issue, t_ready, t0
-    cdef public object _resume_cb, _dep_cb, _end_cb, _credit_cb, queue, eid
+    cdef public object _resume_cb, _dep_cb, _end_cb, _credit_cb
+    cdef public EventQueue queue
     cdef public OpCore core
     cdef public bytearray done
     cdef public HopRows x

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from functools import partial
-from heapq import heappush
 from typing import Any, cast
 
 import simpy
@@ -40,7 +39,7 @@ class Cpu:
     """
     __slots__ = ("pe", "sim", "env", "callbacks", "_cbl", "progs", "prog", "i", "issued", "op",
                  "t_issue", "t_ready", "t0", "phase", "n_wait", "_resume_cb", "_dep_cb", "_end_cb",
-                 "_credit_cb", "queue", "eid", "done", "core", "x", "dispatch_ns", "sched",
+                 "_credit_cb", "queue", "done", "core", "x", "dispatch_ns", "sched",
                  "n_cpu", "cpu_name")
     _ok = True
 
@@ -64,8 +63,7 @@ class Cpu:
         self._dep_cb = self._dep_done
         self._end_cb = self._end_done
         self._credit_cb = self._credits
-        self.queue = pe.env._queue          # (``env.schedule``: its heap and its ids)
-        self.eid = pe.env._eid
+        self.queue = pe.env._queue          # (``env.schedule``: ``eventq``)
         self.done: bytearray = pe.sim._done     # per op: 1 once completed
         self.core = pe.sim.core             # (``opcore.OpCore``: plans, issues, completions)
         self.x = pe.sim.rec.hop_rows        # (``Recorder.hop`` by stage code: ``x.add``)
@@ -82,7 +80,7 @@ class Cpu:
     def _timer(self, phase: int, delay: float) -> None:
         self.phase = phase
         self.callbacks = self._cbl
-        heappush(self.queue, (self.env._now + delay, NORMAL, next(self.eid), self))
+        self.queue.push(self.env._now + delay, NORMAL, self)
 
     def _advance(self) -> None:
         """Issue ops until one blocks; start the next program when one ends."""

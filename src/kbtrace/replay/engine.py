@@ -50,8 +50,10 @@ from kbtrace._names import tag, variant
 from kbtrace.errors import KbtraceError, ReplayError
 from kbtrace.replay import invariants, ipcq, stations
 from kbtrace.replay.cpu import Cpu
+from kbtrace.replay.eventq import plain_env
 from kbtrace.replay.fabric import make_fabric
 from kbtrace.replay.fabric.core import (
+    environment,
     hbm_controller,
     op_core,
     pe_model,
@@ -109,8 +111,8 @@ class Sim:
         self.params = topo.params
         self.source = source
         self.n_ops = source.n
-        self.env = simpy.Environment()
         flit = opts.fidelity == "flit"     # the reference: none of the compiled core
+        self.env = plain_env() if flit else environment()
         ctrl = HbmController if flit else hbm_controller()
         self.hbm = {nd.idx: ctrl(nd.idx, self.params.cube.hbm)
                     for nd in topo.nodes if nd.kind == "hbm_ctrl"}

@@ -5,6 +5,7 @@
 # _stations_c.py. A server is the SimPy event of its service: ``callbacks`` stays a
 # Python-visible attribute and ``_ok`` a class attribute (``env.step`` reads both).
 import cython
+from kbtrace.replay.fabric._eventq_c cimport EventQueue
 from kbtrace.replay.fabric._opcore_c cimport OpCore
 from kbtrace.replay.fabric._rowbuf_c cimport HopRows
 
@@ -39,7 +40,8 @@ cdef class Station:
 cdef class Server:
     cdef public object callbacks
     cdef public list _cbl
-    cdef public object _fire_cb, pe, env, rec, queue, eid, tok, sched_name
+    cdef public object _fire_cb, pe, env, rec, tok, sched_name
+    cdef public EventQueue queue
     cdef public HopRows x
     cdef public OpCore core
     cdef public dict engine_of

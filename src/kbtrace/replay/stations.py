@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from heapq import heappush
 from math import ceil
 from typing import Any, Protocol
 
@@ -127,7 +126,7 @@ class Server:
     service, pass the token on; return a token to serve next in place, or None).
     """
     __slots__ = ("callbacks", "_cbl", "_fire_cb", "station", "pe", "env", "rec", "x", "queue",
-                 "eid", "tok", "t0", "core", "engine_of", "sched_name")
+                 "tok", "t0", "core", "engine_of", "sched_name")
     _ok = True            # a service never fails
 
     def __init__(self, pe: Any, station: Station) -> None:
@@ -135,8 +134,7 @@ class Server:
         self.env = pe.env
         self.rec = pe.sim.rec
         self.x = self.rec.hop_rows          # (``Recorder.hop`` by stage code: ``x.add``)
-        self.queue = pe.env._queue          # (``env.schedule``: its heap and its ids)
-        self.eid = pe.env._eid
+        self.queue = pe.env._queue          # (``env.schedule``: ``eventq``)
         self.core = pe.sim.core             # (``opcore.OpCore``: completions, HBM reads)
         self.engine_of = pe.engine_of       # op kind -> the engine its completion names
         self.sched_name = pe.names["scheduler"]
@@ -150,7 +148,7 @@ class Server:
 
     def _timer(self, delay: float) -> None:
         self.callbacks = self._cbl
-        heappush(self.queue, (self.env._now + delay, NORMAL, next(self.eid), self))
+        self.queue.push(self.env._now + delay, NORMAL, self)
 
     def drain(self) -> None:
         """The current service ended at once: serve the next tokens until one takes time."""

@@ -6,8 +6,9 @@ nothing was compiled. ``pip install -e .`` compiles copies of them (``_booking_c
 ``_ledger_c``, ``_fair_c``, ``_enters_c``, ``_heads_c``, ``_bodies_c``, ``_pull_c``, ``_routes_c``, ``_fast_c``,
 ``_hbm_c``; ``setup.py``) where a C compiler exists. ``hbm_controller()``, ``row_buffers()`` and ``seg_kernels()`` give fast mode the
 compiled ``HbmController``, the recorder's compiled row buffers (``replay/rowbuf.py``) and its
-compiled batch sorts and busy-window sweep (``replay/segsort.py``) with the rest of the core
-(flit mode, the reference, keeps the ``.py`` ones and numpy). Both give byte-identical outputs
+compiled batch sorts and busy-window sweep (``replay/segsort.py``) with the rest of the core,
+and ``environment()`` its SimPy environment on a typed event queue (``replay/eventq.py``;
+flit mode, the reference, keeps the ``.py`` ones, numpy and SimPy's own heap). Both give byte-identical outputs
 (``tests/test_replay_core.py``). ``fast_fabric()`` returns the compiled ``FastFabric``
 when it is built from the current sources, else the reference one, warning once per
 process why (``PurePythonCore``, a ``RuntimeWarning``) when stderr is a terminal (a
@@ -28,13 +29,14 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["fast_fabric", "hbm_controller", "row_buffers", "seg_kernels", "pe_model", "op_core",
-           "status", "source_digest", "PurePythonCore", "PURE_ENV", "CORE"]
+           "environment", "status", "source_digest", "PurePythonCore", "PURE_ENV", "CORE"]
 
 PURE_ENV = "KBTRACE_PURE_PYTHON"
 _PKG = Path(__file__).resolve().parent
 #: compiled module -> its reference source (setup.py reads this list and ``source_digest``
 #: from this file: keep its top-level imports to the standard library)
-CORE = {"kbtrace.replay.fabric._events_c": _PKG / "events.py",
+CORE = {"kbtrace.replay.fabric._eventq_c": _PKG.parent / "eventq.py",
+        "kbtrace.replay.fabric._events_c": _PKG / "events.py",
         "kbtrace.replay.fabric._booking_c": _PKG / "booking.py",
         "kbtrace.replay.fabric._fair_c": _PKG / "fair.py",
         "kbtrace.replay.fabric._ledger_c": _PKG / "ledger.py",
@@ -159,3 +161,13 @@ def op_core() -> type:
         return importlib.import_module("kbtrace.replay.fabric._opcore_c").OpCore
     from kbtrace.replay.opcore import OpCore
     return OpCore
+
+
+def environment() -> Any:
+    """Fast mode's SimPy environment: ``eventq.Env`` (its event queue typed) compiled with the
+    compiled core (``status``), else SimPy's own (``eventq.plain_env``: what flit mode always
+    runs; ``eventq`` run interpreted would be slower than ``heapq``)."""
+    if status()[1] == "compiled":
+        return importlib.import_module("kbtrace.replay.fabric._eventq_c").Env()
+    from kbtrace.replay.eventq import plain_env
+    return plain_env()

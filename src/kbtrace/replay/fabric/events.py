@@ -3,9 +3,10 @@
 object.
 
 ``after`` schedules its event as ``Environment.schedule`` does (the same heap entry: time,
-priority, the environment's next event id, the event), pushed straight onto the heap, as the
-replay's servers (``stations.Server``) and PE CPUs (``cpu.Cpu``) schedule their own timers: a
-SimPy method call and, interpreted, a Python frame fewer per event. Compiled (``_events_c``,
+priority, the environment's next event id, the event), pushed straight onto the
+environment's queue (``replay.eventq``), as the replay's servers (``stations.Server``) and PE
+CPUs (``cpu.Cpu``) schedule their own timers: a SimPy method call and, interpreted, a Python
+frame fewer per event. Compiled (``_events_c``,
 with the fast core), the booking code calls it without a Python frame either: fast mode
 makes one per transfer that completes (``routes.book_route`` and ``complete``,
 ``fair``, ``heads``). Imports nothing of the package but ``errors``.
@@ -13,7 +14,6 @@ makes one per transfer that completes (``routes.book_route`` and ``complete``,
 
 from __future__ import annotations
 
-from heapq import heappush
 from typing import TYPE_CHECKING, Any
 
 import simpy
@@ -52,5 +52,6 @@ def after(env: simpy.Environment, delay: float, value: Any = None) -> _Ev:
     ev.callbacks = []
     ev._ok = True
     ev._value = value
-    heappush(env._queue, (env._now + delay, NORMAL, next(env._eid), ev))  # (env.schedule)
+    q: Any = env._queue     # (``env.schedule``: its ``replay.eventq`` queue)
+    q.push(env._now + delay, NORMAL, ev)
     return ev
