@@ -106,13 +106,13 @@ def _script(env: simpy.Environment, log: list) -> None:
     env.process(waiter(procs))
 
 
-@pytest.mark.parametrize("make", ["plain", "env"])
+@pytest.mark.parametrize("make", ["plain", *MODS])
 def test_env_runs_simpy_processes_as_simpy_does(make):
     want: list = []
     ref = simpy.Environment()
     _script(ref, want)
     ref.run()
-    env = eventq.plain_env() if make == "plain" else eventq.Env()
+    env = eventq.plain_env() if make == "plain" else _mod(make).Env()
     got: list = []
     _script(env, got)
     assert env.peek() == 0.0
@@ -123,8 +123,9 @@ def test_env_runs_simpy_processes_as_simpy_does(make):
         env.step()
 
 
-def test_env_runs_until_a_time_and_resumes():
-    env = eventq.Env()
+@pytest.mark.parametrize("name", MODS)
+def test_env_runs_until_a_time_and_resumes(name):
+    env = _mod(name).Env()
     log: list = []
     _script(env, log)
     env.run(until=1.0)
@@ -137,8 +138,9 @@ def test_env_runs_until_a_time_and_resumes():
     assert log == want
 
 
-def test_an_unhandled_failure_crashes_the_env_as_simpy_does():
-    env = eventq.Env()
+@pytest.mark.parametrize("name", MODS)
+def test_an_unhandled_failure_crashes_the_env_as_simpy_does(name):
+    env = _mod(name).Env()
     env.event().fail(KeyError("lost"))
     with pytest.raises(KeyError, match="lost"):
         env.run()
