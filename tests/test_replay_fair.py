@@ -93,6 +93,60 @@ def test_a_flow_booked_first_is_slowed_and_its_completion_moved(tmp_path):
     assert leave.max() == pytest.approx(537.9189, abs=1e-3)   # its rows were rewritten
 
 
+def _writes(cls, topo, tmp, starts):
+    """16 KiB HBM writes into PE 0's slice from the PEs and at the times of ``starts``; per op
+    its completion and the time its tail leaves the last link (into the controller)."""
+    from kbtrace.topology.model import PeCoord
+    from test_replay_fast import _fabric
+    mem = topo.hbm_ctrl(PeCoord(0, 0, 0)).idx
+    fab, rec = _fabric(cls, topo, tmp)
+    done: dict = {}
+    for op, (pe, at) in enumerate(starts):
+        if at > fab.env.now:
+            fab.env.run(until=at)
+        dma = topo.pe_node(PeCoord(0, 0, pe), "dma").idx
+        ev = fab.send(op, -1, dma, mem, 16384, span=(at, at))
+        ev.callbacks.append(lambda e, op=op: done.__setitem__(op, e.value))
+    fab.env.run()
+    rows = dict(zip(_COLS, rec._pending(), strict=True))
+    last = topo.links[int(rows["link"][(rows["op"] == 0) & (rows["link"] >= 0)][-1])]
+    assert topo.nodes[last.dst].kind == "hbm_ctrl"
+    tails = {op: float(rows["leave"][(rows["op"] == op) & (rows["link"] == last.idx)][0])
+             for op in done}
+    return done, tails
+
+
+@pytest.mark.parametrize("core", ["pure", "default"])
+@pytest.mark.parametrize("second, tails, done, near", [
+    # both start together: PE 1's write, booked first, used to keep the last link at its full
+    # rate (tail 70.2, done 81.25) while PE 2's queued behind it; flit mode interleaves them
+    # (tails 124.25 / 137.25, done 133.25 / 149.25), and its bursts reach the controller as
+    # the last link serves them (``heads.arrivals``)
+    (3.0, (124.0308, 137.25), (134.4441, 150.4441), 1.5),
+    # PE 2's write starts after PE 1's head reached the controller (its bursts committed
+    # already): PE 1's completion still moves past its tail (flit: tails 107.25 / 137.25,
+    # done 118.25 / 150.25)
+    (20.0, (106.1943, 137.25), (114.1943, 145.3720), 5.0),
+])
+def test_hbm_writes_that_meet_on_a_link_share_it(tmp_path, core, second, tails, done,
+                                                  near):
+    from kbtrace.replay.fabric.core import status
+    from kbtrace.replay.fabric.fast import FastFabric
+    from kbtrace.replay.fabric.flit import FlitFabric
+    from test_replay_fast import _small
+    cls = FastFabric if core == "pure" else status()[0]
+    topo = _small()
+    alone, _ = _writes(cls, topo, tmp_path / "alone", [(1, 3.0)])
+    assert alone == {0: 81.25}
+    got, got_tails = _writes(cls, topo, tmp_path / "two", [(1, 3.0), (2, second)])
+    assert [got_tails[0], got_tails[1]] == pytest.approx(list(tails), abs=1e-3)
+    assert [got[0], got[1]] == pytest.approx(list(done), abs=1e-3)
+    assert all(got[op] > got_tails[op] for op in got)     # never done before its last flit
+    flit, flit_tails = _writes(FlitFabric, topo, tmp_path / "flit", [(1, 3.0), (2, second)])
+    assert all(abs(got_tails[op] - flit_tails[op]) < 1.5 for op in got)    # the links: as flit
+    assert all(abs(got[op] - flit[op]) < near for op in got)
+
+
 @pytest.mark.parametrize("core", ["pure", "default"])
 def test_a_completed_flow_is_freed_by_reference_counting(tmp_path, core):
     """A flow and the records of its per-link bookings (``fair.Booked``) refer to each other

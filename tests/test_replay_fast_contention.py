@@ -147,6 +147,29 @@ def test_write_bursts_booked_ahead_queue_in_arrival_order():
     assert fast.pc_avail == scalar.pc_avail
 
 
+def test_write_bursts_arrive_when_given():
+    """``at``: per burst, when it arrives (a write that streams met on its last link, served
+    there at several rates: ``heads.arrivals``). Write A's 8 bursts (8 ns each, burst i on
+    channel i) arrive at 0, 1, ..., 5, then 30 and 31; B's 8 bursts all at 12 go after A's
+    first six (channel 5 is busy with A's until 13) and before its last two: B ends at 21,
+    A at 39, as committing them burst by burst in arrival order gives. Spread evenly over
+    [0, 31], A's bursts 2 and 3 would arrive at 8.86 and 13.29 and B would end at 24.86."""
+    fast = _controller(True)
+    a, b = _Write(), _Write()
+    at = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 30.0, 31.0]
+    assert fast.write_stream(0, 2048, 0.0, 31.0, 0.0, w=a, at=at) == 39.0
+    assert fast.write_stream(0, 2048, 12.0, 12.0, 12.0, w=b) == 21.0
+    assert a.done() == 39.0
+    fast.settle()
+    scalar = _controller(False)
+    bursts = [(t, 0, 256 * i) for i, t in enumerate(at)] + [(12.0, 1, 256 * i) for i in range(8)]
+    done = [0.0, 0.0]
+    for t, r, addr in sorted(bursts):
+        done[r] = max(done[r], scalar.commit(addr, 256, t, 1))
+    assert done == [39.0, 21.0]
+    assert fast.pc_avail == scalar.pc_avail
+
+
 def test_a_read_goes_before_write_bursts_that_arrive_after_it():
     """Write A as above; a read of 8 bursts arriving at 10 is served as write B was: [10, 18]
     on every channel, where taking the gaps A left ended it at 32 and queueing behind A's
@@ -362,9 +385,9 @@ def test_a_moved_credit_takes_the_gaps_and_pushes_no_one():
                           body_in=[[]],
                           pull_behind=pull_behind)      # (h's head was not queued behind g)
     g_rt = SimpleNamespace(links=(0,), nodes=(0, 1), hops=((niv, 2.0, Steps(), 0, 1, 0.25, 0.0, 0.0,
-                                                            0.0),))
+                                                            0.0),), fixed=False)
     h_rt = SimpleNamespace(links=(0,), nodes=(0, 1), hops=((niv, 2.0, Steps(), 0, 0, 0.0, 0.0, 0.0,
-                                                            0.0),))
+                                                            0.0),), fixed=False)
     g, h = _moved_flow(fab, g_rt, 1), _moved_flow(fab, h_rt, 2)
     tab.own(niv, 0, g.slot, 10.0)
     tab.own(niv, 2, h.slot, 13.0)
@@ -466,7 +489,7 @@ def test_heads_pushed_at_a_node_are_served_again_in_arrival_order():
     fab = SimpleNamespace(env=SimpleNamespace(now=0.0, _now=0.0), push_depth=0, _f=None,
                           flow_slots=tab, hbm={}, node_kind=["router"], node_ov=[2.0], body_in=[[]])
     rt = SimpleNamespace(links=(0,), nodes=(0, 1), hops=((niv, 2.0, Steps(), 0, 0, 0.0, 0.0, 0.0,
-                                                          0.0),))
+                                                          0.0),), fixed=False)
     g, h = _moved_flow(fab, rt, 1), _moved_flow(fab, rt, 2)
     tab.own(niv, 0, g.slot, 11.5)
     tab.own(niv, 2, h.slot, 11.0)

@@ -52,7 +52,7 @@ cdef class HbmController:
                    f=cython.double, k=cython.long, prev=cython.double, avail=list,
                    last_dir=list, ivs=list, pend=list)
     cpdef double write_stream(self, long addr, long nbytes, double head, double tail,
-                              double now, long op_id=*, w=*) except? -1.0
+                              double now, long op_id=*, w=*, list at=*) except? -1.0
 
     @cython.locals(pend=list, k=cython.Py_ssize_t, n=cython.Py_ssize_t)
     cpdef _fold(self, long pc, double now)

@@ -206,9 +206,10 @@ class HbmController:
         return first, last
 
     def write_stream(self, addr: int, nbytes: int, head: float, tail: float,
-                     now: float, op_id: int = -1, w: Any = None) -> float:
+                     now: float, op_id: int = -1, w: Any = None,
+                     at: list[float] | None = None) -> float:
         """fast mode: commit a write whose flits arrive evenly between ``head`` (now) and
-        ``tail``; its last finish. Each PC serves in arrival order, as flit mode's, which
+        ``tail`` (``at``: per burst, when it arrives instead); its last finish. Each PC serves in arrival order, as flit mode's, which
         commits each flit as it arrives: a burst arriving by now queues after what arrived
         before it; one arriving later is booked ahead (``pc_iv[pc]``: ``[arrival, duration,
         finish, write, op, bytes]`` in arrival order) and moves back, with its write's
@@ -229,7 +230,7 @@ class HbmController:
             else:
                 sz = nbytes - off
                 dur = sz / bw
-            t = head + i * step
+            t = head + i * step if at is None else at[i]
             pc = ((addr + off) >> shift) & mask
             if pen and last_dir[pc] == 0:
                 t += pen

@@ -1,7 +1,8 @@
 """Fast mode's fair share: streams that meet on a link share it, the earlier ones slowed.
 
 Fast mode books a transfer when it starts (``fast.FastFabric``). A transfer to a node without an HBM
-commit (a read's data, an IPCQ payload or credit) is also a ``Flow``: what it booked on each link (a
+commit (a read's data, an IPCQ payload or credit), and an HBM write that streams on a link or crosses a
+node with an overhead, is also a ``Flow`` (``routes._Route.movable``): what it booked on each link (a
 stream's; a single flit's is not) is kept as C doubles, registered with the link
 (``FastFabric.link_flows``, a ``ledger.Recs`` each: the flow named by its slot; ``book``, or
 ``routes._Plan.take`` as it takes a free path), and a ``Booked``
@@ -62,8 +63,8 @@ class Flow:
     def __init__(self, fab: Any, rt: Any, op_id: int, tile: int, ack: float,
                  wr: bool = False) -> None:
         self.fab, self.rt, self.op_id, self.tile, self.ack = fab, rt, op_id, tile, ack
-        #: a single-flit HBM write: its head moves at nodes (``heads``) and ``ev`` is its
-        #: ``heads.HbmWrite``, whose commit moves with it (``_push``)
+        #: an HBM write: ``ev`` is its ``heads.HbmWrite``, whose commit moves with its head
+        #: and tail (``_push``; a single flit's head moves at nodes, ``heads``)
         self.wr = wr
         self.ev: Any = None
         self.segs: list[tuple] = []       # ("P", plan, h, t, done, n) | ("R", row)

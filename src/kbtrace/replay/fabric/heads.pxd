@@ -38,3 +38,9 @@ cpdef prune_owners(list node_iv, double now)
 @cython.locals(niv=Spans, ov=cython.double, n=cython.Py_ssize_t, tab=Slots, s0=cython.double,
                i=cython.Py_ssize_t)
 cpdef double head_at(FabState fab, g, Py_ssize_t j, double old, double ha) except? -1.0
+
+@cython.locals(j=cython.Py_ssize_t, pcs=list, n=cython.Py_ssize_t, s0=cython.double,
+               span=cython.double, work=cython.double, scale=cython.double, out=list,
+               k=cython.Py_ssize_t, done=cython.double, i=cython.Py_ssize_t, x=cython.double,
+               a=cython.double, e=cython.double, r=cython.double, t=cython.double)
+cpdef list arrivals(Flow f, double hh, double tt, long burst)

@@ -70,7 +70,7 @@ from kbtrace.replay.fabric.fair import (
 from kbtrace.replay.intervals import TIME_EPS
 
 __all__ = ["PUSH_DEPTH", "serve_head", "serve_flit", "head_at", "prune_owners", "prune_links",
-           "prune_all", "relink", "HbmWrite", "commit_later"]
+           "prune_all", "relink", "HbmWrite", "arrivals", "commit_later"]
 
 #: a head served first pushes flows booked before it, whose heads pushed further on may push
 #: others in turn, so deep (all_gather: 2.1% late with one level, 0.03% from six on)
@@ -150,7 +150,7 @@ def _reserve(fab: Any, n: int, iv: Spans, g: Flow, j: int, a: float, w: float) -
     k = iv.bisect_right(e - TIME_EPS)
     if k & 1 and k < iv.n:
         s0 = iv.at(k - 1)
-        if s0 >= e - w - TIME_EPS:
+        if s0 >= e - w - TIME_EPS and not g.rt.fixed:     # (``_Route.fixed``)
             tab = fab.flow_slots
             tab.own(iv, k - 1, g.slot, a)
             if g.nres is None:
@@ -384,8 +384,9 @@ class HbmWrite:
     does. Its terminal hop row is recorded when the event fires, with the final time.
     Its pseudo-channel commits run in the event ``cev`` when its head reaches the controller
     (at ``hh``; its tail at ``tt``); where the write is a ``Flow`` (``flow``: its head moves at
-    nodes, ``serve_head``) the commit moves with it (``recommit``) and the flow's rows are
-    recorded with the terminal row."""
+    nodes, ``serve_head``; a stream slowed on a link by streams that meet it, ``fair``) the
+    commit moves with it (``recommit``) and the flow's rows are recorded with the terminal
+    row."""
     __slots__ = ("fab", "ev", "ack", "pend", "done", "row", "flow", "hh", "tt", "cev")
 
     def __init__(self, fab: Any, ev: Any, ack: float, row: tuple, flow: Flow | None = None,
@@ -400,8 +401,17 @@ class HbmWrite:
     def recommit(self, ha: float, tt: float) -> None:
         """Its flow's head now reaches the controller's node at ``ha`` (if not negative) and
         its tail at ``tt``, later than booked (``fair._push``): the commit moves with them
-        (still ahead: the head was pushed at a node before the controller)."""
-        if self.done >= 0.0:            # (committed already: nothing moves)
+        while it is still ahead. Committed already (a stream slowed after its head arrived),
+        its bursts keep their pseudo-channel times and its completion moves to as long after
+        the new tail as it was after the old one: never before its last flit arrives."""
+        if self.done >= 0.0:            # committed already
+            if tt > self.tt + TIME_EPS:
+                lag = self.done - self.tt
+                done = tt + (lag if lag > 0.0 else 0.0)
+                self.tt = tt
+                if done > self.done:
+                    self.ev = _moved(self.fab.env, self.ev, done, self.ack)
+                    self.done = done
             return
         op, tile, stage, node, h_in, busy, q, nb = self.row
         hh = self.hh
@@ -449,10 +459,54 @@ class HbmWrite:
         # write hold each other until a full collection (all_gather on default.yaml held
         # 2.57-2.62 KiB per added op with them, 1.80-1.96 without: docs/replay.md).
         self.pend = []
-        if self.flow is not None:       # its link rows first (their order is path order)
-            self.flow.done(None)
+        f = self.flow
+        if f is not None:       # its link rows first (their order is path order)
+            self.flow = None    # (``f.ev`` is this write: no cycle left either)
+            f.done(None)
         op, tile, stage, node, h_in, busy, q, nb = self.row
         self.fab.rec.rows([(op, tile, stage, node, -1, h_in, self.done, busy, q, nb)])
+
+
+def arrivals(f: Flow, hh: float, tt: float, burst: int) -> list[float] | None:
+    """Per burst of HBM write ``f``, when it reaches the controller: as its last link serves it,
+    where streams that met it there split that into pieces (``fair``), mapped onto its head's
+    and tail's arrivals ``hh`` / ``tt``; None where it was served at one rate (its bursts
+    arrive evenly between the two, ``HbmController.write_stream``)."""
+    j = len(f.rt.links) - 1
+    if j < 0:
+        return None
+    b = booked(f, j)
+    if b is None:
+        return None
+    pcs = b.pieces()
+    n = -(-f.rt.nb // burst)
+    if len(pcs) < 2 or n < 2:
+        return None
+    s0 = pcs[0][0]
+    span = pcs[-1][1] - s0
+    if span <= 0.0:
+        return None
+    work = 0.0
+    for a, e, r in pcs:
+        work += r * (e - a)
+    scale = (tt - hh) / span
+    out = []
+    k = 0
+    done = 0.0                  # work served before piece k
+    for i in range(n):
+        x = work * i / (n - 1)
+        while k + 1 < len(pcs):
+            a, e, r = pcs[k]
+            if done + r * (e - a) >= x:
+                break
+            done += r * (e - a)
+            k += 1
+        a, e, r = pcs[k]
+        t = a + (x - done) / r if r > 0.0 else e
+        if t > e:
+            t = e
+        out.append(hh + (t - s0) * scale)
+    return out
 
 
 def commit_later(fab: Any, rt: Any, op_id: int, tile: int, addr: int, h_in: float, hh: float,
@@ -478,8 +532,10 @@ def commit_later(fab: Any, rt: Any, op_id: int, tile: int, addr: int, h_in: floa
         f.ev = w
 
     def commit(_e: Any) -> None:
-        w.start(hbm.write_stream(addr, rt.nb, w.hh, w.tt, env._now, op_id, w))
+        w.start(hbm.write_stream(addr, rt.nb, w.hh, w.tt, env._now, op_id, w,
+                                 None if f is None else arrivals(f, w.hh, w.tt, hbm.burst)))
 
     w.cev = after(env, hh - env._now)
     w.cev.callbacks.append(commit)
     return ev
+

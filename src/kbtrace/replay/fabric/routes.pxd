@@ -22,7 +22,7 @@ cdef class _Route:
     cdef public object dst, dst_iv, hbm, term_stage, nb
     cdef public double dst_ov, term_busy, flit_max
     cdef public list plans
-    cdef public bint movable
+    cdef public bint movable, fixed
     cpdef _Plan build(self, FabState fab, Py_ssize_t j0)
 
 cdef class _Plan:
