@@ -25,9 +25,12 @@ and their flows pushed, where that costs each no more than a flit time). A singl
 would wait on a link where streams are still arriving is served with them first come, first
 served (``_in_fifo``: an IPCQ credit crossing PCIe behind the payloads that arrived there
 before it, not behind every payload booked before it; an HBM read arriving as its bursts are
-ready, ``fifo.burst_arrival``). Reservations of transfers that cannot move (HBM writes
-of two flits or more) keep their times, and a head takes the gaps between them
-(``booking.serve``: preemptive resume). At a mesh router, a stream's flits after its head
+ready, ``fifo.burst_arrival``). Reservations of heads that cannot move (HBM writes of two
+flits or more: flows on links, their node reservations fixed, ``routes._Route.fixed``) keep
+their times, and a head takes the gaps between them (``booking.serve``: preemptive resume).
+Such a write's commit moves with its tail when streams slow it on a link
+(``HbmWrite.recommit``), and its bursts reach the pseudo-channels as its last link serves it
+(``arrivals``). At a mesh router, a stream's flits after its head
 wait behind every head that arrived there before them (``bodies``: heads booked before it
 hold its tail, ``bodies.body_hold``; heads booked later push it, ``bodies.hold_bodies`` from
 ``serve_head``, finding it among the bookings of the links into the router).
@@ -538,4 +541,3 @@ def commit_later(fab: Any, rt: Any, op_id: int, tile: int, addr: int, h_in: floa
     w.cev = after(env, hh - env._now)
     w.cev.callbacks.append(commit)
     return ev
-
