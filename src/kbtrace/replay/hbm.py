@@ -209,13 +209,13 @@ class HbmController:
                      now: float, op_id: int = -1, w: Any = None,
                      at: list[float] | None = None) -> float:
         """fast mode: commit a write whose flits arrive evenly between ``head`` (now) and
-        ``tail`` (``at``: per burst, when it arrives instead); its last finish. Each PC serves in arrival order, as flit mode's, which
-        commits each flit as it arrives: a burst arriving by now queues after what arrived
-        before it; one arriving later is booked ahead (``pc_iv[pc]``: ``[arrival, duration,
-        finish, write, op, bytes]`` in arrival order) and moves back, with its write's
-        completion (``w.push()``), when a read or an earlier-arriving burst is booked before
-        it later. ``w``: the write's ``heads.HbmWrite`` (its bursts booked ahead are added to
-        ``w.pend``)."""
+        ``tail`` (``at``: per burst, when it arrives instead); its last finish. Each PC
+        serves in arrival order, as flit mode's, which commits each flit as it arrives: a
+        burst arriving by now queues after what arrived before it; one arriving later is
+        booked ahead (``pc_iv[pc]``: ``[arrival, duration, finish, write, op, bytes]`` in
+        arrival order) and moves back, with its write's completion (``w.push()``), when a
+        read or an earlier-arriving burst is booked before it later. ``w``: the write's
+        ``heads.HbmWrite`` (its bursts booked ahead are added to ``w.pend``)."""
         burst, shift, mask, bw, pen = self.burst, self.shift, self.mask, self.bw, self.penalty
         avail, last_dir, ivs = self.pc_avail, self.last_dir, self.pc_iv
         assert ivs is not None, "write_stream needs pc_iv (fast mode)"

@@ -1,9 +1,9 @@
 """Fast mode's fair share: streams that meet on a link share it, the earlier ones slowed.
 
 Fast mode books a transfer when it starts (``fast.FastFabric``). A transfer to a node without an HBM
-commit (a read's data, an IPCQ payload or credit), and an HBM write that streams on a link or crosses a
-node with an overhead, is also a ``Flow`` (``routes._Route.movable``): what it booked on each link (a
-stream's; a single flit's is not) is kept as C doubles, registered with the link
+commit (a read's data, an IPCQ payload or credit), and an HBM write that streams on a link or
+crosses a node with an overhead, is also a ``Flow`` (``routes._Route.movable``): what it booked
+on each link (a stream's; a single flit's is not) is kept as C doubles, registered with the link
 (``FastFabric.link_flows``, a ``ledger.Recs`` each: the flow named by its slot; ``book``, or
 ``routes._Plan.take`` as it takes a free path), and a ``Booked``
 record of it (start, lone end, share, pieces, tail, arrival; ``Flow.links``) is made only when it

@@ -410,11 +410,8 @@ class HbmWrite:
         if self.done >= 0.0:            # committed already
             if tt > self.tt + TIME_EPS:
                 lag = self.done - self.tt
-                done = tt + (lag if lag > 0.0 else 0.0)
                 self.tt = tt
-                if done > self.done:
-                    self.ev = _moved(self.fab.env, self.ev, done, self.ack)
-                    self.done = done
+                self._later(tt + (lag if lag > 0.0 else 0.0))
             return
         op, tile, stage, node, h_in, busy, q, nb = self.row
         hh = self.hh
@@ -452,7 +449,10 @@ class HbmWrite:
         """Some of its bursts booked ahead finish later now: so may it."""
         if self.done < 0.0:             # (being committed: ``start`` takes them)
             return
-        done = self._latest(self.done)
+        self._later(self._latest(self.done))
+
+    def _later(self, done: float) -> None:
+        """Committed: its completion moves to ``done`` if that is later."""
         if done > self.done:
             self.ev = _moved(self.fab.env, self.ev, done, self.ack)
             self.done = done
