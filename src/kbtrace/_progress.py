@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-__all__ = ["log", "setup_logging", "progress", "Bars", "Task", "quiet", "replay_task", "NOTE",
+__all__ = ["log", "setup_logging", "verbosity", "progress", "Bars", "Task", "quiet", "replay_task", "NOTE",
            "threads_paused"]
 
 #: ``extra=`` of a log record shown as ``kbtrace: note: ...`` (a warning-level remark)
@@ -60,6 +60,11 @@ def setup_logging(verbosity: int = 0, stream: TextIO | None = None) -> None:
     log.setLevel({-1: logging.ERROR, 0: logging.WARNING, 1: logging.INFO}.get(
         max(-1, min(verbosity, 2)), logging.DEBUG))
     log.propagate = False
+
+
+def verbosity() -> int:
+    """The level ``setup_logging`` was last given (0 when it was not called)."""
+    return _STATE["verbosity"]
 
 
 def quiet() -> bool:

@@ -7,7 +7,8 @@ Role
 
 Inputs / outputs
     run dir (+ trace dir)  ->  DuckDB views and polars frames     (``open_run``)
-                           ->  VerifyResult (phase-2 numerics)     (``verify``)
+                           ->  VerifyResult (phase-2 numerics)     (``verify``; in a
+                               second process beside the report: ``alongside``)
     base + new runs        ->  DiffResult (+ CI exit code)         (``diff``)
     run dir                ->  report dir: CSV/MD tables, PNGs, HTML (``report``)
     sweep / dir of runs    ->  report dir: per-point table, sweep plots (``report``)

@@ -143,7 +143,7 @@ def _run(args: argparse.Namespace) -> int:
                                sets=args.set, fidelity=args.fidelity, out=args.out,
                                verify_data=not args.no_verify, make_report=not args.no_report,
                                attribute="auto" if args.attribute is None else bool(args.attribute),
-                               hbm_pcs=args.hbm_pcs,
+                               hbm_pcs=args.hbm_pcs, verify_alongside=args.verify_alongside,
                                progress=replay_task(bars) if bars.mode != "off" else None,
                                on_stage=stage, on_lines=lines)
         while current:
@@ -184,6 +184,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="name the resource that would help most (each resource class made 2x "
                         "faster, re-timed on the recorded run: `kbtrace attribute --estimate`); "
                         "default: when that is estimated under 3 s")
+    p.add_argument("--verify-alongside", action=argparse.BooleanOptionalAction, default=None,
+                   help="verify in a second process while the headline and report run (same "
+                        "result, shorter wall time); default: from 50,000 ops on, with 2+ cores")
     add_hbm_pcs(p)
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="replay status line on stderr (ops done, simulated time, events, wall "

@@ -169,7 +169,7 @@ def run_workload(workload: str | os.PathLike[str] | None = None, *,
                  sets: list[str] | None = None, fidelity: str = "fast",
                  out: str | os.PathLike[str] = "data", verify_data: bool = True,
                  make_report: bool = True, attribute: bool | str = "auto",
-                 hbm_pcs: bool = False,
+                 hbm_pcs: bool = False, verify_alongside: bool | None = None,
                  progress: Callable[[Any], Any] | None = None,
                  on_stage: Callable[[str], Any] | None = None,
                  on_lines: Callable[[list[str]], Any] | None = None) -> RunSummary:
@@ -188,11 +188,14 @@ def run_workload(workload: str | os.PathLike[str] | None = None, *,
     ``sets``: topology overrides (``["cube.hbm.pc_bw_gbps=16"]``) for both capture and
     replay; the run directory name carries them. ``hbm_pcs``: record what each HBM
     pseudo-channel served (``ReplayOptions.hbm_pcs``; the timeline then has a track per
-    pseudo-channel)."""
-    from kbtrace.analysis.perfetto import export_perfetto
-    from kbtrace.analysis.reporter import report
-    from kbtrace.analysis.run import open_run
-    from kbtrace.analysis.verifier import verify
+    pseudo-channel).
+
+    ``verify_alongside``: verify in a second process while the headline and report run
+    (``kbtrace.analysis.alongside``: the same result, the run's wall time shorter by the
+    shorter of the two); None (default): when the trace has ``ALONGSIDE_MIN_OPS`` ops or
+    more and this process may use two cores or more."""
+    from kbtrace._progress import verbosity
+    from kbtrace.analysis.alongside import ALONGSIDE_MIN_OPS, VerifyAlongside, cores
     from kbtrace.capture import capture
     from kbtrace.capture.workload import load_workload, parse_params
     from kbtrace.replay import ReplayOptions, replay
@@ -242,6 +245,30 @@ def run_workload(workload: str | os.PathLike[str] | None = None, *,
     summary.makespan_ns, summary.hops, summary.events = rr.makespan_ns, rr.hops, rr.events
     summary.seconds["replay"] = time.perf_counter() - t
     release_memory()        # what replay freed, before the analysis' own peak (issue 22)
+    if verify_alongside is None:
+        verify_alongside = summary.n_ops >= ALONGSIDE_MIN_OPS and cores() >= 2
+    along = VerifyAlongside(run_dir, verbosity()) if verify_data and verify_alongside else None
+    try:
+        _analyse(summary, run_dir, topo_path, sets, rr, attribute, make_report, verify_data,
+                 along, stage, done)
+    finally:
+        if along is not None:
+            along.cancel()      # (collected already, unless something failed first)
+    done("next")
+    return summary
+
+
+def _analyse(summary: RunSummary, run_dir: Path, topo_path: Path, sets: list[str] | None,
+             rr: Any, attribute: bool | str, make_report: bool, verify_data: bool,
+             along: Any, stage: Callable[[str], None], done: Callable[[str], None]) -> None:
+    """``run_workload`` after the replay: attribution, headline, report, verify (``along``:
+    verify already running in its own process, collected here)."""
+    from kbtrace.analysis.perfetto import export_perfetto
+    from kbtrace.analysis.reporter import report
+    from kbtrace.analysis.run import open_run
+    from kbtrace.analysis.verifier import verify
+    from kbtrace.topology.cli import parse_sets
+
     if attribute:      # before the report, which then shows the attribution too
         stage("attribute")
         t = time.perf_counter()
@@ -267,12 +294,13 @@ def run_workload(workload: str | os.PathLike[str] | None = None, *,
             summary.seconds["report"] = time.perf_counter() - t
     done("report")
     release_memory()
-    if verify_data:
+    if along is not None:       # its own time, not the wait for what is left of it
+        stage("verify")
+        summary.verify, summary.seconds["verify"] = along.result()
+    elif verify_data:
         stage("verify")
         t = time.perf_counter()
         summary.verify = verify(run_dir)
         summary.seconds["verify"] = time.perf_counter() - t
         release_memory()
     done("verify")
-    done("next")
-    return summary

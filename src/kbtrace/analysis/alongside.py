@@ -1,0 +1,129 @@
+"""Verification alongside: ``kbtrace run``'s verify in a second process while the headline
+and the report run in this one.
+
+After the replay, verify (re-executing the trace in replay order) and the headline + report
+(DuckDB over the run's files) read the same finished run and share nothing else; each keeps
+one core busy. On a machine with two or more cores ``run_workload`` starts verify here
+(``VerifyAlongside``) as soon as the replay has written the run, and collects its result
+where it would otherwise have run it: the run's wall time falls by the shorter of the two,
+its CPU time does not change (plus the second interpreter's start, ~0.5 s).
+
+The child is ``python -m kbtrace.analysis.alongside RUN_DIR OUT VERBOSITY``, not a
+``multiprocessing`` worker: those re-import the caller's ``__main__``, which re-runs a user's
+script that calls ``run_workload`` without an ``if __name__ == "__main__"`` guard. It
+inherits stderr (its log lines and warnings show as verify's would) and writes one pickle to
+``OUT``: ``("ok", VerifyResult, seconds)``, or ``("error", exception, seconds)`` for an
+exception verify raised, re-raised here as it would have been inline. A child that ends
+without writing it (killed, out of memory) is one ``AnalysisError`` with its exit status.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from kbtrace.errors import AnalysisError
+
+__all__ = ["VerifyAlongside", "ALONGSIDE_MIN_OPS", "cores"]
+
+#: ``run_workload``'s automatic choice verifies alongside from this many ops on: below it,
+#: verify takes about as long as the second interpreter's start (~0.5 s)
+ALONGSIDE_MIN_OPS = 50_000
+
+
+def cores() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):       # (not Linux)
+        return os.cpu_count() or 1
+
+
+class VerifyAlongside:
+    """``verify(run_dir)`` running in a child process from construction on; ``result()``
+    waits for it, ``cancel()`` stops it. Either removes the child's result file."""
+
+    def __init__(self, run_dir: str | os.PathLike[str], verbosity: int = 0) -> None:
+        self.run_dir = Path(run_dir)
+        fd, name = tempfile.mkstemp(prefix="kbtrace-verify-", suffix=".pickle")
+        os.close(fd)
+        self._out = Path(name)
+        try:
+            self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+                [sys.executable, "-m", "kbtrace.analysis.alongside", str(self.run_dir),
+                 str(self._out), str(verbosity)], stdin=subprocess.DEVNULL)
+        except OSError:
+            self._out.unlink(missing_ok=True)
+            raise
+
+    def result(self) -> tuple[Any, float]:
+        """``(VerifyResult, seconds verify took in the child)``; what verify raised, raised."""
+        proc = self._proc
+        if proc is None:
+            raise AnalysisError("verify alongside: already collected or cancelled")
+        try:
+            rc = proc.wait()
+            got = self._out.read_bytes()
+        except BaseException:
+            self.cancel()
+            raise
+        self._proc = None
+        self._out.unlink(missing_ok=True)
+        if not got:
+            raise AnalysisError(f"verify of {self.run_dir} ended without a result (exit status "
+                                f"{rc}: killed, or out of memory?); run `kbtrace verify "
+                                f"{self.run_dir}` to verify it alone")
+        kind, value, seconds = pickle.loads(got)
+        if kind == "error":
+            raise value
+        return value, seconds
+
+    def cancel(self) -> None:
+        """Stop the child (if it still runs) and remove its result file."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._out.unlink(missing_ok=True)
+
+
+def _child(run_dir: str, out: str, verbosity: int) -> None:
+    """The child's work: verify ``run_dir``, the outcome pickled into ``out`` (whole: a
+    sibling renamed onto it)."""
+    from kbtrace._progress import setup_logging
+    from kbtrace.analysis.verifier import verify
+
+    setup_logging(verbosity)
+    t = time.perf_counter()
+    outcome: tuple[str, Any, float]
+    try:
+        outcome = ("ok", verify(run_dir), time.perf_counter() - t)
+    except Exception as exc:        # (re-raised in the parent, as inline)
+        outcome = ("error", exc, time.perf_counter() - t)
+    try:
+        data = pickle.dumps(outcome)
+    except Exception as exc:        # an exception that does not pickle: its message
+        data = pickle.dumps(("error", AnalysisError(f"verify failed: {outcome[1]!r} ({exc})"),
+                             outcome[2]))
+    tmp = Path(out + ".part")
+    tmp.write_bytes(data)
+    os.replace(tmp, out)
+
+
+if __name__ == "__main__":
+    try:
+        from kbtrace._hugepages import install
+        install()                   # as the kbtrace command does
+        _child(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    except KeyboardInterrupt:       # (Ctrl-C reaches the whole process group: the parent
+        sys.exit(130)               # reports it; no second traceback from here)
