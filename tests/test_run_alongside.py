@@ -106,3 +106,12 @@ def test_the_automatic_choice(monkeypatch, tmp_path):
     s = run_workload("softmax", topology="tiny", out=tmp_path / "d", make_report=False,
                      attribute=False, verify_data=False)
     assert s.verify is None and len(started) == 1
+
+
+def test_no_interpreter_to_start_verifies_inline(monkeypatch, tmp_path):
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
+    before = _leftovers()
+    s = run_workload("softmax", topology="tiny", out=tmp_path / "a", make_report=False,
+                     attribute=False, verify_alongside=True)
+    assert s.verify.ok and s.verify.n_ops == 96 and s.seconds["verify"] > 0
+    assert _leftovers() == before

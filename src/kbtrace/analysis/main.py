@@ -247,7 +247,13 @@ def run_workload(workload: str | os.PathLike[str] | None = None, *,
     release_memory()        # what replay freed, before the analysis' own peak (issue 22)
     if verify_alongside is None:
         verify_alongside = summary.n_ops >= ALONGSIDE_MIN_OPS and cores() >= 2
-    along = VerifyAlongside(run_dir, verbosity()) if verify_data and verify_alongside else None
+    along = None
+    if verify_data and verify_alongside:
+        try:
+            along = VerifyAlongside(run_dir, verbosity())
+        except OSError as exc:      # no interpreter to start (embedded): verify inline
+            log.info(f"verify alongside: cannot start {exc.filename or 'python'} "
+                     f"({exc.strerror or exc}); verifying after the report")
     try:
         _analyse(summary, run_dir, topo_path, sets, rr, attribute, make_report, verify_data,
                  along, stage, done)
