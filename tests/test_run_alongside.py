@@ -5,8 +5,10 @@ leaves no process or file behind."""
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -115,3 +117,31 @@ def test_no_interpreter_to_start_verifies_inline(monkeypatch, tmp_path):
                      attribute=False, verify_alongside=True)
     assert s.verify.ok and s.verify.n_ops == 96 and s.seconds["verify"] > 0
     assert _leftovers() == before
+
+
+def _alive(pid: int) -> bool:
+    """The process runs (a zombie, dead and not yet reaped, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux's")
+def test_the_child_dies_with_its_parent():
+    # a parent that starts a child as the alongside one arms itself, then dies at once
+    parent = (
+        "import subprocess, sys\n"
+        "c = subprocess.Popen([sys.executable, '-c', 'from kbtrace.analysis.alongside import "
+        "_die_with_parent; import time; _die_with_parent(); print(1, flush=True); "
+        "time.sleep(60)'], stdout=subprocess.PIPE)\n"
+        "c.stdout.readline()\n"
+        "print(c.pid, flush=True)\n")
+    out = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    pid = int(out.split()[0])
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid)

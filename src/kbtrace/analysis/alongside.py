@@ -8,9 +8,10 @@ one core busy. On a machine with two or more cores ``run_workload`` starts verif
 where it would otherwise have run it: the run's wall time falls by the shorter of the two,
 its CPU time does not change (plus the second interpreter's start, ~0.5 s).
 
-The child is ``python -m kbtrace.analysis.alongside RUN_DIR OUT VERBOSITY``, not a
+The child is ``python -m kbtrace.analysis.alongside RUN_DIR OUT VERBOSITY PARENT_PID``, not a
 ``multiprocessing`` worker: those re-import the caller's ``__main__``, which re-runs a user's
-script that calls ``run_workload`` without an ``if __name__ == "__main__"`` guard. It
+script that calls ``run_workload`` without an ``if __name__ == "__main__"`` guard. On Linux
+it is sent SIGTERM if the parent dies first (``prctl(PR_SET_PDEATHSIG)``). It
 inherits stderr (its log lines and warnings show as verify's would) and writes one pickle to
 ``OUT``: ``("ok", VerifyResult, seconds)``, or ``("error", exception, seconds)`` for an
 exception verify raised, re-raised here as it would have been inline. A child that ends
@@ -57,7 +58,7 @@ class VerifyAlongside:
         try:
             self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
                 [sys.executable, "-m", "kbtrace.analysis.alongside", str(self.run_dir),
-                 str(self._out), str(verbosity)], stdin=subprocess.DEVNULL)
+                 str(self._out), str(verbosity), str(os.getpid())], stdin=subprocess.DEVNULL)
         except OSError:
             self._out.unlink(missing_ok=True)
             raise
@@ -97,6 +98,18 @@ class VerifyAlongside:
         self._out.unlink(missing_ok=True)
 
 
+def _die_with_parent() -> None:
+    """Linux: have the kernel send this process SIGTERM when its parent dies (killed before
+    it could cancel this one), so no orphan keeps verifying a run nobody waits for."""
+    try:
+        import ctypes
+        import signal
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGTERM), 0, 0, 0)     # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):                   # (not Linux, no libc)
+        pass
+
+
 def _child(run_dir: str, out: str, verbosity: int) -> None:
     """The child's work: verify ``run_dir``, the outcome pickled into ``out`` (whole: a
     sibling renamed onto it)."""
@@ -122,6 +135,9 @@ def _child(run_dir: str, out: str, verbosity: int) -> None:
 
 if __name__ == "__main__":
     try:
+        _die_with_parent()
+        if os.getppid() != int(sys.argv[4]):    # (the parent died before that)
+            sys.exit(1)
         from kbtrace._hugepages import install
         install()                   # as the kbtrace command does
         _child(sys.argv[1], sys.argv[2], int(sys.argv[3]))
