@@ -62,6 +62,7 @@ class VerifyAlongside:
         except OSError:
             self._out.unlink(missing_ok=True)
             raise
+        self.pid = self._proc.pid
 
     def result(self) -> tuple[Any, float]:
         """``(VerifyResult, seconds verify took in the child)``; what verify raised, raised."""

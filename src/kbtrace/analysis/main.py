@@ -251,6 +251,7 @@ def run_workload(workload: str | os.PathLike[str] | None = None, *,
     if verify_data and verify_alongside:
         try:
             along = VerifyAlongside(run_dir, verbosity())
+            log.info(f"verify alongside the headline and report: process {along.pid}")
         except OSError as exc:      # no interpreter to start (embedded): verify inline
             log.info(f"verify alongside: cannot start {exc.filename or 'python'} "
                      f"({exc.strerror or exc}); verifying after the report")
