@@ -13,7 +13,8 @@ The child is ``python -m kbtrace.analysis.alongside RUN_DIR OUT VERBOSITY PARENT
 script that calls ``run_workload`` without an ``if __name__ == "__main__"`` guard. On Linux
 it is sent SIGTERM if the parent dies first (``prctl(PR_SET_PDEATHSIG)``). It
 inherits stderr (its log lines and warnings show as verify's would) and writes one pickle to
-``OUT``: ``("ok", VerifyResult, seconds)``, or ``("error", exception, seconds)`` for an
+``OUT`` (in a directory ``tempfile.mkdtemp`` made for it, removed after): ``("ok",
+VerifyResult, seconds)``, or ``("error", exception, seconds)`` for an
 exception verify raised, re-raised here as it would have been inline. A child that ends
 without writing it (killed, out of memory) is one ``AnalysisError`` with its exit status.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -48,19 +50,19 @@ def cores() -> int:
 
 class VerifyAlongside:
     """``verify(run_dir)`` running in a child process from construction on; ``result()``
-    waits for it, ``cancel()`` stops it. Either removes the child's result file."""
+    waits for it, ``cancel()`` stops it. Either removes the child's result directory."""
 
     def __init__(self, run_dir: str | os.PathLike[str], verbosity: int = 0) -> None:
         self.run_dir = Path(run_dir)
-        fd, name = tempfile.mkstemp(prefix="kbtrace-verify-", suffix=".pickle")
-        os.close(fd)
-        self._out = Path(name)
+        # a directory of its own (0700): nobody else can plant the result or its partial file
+        self._dir = Path(tempfile.mkdtemp(prefix="kbtrace-verify-"))
+        self._out = self._dir / "result.pickle"
         try:
             self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
                 [sys.executable, "-m", "kbtrace.analysis.alongside", str(self.run_dir),
                  str(self._out), str(verbosity), str(os.getpid())], stdin=subprocess.DEVNULL)
         except OSError:
-            self._out.unlink(missing_ok=True)
+            self._remove()
             raise
         self.pid = self._proc.pid
 
@@ -71,12 +73,12 @@ class VerifyAlongside:
             raise AnalysisError("verify alongside: already collected or cancelled")
         try:
             rc = proc.wait()
-            got = self._out.read_bytes()
+            got = self._out.read_bytes() if self._out.is_file() else b""
         except BaseException:
             self.cancel()
             raise
         self._proc = None
-        self._out.unlink(missing_ok=True)
+        self._remove()
         if not got:
             raise AnalysisError(f"verify of {self.run_dir} ended without a result (exit status "
                                 f"{rc}: killed, or out of memory?); run `kbtrace verify "
@@ -87,7 +89,7 @@ class VerifyAlongside:
         return value, seconds
 
     def cancel(self) -> None:
-        """Stop the child (if it still runs) and remove its result file."""
+        """Stop the child (if it still runs) and remove its result directory."""
         proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:
             proc.terminate()
@@ -96,7 +98,11 @@ class VerifyAlongside:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        self._out.unlink(missing_ok=True)
+        self._remove()
+
+    def _remove(self) -> None:
+        """Remove the result's directory (made by this object, with whatever the child left)."""
+        shutil.rmtree(self._dir, ignore_errors=True)
 
 
 def _die_with_parent() -> None:
@@ -129,7 +135,7 @@ def _child(run_dir: str, out: str, verbosity: int) -> None:
     except Exception as exc:        # an exception that does not pickle: its message
         data = pickle.dumps(("error", AnalysisError(f"verify failed: {outcome[1]!r} ({exc})"),
                              outcome[2]))
-    tmp = Path(out + ".part")
+    tmp = Path(out).with_name("result.part")
     tmp.write_bytes(data)
     os.replace(tmp, out)
 
