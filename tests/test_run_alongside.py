@@ -76,7 +76,7 @@ def test_a_child_that_writes_nothing_is_one_error(monkeypatch, tmp_path):
         va.result()
 
 
-def test_cancel_stops_the_child_and_removes_its_file(runs):
+def test_cancel_stops_the_child_and_removes_its_directory(runs):
     before = _leftovers()
     va = VerifyAlongside(runs[False].run_dir)
     proc = va._proc

@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-__all__ = ["log", "setup_logging", "verbosity", "progress", "Bars", "Task", "quiet", "replay_task", "NOTE",
-           "threads_paused"]
+__all__ = ["log", "setup_logging", "verbosity", "progress", "Bars", "Task", "quiet",
+           "replay_task", "NOTE", "threads_paused"]
 
 #: ``extra=`` of a log record shown as ``kbtrace: note: ...`` (a warning-level remark)
 NOTE = {"label": "note"}

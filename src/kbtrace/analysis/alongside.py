@@ -118,8 +118,9 @@ def _die_with_parent() -> None:
 
 
 def _child(run_dir: str, out: str, verbosity: int) -> None:
-    """The child's work: verify ``run_dir``, the outcome pickled into ``out`` (whole: a
-    sibling renamed onto it)."""
+    """The child's work: verify ``run_dir``, the outcome pickled into ``out`` (whole:
+    ``_io.atomic_path``)."""
+    from kbtrace._io import atomic_path
     from kbtrace._progress import setup_logging
     from kbtrace.analysis.verifier import verify
 
@@ -135,9 +136,8 @@ def _child(run_dir: str, out: str, verbosity: int) -> None:
     except Exception as exc:        # an exception that does not pickle: its message
         data = pickle.dumps(("error", AnalysisError(f"verify failed: {outcome[1]!r} ({exc})"),
                              outcome[2]))
-    tmp = Path(out).with_name("result.part")
-    tmp.write_bytes(data)
-    os.replace(tmp, out)
+    with atomic_path(out) as tmp:
+        tmp.write_bytes(data)
 
 
 if __name__ == "__main__":
